@@ -1,0 +1,46 @@
+# The targets the README names. Servers are throwaway PostgreSQL and RabbitMQ instances that
+# scripts/servers.py runs under .local/servers (installing the Debian packages if missing).
+PYTHON ?= python3
+PYTEST_ARGS ?=
+
+.PHONY: install run test test-fast lint format typecheck servers down bench chaos clean
+
+install:
+	$(PYTHON) -m pip install -e '.[dev,bench]'
+
+## run: servers + migrations + a demo client + api, dispatcher and consumer in the foreground
+run:
+	bash scripts/run.sh
+
+## test: the whole suite against throwaway servers started for the run and torn down after it
+test:
+	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+
+## test-fast: unit tests only (no servers)
+test-fast:
+	$(PYTHON) -m pytest tests/unit -q
+
+lint:
+	ruff check services tests alembic benchmarks scripts
+	ruff format --check services tests alembic benchmarks scripts
+	mypy
+
+format:
+	ruff format services tests alembic benchmarks scripts
+	ruff check --fix services tests alembic benchmarks scripts
+
+typecheck:
+	mypy
+
+servers:
+	$(PYTHON) scripts/servers.py up
+
+down:
+	$(PYTHON) scripts/servers.py down
+
+bench:
+	$(PYTHON) scripts/servers.py run -- sh -c '$(PYTHON) benchmarks/submit.py'
+
+clean:
+	$(PYTHON) scripts/servers.py down || true
+	rm -rf .local build *.egg-info

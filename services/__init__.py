@@ -1,0 +1,1 @@
+"""jobrelay: durable background jobs on a transactional outbox, PostgreSQL and RabbitMQ."""

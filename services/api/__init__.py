@@ -1,0 +1,1 @@
+"""The HTTP API (FastAPI): submission, job views, cancel, admin, health, metrics."""

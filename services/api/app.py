@@ -1,0 +1,308 @@
+"""The FastAPI application: routes are thin, the store and the registry do the work."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, Query, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from services.api import problems
+from services.api.auth import Authenticator
+from services.api.limits import BodyLimitMiddleware
+from services.api.metrics import SUBMISSIONS, RequestMetricsMiddleware
+from services.api.schemas import (
+    EventList,
+    EventView,
+    Health,
+    JobPage,
+    JobView,
+    Problem,
+    SubmitJob,
+    job_location,
+)
+from services.broker.health import check_broker
+from services.core.errors import (
+    BrokerUnavailable,
+    IdempotencyConflict,
+    IdempotencyKeyInvalid,
+    IdempotencyKeyMissing,
+    InvalidCursor,
+    JobNotFound,
+    NotCancellable,
+    StoreUnavailable,
+)
+from services.core.jobs import is_valid_idempotency_key
+from services.core.registry import Registry
+from services.core.settings import Settings
+from services.core.states import JobState
+from services.db.store import Client, Store
+from services.handlers.loading import load_registry
+
+PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": Problem, "content": {"application/problem+json": {}}}
+    for status in (400, 401, 404, 409, 413, 422, 503)
+}
+ADMIN_PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": Problem, "content": {"application/problem+json": {}}}
+    for status in (401, 403, 503)
+}
+
+
+def create_app(
+    settings: Settings,
+    *,
+    store: Store | None = None,
+    registry: Registry | None = None,
+) -> FastAPI:
+    registry = registry or load_registry(settings.handlers)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if store is not None:  # injected (tests): its owner closes it
+            yield
+            return
+        app.state.store = Store.connect(
+            settings.database_url, pool_size=settings.db_pool_size, application_name="jobrelay-api"
+        )
+        app.state.auth = Authenticator(app.state.store)
+        try:
+            yield
+        finally:
+            await app.state.store.close()
+
+    app = FastAPI(
+        title="jobrelay",
+        version="1",
+        description="Durable background jobs: accepted means recorded, with its outbox row.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.registry = registry
+    if store is not None:
+        app.state.store = store
+        app.state.auth = Authenticator(store)
+    problems.install(app)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestMetricsMiddleware)
+    _add_job_routes(app)
+    _add_admin_routes(app)
+    _add_health_routes(app)
+    return app
+
+
+# --- dependencies -------------------------------------------------------------------------------
+
+
+def _store(request: Request) -> Store:
+    store: Store = request.app.state.store
+    return store
+
+
+async def _client(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> Client:
+    auth: Authenticator = request.app.state.auth
+    return await auth.client_for(authorization)
+
+
+async def _admin(request: Request, authorization: Annotated[str | None, Header()] = None) -> Client:
+    auth: Authenticator = request.app.state.auth
+    return await auth.admin_for(authorization)
+
+
+StoreDep = Annotated[Store, Depends(_store)]
+ClientDep = Annotated[Client, Depends(_client)]
+AdminDep = Annotated[Client, Depends(_admin)]
+
+
+def _encode_cursor(created_at: datetime, job_id: uuid.UUID) -> str:
+    return base64.urlsafe_b64encode(f"{created_at.isoformat()}|{job_id}".encode()).decode()
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        created_at, _, job_id = base64.urlsafe_b64decode(cursor.encode()).decode().partition("|")
+        return datetime.fromisoformat(created_at), uuid.UUID(job_id)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise InvalidCursor() from None
+
+
+# --- jobs ---------------------------------------------------------------------------------------
+
+
+def _add_job_routes(app: FastAPI) -> None:
+    @app.post(
+        "/v1/jobs",
+        status_code=202,
+        response_model=JobView,
+        responses={
+            200: {"model": JobView, "description": "The key was used before"},
+            **PROBLEM_RESPONSES,
+        },
+        summary="Submit a job (idempotent by Idempotency-Key)",
+    )
+    async def submit_job(
+        body: SubmitJob,
+        request: Request,
+        response: Response,
+        client: ClientDep,
+        store: StoreDep,
+        idempotency_key: Annotated[str | None, Header(max_length=1000)] = None,
+    ) -> JobView:
+        if idempotency_key is None:
+            raise IdempotencyKeyMissing()
+        if not is_valid_idempotency_key(idempotency_key):
+            raise IdempotencyKeyInvalid()
+        registry: Registry = request.app.state.registry
+        registry.validate_payload(body.type, body.payload)
+        settings: Settings = request.app.state.settings
+        max_attempts = body.max_attempts or registry.max_attempts_for(
+            body.type, settings.max_attempts
+        )
+        accepted = await store.accept_job(
+            client_id=client.id,
+            idempotency_key=idempotency_key,
+            job_type=body.type,
+            payload=body.payload,
+            max_attempts=max_attempts,
+        )
+        if accepted.conflict:
+            SUBMISSIONS.labels(body.type, "conflict").inc()
+            raise IdempotencyConflict(
+                "the key was used for another type or payload", job_id=str(accepted.job.id)
+            )
+        SUBMISSIONS.labels(body.type, "created" if accepted.created else "existing").inc()
+        response.status_code = 202 if accepted.created else 200
+        response.headers["Location"] = job_location(accepted.job.id)
+        return JobView.of(accepted.job)
+
+    @app.get(
+        "/v1/jobs",
+        response_model=JobPage,
+        responses=PROBLEM_RESPONSES,
+        summary="List your own jobs, newest first",
+    )
+    async def list_jobs(
+        client: ClientDep,
+        store: StoreDep,
+        state: JobState | None = None,
+        type: Annotated[str | None, Query(max_length=200)] = None,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+        cursor: Annotated[str | None, Query(max_length=200)] = None,
+    ) -> JobPage:
+        after = _decode_cursor(cursor) if cursor else None
+        jobs = await store.list_jobs(
+            client_id=client.id,
+            state=state.value if state else None,
+            job_type=type,
+            limit=limit,
+            after=after,
+        )
+        next_cursor = (
+            _encode_cursor(jobs[-1].created_at, jobs[-1].id) if len(jobs) == limit else None
+        )
+        return JobPage(items=[JobView.of(job) for job in jobs], next_cursor=next_cursor)
+
+    @app.get(
+        "/v1/jobs/{job_id}",
+        response_model=JobView,
+        responses=PROBLEM_RESPONSES,
+        summary="One of your jobs, with its result once succeeded",
+    )
+    async def get_job(job_id: uuid.UUID, client: ClientDep, store: StoreDep) -> JobView:
+        job = await store.get_job(job_id, client_id=client.id)
+        if job is None:
+            raise JobNotFound()
+        return JobView.of(job)
+
+    @app.get(
+        "/v1/jobs/{job_id}/events",
+        response_model=EventList,
+        responses=PROBLEM_RESPONSES,
+        summary="The job's transition journal",
+    )
+    async def job_events(job_id: uuid.UUID, client: ClientDep, store: StoreDep) -> EventList:
+        if await store.get_job(job_id, client_id=client.id) is None:
+            raise JobNotFound()
+        events = await store.job_events(job_id)
+        return EventList(
+            job_id=job_id,
+            events=[
+                EventView(at=e.at, event=e.event, attempt=e.attempt, detail=e.detail)
+                for e in events
+            ],
+        )
+
+    @app.post(
+        "/v1/jobs/{job_id}/cancel",
+        response_model=JobView,
+        responses=PROBLEM_RESPONSES,
+        summary="Cancel a queued or retrying job",
+    )
+    async def cancel_job(job_id: uuid.UUID, client: ClientDep, store: StoreDep) -> JobView:
+        cancelled = await store.cancel_job(
+            job_id, client_id=client.id, detail="cancelled by client"
+        )
+        job = await store.get_job(job_id, client_id=client.id)
+        if job is None:
+            raise JobNotFound()
+        if not cancelled:
+            raise NotCancellable(f"the job is {job.state.value}", state=job.state.value)
+        return JobView.of(job)
+
+
+# --- admin --------------------------------------------------------------------------------------
+
+
+def _add_admin_routes(app: FastAPI) -> None:
+    @app.get(
+        "/v1/admin/stats",
+        responses=ADMIN_PROBLEM_RESPONSES,
+        summary="Jobs by state, outbox backlog, expired leases, quarantine by reason",
+    )
+    async def admin_stats(admin: AdminDep, store: StoreDep) -> dict[str, Any]:
+        return await store.stats()
+
+
+# --- health and metrics -------------------------------------------------------------------------
+
+
+def _add_health_routes(app: FastAPI) -> None:
+    @app.get("/healthz", response_model=Health, summary="The process is alive")
+    async def healthz() -> Health:
+        return Health(status="ok")
+
+    @app.get(
+        "/readyz",
+        response_model=Health,
+        responses={503: {"model": Health}},
+        summary="The database and the broker are reachable",
+    )
+    async def readyz(request: Request) -> Any:
+        settings: Settings = request.app.state.settings
+        checks: dict[str, str] = {}
+        try:
+            await request.app.state.store.ping()
+            checks["database"] = "ok"
+        except StoreUnavailable:
+            checks["database"] = "unavailable"
+        try:
+            await check_broker(settings.amqp_url)
+            checks["broker"] = "ok"
+        except BrokerUnavailable:
+            checks["broker"] = "unavailable"
+        ready = all(value == "ok" for value in checks.values())
+        body = Health(status="ok" if ready else "unavailable", checks=checks)
+        return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+
+    @app.get("/metrics", summary="Prometheus metrics", response_class=Response)
+    async def metrics() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,1 @@
+"""The RabbitMQ adapter: topology, publishing, consuming."""

@@ -1,0 +1,146 @@
+"""The error hierarchy jobrelay owns.
+
+Adapters translate driver errors into these at their boundary, so services and the CLI never
+catch a psycopg or aio-pika exception by name. Every error carries a stable ``code`` that appears
+in problem+json bodies, CLI messages and ``jobs.last_error_code``.
+"""
+
+from __future__ import annotations
+
+
+class JobrelayError(Exception):
+    """Base of every error this project raises on purpose."""
+
+    code = "jobrelay_error"
+
+
+# --- errors a handler raises to steer the outcome of an attempt -----------------------------
+
+
+class HandlerError(JobrelayError):
+    """Raised by a job handler. The message must be safe to store: no secrets, no payload."""
+
+    code = "handler_error"
+
+    def __init__(self, message: str = "", *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class TransientError(HandlerError):
+    """The attempt failed for a reason that may pass: retry with backoff."""
+
+    code = "transient_error"
+
+
+class PermanentError(HandlerError):
+    """Retrying cannot help: quarantine at once."""
+
+    code = "permanent_error"
+
+
+# --- infrastructure ---------------------------------------------------------------------------
+
+
+class StoreUnavailable(JobrelayError):
+    """PostgreSQL cannot be reached or the connection broke mid-statement."""
+
+    code = "database_unavailable"
+
+
+class BrokerUnavailable(JobrelayError):
+    """RabbitMQ cannot be reached or the channel broke before a confirm."""
+
+    code = "broker_unavailable"
+
+
+class ConfigurationError(JobrelayError):
+    code = "configuration_error"
+
+
+# --- request errors (the API and the CLI) -----------------------------------------------------
+
+
+class RequestError(JobrelayError):
+    """A caller's mistake. ``status`` is the HTTP status the API answers with."""
+
+    status = 400
+    title = "Bad request"
+
+    def __init__(self, detail: str = "", **extra: object) -> None:
+        super().__init__(detail or self.title)
+        self.detail = detail or self.title
+        self.extra = extra
+
+
+class Unauthorized(RequestError):
+    code = "unauthorized"
+    status = 401
+    title = "Missing or invalid bearer token"
+
+
+class Forbidden(RequestError):
+    code = "forbidden"
+    status = 403
+    title = "This operation needs an admin token"
+
+
+class JobNotFound(RequestError):
+    code = "job_not_found"
+    status = 404
+    title = "No such job"
+
+
+class IdempotencyKeyInvalid(RequestError):
+    code = "idempotency_key_invalid"
+    status = 400
+    title = "Idempotency-Key must be 1 to 200 visible ASCII characters"
+
+
+class IdempotencyKeyMissing(RequestError):
+    code = "idempotency_key_missing"
+    status = 400
+    title = "The Idempotency-Key header is required"
+
+
+class InvalidCursor(RequestError):
+    code = "invalid_cursor"
+    status = 400
+    title = "The cursor is not one this API handed out"
+
+
+class IdempotencyConflict(RequestError):
+    code = "idempotency_conflict"
+    status = 409
+    title = "This Idempotency-Key was already used for a different request"
+
+
+class NotCancellable(RequestError):
+    code = "not_cancellable"
+    status = 409
+    title = "Only queued or retrying jobs can be cancelled"
+
+
+class NotReplayable(RequestError):
+    code = "not_replayable"
+    status = 409
+    title = "Only quarantined jobs can be replayed"
+
+
+class UnknownJobType(RequestError):
+    code = "unknown_job_type"
+    status = 422
+    title = "Unknown job type"
+
+
+class InvalidPayload(RequestError):
+    code = "invalid_payload"
+    status = 422
+    title = "The payload does not match the job type's schema"
+
+
+class ClientExists(RequestError):
+    code = "client_exists"
+    status = 409
+    title = "A client with this name already exists"

@@ -1,0 +1,21 @@
+"""Request fingerprinting: same type and payload ⇔ same hash, whatever the key order."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def request_hash(job_type: str, payload: Any) -> str:
+    document = canonical_json({"type": job_type, "payload": payload})
+    return hashlib.sha256(document.encode()).hexdigest()
+
+
+def token_hash(token: str) -> str:
+    """Tokens are 256-bit random values, so a plain SHA-256 is as strong as a slow hash here."""
+    return hashlib.sha256(token.encode()).hexdigest()

@@ -1,0 +1,49 @@
+"""The message envelope the dispatcher publishes and the consumer reads (SPEC §5)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+MESSAGE_VERSION = 1
+CONTENT_TYPE = "application/json"
+
+
+class MalformedMessage(ValueError):
+    """The body is not a jobrelay envelope. The reason is safe to store (no body dump)."""
+
+
+@dataclass(frozen=True)
+class Envelope:
+    job_id: uuid.UUID
+    type: str
+    version: int = MESSAGE_VERSION
+
+    def encode(self) -> bytes:
+        body = {"job_id": str(self.job_id), "type": self.type, "version": self.version}
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, body: bytes) -> Envelope:
+        try:
+            document: Any = json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise MalformedMessage("body is not JSON") from None
+        if not isinstance(document, dict):
+            raise MalformedMessage("body is not a JSON object")
+        version = document.get("version")
+        if version != MESSAGE_VERSION:
+            raise MalformedMessage("unsupported or missing version")
+        job_type = document.get("type")
+        if not isinstance(job_type, str) or not job_type:
+            raise MalformedMessage("missing or invalid type")
+        raw_id = document.get("job_id")
+        if not isinstance(raw_id, str):
+            raise MalformedMessage("missing or invalid job_id")
+        try:
+            job_id = uuid.UUID(raw_id)
+        except ValueError:
+            raise MalformedMessage("job_id is not a UUID") from None
+        return cls(job_id=job_id, type=job_type, version=version)

@@ -1,0 +1,25 @@
+"""Retry policy: exponential backoff with full jitter, capped."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    base_seconds: float = 1.0
+    max_seconds: float = 300.0
+
+    def ceiling(self, attempt: int) -> float:
+        """The upper bound of the delay after failed attempt number ``attempt`` (1-based)."""
+        return min(self.max_seconds, self.base_seconds * 2.0 ** max(0, attempt - 1))
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Delay before the next attempt: uniform in [ceiling/2, ceiling].
+
+        Half the ceiling is kept fixed so delays grow with the attempt number (a test can see
+        them grow) while the other half spreads a burst of failures over time.
+        """
+        ceiling = self.ceiling(attempt)
+        return ceiling / 2 + (rng or random).uniform(0, ceiling / 2)

@@ -1,0 +1,52 @@
+"""Broker names and queue arguments, as pure functions (SPEC §6).
+
+Routing: the dispatcher publishes to the topic exchange ``jobrelay.jobs`` with the job type as
+routing key. A type configured to run on its own queue is bound there by its exact name; every
+other type falls through to the exchange's alternate exchange ``jobrelay.jobs.unrouted`` (fanout),
+which feeds ``jobrelay.jobs.default``. So the default queue takes all types except the routed
+ones, and a type without a handler anywhere still lands somewhere visible instead of being
+dropped. Only when the default queue's binding is missing is a message unroutable, and then the
+broker returns it and the dispatcher records the error (``mandatory`` + ``on_return_raises``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+JOBS_EXCHANGE = "jobrelay.jobs"
+UNROUTED_EXCHANGE = "jobrelay.jobs.unrouted"
+QUARANTINE_EXCHANGE = "jobrelay.quarantine"
+QUARANTINE_QUEUE = "jobrelay.quarantine"
+DEFAULT_QUEUE = "jobrelay.jobs.default"
+
+
+def work_queue_name(name: str) -> str:
+    """``default`` → ``jobrelay.jobs.default``; a full ``jobrelay.jobs.*`` name is kept."""
+    return name if name.startswith(f"{JOBS_EXCHANGE}.") else f"{JOBS_EXCHANGE}.{name}"
+
+
+def jobs_exchange_arguments() -> dict[str, Any]:
+    return {"alternate-exchange": UNROUTED_EXCHANGE}
+
+
+def work_queue_arguments(delivery_limit: int) -> dict[str, Any]:
+    return {
+        "x-queue-type": "quorum",
+        "x-dead-letter-exchange": QUARANTINE_EXCHANGE,
+        # At-least-once dead-lettering: a dead-lettered message cannot vanish on the way.
+        "x-dead-letter-strategy": "at-least-once",
+        "x-overflow": "reject-publish",
+        "x-delivery-limit": delivery_limit,
+    }
+
+
+def quarantine_queue_arguments() -> dict[str, Any]:
+    return {"x-queue-type": "quorum"}
+
+
+def typed_queue_bindings(type_queues: dict[str, str]) -> dict[str, list[str]]:
+    """Own queue name → the job types (routing keys) bound to it on ``jobrelay.jobs``."""
+    routes: dict[str, list[str]] = {}
+    for job_type, queue in sorted(type_queues.items()):
+        routes.setdefault(work_queue_name(queue), []).append(job_type)
+    return routes

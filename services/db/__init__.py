@@ -1,0 +1,1 @@
+"""The PostgreSQL adapter: tables, named statements, and the store that runs them."""

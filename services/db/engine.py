@@ -1,0 +1,54 @@
+"""Engine construction and the translation of driver errors into jobrelay's own errors."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from services.core.errors import StoreUnavailable
+from services.core.settings import mask_url
+
+
+def make_engine(
+    url: str, *, pool_size: int = 10, application_name: str = "jobrelay"
+) -> AsyncEngine:
+    return create_async_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        pool_recycle=1800,
+        pool_timeout=10,
+        connect_args={"application_name": application_name, "connect_timeout": 5},
+    )
+
+
+def is_connection_error(error: BaseException) -> bool:
+    """True when the database could not be reached or the connection broke.
+
+    Such errors leave the outcome of an in-flight COMMIT unknown; callers treat them as
+    "try again later", never as "the job failed".
+    """
+    if isinstance(error, sa_exc.DBAPIError) and error.connection_invalidated:
+        return True
+    if isinstance(error, sa_exc.OperationalError | sa_exc.InterfaceError):
+        return True
+    if isinstance(error, sa_exc.TimeoutError):  # pool exhausted while connections hang
+        return True
+    return isinstance(error, OSError | ConnectionError)
+
+
+@asynccontextmanager
+async def translated_errors(url: str) -> AsyncIterator[None]:
+    """Turn connection failures into ``StoreUnavailable`` with the password masked."""
+    try:
+        yield
+    except Exception as error:
+        if is_connection_error(error):
+            raise StoreUnavailable(
+                f"database unavailable at {mask_url(url)}: {type(error).__name__}"
+            ) from None
+        raise

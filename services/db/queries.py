@@ -1,0 +1,446 @@
+"""Every SQL statement jobrelay runs, by name.
+
+Rules kept here so call sites never build SQL from strings:
+- every state change is guarded on the state(s) it expects (SPEC §3), and on the lease token
+  when a worker reports on a job;
+- a transition and its journal entry (and outbox row, and result) are written by one statement,
+  so they commit or fail together;
+- times come from the database clock (``now()``), never from a process clock, so workers on
+  different machines agree on what "expired" means. Statements that compare times take
+  ``:now`` only where a test must control the clock.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import TextClause, text
+
+# The columns of the job view, used by every statement that returns a job.
+_JOB_COLUMNS = """
+    j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, j.state,
+    j.attempts, j.max_attempts, j.available_at, j.lease_token, j.lease_until,
+    j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at
+"""
+
+# --- clients --------------------------------------------------------------------------------
+
+INSERT_CLIENT: TextClause = text(
+    """
+    INSERT INTO clients (id, name, token_hash, is_admin)
+    VALUES (:id, :name, :token_hash, :is_admin)
+    ON CONFLICT (name) DO NOTHING
+    RETURNING id
+    """
+)
+
+CLIENT_BY_TOKEN_HASH: TextClause = text(
+    """
+    SELECT id, name, is_admin FROM clients
+    WHERE token_hash = :token_hash AND disabled_at IS NULL
+    """
+)
+
+DISABLE_CLIENT: TextClause = text(
+    "UPDATE clients SET disabled_at = now() WHERE name = :name AND disabled_at IS NULL RETURNING id"
+)
+
+LIST_CLIENTS: TextClause = text(
+    "SELECT id, name, is_admin, disabled_at, created_at FROM clients ORDER BY created_at, name"
+)
+
+# --- accept (SPEC §4) -----------------------------------------------------------------------
+
+# One statement writes the job, its outbox row and the `received` event: they commit together
+# or not at all. ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to finish,
+# so of N identical concurrent requests exactly one inserts and the others see its row.
+ACCEPT_JOB: TextClause = text(
+    f"""
+    WITH j AS (
+        INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload,
+                          max_attempts)
+        VALUES (:id, :client_id, :idempotency_key, :request_hash, :type,
+                CAST(:payload AS jsonb), :max_attempts)
+        ON CONFLICT (client_id, idempotency_key) DO NOTHING
+        RETURNING *
+    ), new_outbox AS (
+        INSERT INTO outbox (job_id, available_at) SELECT id, available_at FROM j
+    ), new_event AS (
+        INSERT INTO job_events (job_id, event, attempt) SELECT id, 'received', 0 FROM j
+    )
+    SELECT {_JOB_COLUMNS}, NULL::jsonb AS result FROM j
+    """
+)
+
+JOB_BY_KEY: TextClause = text(
+    f"""
+    SELECT {_JOB_COLUMNS}, r.result
+    FROM jobs j LEFT JOIN job_results r ON r.job_id = j.id
+    WHERE j.client_id = :client_id AND j.idempotency_key = :idempotency_key
+    """
+)
+
+# --- reading jobs ---------------------------------------------------------------------------
+
+# :client_id NULL means "any client" (operators and the CLI); the API always passes its caller.
+JOB_BY_ID: TextClause = text(
+    f"""
+    SELECT {_JOB_COLUMNS}, r.result
+    FROM jobs j LEFT JOIN job_results r ON r.job_id = j.id
+    WHERE j.id = :id AND (CAST(:client_id AS uuid) IS NULL OR j.client_id = :client_id)
+    """
+)
+
+JOB_EVENTS: TextClause = text(
+    """
+    SELECT e.id, e.at, e.event, e.attempt, e.detail
+    FROM job_events e
+    WHERE e.job_id = :job_id
+    ORDER BY e.id
+    """
+)
+
+# Keyset pagination, newest first: the cursor is the (created_at, id) of the last row seen.
+LIST_JOBS: TextClause = text(
+    f"""
+    SELECT {_JOB_COLUMNS}, r.result
+    FROM jobs j LEFT JOIN job_results r ON r.job_id = j.id
+    WHERE j.client_id = :client_id
+      AND (CAST(:state AS text) IS NULL OR j.state = :state)
+      AND (CAST(:type AS text) IS NULL OR j.type = :type)
+      AND (CAST(:after_created_at AS timestamptz) IS NULL
+           OR (j.created_at, j.id)
+              < (CAST(:after_created_at AS timestamptz), CAST(:after_id AS uuid)))
+    ORDER BY j.created_at DESC, j.id DESC
+    LIMIT :limit
+    """
+)
+
+CANCEL_JOB: TextClause = text(
+    """
+    WITH cancelled AS (
+        UPDATE jobs SET state = 'cancelled', finished_at = now(), updated_at = now()
+        WHERE id = :id AND (CAST(:client_id AS uuid) IS NULL OR client_id = :client_id)
+          AND state IN ('queued', 'retrying')
+        RETURNING id, attempts
+    ), event AS (
+        INSERT INTO job_events (job_id, event, attempt, detail)
+        SELECT id, 'cancelled', attempts, :detail FROM cancelled
+    )
+    SELECT id FROM cancelled
+    """
+)
+
+# --- stats ----------------------------------------------------------------------------------
+
+JOBS_BY_STATE: TextClause = text("SELECT state, count(*) AS n FROM jobs GROUP BY state")
+
+OUTBOX_BACKLOG: TextClause = text(
+    """
+    SELECT count(*) AS unpublished,
+           count(*) FILTER (WHERE available_at <= now()) AS due,
+           EXTRACT(EPOCH FROM now() - min(available_at) FILTER (WHERE available_at <= now()))
+               AS oldest_due_seconds
+    FROM outbox WHERE published_at IS NULL
+    """
+)
+
+EXPIRED_LEASES: TextClause = text(
+    "SELECT count(*) AS n FROM jobs WHERE state = 'running' AND lease_until < now()"
+)
+
+RETRYING_SUMMARY: TextClause = text(
+    """
+    SELECT count(*) AS n, min(available_at) AS next_due_at
+    FROM jobs WHERE state = 'retrying'
+    """
+)
+
+QUARANTINED_BY_CODE: TextClause = text(
+    """
+    SELECT coalesce(last_error_code, 'unknown') AS code, count(*) AS n
+    FROM jobs WHERE state = 'quarantined' GROUP BY 1 ORDER BY 2 DESC
+    """
+)
+
+FAILED_BY_CODE: TextClause = text(
+    """
+    SELECT last_error_code AS code, count(*) AS n
+    FROM jobs WHERE last_error_code IS NOT NULL AND state <> 'quarantined'
+    GROUP BY 1 ORDER BY 2 DESC
+    """
+)
+
+# Published, still queued, and no claim since: the message may be lost (SPEC §7 redispatch).
+PUBLISHED_NEVER_CLAIMED: TextClause = text(
+    """
+    SELECT count(*) AS n FROM jobs j
+    WHERE j.state = 'queued'
+      AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = j.id AND o.published_at IS NULL)
+      AND EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = j.id
+                  AND o.published_at < now() - make_interval(secs => :older_than_seconds))
+    """
+)
+
+# --- relay (SPEC §5) ------------------------------------------------------------------------
+
+# Lease a batch of due rows: lock them briefly, push their available_at past the publish
+# timeout, and commit at once. The broker round trip happens with no transaction open; another
+# dispatcher skips these rows until the lease passes, and a crashed dispatcher's rows simply
+# come due again (a duplicate publish, never a lost one).
+LEASE_OUTBOX_BATCH: TextClause = text(
+    """
+    WITH due AS (
+        SELECT id FROM outbox
+        WHERE published_at IS NULL AND available_at <= now()
+        ORDER BY available_at
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE outbox o
+    SET available_at = now() + make_interval(secs => :lease_seconds),
+        publish_attempts = o.publish_attempts + 1
+    FROM due, jobs j
+    WHERE o.id = due.id AND j.id = o.job_id
+    RETURNING o.id, o.job_id, j.type, o.publish_attempts
+    """
+)
+
+MARK_PUBLISHED: TextClause = text(
+    """
+    WITH done AS (
+        UPDATE outbox SET published_at = now(), last_error = NULL
+        WHERE id = ANY(:ids) AND published_at IS NULL
+        RETURNING id, job_id
+    )
+    INSERT INTO job_events (job_id, event, attempt, detail)
+    SELECT d.job_id, 'published', j.attempts, 'outbox ' || d.id
+    FROM done d JOIN jobs j ON j.id = d.job_id
+    RETURNING job_id
+    """
+)
+
+MARK_PUBLISH_FAILED: TextClause = text(
+    """
+    UPDATE outbox
+    SET last_error = :error, available_at = now() + make_interval(secs => :retry_in_seconds)
+    WHERE id = ANY(:ids) AND published_at IS NULL
+    """
+)
+
+NEXT_OUTBOX_DUE_IN: TextClause = text(
+    """
+    SELECT EXTRACT(EPOCH FROM min(available_at) - now()) AS seconds
+    FROM outbox WHERE published_at IS NULL
+    """
+)
+
+# Back to `queued` with a new outbox row and one `lease_expired` event. The row lock and the
+# re-checked WHERE make it happen once per expiry however many dispatchers run.
+RESCUE_EXPIRED_LEASES: TextClause = text(
+    """
+    WITH expired AS (
+        SELECT id FROM jobs
+        WHERE state = 'running' AND lease_until < now()
+        ORDER BY lease_until
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    ), rescued AS (
+        UPDATE jobs j
+        SET state = 'queued', lease_token = NULL, lease_until = NULL,
+            available_at = now(), updated_at = now()
+        FROM expired e WHERE j.id = e.id
+        RETURNING j.id, j.attempts
+    ), new_outbox AS (
+        INSERT INTO outbox (job_id) SELECT id FROM rescued
+    )
+    INSERT INTO job_events (job_id, event, attempt, detail)
+    SELECT id, 'lease_expired', attempts, 'lease expired; rescued by dispatcher' FROM rescued
+    RETURNING job_id
+    """
+)
+
+DELETE_PUBLISHED_OUTBOX: TextClause = text(
+    """
+    DELETE FROM outbox WHERE id IN (
+        SELECT id FROM outbox
+        WHERE published_at IS NOT NULL
+          AND published_at < now() - make_interval(secs => :retention_seconds)
+        LIMIT :limit
+    )
+    """
+)
+
+# Only the journal of finished jobs is pruned: a live job keeps its whole story.
+DELETE_OLD_EVENTS: TextClause = text(
+    """
+    DELETE FROM job_events WHERE id IN (
+        SELECT e.id FROM job_events e JOIN jobs j ON j.id = e.job_id
+        WHERE e.at < now() - make_interval(secs => :retention_seconds)
+          AND j.finished_at IS NOT NULL
+        LIMIT :limit
+    )
+    """
+)
+
+# --- execution (SPEC §6) --------------------------------------------------------------------
+
+# Claim: due queued/retrying, or running with an expired lease, and attempts left. The previous
+# state comes back so a re-claim of an expired lease is journaled as such.
+CLAIM_JOB: TextClause = text(
+    f"""
+    WITH before AS (
+        SELECT id, state FROM jobs WHERE id = :id FOR UPDATE
+    ), claimed AS (
+        UPDATE jobs j
+        SET state = 'running', attempts = j.attempts + 1, lease_token = :lease_token,
+            lease_until = now() + make_interval(secs => :lease_seconds), updated_at = now()
+        FROM before b
+        WHERE j.id = b.id AND j.attempts < j.max_attempts
+          AND ((j.state IN ('queued', 'retrying') AND j.available_at <= now())
+               OR (j.state = 'running' AND j.lease_until < now()))
+        RETURNING {_JOB_COLUMNS}, b.state AS previous_state
+    ), expired_event AS (
+        INSERT INTO job_events (job_id, event, attempt, detail)
+        SELECT id, 'lease_expired', attempts - 1, 'lease expired; re-claimed by a consumer'
+        FROM claimed WHERE previous_state = 'running'
+    ), claimed_event AS (
+        INSERT INTO job_events (job_id, event, attempt, detail)
+        SELECT id, 'claimed', attempts, :detail FROM claimed
+    )
+    SELECT * FROM claimed
+    """
+)
+
+# A job that cannot be claimed because it has no attempts left is quarantined here.
+QUARANTINE_EXHAUSTED: TextClause = text(
+    """
+    WITH q AS (
+        UPDATE jobs
+        SET state = 'quarantined', lease_token = NULL, lease_until = NULL,
+            last_error_code = 'attempts_exhausted', last_error = :error,
+            finished_at = now(), updated_at = now()
+        WHERE id = :id AND attempts >= max_attempts
+          AND (state IN ('queued', 'retrying') OR (state = 'running' AND lease_until < now()))
+        RETURNING id, attempts
+    ), event AS (
+        INSERT INTO job_events (job_id, event, attempt, detail)
+        SELECT id, 'quarantined', attempts, 'attempts_exhausted' FROM q
+    )
+    SELECT id FROM q
+    """
+)
+
+RECORD_EVENT: TextClause = text(
+    """
+    INSERT INTO job_events (job_id, event, attempt, detail)
+    SELECT id, :event, CAST(:attempt AS integer), :detail FROM jobs WHERE id = :job_id
+    """
+)
+
+RENEW_LEASE: TextClause = text(
+    """
+    UPDATE jobs SET lease_until = now() + make_interval(secs => :lease_seconds)
+    WHERE id = :id AND lease_token = :lease_token AND state = 'running' AND lease_until > now()
+    RETURNING lease_until
+    """
+)
+
+# Success: result, state and journal in one statement, only while the lease is ours and alive.
+COMPLETE_JOB: TextClause = text(
+    """
+    WITH done AS (
+        UPDATE jobs
+        SET state = 'succeeded', lease_token = NULL, lease_until = NULL,
+            finished_at = now(), updated_at = now()
+        WHERE id = :id AND lease_token = :lease_token AND state = 'running'
+          AND lease_until > now()
+        RETURNING id, attempts
+    ), stored AS (
+        INSERT INTO job_results (job_id, result, attempt)
+        SELECT id, CAST(:result AS jsonb), attempts FROM done
+    ), event AS (
+        INSERT INTO job_events (job_id, event, attempt)
+        SELECT id, 'succeeded', attempts FROM done
+    )
+    SELECT id FROM done
+    """
+)
+
+SCHEDULE_RETRY: TextClause = text(
+    """
+    WITH r AS (
+        UPDATE jobs
+        SET state = 'retrying', lease_token = NULL, lease_until = NULL,
+            available_at = :available_at, last_error_code = :error_code, last_error = :error,
+            updated_at = now()
+        WHERE id = :id AND lease_token = :lease_token AND state = 'running'
+          AND lease_until > now()
+        RETURNING id, attempts, available_at
+    ), new_outbox AS (
+        INSERT INTO outbox (job_id, available_at) SELECT id, available_at FROM r
+    ), event AS (
+        INSERT INTO job_events (job_id, event, attempt, detail)
+        SELECT id, 'retry_scheduled', attempts,
+               :error_code || ': retry at ' || to_char(available_at AT TIME ZONE 'UTC',
+                                                      'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+        FROM r
+    )
+    SELECT id FROM r
+    """
+)
+
+QUARANTINE_JOB: TextClause = text(
+    """
+    WITH q AS (
+        UPDATE jobs
+        SET state = 'quarantined', lease_token = NULL, lease_until = NULL,
+            last_error_code = :error_code, last_error = :error,
+            finished_at = now(), updated_at = now()
+        WHERE id = :id AND lease_token = :lease_token AND state = 'running'
+          AND lease_until > now()
+        RETURNING id, attempts
+    ), event AS (
+        INSERT INTO job_events (job_id, event, attempt, detail)
+        SELECT id, 'quarantined', attempts, :error_code FROM q
+    )
+    SELECT id FROM q
+    """
+)
+
+# --- operations (SPEC §7) -------------------------------------------------------------------
+
+# A fresh budget: max_attempts = attempts + the type's limit, so attempt numbers stay unique.
+REPLAY_JOB: TextClause = text(
+    """
+    WITH r AS (
+        UPDATE jobs
+        SET state = 'queued', max_attempts = attempts + :budget, available_at = now(),
+            finished_at = NULL, updated_at = now()
+        WHERE id = :id AND state = 'quarantined'
+        RETURNING id, attempts, available_at
+    ), new_outbox AS (
+        INSERT INTO outbox (job_id, available_at) SELECT id, available_at FROM r
+    ), event AS (
+        INSERT INTO job_events (job_id, event, attempt, detail)
+        SELECT id, 'replayed', attempts, :detail FROM r
+    )
+    SELECT id FROM r
+    """
+)
+
+LIST_QUARANTINED: TextClause = text(
+    f"""
+    SELECT {_JOB_COLUMNS}, NULL::jsonb AS result
+    FROM jobs j
+    WHERE j.state = 'quarantined'
+      AND (CAST(:code AS text) IS NULL OR j.last_error_code = :code)
+    ORDER BY j.finished_at DESC, j.id
+    LIMIT :limit
+    """
+)
+
+OUTBOX_ROWS_OF_JOB: TextClause = text(
+    """
+    SELECT id, available_at, created_at, published_at, publish_attempts, last_error
+    FROM outbox WHERE job_id = :job_id ORDER BY id
+    """
+)

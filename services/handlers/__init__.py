@@ -1,0 +1,1 @@
+"""Job handlers. ``builtin.registry`` is the default registry of job types."""

@@ -1,0 +1,111 @@
+"""Shared fixtures: real servers, a fresh database and a fresh RabbitMQ vhost per test."""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from services.core.fingerprint import token_hash
+from services.core.settings import Settings
+from services.db.store import Store
+from tests.support import databases
+from tests.support.servers import (
+    NoServers,
+    Servers,
+    create_vhost,
+    delete_vhost,
+    discover,
+    vhost_amqp_url,
+)
+
+
+@pytest.fixture(scope="session")
+def servers() -> Servers:
+    try:
+        return discover()
+    except NoServers as error:
+        # Fail, never skip: a test that cannot reach its servers proves nothing.
+        pytest.fail(str(error), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def template_database(servers: Servers) -> Iterator[str]:
+    name = databases.create_template(servers.database_url)
+    yield name
+    databases.admin_execute(servers.database_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def database_url(servers: Servers, template_database: str) -> Iterator[str]:
+    url = databases.copy_template(servers.database_url, template_database)
+    yield url
+    databases.drop_database(servers.database_url, url)
+
+
+@pytest.fixture
+def amqp_url(servers: Servers) -> Iterator[str]:
+    vhost = f"jobrelay-test-{uuid.uuid4().hex[:10]}"
+    create_vhost(servers.rabbitmq_api_url, vhost)
+    yield vhost_amqp_url(servers.amqp_url, vhost)
+    delete_vhost(servers.rabbitmq_api_url, vhost)
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Any) -> Settings:
+    return Settings(
+        database_url=database_url,
+        amqp_url="amqp://guest:guest@127.0.0.1:1/",  # tests that need the broker override it
+        results_dir=tmp_path / "results",
+        poll_interval_seconds=0.2,
+    )
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Store]:
+    store = Store.connect(database_url, pool_size=20)
+    yield store
+    await store.close()
+
+
+async def make_client(store: Store, name: str, *, admin: bool = False) -> str:
+    """Create a client and return its bearer token."""
+    token = "jr_" + secrets.token_urlsafe(24)
+    await store.create_client(name, token_hash(token), is_admin=admin)
+    return token
+
+
+@pytest.fixture
+async def api(settings: Settings, store: Store) -> AsyncIterator[httpx.AsyncClient]:
+    from services.api.app import create_app
+
+    app = create_app(settings, store=store)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://jobrelay.test") as client:
+        yield client
+
+
+@pytest.fixture
+async def alice(store: Store) -> str:
+    return await make_client(store, "alice")
+
+
+@pytest.fixture
+async def bob(store: Store) -> str:
+    return await make_client(store, "bob")
+
+
+@pytest.fixture
+async def admin(store: Store) -> str:
+    return await make_client(store, "ops", admin=True)
+
+
+def auth(token: str, key: str | None = None) -> dict[str, str]:
+    headers = {"Authorization": f"Bearer {token}"}
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    return headers

@@ -1,0 +1,97 @@
+"""Run jobrelay services as real processes, for crash and acceptance tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from services.core.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def service_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The process environment that carries ``settings`` as JOBRELAY_* variables."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRELAY_")}
+    for name, value in settings.model_dump().items():
+        env[f"JOBRELAY_{name.upper()}"] = str(value)
+    env.update(extra)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+class Service:
+    def __init__(self, args: list[str], env: dict[str, str], log_path: Path) -> None:
+        self.args = args
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "services", *args],
+            env=env,
+            cwd=ROOT,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: a crash at whatever point the process is."""
+        if self.alive():
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+
+    def terminate(self, timeout: float = 30) -> int:
+        if self.alive():
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return -9
+
+    def pause(self) -> None:
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.process.send_signal(signal.SIGCONT)
+
+    def output(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.alive():
+            self.terminate(10)
+        self._log.close()
+
+
+@contextmanager
+def running(args: list[str], env: dict[str, str], log_path: Path) -> Iterator[Service]:
+    service = Service(args, env, log_path)
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -1,0 +1,95 @@
+"""Alembic upgrade on an empty database equals the models; downgrade and upgrade round-trip."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import create_engine, inspect, pool
+
+from alembic import command
+from services.db.tables import metadata
+from tests.support import databases
+from tests.support.servers import Servers
+
+TABLES = {"clients", "jobs", "outbox", "job_results", "job_events"}
+
+
+@pytest.fixture
+def empty_database(servers: Servers) -> Iterator[str]:
+    url = databases.create_empty_database(servers.database_url, "jobrelay_mig")
+    yield url
+    databases.drop_database(servers.database_url, url)
+
+
+def schema_differences(url: str) -> list[object]:
+    engine = create_engine(url, poolclass=pool.NullPool)
+    try:
+        with engine.connect() as connection:
+            context = MigrationContext.configure(connection, opts={"compare_type": True})
+            return list(compare_metadata(context, metadata))
+    finally:
+        engine.dispose()
+
+
+def table_names(url: str) -> set[str]:
+    engine = create_engine(url, poolclass=pool.NullPool)
+    try:
+        return set(inspect(engine).get_table_names()) - {"alembic_version"}
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_on_an_empty_database_matches_the_models(empty_database: str) -> None:
+    databases.migrate(empty_database)
+
+    assert table_names(empty_database) == TABLES
+    assert schema_differences(empty_database) == []
+
+
+def test_downgrade_to_base_and_up_again_round_trips(empty_database: str) -> None:
+    config = databases.alembic_config(empty_database)
+    command.upgrade(config, "head")
+    command.downgrade(config, "base")
+    assert table_names(empty_database) == set()
+    command.upgrade(config, "head")
+    assert table_names(empty_database) == TABLES
+    assert schema_differences(empty_database) == []
+
+
+def test_the_check_constraints_make_nonsense_unrepresentable(empty_database: str) -> None:
+    databases.migrate(empty_database)
+    nonsense = {
+        "running without a lease": "state = 'running', lease_token = NULL, lease_until = NULL",
+        "queued with a lease": "lease_token = gen_random_uuid(), lease_until = now()",
+        "attempts above the limit": "attempts = max_attempts + 1",
+        "negative attempts": "attempts = -1",
+        "unknown state": "state = 'lost'",
+        "finished but queued": "finished_at = now()",
+        "succeeded without finished_at": "state = 'succeeded'",
+    }
+    with psycopg.connect(databases.libpq_url(empty_database), autocommit=True) as connection:
+        client = connection.execute(
+            "INSERT INTO clients (id, name, token_hash) "
+            "VALUES (gen_random_uuid(), 'c', 'h') RETURNING id"
+        ).fetchone()
+        assert client is not None
+        connection.execute(
+            "INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload, "
+            "max_attempts) VALUES (gen_random_uuid(), %s, 'k', 'h', 't', '{}', 3)",
+            (client[0],),
+        )
+        for case, assignment in nonsense.items():
+            with pytest.raises(psycopg.errors.CheckViolation):
+                connection.execute(f"UPDATE jobs SET {assignment}")  # type: ignore[arg-type]
+                pytest.fail(f"accepted: {case}")
+        # ... and a duplicate key for the same client is refused.
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            connection.execute(
+                "INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload, "
+                "max_attempts) VALUES (gen_random_uuid(), %s, 'k', 'h2', 't', '{}', 3)",
+                (client[0],),
+            )

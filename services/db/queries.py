@@ -233,6 +233,16 @@ NEXT_OUTBOX_DUE_IN: TextClause = text(
     """
 )
 
+# For the dispatcher's gauge: how long the oldest due, unpublished row has waited (0 if none).
+# Rows leased by a dispatcher are not due (their available_at moved forward), so a healthy relay
+# keeps this near zero however large its throughput.
+OLDEST_DUE_OUTBOX_AGE: TextClause = text(
+    """
+    SELECT coalesce(EXTRACT(EPOCH FROM now() - min(available_at)), 0) AS seconds
+    FROM outbox WHERE published_at IS NULL AND available_at <= now()
+    """
+)
+
 # Back to `queued` with a new outbox row and one `lease_expired` event. The row lock and the
 # re-checked WHERE make it happen once per expiry however many dispatchers run.
 RESCUE_EXPIRED_LEASES: TextClause = text(

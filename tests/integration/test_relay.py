@@ -1,0 +1,385 @@
+"""The relay against real PostgreSQL and RabbitMQ (SPEC §5), dispatchers running in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import aio_pika
+import pytest
+from sqlalchemy import text
+
+from services.core import topology as names
+from services.core.settings import Settings
+from services.db.relay_store import RelayStore
+from services.db.store import Store
+from services.dispatcher.listener import APPLICATION_NAME
+from tests.support.outbox import (
+    count_published,
+    count_unpublished,
+    drain,
+    eventually,
+    insert_jobs,
+    queue_depth,
+    running_dispatcher,
+)
+
+
+@pytest.fixture
+def relay_settings(settings: Settings, amqp_url: str) -> Settings:
+    return settings.model_copy(
+        update={"amqp_url": amqp_url, "publish_timeout_seconds": 2.0, "lease_seconds": 2.0}
+    )
+
+
+async def all_published(store: Store) -> bool:
+    return await count_unpublished(store) == 0
+
+
+async def test_rows_become_persistent_messages_with_the_exact_body_and_properties(
+    relay_settings: Settings, store: Store
+) -> None:
+    due = await insert_jobs(store, 3, job_type="catalog.export")
+    later = await insert_jobs(store, 2, job_type="catalog.export", delay=3600)
+
+    async with running_dispatcher(relay_settings) as dispatcher:
+        await eventually(lambda: count_published(store), what="a published row")
+        await eventually(lambda: _published_count_is(store, 3), what="the three due rows published")
+        await asyncio.sleep(3 * relay_settings.poll_interval_seconds)
+    assert dispatcher.metrics.published._value.get() == 3
+
+    messages = await drain(relay_settings.amqp_url)
+    assert len(messages) == 3
+    by_outbox_id = {int(m.message_id or 0): m for m in messages}
+    assert set(by_outbox_id) == {outbox_id for outbox_id, _ in due}
+    for outbox_id, job_id in due:
+        message = by_outbox_id[outbox_id]
+        assert (
+            message.body
+            == json.dumps(
+                {"job_id": str(job_id), "type": "catalog.export", "version": 1},
+                separators=(",", ":"),
+            ).encode()
+        )
+        assert message.document == {"job_id": str(job_id), "type": "catalog.export", "version": 1}
+        assert message.delivery_mode == 2  # persistent
+        assert message.content_type == "application/json"
+        assert message.message_id == str(outbox_id)
+        assert message.correlation_id == str(job_id)
+        assert message.routing_key == "catalog.export"
+        assert message.exchange == names.JOBS_EXCHANGE
+
+    rows = await store.fetch_all(
+        text("SELECT id, published_at, publish_attempts, last_error FROM outbox ORDER BY id")
+    )
+    state = {row.id: row for row in rows}
+    for outbox_id, _ in due:
+        assert state[outbox_id].published_at is not None
+        assert state[outbox_id].publish_attempts == 1
+    for outbox_id, _ in later:
+        assert state[outbox_id].published_at is None
+        assert state[outbox_id].publish_attempts == 0
+    events = await store.fetch_all(
+        text("SELECT job_id, detail FROM job_events WHERE event = 'published'")
+    )
+    assert sorted((e.job_id, e.detail) for e in events) == sorted(
+        (job_id, f"outbox {outbox_id}") for outbox_id, job_id in due
+    )
+
+
+async def _published_count_is(store: Store, n: int) -> bool:
+    return await count_published(store) == n
+
+
+async def test_unroutable_rows_stay_unpublished_with_the_error_and_drain_after_rebinding(
+    relay_settings: Settings, store: Store
+) -> None:
+    await insert_jobs(store, 1)
+    async with running_dispatcher(relay_settings) as dispatcher:
+        await eventually(lambda: all_published(store), what="the first row (topology declared)")
+        await _bind_default_queue(relay_settings.amqp_url, bound=False)
+
+        rows = await insert_jobs(store, 20)
+        await eventually(
+            lambda: _all_failed_with(store, [r[0] for r in rows], "unroutable"),
+            what="every new row to record an unroutable error",
+        )
+        assert await count_unpublished(store) == 20
+        assert await queue_depth(relay_settings.amqp_url) == 1  # only the first message
+        assert dispatcher.metrics.failures.labels(reason="unroutable")._value.get() >= 20
+
+        await _bind_default_queue(relay_settings.amqp_url, bound=True)
+        await eventually(lambda: all_published(store), within=15, what="the rows to drain")
+
+    published = await store.fetch_all(
+        text("SELECT publish_attempts, last_error FROM outbox WHERE id = ANY(:ids)"),
+        ids=[r[0] for r in rows],
+    )
+    assert all(row.publish_attempts >= 2 and row.last_error is None for row in published)
+    messages = await drain(relay_settings.amqp_url)
+    assert {m.message_id for m in messages} >= {str(outbox_id) for outbox_id, _ in rows}
+
+
+async def _all_failed_with(store: Store, ids: list[int], reason: str) -> bool:
+    rows = await store.fetch_all(
+        text("SELECT last_error, published_at FROM outbox WHERE id = ANY(:ids)"), ids=ids
+    )
+    return all(
+        row.published_at is None and (row.last_error or "").startswith(reason) for row in rows
+    )
+
+
+async def _bind_default_queue(amqp_url: str, *, bound: bool) -> None:
+    connection = await aio_pika.connect(amqp_url)
+    async with connection:
+        channel = await connection.channel()
+        queue = await channel.declare_queue(names.DEFAULT_QUEUE, passive=True)
+        if bound:
+            await queue.bind(names.UNROUTED_EXCHANGE)
+        else:
+            await queue.unbind(names.UNROUTED_EXCHANGE)
+
+
+async def test_two_dispatchers_publish_every_row_exactly_once(
+    relay_settings: Settings, store: Store
+) -> None:
+    settings = relay_settings.model_copy(update={"dispatch_batch_size": 25})
+    rows = await insert_jobs(store, 2000)
+    async with running_dispatcher(settings) as first, running_dispatcher(settings) as second:
+        await eventually(lambda: all_published(store), within=60, what="every row published")
+
+    first_count = first.metrics.published._value.get()
+    second_count = second.metrics.published._value.get()
+    assert first_count + second_count == 2000
+    assert first_count > 0 and second_count > 0, "both dispatchers must have taken part"
+    messages = await drain(relay_settings.amqp_url)
+    ids = [m.message_id for m in messages]
+    assert len(ids) == 2000
+    assert set(ids) == {str(outbox_id) for outbox_id, _ in rows}
+    attempts = await store.fetch_one(text("SELECT max(publish_attempts) AS n FROM outbox"))
+    assert attempts is not None and attempts.n == 1
+
+
+async def test_a_lower_outbox_id_committing_after_a_higher_one_is_published_too(
+    relay_settings: Settings, store: Store
+) -> None:
+    [(client_id,)] = await store.fetch_all(
+        text(
+            "INSERT INTO clients (id, name, token_hash) VALUES (gen_random_uuid(), 'c', 'h') "
+            "RETURNING id"
+        )
+    )
+    insert = text(
+        """
+        WITH j AS (
+            INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload,
+                              max_attempts)
+            VALUES (gen_random_uuid(), :client_id, :key, 'h', 'demo.sleep', '{}', 3)
+            RETURNING id
+        )
+        INSERT INTO outbox (job_id) SELECT id FROM j RETURNING id
+        """
+    )
+    async with running_dispatcher(relay_settings):
+        async with store.transaction() as slow:
+            low_id = (await slow.execute(insert, {"client_id": client_id, "key": "low"})).scalar()
+            async with store.transaction() as fast:
+                high_id = (
+                    await fast.execute(insert, {"client_id": client_id, "key": "high"})
+                ).scalar()
+            assert low_id is not None and high_id is not None and low_id < high_id
+            await eventually(
+                lambda: _is_published(store, high_id), what="the higher id to be published"
+            )
+            await asyncio.sleep(0.5)  # the relay has moved on past the higher id
+        await eventually(lambda: _is_published(store, low_id), what="the lower id to be published")
+    messages = await drain(relay_settings.amqp_url)
+    assert sorted(int(m.message_id or 0) for m in messages) == [low_id, high_id]
+
+
+async def _is_published(store: Store, outbox_id: int) -> bool:
+    row = await store.fetch_one(
+        text("SELECT published_at FROM outbox WHERE id = :id"), id=outbox_id
+    )
+    return row is not None and row.published_at is not None
+
+
+async def test_new_rows_are_published_within_one_poll_interval_when_the_listener_is_killed(
+    relay_settings: Settings, store: Store
+) -> None:
+    settings = relay_settings.model_copy(update={"poll_interval_seconds": 1.0})
+    async with running_dispatcher(settings) as dispatcher:
+        await eventually(
+            lambda: _listener_backends(store), what="the dispatcher's LISTEN connection"
+        )
+        await insert_jobs(store, 1)
+        await eventually(lambda: all_published(store), what="a row before the kill")
+
+        killed = await store.fetch_all(
+            text(
+                "SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity "
+                "WHERE application_name = :name AND datname = current_database()"
+            ),
+            name=APPLICATION_NAME,
+        )
+        assert killed and all(row.ok for row in killed)
+        await insert_jobs(store, 5)
+        started = time.monotonic()
+        await eventually(lambda: all_published(store), within=5, what="rows after the kill")
+        assert time.monotonic() - started <= settings.poll_interval_seconds + 0.5
+        # The listener comes back, and wakes the relay at once again.
+        await eventually(lambda: _listener_backends(store), what="the listener to reconnect")
+        assert dispatcher.metrics.listener_connected._value.get() == 1
+        await insert_jobs(store, 1)
+        started = time.monotonic()
+        await eventually(lambda: all_published(store), interval=0.01, what="a notified row")
+        assert time.monotonic() - started < 0.5
+
+
+async def _listener_backends(store: Store) -> int:
+    row = await store.fetch_one(
+        text(
+            "SELECT count(*) AS n FROM pg_stat_activity "
+            "WHERE application_name = :name AND datname = current_database() "
+            "AND query ILIKE 'LISTEN%'"
+        ),
+        name=APPLICATION_NAME,
+    )
+    return int(row.n) if row is not None else 0
+
+
+# --- rescue -----------------------------------------------------------------------------------
+
+EXPIRE_LEASES = text(
+    """
+    UPDATE jobs SET state = 'running', attempts = 1, lease_token = gen_random_uuid(),
+                    lease_until = now() - interval '1 second', updated_at = now()
+    WHERE id = ANY(:ids)
+    """
+)
+
+
+async def test_an_expired_lease_is_rescued_exactly_once_with_two_dispatchers_running(
+    relay_settings: Settings, store: Store
+) -> None:
+    jobs = await insert_jobs(store, 300)
+    job_ids = [job_id for _, job_id in jobs]
+    async with running_dispatcher(relay_settings) as first:
+        await eventually(lambda: all_published(store), what="the original rows published")
+        async with running_dispatcher(relay_settings) as second:
+            async with store.transaction() as connection:
+                await connection.execute(EXPIRE_LEASES, {"ids": job_ids})
+            # Concurrent rescuers on top of the two dispatchers' own sweeps.
+            relay_store = RelayStore(store)
+            extra = await asyncio.gather(*(relay_store.rescue_expired_leases(7) for _ in range(8)))
+            await eventually(
+                lambda: _count(store, "SELECT count(*) AS n FROM jobs WHERE state = 'running'", 0),
+                what="every expired lease rescued",
+            )
+            await eventually(lambda: all_published(store), what="the rescue rows published")
+
+    rescued_by_dispatchers = (
+        first.metrics.rescued._value.get() + second.metrics.rescued._value.get()
+    )
+    assert rescued_by_dispatchers + sum(len(batch) for batch in extra) == 300
+    per_job = await store.fetch_all(
+        text(
+            """
+            SELECT j.id, j.state,
+                   (SELECT count(*) FROM job_events e
+                     WHERE e.job_id = j.id AND e.event = 'lease_expired') AS expired_events,
+                   (SELECT count(*) FROM outbox o WHERE o.job_id = j.id) AS outbox_rows
+            FROM jobs j
+            """
+        )
+    )
+    assert len(per_job) == 300
+    for row in per_job:
+        assert (row.state, row.expired_events, row.outbox_rows) == ("queued", 1, 2), row
+    messages = await drain(relay_settings.amqp_url)
+    assert len(messages) == 600
+
+
+async def _count(store: Store, sql: str, expected: int) -> bool:
+    row = await store.fetch_one(text(sql))
+    return row is not None and int(row.n) == expected
+
+
+# --- retention ----------------------------------------------------------------------------------
+
+
+async def test_retention_deletes_old_published_rows_and_old_events_of_finished_jobs_in_batches(
+    relay_settings: Settings, store: Store
+) -> None:
+    jobs = await insert_jobs(store, 30)
+    job_ids = [job_id for _, job_id in jobs]
+    async with store.transaction() as connection:
+        await connection.execute(
+            text(
+                "INSERT INTO job_events (job_id, event, at) "
+                "SELECT id, 'received', now() - interval '10 days' FROM jobs"
+            )
+        )
+        # 20 old published rows, 5 recent published ones, 5 unpublished; 10 finished jobs.
+        await connection.execute(
+            text(
+                "UPDATE outbox SET published_at = now() - interval '10 days' "
+                "WHERE job_id = ANY(:ids)"
+            ),
+            {"ids": job_ids[:20]},
+        )
+        await connection.execute(
+            text("UPDATE outbox SET published_at = now() WHERE job_id = ANY(:ids)"),
+            {"ids": job_ids[20:25]},
+        )
+        await connection.execute(
+            text("UPDATE jobs SET state = 'cancelled', finished_at = now() WHERE id = ANY(:ids)"),
+            {"ids": job_ids[:10]},
+        )
+    from services.dispatcher.relay import Relay, RelayConfig
+
+    config = RelayConfig(retention_seconds=24 * 3600, retention_batch_size=3)
+    relay = Relay(RelayStore(store), _NoPublisher(), config)
+    assert await relay.apply_retention() == (20, 10)
+    assert await relay.apply_retention() == (0, 0)
+    left = await store.fetch_one(
+        text(
+            "SELECT count(*) FILTER (WHERE published_at IS NULL) AS unpublished, "
+            "count(*) FILTER (WHERE published_at IS NOT NULL) AS published FROM outbox"
+        )
+    )
+    assert left is not None and (left.unpublished, left.published) == (5, 5)
+    events = await store.fetch_one(text("SELECT count(*) AS n FROM job_events"))
+    assert events is not None and events.n == 20  # the live jobs keep their whole story
+
+
+class _NoPublisher:
+    async def connect(self) -> None:
+        raise AssertionError("retention must not publish")
+
+    async def publish_batch(self, rows: object) -> list[object]:
+        raise AssertionError("retention must not publish")
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_metrics_are_served_over_http_when_a_port_is_set(
+    relay_settings: Settings, store: Store, unused_tcp_port: int
+) -> None:
+    import urllib.request
+
+    async with running_dispatcher(relay_settings) as dispatcher:
+        dispatcher.metrics.serve(unused_tcp_port, addr="127.0.0.1")
+        await insert_jobs(store, 4)
+        await eventually(lambda: all_published(store), what="rows published")
+        body = await asyncio.to_thread(
+            lambda: urllib.request.urlopen(f"http://127.0.0.1:{unused_tcp_port}/metrics").read()
+        )
+    page = body.decode()
+    assert "jobrelay_dispatcher_messages_published_total 4.0" in page
+    assert 'jobrelay_dispatcher_publish_failures_total{reason="unroutable"} 0.0' in page
+    assert "jobrelay_dispatcher_oldest_due_unpublished_age_seconds" in page
+    assert "jobrelay_dispatcher_batch_size_count" in page
+    assert "jobrelay_dispatcher_rescued_leases_total" in page

@@ -1,0 +1,146 @@
+"""Helpers for relay tests: jobs and outbox rows written straight to the database, an in-process
+dispatcher, and reading back what reached the broker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import aio_pika
+from sqlalchemy import text
+
+from services.core import topology as names
+from services.core.settings import Settings
+from services.db.store import Store
+from services.dispatcher.service import Dispatcher
+
+INSERT_JOBS = text(
+    """
+    WITH client AS (
+        INSERT INTO clients (id, name, token_hash)
+        VALUES (gen_random_uuid(), 'relay-' || gen_random_uuid(), 'h-' || gen_random_uuid())
+        RETURNING id
+    ), j AS (
+        INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload,
+                          max_attempts, available_at)
+        SELECT gen_random_uuid(), client.id, 'k-' || g, 'hash', :type, '{"seconds": 0}'::jsonb,
+               3, now() + make_interval(secs => :delay)
+        FROM client, generate_series(1, :n) g
+        RETURNING id, available_at
+    ), o AS (
+        INSERT INTO outbox (job_id, available_at) SELECT id, available_at FROM j
+        RETURNING id, job_id
+    )
+    SELECT id, job_id FROM o ORDER BY id
+    """
+)
+
+
+async def insert_jobs(
+    store: Store, n: int, *, job_type: str = "demo.sleep", delay: float = 0.0
+) -> list[tuple[int, uuid.UUID]]:
+    """``n`` queued jobs, one outbox row each, due in ``delay`` seconds: (outbox id, job id)."""
+    rows = await store.fetch_all(INSERT_JOBS, n=n, type=job_type, delay=delay)
+    return [(row.id, row.job_id) for row in rows]
+
+
+async def count_unpublished(store: Store) -> int:
+    row = await store.fetch_one(text("SELECT count(*) AS n FROM outbox WHERE published_at IS NULL"))
+    assert row is not None
+    return int(row.n)
+
+
+async def count_published(store: Store) -> int:
+    row = await store.fetch_one(
+        text("SELECT count(*) AS n FROM outbox WHERE published_at IS NOT NULL")
+    )
+    assert row is not None
+    return int(row.n)
+
+
+async def eventually(
+    check: Callable[[], Awaitable[Any]],
+    *,
+    within: float = 20.0,
+    interval: float = 0.05,
+    what: str = "condition",
+) -> Any:
+    deadline = time.monotonic() + within
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {within}s waiting for {what} (last: {value!r})")
+        await asyncio.sleep(interval)
+
+
+@asynccontextmanager
+async def running_dispatcher(settings: Settings) -> AsyncIterator[Dispatcher]:
+    dispatcher = Dispatcher(settings)
+    task = asyncio.create_task(dispatcher.run())
+    try:
+        yield dispatcher
+    finally:
+        dispatcher.stop()
+        await asyncio.wait_for(task, 30)
+
+
+@dataclass(frozen=True)
+class Received:
+    body: bytes
+    routing_key: str | None
+    exchange: str | None
+    delivery_mode: int | None
+    content_type: str | None
+    message_id: str | None
+    correlation_id: str | None
+
+    @property
+    def document(self) -> Any:
+        return json.loads(self.body)
+
+
+async def queue_depth(amqp_url: str, queue: str = names.DEFAULT_QUEUE) -> int:
+    connection = await aio_pika.connect(amqp_url)
+    async with connection:
+        channel = await connection.channel()
+        declared = await channel.declare_queue(queue, passive=True)
+        return int(declared.declaration_result.message_count or 0)
+
+
+async def drain(
+    amqp_url: str, queue: str = names.DEFAULT_QUEUE, *, idle: float = 1.0
+) -> list[Received]:
+    """Consume and ack every message of ``queue`` until it stays empty for ``idle`` seconds."""
+    received: list[Received] = []
+    connection = await aio_pika.connect(amqp_url)
+    async with connection:
+        channel = await connection.channel()
+        await channel.set_qos(prefetch_count=1000)
+        declared = await channel.declare_queue(queue, passive=True)
+        async with declared.iterator() as messages:
+            while True:
+                try:
+                    message = await asyncio.wait_for(messages.__anext__(), idle)
+                except TimeoutError:
+                    break
+                received.append(
+                    Received(
+                        body=message.body,
+                        routing_key=message.routing_key,
+                        exchange=message.exchange,
+                        delivery_mode=int(message.delivery_mode) if message.delivery_mode else None,
+                        content_type=message.content_type,
+                        message_id=message.message_id,
+                        correlation_id=message.correlation_id,
+                    )
+                )
+                await message.ack()
+    return received

@@ -28,6 +28,9 @@ Environment:
     JOBRELAY_PG_PORT, JOBRELAY_AMQP_PORT, JOBRELAY_RABBITMQ_MGMT_PORT,
     JOBRELAY_RABBITMQ_DIST_PORT   fixed ports (default: free ports picked at `up`)
     JOBRELAY_PG_BINDIR            PostgreSQL bin dir (default: newest /usr/lib/postgresql/*/bin)
+    ERL_EPMD_PORT                 epmd port for our RabbitMQ node (default 4369, shared with
+                                  other Erlang nodes; an epmd we started is stopped by `down`
+                                  once no node is registered in it)
 
 Exported by `up` / `env` (also written to <base>/env):
     JOBRELAY_DATABASE_URL, JOBRELAY_AMQP_URL, JOBRELAY_RABBITMQ_API_URL,
@@ -38,13 +41,12 @@ pg_stop(), pg_start(), pg_restart(), rabbitmqctl(*args), rabbit_restart_app().
 They raise ServerError on expected failures.
 """
 
-from __future__ import annotations
-
 import argparse
 import base64
 import contextlib
 import fcntl
 import glob
+import hashlib
 import json
 import os
 import secrets
@@ -54,12 +56,14 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
@@ -96,71 +100,29 @@ def raise_interrupted(signum: int, _frame: object) -> None:
 # --------------------------------------------------------------------------- layout
 
 
-@dataclass(frozen=True)
 class Layout:
-    """All paths used under the base directory."""
+    """All paths used under one base directory."""
 
-    base: Path
-
-    @property
-    def lock(self) -> Path:
-        return self.base / ".lock"
-
-    @property
-    def state(self) -> Path:
-        return self.base / "state.json"
-
-    @property
-    def env(self) -> Path:
-        return self.base / "env"
-
-    @property
-    def logs(self) -> Path:
-        return self.base / "logs"
-
-    @property
-    def pg_log(self) -> Path:
-        return self.logs / "postgres.log"
-
-    @property
-    def pg(self) -> Path:
-        return self.base / "pg"
-
-    @property
-    def pg_data(self) -> Path:
-        return self.pg / "data"
-
-    @property
-    def pg_socket(self) -> Path:
-        return self.pg / "sock"
-
-    @property
-    def pg_bootstrapped(self) -> Path:
-        return self.pg / "bootstrapped"
-
-    @property
-    def rabbit(self) -> Path:
-        return self.base / "rabbitmq"
-
-    @property
-    def rabbit_home(self) -> Path:
-        return self.rabbit / "home"
-
-    @property
-    def rabbit_mnesia(self) -> Path:
-        return self.rabbit / "mnesia"
-
-    @property
-    def rabbit_pid(self) -> Path:
-        return self.rabbit / "rabbitmq.pid"
-
-    @property
-    def rabbit_log_base(self) -> Path:
-        return self.logs / "rabbitmq"
-
-    @property
-    def rabbit_stdout(self) -> Path:
-        return self.logs / "rabbitmq-stdout.log"
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.lock = base / ".lock"
+        self.state = base / "state.json"
+        self.env = base / "env"
+        self.logs = base / "logs"  # kept by `down`
+        self.pg_log = self.logs / "postgres.log"
+        self.rabbit_log_base = self.logs / "rabbitmq"
+        self.rabbit_stdout = self.logs / "rabbitmq-stdout.log"
+        self.pg = base / "pg"
+        self.pg_data = self.pg / "data"
+        self.pg_bootstrapped = self.pg / "bootstrapped"
+        self.pg_socket = self.pg / "sock"
+        if len(str(self.pg_socket)) > 80:  # Unix socket paths are limited to ~107 bytes
+            digest = hashlib.sha1(str(base).encode()).hexdigest()[:12]
+            self.pg_socket = Path(tempfile.gettempdir()) / f"jobrelay-pg-{digest}"
+        self.rabbit = base / "rabbitmq"
+        self.rabbit_home = self.rabbit / "home"
+        self.rabbit_mnesia = self.rabbit / "mnesia"
+        self.rabbit_pid = self.rabbit / "rabbitmq.pid"
 
 
 @dataclass
@@ -171,7 +133,6 @@ class State:
     amqp_port: int
     mgmt_port: int
     dist_port: int
-    rabbit_pgid: int = 0
     epmd_started_by_us: bool = False
 
     @property
@@ -191,7 +152,8 @@ def layout() -> Layout:
 
 def load_state(lay: Layout) -> State | None:
     try:
-        return State(**json.loads(lay.state.read_text()))
+        data = json.loads(lay.state.read_text())
+        return State(**{f.name: data[f.name] for f in fields(State) if f.name in data})
     except (FileNotFoundError, ValueError, TypeError):
         return None
 
@@ -273,12 +235,25 @@ def tail(path: Path, lines: int = 25) -> str:
     return "\n".join(text[-lines:]) or f"({path} is empty)"
 
 
-def run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 120,
-        check: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run(
+    cmd: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+    check: bool = True,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
     """Run a command, capture output, raise ServerError (with its output) on failure."""
     try:
-        proc = subprocess.run(cmd, env=env, cwd=cwd, text=True, capture_output=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            cmd,
+            env=env,
+            cwd=cwd,
+            text=True,
+            capture_output=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
     except FileNotFoundError as exc:
         raise ServerError(f"command not found: {cmd[0]}") from exc
     except subprocess.TimeoutExpired as exc:
@@ -289,7 +264,13 @@ def run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 1
     return proc
 
 
-def wait_until(ready, timeout: float, what: str, logs: list[Path], alive=None) -> None:
+def wait_until(
+    ready: Callable[[], bool],
+    timeout: float,
+    what: str,
+    logs: list[Path],
+    alive: Callable[[], bool] | None = None,
+) -> None:
     """Poll `ready()` until true; fail with the log tails on timeout or if `alive()` is false."""
     deadline = time.monotonic() + timeout
     while not ready():
@@ -331,8 +312,9 @@ def processes_of(lay: Layout) -> dict[int, str]:
     return {pid: desc for pid, desc in found.items() if pid_alive(pid)}
 
 
-def kill_and_wait(pids: list[int], timeout: float = 10.0,
-                  first: signal.Signals = signal.SIGTERM) -> None:
+def kill_and_wait(
+    pids: list[int], timeout: float = 10.0, first: signal.Signals = signal.SIGTERM
+) -> None:
     """Send `first` (SIGTERM), then SIGKILL whatever is still alive after `timeout`."""
     for sig, wait in ((first, timeout), (signal.SIGKILL, 5.0)):
         for pid in pids:
@@ -368,22 +350,33 @@ def pg_bindir() -> Path:
     """PostgreSQL server binaries: $JOBRELAY_PG_BINDIR or newest /usr/lib/postgresql/*/bin."""
     if configured := os.environ.get("JOBRELAY_PG_BINDIR"):
         return Path(configured)
-    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
-                        key=lambda p: int(Path(p).parent.parent.name)
-                        if Path(p).parent.parent.name.isdigit() else 0)
-    if not candidates:
-        ensure_package(None, "postgresql")
-        return pg_bindir()
-    return Path(candidates[-1]).parent
+    for attempt in range(2):
+        initdbs = glob.glob("/usr/lib/postgresql/*/bin/initdb")
+        versions = [Path(p).parent.parent.name for p in initdbs]
+        if versions:
+            newest = max(versions, key=lambda v: int(v) if v.isdigit() else 0)
+            return Path("/usr/lib/postgresql") / newest / "bin"
+        if attempt == 0:
+            ensure_package(None, "postgresql")
+    raise ServerError(
+        "PostgreSQL server binaries not found under /usr/lib/postgresql (set JOBRELAY_PG_BINDIR)"
+    )
 
 
 def as_pg_user(cmd: list[str]) -> list[str]:
     """PostgreSQL refuses to run as root: drop to the postgres OS user when we are root."""
     if os.geteuid() != 0:
         return cmd
-    return ["setpriv", f"--reuid={PG_OS_USER}", f"--regid={PG_OS_USER}", "--init-groups",
-            "--reset-env", *cmd] if shutil.which("setpriv") else \
-        ["runuser", "-u", PG_OS_USER, "--", *cmd]
+    if shutil.which("setpriv"):  # plain exec, no PAM session, clean environment
+        return [
+            "setpriv",
+            f"--reuid={PG_OS_USER}",
+            f"--regid={PG_OS_USER}",
+            "--init-groups",
+            "--reset-env",
+            *cmd,
+        ]
+    return ["runuser", "-u", PG_OS_USER, "--", *cmd]
 
 
 def give_to_pg_user(*paths: Path) -> None:
@@ -406,51 +399,141 @@ def pg_running(lay: Layout) -> int:
 
 
 def pg_ready(lay: Layout, state: State) -> bool:
-    proc = subprocess.run([str(pg_bindir() / "pg_isready"), "-q", "-h", "127.0.0.1",
-                           "-p", str(state.pg_port), "-d", "postgres", "-t", "2"],
-                          stdin=subprocess.DEVNULL, capture_output=True)
+    proc = subprocess.run(
+        [
+            str(pg_bindir() / "pg_isready"),
+            "-q",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(state.pg_port),
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-t",
+            "2",
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+    )
     return proc.returncode == 0
 
 
 def pg_initdb(lay: Layout) -> None:
-    shutil.rmtree(lay.pg, ignore_errors=True)
+    for path in (lay.pg, lay.pg_socket):
+        shutil.rmtree(path, ignore_errors=True)
     lay.pg_data.mkdir(parents=True, mode=0o700)
     lay.pg_socket.mkdir(mode=0o700)
     give_to_pg_user(lay.pg, lay.pg_data, lay.pg_socket)
-    run(as_pg_user([str(pg_bindir() / "initdb"), "-D", str(lay.pg_data), "-U", "postgres",
-                    "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-instructions"]),
-        cwd=lay.base)
+    if subprocess.run(as_pg_user(["test", "-w", str(lay.pg_data)]), cwd="/").returncode != 0:
+        raise ServerError(
+            f"the {PG_OS_USER} OS user cannot write {lay.pg_data}; every parent "
+            "directory must be traversable (chmod o+x) or set JOBRELAY_SERVERS_DIR"
+        )
+    lay.logs.mkdir(parents=True, exist_ok=True)
+    lay.pg_log.write_text("")
+    run(
+        as_pg_user(
+            [
+                str(pg_bindir() / "initdb"),
+                "-D",
+                str(lay.pg_data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C",
+                "--no-instructions",
+            ]
+        ),
+        cwd=lay.base,
+    )
+
+
+def pg_clear_stale_pidfile(lay: Layout) -> None:
+    """Remove postmaster.pid and socket lock files left by a killed postmaster.
+
+    PostgreSQL itself only checks kill(pid, 0), which also succeeds for an unreaped zombie
+    (containers without a reaping init), and then refuses to start.
+    """
+    if pg_running(lay) or any(d.startswith("postgres") for d in processes_of(lay).values()):
+        return
+    (lay.pg_data / "postmaster.pid").unlink(missing_ok=True)
+    for stale in lay.pg_socket.glob(".s.PGSQL.*"):
+        stale.unlink(missing_ok=True)
 
 
 def pg_launch(lay: Layout, state: State) -> None:
     """pg_ctl start on our port/socket dir and wait until it accepts TCP connections."""
     lay.logs.mkdir(parents=True, exist_ok=True)
     lay.pg_log.touch()
-    give_to_pg_user(lay.pg_log)
-    options = (f"-p {state.pg_port} -k {shlex.quote(str(lay.pg_socket))} "
-               "-c listen_addresses=127.0.0.1 -c max_connections=300 "
-               "-c synchronous_commit=on -c fsync=on")
-    cmd = as_pg_user([str(pg_bindir() / "pg_ctl"), "start", "-D", str(lay.pg_data),
-                      "-l", str(lay.pg_log), "-w", "-t", str(int(PG_READY_TIMEOUT)),
-                      "-o", options])
+    lay.pg_socket.mkdir(mode=0o700, exist_ok=True)  # may be in /tmp for long base paths
+    give_to_pg_user(lay.pg_log, lay.pg_socket)
+    pg_clear_stale_pidfile(lay)
+    options = (
+        f"-p {state.pg_port} -k {shlex.quote(str(lay.pg_socket))} "
+        "-c listen_addresses=127.0.0.1 -c max_connections=300 "
+        "-c synchronous_commit=on -c fsync=on"
+    )
+    cmd = as_pg_user(
+        [
+            str(pg_bindir() / "pg_ctl"),
+            "start",
+            "-D",
+            str(lay.pg_data),
+            "-l",
+            str(lay.pg_log),
+            "-w",
+            "-t",
+            str(int(PG_READY_TIMEOUT)),
+            "-o",
+            options,
+        ]
+    )
     # Own session: a Ctrl-C in the terminal must not reach the postmaster.
     try:
-        proc = subprocess.run(cmd, cwd=lay.base, text=True, capture_output=True,
-                              stdin=subprocess.DEVNULL, start_new_session=True,
-                              timeout=PG_READY_TIMEOUT + 10)
+        proc = subprocess.run(
+            cmd,
+            cwd=lay.base,
+            text=True,
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            timeout=PG_READY_TIMEOUT + 10,
+        )
     except subprocess.TimeoutExpired:
         proc = None
     if proc is None or proc.returncode != 0:
-        raise ServerError(f"PostgreSQL failed to start on port {state.pg_port}"
-                          f"{log_tails([lay.pg_log])}")
-    wait_until(lambda: pg_ready(lay, state), PG_READY_TIMEOUT, "PostgreSQL", [lay.pg_log],
-               alive=lambda: pg_running(lay) > 0)
+        raise ServerError(
+            f"PostgreSQL failed to start on port {state.pg_port}{log_tails([lay.pg_log])}"
+        )
+    wait_until(
+        lambda: pg_ready(lay, state),
+        PG_READY_TIMEOUT,
+        "PostgreSQL",
+        [lay.pg_log],
+        alive=lambda: pg_running(lay) > 0,
+    )
 
 
 def pg_bootstrap(lay: Layout, state: State) -> None:
     """Create the jobrelay superuser role and database (fresh cluster only)."""
-    psql = [str(pg_bindir() / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1",
-            "-h", str(lay.pg_socket), "-p", str(state.pg_port), "-U", "postgres", "-d", "postgres"]
+    psql = [
+        str(pg_bindir() / "psql"),
+        "-X",
+        "-q",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-h",
+        str(lay.pg_socket),
+        "-p",
+        str(state.pg_port),
+        "-U",
+        "postgres",
+        "-d",
+        "postgres",
+    ]
     run([*psql, "-c", "CREATE ROLE jobrelay LOGIN SUPERUSER PASSWORD 'jobrelay'"])
     run([*psql, "-c", "CREATE DATABASE jobrelay OWNER jobrelay"])
     lay.pg_bootstrapped.touch()
@@ -461,11 +544,27 @@ def pg_halt(lay: Layout, mode: str) -> None:
     pid = pg_running(lay)
     if not pid:
         return
-    proc = run(as_pg_user([str(pg_bindir() / "pg_ctl"), "stop", "-D", str(lay.pg_data),
-                           "-m", mode, "-w", "-t", "30"]), check=False, cwd=lay.base, timeout=40)
+    proc = run(
+        as_pg_user(
+            [
+                str(pg_bindir() / "pg_ctl"),
+                "stop",
+                "-D",
+                str(lay.pg_data),
+                "-m",
+                mode,
+                "-w",
+                "-t",
+                "30",
+            ]
+        ),
+        check=False,
+        cwd=lay.base,
+        timeout=40,
+    )
     if proc.returncode != 0 or pid_alive(pid):
         log(f"pg_ctl stop failed, killing postmaster {pid}")
-        kill_and_wait([pid], timeout=5)
+        kill_and_wait([pid], timeout=5, first=signal.SIGQUIT)
 
 
 def pg_ensure(lay: Layout, state: State) -> None:
@@ -478,7 +577,7 @@ def pg_ensure(lay: Layout, state: State) -> None:
             pg_launch(lay, state)
             return
         except ServerError as exc:
-            log(f"existing PostgreSQL cluster did not start, re-initialising ({exc})".split("\n")[0])
+            log(f"existing cluster did not start, re-initialising: {str(exc).splitlines()[0]}")
             pg_halt(lay, "immediate")
     pg_initdb(lay)
     pg_launch(lay, state)
@@ -491,23 +590,25 @@ def pg_ensure(lay: Layout, state: State) -> None:
 def rabbit_env(lay: Layout, state: State) -> dict[str, str]:
     """Environment for rabbitmq-server and rabbitmqctl pointing at our private node."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RABBITMQ_", "ERL_"))}
-    env.update({
-        "HOME": str(lay.rabbit_home),
-        "RABBITMQ_NODENAME": state.node,
-        "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
-        "RABBITMQ_NODE_PORT": str(state.amqp_port),
-        "RABBITMQ_DIST_PORT": str(state.dist_port),
-        "RABBITMQ_MNESIA_BASE": str(lay.rabbit_mnesia),
-        "RABBITMQ_LOG_BASE": str(lay.rabbit_log_base),
-        "RABBITMQ_PID_FILE": str(lay.rabbit_pid),
-        "RABBITMQ_CONFIG_FILE": str(lay.rabbit / "rabbitmq.conf"),
-        "RABBITMQ_ADVANCED_CONFIG_FILE": str(lay.rabbit / "advanced.config"),
-        "RABBITMQ_ENABLED_PLUGINS_FILE": str(lay.rabbit / "enabled_plugins"),
-        "RABBITMQ_CONF_ENV_FILE": str(lay.rabbit / "rabbitmq-env.conf"),
-        "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
-        "ERL_EPMD_ADDRESS": "127.0.0.1",
-        "ERL_EPMD_PORT": str(EPMD_PORT),
-    })
+    env.update(
+        {
+            "HOME": str(lay.rabbit_home),
+            "RABBITMQ_NODENAME": state.node,
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(state.amqp_port),
+            "RABBITMQ_DIST_PORT": str(state.dist_port),
+            "RABBITMQ_MNESIA_BASE": str(lay.rabbit_mnesia),
+            "RABBITMQ_LOG_BASE": str(lay.rabbit_log_base),
+            "RABBITMQ_PID_FILE": str(lay.rabbit_pid),
+            "RABBITMQ_CONFIG_FILE": str(lay.rabbit / "rabbitmq.conf"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(lay.rabbit / "advanced.config"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(lay.rabbit / "enabled_plugins"),
+            "RABBITMQ_CONF_ENV_FILE": str(lay.rabbit / "rabbitmq-env.conf"),
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "ERL_EPMD_PORT": str(EPMD_PORT),
+        }
+    )
     return env
 
 
@@ -531,20 +632,20 @@ def rabbit_write_config(lay: Layout, state: State) -> None:
     )
 
 
+def rabbit_pids(lay: Layout) -> list[int]:
+    """Live processes of this dir's node (shell wrapper, beam.smp, helpers, rabbitmqctl)."""
+    return [pid for pid, desc in processes_of(lay).items() if desc.startswith("rabbitmq")]
+
+
 def rabbit_beam_pid(lay: Layout) -> int:
     try:
         pid = int(lay.rabbit_pid.read_text().strip())
     except (OSError, ValueError):
         return 0
-    return pid if pid_alive(pid) else 0
+    return pid if pid in rabbit_pids(lay) else 0
 
 
-def rabbit_alive(lay: Layout, state: State) -> bool:
-    """The node's process group (shell wrapper + beam) still has a live member."""
-    return bool(state.rabbit_pgid and pid_alive(state.rabbit_pgid)) or bool(rabbit_beam_pid(lay))
-
-
-def mgmt_get(state: State, path: str, timeout: float = 2.0) -> dict | list | None:
+def mgmt_get(state: State, path: str, timeout: float = 2.0) -> Any:
     """GET the management API as guest; None if it does not answer with 200."""
     req = urllib.request.Request(f"http://127.0.0.1:{state.mgmt_port}{path}")
     req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
@@ -559,7 +660,13 @@ def rabbit_ready(state: State) -> bool:
     if not port_open(state.amqp_port):
         return False
     overview = mgmt_get(state, "/api/overview")
-    return isinstance(overview, dict) and overview.get("node") == state.node
+    if not isinstance(overview, dict) or overview.get("node") != state.node:
+        return False
+    # Our node must really own the AMQP port (it could be someone else's listener).
+    return any(
+        listener.get("protocol") == "amqp" and listener.get("port") == state.amqp_port
+        for listener in overview.get("listeners", [])
+    )
 
 
 def rabbit_launch(lay: Layout, state: State) -> None:
@@ -569,26 +676,35 @@ def rabbit_launch(lay: Layout, state: State) -> None:
     lay.rabbit_pid.unlink(missing_ok=True)
     state.epmd_started_by_us = state.epmd_started_by_us or not port_open(EPMD_PORT)
     with open(lay.rabbit_stdout, "w") as out:
-        proc = subprocess.Popen([str(RABBITMQ_BIN / "rabbitmq-server")],
-                                env=rabbit_env(lay, state), cwd=lay.rabbit,
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    state.rabbit_pgid = proc.pid
+        # Own session: a Ctrl-C in the terminal must not reach the node.
+        subprocess.Popen(
+            [str(RABBITMQ_BIN / "rabbitmq-server")],
+            env=rabbit_env(lay, state),
+            cwd=lay.rabbit,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def rabbit_wait(lay: Layout, state: State) -> None:
-    wait_until(lambda: rabbit_ready(state), RABBIT_READY_TIMEOUT, "RabbitMQ",
-               [lay.rabbit_stdout, lay.rabbit_log_base / f"{state.node}.log"],
-               alive=lambda: rabbit_alive(lay, state))
+    wait_until(
+        lambda: rabbit_ready(state),
+        RABBIT_READY_TIMEOUT,
+        "RabbitMQ",
+        [lay.rabbit_stdout, lay.rabbit_log_base / f"{state.node}.log"],
+        alive=lambda: bool(rabbit_pids(lay)),
+    )
 
 
 def rabbit_halt(lay: Layout, state: State | None) -> None:
-    """SIGKILL the node and its helpers: its data is throwaway, so no graceful stop needed."""
-    if state and state.rabbit_pgid:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(state.rabbit_pgid, signal.SIGKILL)
-    pids = [pid for pid, desc in processes_of(lay).items() if desc.startswith("rabbitmq")]
-    kill_and_wait(pids, timeout=0, first=signal.SIGKILL)
+    """SIGKILL the node and its helpers: its data is throwaway, so no graceful stop needed.
+
+    Processes are found by their environment (see processes_of), never by a remembered
+    pid or process group that may have been reused since a crash.
+    """
+    kill_and_wait(rabbit_pids(lay), timeout=0, first=signal.SIGKILL)
     if state and state.epmd_started_by_us:
         epmd_stop_if_unused()
 
@@ -598,12 +714,17 @@ def epmd_stop_if_unused() -> None:
     epmd = shutil.which("epmd")
     if not epmd:
         return
-    names = subprocess.run([epmd, "-port", str(EPMD_PORT), "-names"], capture_output=True,
-                           text=True, stdin=subprocess.DEVNULL)
+    names = subprocess.run(
+        [epmd, "-port", str(EPMD_PORT), "-names"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     if names.returncode == 0 and "name " not in names.stdout:
         # epmd itself refuses -kill while nodes are alive, so this is race-safe.
-        subprocess.run([epmd, "-port", str(EPMD_PORT), "-kill"], capture_output=True,
-                       stdin=subprocess.DEVNULL)
+        subprocess.run(
+            [epmd, "-port", str(EPMD_PORT), "-kill"], capture_output=True, stdin=subprocess.DEVNULL
+        )
 
 
 # --------------------------------------------------------------------------- env
@@ -611,8 +732,7 @@ def epmd_stop_if_unused() -> None:
 
 def env_vars(lay: Layout, state: State) -> dict[str, str]:
     return {
-        "JOBRELAY_DATABASE_URL":
-            f"postgresql+psycopg://jobrelay:jobrelay@127.0.0.1:{state.pg_port}/jobrelay",
+        "JOBRELAY_DATABASE_URL": f"postgresql+psycopg://jobrelay:jobrelay@127.0.0.1:{state.pg_port}/jobrelay",
         "JOBRELAY_AMQP_URL": f"amqp://guest:guest@127.0.0.1:{state.amqp_port}/",
         "JOBRELAY_RABBITMQ_API_URL": f"http://guest:guest@127.0.0.1:{state.mgmt_port}/",
         "JOBRELAY_SERVERS_DIR": str(lay.base),
@@ -630,7 +750,9 @@ def read_env() -> dict[str, str]:
     try:
         lines = lay.env.read_text().splitlines()
     except FileNotFoundError:
-        raise ServerError(f"servers are not running in {lay.base} (run: scripts/servers.py up)")
+        raise ServerError(
+            f"servers are not running in {lay.base} (run: scripts/servers.py up)"
+        ) from None
     env: dict[str, str] = {}
     for line in lines:
         words = shlex.split(line)
@@ -643,54 +765,100 @@ def read_env() -> dict[str, str]:
 # --------------------------------------------------------------------------- operations
 
 
-def desired_ports(previous: State | None) -> dict[str, int]:
-    """Ports from JOBRELAY_*_PORT, else those of the previous run, else fresh free ones."""
+def desired_ports(previous: State | None) -> tuple[dict[str, int], set[str]]:
+    """Ports from JOBRELAY_*_PORT, else those of the previous run, else fresh free ones.
+
+    Returns the ports and the keys that were fixed through the environment.
+    """
     ports: dict[str, int] = {}
+    fixed: set[str] = set()
     for key, var in PORT_ENV.items():
         if value := os.environ.get(var):
-            try:
-                ports[key] = int(value)
-            except ValueError:
+            if not value.isdigit() or not 0 < int(value) < 65536:
                 raise ServerError(f"{var} must be a port number, got {value!r}")
+            ports[key] = int(value)
+            fixed.add(key)
         elif previous is not None:
             ports[key] = getattr(previous, f"{key}_port")
     missing = [k for k in PORT_ENV if k not in ports]
     fresh = iter(p for p in free_ports(len(missing) + 4) if p not in ports.values())
     for key in missing:
         ports[key] = next(fresh)
-    return ports
+    return ports, fixed
+
+
+def port_free(port: int) -> bool:
+    """Whether a server could listen on 127.0.0.1:port (same SO_REUSEADDR as servers use)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def settle_ports(state: State, keys: list[str], fixed: set[str]) -> None:
+    """Make sure the ports of the servers about to start are free.
+
+    A busy port fixed via JOBRELAY_*_PORT is an error; a busy port remembered from a
+    previous run is silently replaced by a fresh one.
+    """
+    for key in keys:
+        port = getattr(state, f"{key}_port")
+        if port_free(port):
+            continue
+        if key in fixed:
+            raise ServerError(f"port {port} ({PORT_ENV[key]}) is already in use on 127.0.0.1")
+        taken = {state.pg_port, state.amqp_port, state.mgmt_port, state.dist_port}
+        setattr(state, f"{key}_port", next(p for p in free_ports(5) if p not in taken))
 
 
 def start_all(lay: Layout) -> tuple[dict[str, str], bool]:
     """Ensure both servers run; returns (env, whether anything had to be started)."""
     previous = load_state(lay)
-    ports = desired_ports(previous)
-    state = State(pg_port=ports["pg"], amqp_port=ports["amqp"], mgmt_port=ports["mgmt"],
-                  dist_port=ports["dist"])
-    same_rabbit = previous is not None and (previous.amqp_port, previous.mgmt_port,
-                                            previous.dist_port) == (state.amqp_port,
-                                                                    state.mgmt_port,
-                                                                    state.dist_port)
-    if same_rabbit:
-        state.rabbit_pgid = previous.rabbit_pgid
+    ports, fixed = desired_ports(previous)
+    state = State(
+        pg_port=ports["pg"],
+        amqp_port=ports["amqp"],
+        mgmt_port=ports["mgmt"],
+        dist_port=ports["dist"],
+    )
+    rabbit_ports = ("amqp_port", "mgmt_port", "dist_port")
+    same_rabbit = previous is not None and all(
+        getattr(previous, p) == getattr(state, p) for p in rabbit_ports
+    )
+    if previous is not None and same_rabbit:
         state.epmd_started_by_us = previous.epmd_started_by_us
-    pg_ok = previous is not None and previous.pg_port == state.pg_port \
-        and pg_running(lay) > 0 and pg_ready(lay, state)
-    rabbit_ok = same_rabbit and rabbit_alive(lay, state) and rabbit_ready(state)
+    pg_ok = (
+        previous is not None
+        and previous.pg_port == state.pg_port
+        and pg_running(lay) > 0
+        and pg_ready(lay, state)
+    )
+    rabbit_ok = same_rabbit and bool(rabbit_pids(lay)) and rabbit_ready(state)
     if pg_ok and rabbit_ok:
         return env_vars(lay, state), False
 
     ensure_package(RABBITMQ_BIN / "rabbitmq-server", "rabbitmq-server")
     pg_bindir()  # installs PostgreSQL if missing
     lay.logs.mkdir(parents=True, exist_ok=True)
+    # Stop stale/unhealthy servers of this dir first so that their ports become free.
     if not rabbit_ok:
-        # Start RabbitMQ first (slow boot), bring PostgreSQL up while it boots.
         rabbit_halt(lay, previous)
-        log(f"starting RabbitMQ node {state.node} (amqp {state.amqp_port}, "
-            f"management {state.mgmt_port})")
-        rabbit_launch(lay, state)
-    save_state(lay, state)
+        settle_ports(state, ["amqp", "mgmt", "dist"], fixed)
+    if not pg_ok:
+        pg_halt(lay, "immediate")
+        settle_ports(state, ["pg"], fixed)
     try:
+        if not rabbit_ok:
+            # Start RabbitMQ first (slow boot) and bring PostgreSQL up while it boots.
+            log(
+                f"starting RabbitMQ node {state.node} (amqp {state.amqp_port}, "
+                f"management {state.mgmt_port})"
+            )
+            rabbit_launch(lay, state)
+        save_state(lay, state)
         if not pg_ok:
             log(f"starting PostgreSQL on 127.0.0.1:{state.pg_port}")
             pg_ensure(lay, state)
@@ -715,7 +883,7 @@ def stop_all(lay: Layout) -> bool:
     leftovers = processes_of(lay)
     if leftovers:
         kill_and_wait(list(leftovers), timeout=3)
-    for path in (lay.pg, lay.rabbit):
+    for path in (lay.pg, lay.pg_socket, lay.rabbit):
         shutil.rmtree(path, ignore_errors=True)
     for path in (lay.state, lay.env):
         path.unlink(missing_ok=True)
@@ -750,7 +918,7 @@ def pg_start() -> None:
     with locked(lay):
         state = require_state(lay)
         if not lay.pg_bootstrapped.exists():
-            raise ServerError(f"no PostgreSQL cluster in {lay.pg_data} (run: scripts/servers.py up)")
+            raise ServerError(f"no PostgreSQL cluster in {lay.pg_data} (run: servers.py up)")
         if not (pg_running(lay) and pg_ready(lay, state)):
             pg_launch(lay, state)
 
@@ -787,12 +955,17 @@ def status() -> dict[str, str]:
         note = f" ({len(stray)} stray processes, run down)" if stray else ""
         return {"postgres": "not running" + note, "rabbitmq": "not running" + note}
     pg_pid = pg_running(lay)
-    pg = (f"running (pid {pg_pid}) on 127.0.0.1:{state.pg_port}" if pg_pid and pg_ready(lay, state)
-          else f"{'starting/unready' if pg_pid else 'stopped'} (port {state.pg_port})")
+    pg = (
+        f"running (pid {pg_pid}) on 127.0.0.1:{state.pg_port}"
+        if pg_pid and pg_ready(lay, state)
+        else f"{'starting/unready' if pg_pid else 'stopped'} (port {state.pg_port})"
+    )
     if rabbit_ready(state):
-        rabbit = (f"running (node {state.node}, pid {rabbit_beam_pid(lay)}) amqp 127.0.0.1:"
-                  f"{state.amqp_port}, management 127.0.0.1:{state.mgmt_port}")
-    elif rabbit_alive(lay, state):
+        rabbit = (
+            f"running (node {state.node}, pid {rabbit_beam_pid(lay)}) amqp 127.0.0.1:"
+            f"{state.amqp_port}, management 127.0.0.1:{state.mgmt_port}"
+        )
+    elif rabbit_pids(lay):
         rabbit = f"node {state.node} alive but not serving (app stopped or booting)"
     else:
         rabbit = f"stopped (node {state.node})"
@@ -844,19 +1017,32 @@ def cmd_run(command: list[str], keep: bool) -> int:
     return rc
 
 
+SIMPLE_COMMANDS = {
+    "up": "start both servers (idempotent) and print export lines",
+    "down": "stop both servers and delete their data",
+    "status": "show what is running (exit 1 unless both are up)",
+    "env": "print the export lines of the running servers",
+    "pg-stop": "immediate (crash-like) PostgreSQL stop",
+    "pg-start": "start PostgreSQL again and wait until ready",
+    "pg-restart": "pg-stop, then pg-start",
+    "rabbit-restart-app": "rabbitmqctl stop_app + start_app, wait until ready",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="scripts/servers.py", description=__doc__.split("\n")[0],
-        epilog="See the module docstring for details.")
+        prog="scripts/servers.py",
+        description=__doc__.split("\n")[0],
+        epilog="See the module docstring for details.",
+    )
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
-    for name in ("up", "down", "status", "env", "pg-stop", "pg-start", "pg-restart",
-                 "rabbit-restart-app"):
-        sub.add_parser(name)
-    p_run = sub.add_parser("run", help="up, run CMD with the env, down")
+    for name, text in SIMPLE_COMMANDS.items():
+        sub.add_parser(name, help=text, description=text)
+    p_run = sub.add_parser("run", help="up, run CMD with the env merged in, down")
     p_run.add_argument("--keep", action="store_true", help="leave the servers running")
-    p_run.add_argument("command", nargs=argparse.REMAINDER)
+    p_run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     p_ctl = sub.add_parser("rabbitmqctl", help="rabbitmqctl against our node")
-    p_ctl.add_argument("args", nargs=argparse.REMAINDER)
+    p_ctl.add_argument("args", nargs=argparse.REMAINDER, help="rabbitmqctl arguments")
     args = parser.parse_args(argv)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, raise_interrupted)
@@ -865,8 +1051,14 @@ def main(argv: list[str] | None = None) -> int:
         match args.cmd:
             case "up":
                 t0 = time.monotonic()
-                env = up()
-                log(f"ready in {time.monotonic() - t0:.1f}s ({layout().env})")
+                lay = layout()
+                with locked(lay):
+                    env, started = start_all(lay)
+                log(
+                    f"ready in {time.monotonic() - t0:.1f}s ({lay.env})"
+                    if started
+                    else f"already running ({lay.env})"
+                )
                 sys.stdout.write(format_exports(env))
             case "down":
                 lay = layout()

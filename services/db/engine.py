@@ -18,8 +18,12 @@ def make_engine(
     return create_async_engine(
         url,
         pool_size=pool_size,
-        max_overflow=pool_size,
-        pool_pre_ping=True,
+        # No overflow: connections opened and closed per burst cost more than waiting for one.
+        max_overflow=0,
+        # No pre-ping: it costs a round trip per checkout. A connection that died with the
+        # server fails its statement once (StoreUnavailable, the caller retries) and SQLAlchemy
+        # then invalidates the whole pool, so one failure per restart, not per connection.
+        pool_pre_ping=False,
         pool_recycle=1800,
         pool_timeout=10,
         connect_args={"application_name": application_name, "connect_timeout": 5},

@@ -416,6 +416,33 @@ QUARANTINE_JOB: TextClause = text(
     """
 )
 
+# Shutdown gives a running job back: `queued` again (its message is requeued), attempt counted.
+RELEASE_LEASE: TextClause = text(
+    """
+    WITH released AS (
+        UPDATE jobs
+        SET state = 'queued', lease_token = NULL, lease_until = NULL, available_at = now(),
+            updated_at = now()
+        WHERE id = :id AND lease_token = :lease_token AND state = 'running'
+        RETURNING id, attempts
+    ), event AS (
+        INSERT INTO job_events (job_id, event, attempt, detail)
+        SELECT id, 'lease_expired', attempts, :detail FROM released
+    )
+    SELECT id FROM released
+    """
+)
+
+# What a finished attempt left behind, to tell "my earlier COMMIT landed but its answer was
+# lost" (the attempt number is unique per claim) from "a newer attempt owns the job".
+ATTEMPT_TRACE: TextClause = text(
+    """
+    SELECT j.state, j.attempts, r.attempt AS result_attempt
+    FROM jobs j LEFT JOIN job_results r ON r.job_id = j.id
+    WHERE j.id = :id
+    """
+)
+
 # --- operations (SPEC §7) -------------------------------------------------------------------
 
 # A fresh budget: max_attempts = attempts + the type's limit, so attempt numbers stay unique.

@@ -77,6 +77,9 @@ class Store:
     def __init__(self, engine: AsyncEngine, url: str) -> None:
         self.engine = engine
         self.url = url
+        # Every named statement is a single statement, atomic on its own: running it in
+        # autocommit saves the BEGIN and COMMIT round trips (3 → 1 on the accept path).
+        self.autocommit_engine = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     @classmethod
     def connect(cls, url: str, *, pool_size: int = 10, application_name: str = "jobrelay") -> Store:
@@ -91,12 +94,20 @@ class Store:
         async with translated_errors(self.url), self.engine.begin() as connection:
             yield connection
 
+    @asynccontextmanager
+    async def autocommit(self) -> AsyncIterator[AsyncConnection]:
+        """A connection where each statement commits on its own."""
+        async with translated_errors(self.url), self.autocommit_engine.connect() as connection:
+            yield connection
+
     async def fetch_all(self, statement: TextClause, **params: Any) -> Sequence[Row[Any]]:
-        async with self.transaction() as connection:
+        """Run one statement in its own (implicit) transaction and return every row."""
+        async with self.autocommit() as connection:
             return (await connection.execute(statement, params)).all()
 
     async def fetch_one(self, statement: TextClause, **params: Any) -> Row[Any] | None:
-        async with self.transaction() as connection:
+        """Run one statement in its own (implicit) transaction and return its first row."""
+        async with self.autocommit() as connection:
             return (await connection.execute(statement, params)).first()
 
     async def ping(self) -> None:
@@ -135,7 +146,10 @@ class Store:
         max_attempts: int,
     ) -> AcceptResult:
         fingerprint = request_hash(job_type, payload)
-        async with self.transaction() as connection:
+        # Two statements, each atomic: the insert of job + outbox + event, then (only when the
+        # key existed) a read of the existing job. ON CONFLICT waits for a concurrent insert of
+        # the same key to commit, so the read always finds it.
+        async with self.autocommit() as connection:
             inserted = (
                 await connection.execute(
                     q.ACCEPT_JOB,

@@ -1,0 +1,82 @@
+"""Shared pieces of the benchmarks: a scratch database, the API as a process, percentiles."""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.support import databases
+
+
+def admin_database_url() -> str:
+    url = os.environ.get("JOBRELAY_DATABASE_URL")
+    if not url:
+        sys.exit(
+            "benchmarks need servers: run `make bench`, or "
+            "`python scripts/servers.py run -- python benchmarks/<name>.py`"
+        )
+    return url
+
+
+def scratch_database(admin_url: str) -> str:
+    name = f"jobrelay_bench_{uuid.uuid4().hex[:8]}"
+    databases.admin_execute(admin_url, f'CREATE DATABASE "{name}"')
+    url = databases.with_database(admin_url, name)
+    databases.migrate(url)
+    return url
+
+
+def drop_database(admin_url: str, url: str) -> None:
+    databases.drop_database(admin_url, url)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def start_service(args: list[str], env_overrides: dict[str, str]) -> subprocess.Popen[bytes]:
+    env = os.environ | env_overrides
+    env["PYTHONPATH"] = str(ROOT)
+    env.setdefault("JOBRELAY_LOG_LEVEL", "WARNING")
+    return subprocess.Popen(
+        [sys.executable, "-m", "services", *args],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def wait_http(url: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"{url} did not answer within {timeout}s")
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))
+    return ordered[index]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")

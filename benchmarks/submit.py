@@ -1,0 +1,172 @@
+"""Accepted jobs per second over HTTP, beside raw job+outbox inserts on the same database.
+
+    python scripts/servers.py run -- python benchmarks/submit.py [--jobs 6000] [--clients 32]
+
+Both sides write the same rows (a job, its outbox row, its `received` event) into the same
+PostgreSQL; the API also authenticates, validates, checks idempotency and answers over HTTP.
+The load generator speaks minimal HTTP/1.1 over keep-alive sockets so that it costs little CPU
+beside the API on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+import uuid
+
+import psycopg
+
+from benchmarks._common import (
+    admin_database_url,
+    drop_database,
+    free_port,
+    median,
+    percentile,
+    scratch_database,
+    start_service,
+    wait_http,
+)
+from services.core.fingerprint import request_hash, token_hash
+from tests.support.databases import libpq_url
+
+RAW_INSERT = """
+WITH j AS (
+    INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload, max_attempts)
+    VALUES (%s, %s, %s, %s, 'catalog.export', %s, 3)
+    ON CONFLICT (client_id, idempotency_key) DO NOTHING
+    RETURNING id, available_at
+), o AS (INSERT INTO outbox (job_id, available_at) SELECT id, available_at FROM j)
+INSERT INTO job_events (job_id, event, attempt) SELECT id, 'received', 0 FROM j
+"""
+
+
+async def raw_inserts(url: str, client_id: uuid.UUID, jobs: int, connections: int) -> float:
+    payload = json.dumps({"course": "JavaScript"})
+    fingerprint = request_hash("catalog.export", {"course": "JavaScript"})
+    per_connection = jobs // connections
+    run = uuid.uuid4().hex[:8]
+
+    async def worker(index: int) -> None:
+        async with await psycopg.AsyncConnection.connect(libpq_url(url), autocommit=True) as conn:
+            for number in range(per_connection):
+                await conn.execute(
+                    RAW_INSERT,
+                    (uuid.uuid4(), client_id, f"raw-{run}-{index}-{number}", fingerprint, payload),
+                )
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(i) for i in range(connections)))
+    return per_connection * connections / (time.perf_counter() - started)
+
+
+async def http_submissions(
+    port: int, token: str, jobs: int, clients: int
+) -> tuple[float, list[float], dict[int, int]]:
+    body = json.dumps({"type": "catalog.export", "payload": {"course": "JavaScript"}}).encode()
+    per_client = jobs // clients
+    run = uuid.uuid4().hex[:8]
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+
+    async def client(index: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            for number in range(per_client):
+                request = (
+                    f"POST /v1/jobs HTTP/1.1\r\nHost: bench\r\n"
+                    f"Authorization: Bearer {token}\r\n"
+                    f"Idempotency-Key: http-{run}-{index}-{number}\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                ).encode() + body
+                sent = time.perf_counter()
+                writer.write(request)
+                status_line = await reader.readline()
+                length = 0
+                while (line := await reader.readline()) not in (b"\r\n", b""):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                await reader.readexactly(length)
+                latencies.append(time.perf_counter() - sent)
+                status = int(status_line.split()[1])
+                statuses[status] = statuses.get(status, 0) + 1
+        finally:
+            writer.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client(i) for i in range(clients)))
+    return per_client * clients / (time.perf_counter() - started), latencies, statuses
+
+
+async def create_client(url: str, name: str) -> tuple[uuid.UUID, str]:
+    token = f"jr_bench_{uuid.uuid4().hex}"
+    client_id = uuid.uuid4()
+    async with await psycopg.AsyncConnection.connect(libpq_url(url), autocommit=True) as conn:
+        await conn.execute(
+            "INSERT INTO clients (id, name, token_hash) VALUES (%s, %s, %s)",
+            (client_id, name, token_hash(token)),
+        )
+    return client_id, token
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=6000)
+    parser.add_argument("--clients", type=int, default=32, help="concurrent HTTP connections")
+    parser.add_argument("--connections", type=int, default=8, help="raw insert connections")
+    parser.add_argument("--workers", type=int, default=2, help="API worker processes")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    admin_url = admin_database_url()
+    url = scratch_database(admin_url)
+    port = free_port()
+    client_id, token = await create_client(url, "bench")
+    api = start_service(
+        ["api"],
+        {
+            "JOBRELAY_DATABASE_URL": url,
+            "JOBRELAY_API_PORT": str(port),
+            "JOBRELAY_API_WORKERS": str(args.workers),
+            "JOBRELAY_DB_POOL_SIZE": "16",
+        },
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz")
+        await http_submissions(port, token, 400, 8)  # warm up
+        api_rates, raw_rates, all_latencies = [], [], []
+        for _ in range(args.rounds):
+            raw_rates.append(await raw_inserts(url, client_id, args.jobs, args.connections))
+            rate, latencies, statuses = await http_submissions(port, token, args.jobs, args.clients)
+            if set(statuses) != {202}:
+                raise SystemExit(f"unexpected statuses from the API: {statuses}")
+            api_rates.append(rate)
+            all_latencies += latencies
+    finally:
+        api.terminate()
+        api.wait(10)
+        drop_database(admin_url, url)
+
+    api_rate, raw_rate = median(api_rates), median(raw_rates)
+    print(
+        f"submit benchmark: {args.jobs} jobs x {args.rounds} rounds, "
+        f"{args.clients} HTTP connections, {args.workers} API workers"
+    )
+    print(
+        f"  raw job+outbox+event inserts ({args.connections} psycopg connections): "
+        f"{raw_rate:8.0f} jobs/s  (rounds: {', '.join(f'{r:.0f}' for r in raw_rates)})"
+    )
+    print(
+        f"  API POST /v1/jobs accepted (202):                 "
+        f"{api_rate:8.0f} jobs/s  (rounds: {', '.join(f'{r:.0f}' for r in api_rates)})"
+    )
+    print(
+        f"  API latency: p50 {percentile(all_latencies, 0.5) * 1000:.1f} ms, "
+        f"p99 {percentile(all_latencies, 0.99) * 1000:.1f} ms"
+    )
+    print(f"  ratio API / raw: {api_rate / raw_rate:.2f}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

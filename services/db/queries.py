@@ -308,12 +308,12 @@ CLAIM_JOB: TextClause = text(
           AND ((j.state IN ('queued', 'retrying') AND j.available_at <= now())
                OR (j.state = 'running' AND j.lease_until < now()))
         RETURNING {_JOB_COLUMNS}, b.state AS previous_state
-    ), expired_event AS (
+    ), new_events AS (
+        -- One INSERT, so the journal reads in order: the expiry first, then the new claim.
         INSERT INTO job_events (job_id, event, attempt, detail)
         SELECT id, 'lease_expired', attempts - 1, 'lease expired; re-claimed by a consumer'
         FROM claimed WHERE previous_state = 'running'
-    ), claimed_event AS (
-        INSERT INTO job_events (job_id, event, attempt, detail)
+        UNION ALL
         SELECT id, 'claimed', attempts, :detail FROM claimed
     )
     SELECT * FROM claimed

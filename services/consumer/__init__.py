@@ -1,0 +1,1 @@
+"""The consumer service: leased, fenced execution of jobs (SPEC §6)."""

@@ -1,0 +1,234 @@
+"""Helpers for consumer tests: jobs in the database, messages on the broker, a consumer running
+in the test's event loop, and a registry of test job types."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aio_pika
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import text
+
+from services.broker.topology import declare_topology
+from services.consumer.service import Consumer
+from services.core.errors import TransientError
+from services.core.registry import JobContext, Registry
+from services.core.settings import Settings, parse_type_queues
+from services.core.topology import QUARANTINE_QUEUE, work_queue_name
+from services.db.store import Store
+from services.handlers import builtin
+from tests.support.relay_stub import publish
+
+# --- a registry of test job types (also loadable: --handlers tests.support.consumer_kit:registry)
+
+
+class CountPayload(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tag: str = ""
+    first_attempt_sleeps: float = 0.0  # sleep this long on attempt 1 only
+
+
+def runs_dir(results_dir: Path) -> Path:
+    return results_dir / "runs"
+
+
+def handler_runs(results_dir: Path, job_id: Any) -> int:
+    """How many times the test.count handler ran for this job (across processes)."""
+    path = runs_dir(results_dir) / str(job_id)
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _build_registry() -> Registry:
+    registry = Registry()
+    for job_type in builtin.registry:
+        registry.register(job_type)
+
+    @registry.job("test.count", CountPayload)
+    async def count(context: JobContext, payload: CountPayload) -> dict[str, Any]:
+        """Record every run in a file, so a test can count the handler's executions."""
+        directory = runs_dir(context.results_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(directory / str(context.job_id), "a") as handle:
+            handle.write(f"{context.attempt}\n")
+        if context.attempt == 1 and payload.first_attempt_sleeps:
+            await asyncio.sleep(payload.first_attempt_sleeps)
+        return {"attempt": context.attempt, "tag": payload.tag}
+
+    @registry.job("test.flaky_once", CountPayload, timeout_seconds=0.5)
+    async def flaky(context: JobContext, payload: CountPayload) -> dict[str, Any]:
+        """Hangs past its timeout on attempt 1, succeeds after."""
+        if context.attempt == 1:
+            await asyncio.sleep(5)
+            raise TransientError("unreachable")
+        return {"attempt": context.attempt}
+
+    return registry
+
+
+registry = _build_registry()
+
+# --- jobs ---------------------------------------------------------------------------------
+
+
+async def new_client(store: Store) -> uuid.UUID:
+    client_id = await store.create_client(
+        f"c-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex, is_admin=False
+    )
+    assert client_id is not None
+    return client_id
+
+
+async def submit(
+    store: Store,
+    client_id: uuid.UUID,
+    job_type: str,
+    payload: dict[str, Any],
+    *,
+    max_attempts: int = 3,
+    key: str | None = None,
+) -> uuid.UUID:
+    accepted = await store.accept_job(
+        client_id=client_id,
+        idempotency_key=key or uuid.uuid4().hex,
+        job_type=job_type,
+        payload=payload,
+        max_attempts=max_attempts,
+    )
+    return accepted.job.id
+
+
+async def scalar(store: Store, sql: str, **params: Any) -> Any:
+    async with store.transaction() as connection:
+        return (await connection.execute(text(sql), params)).scalar()
+
+
+async def rows(store: Store, sql: str, **params: Any) -> list[Any]:
+    async with store.transaction() as connection:
+        return list((await connection.execute(text(sql), params)).all())
+
+
+async def events(store: Store, job_id: uuid.UUID) -> list[tuple[str, int]]:
+    return [(e.event, e.attempt) for e in await store.job_events(job_id)]
+
+
+async def mark_outbox_published(store: Store) -> None:
+    """For tests that publish by hand: the accept's outbox rows count as relayed."""
+    async with store.transaction() as connection:
+        await connection.execute(text("UPDATE outbox SET published_at = now()"))
+
+
+async def eventually(
+    check: Callable[[], Awaitable[Any]], *, timeout: float = 20.0, what: str = "condition"
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+# --- broker -------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def broker(settings: Settings) -> AsyncIterator[aio_pika.abc.AbstractChannel]:
+    connection = await aio_pika.connect(settings.amqp_url)
+    try:
+        channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+        await declare_topology(
+            channel,
+            delivery_limit=settings.delivery_limit,
+            type_queues=parse_type_queues(settings.type_queues),
+        )
+        yield channel
+    finally:
+        await connection.close()
+
+
+async def publish_jobs(settings: Settings, jobs: list[tuple[uuid.UUID, str]]) -> None:
+    async with broker(settings) as channel:
+        for job_id, job_type in jobs:
+            await publish(channel, job_id, job_type)
+
+
+async def publish_raw(settings: Settings, body: bytes, routing_key: str = "garbage") -> None:
+    async with broker(settings) as channel:
+        exchange = await channel.get_exchange("jobrelay.jobs")
+        await exchange.publish(
+            aio_pika.Message(body, delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+            routing_key=routing_key,
+        )
+
+
+async def ready_count(settings: Settings, queue: str) -> int:
+    async with broker(settings) as channel:
+        declared = await channel.declare_queue(queue, passive=True)
+        return int(declared.declaration_result.message_count or 0)
+
+
+async def work_queue_count(settings: Settings, name: str = "default") -> int:
+    return await ready_count(settings, work_queue_name(name))
+
+
+async def quarantined_messages(settings: Settings) -> list[aio_pika.abc.AbstractIncomingMessage]:
+    """Every message in the quarantine queue (read and requeued: the queue is left as is)."""
+    found = []
+    async with broker(settings) as channel:
+        queue = await channel.declare_queue(QUARANTINE_QUEUE, passive=True)
+        while (message := await queue.get(no_ack=False, fail=False)) is not None:
+            found.append(message)
+        # Closing the connection returns them all.
+    return found
+
+
+def x_death(message: aio_pika.abc.AbstractIncomingMessage) -> dict[str, Any]:
+    deaths = message.headers.get("x-death")
+    assert isinstance(deaths, list) and deaths, f"no x-death header in {message.headers!r}"
+    first = deaths[0]
+    assert isinstance(first, dict)
+    return first
+
+
+# --- a consumer in the test's event loop ----------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def running_consumer(
+    settings: Settings,
+    job_registry: Registry | None = None,
+    *,
+    queue: str = "default",
+    concurrency: int = 4,
+) -> AsyncIterator[Consumer]:
+    consumer = Consumer(
+        settings,
+        job_registry or registry,
+        queue=queue,
+        concurrency=concurrency,
+        type_queues=parse_type_queues(settings.type_queues),
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(consumer.run(stop))
+    # Consuming has begun once the worker exists and the task has not died.
+    await eventually(lambda: _started(consumer, task), timeout=15, what="the consumer to start")
+    try:
+        yield consumer
+    finally:
+        stop.set()
+        assert await task == 0
+
+
+async def _started(consumer: Consumer, task: asyncio.Task[int]) -> bool:
+    if task.done():
+        task.result()  # raise its error
+        raise AssertionError("the consumer stopped by itself")
+    return consumer.worker is not None and consumer.consuming

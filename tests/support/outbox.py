@@ -16,6 +16,7 @@ import aio_pika
 from sqlalchemy import text
 
 from services.core import topology as names
+from services.core.errors import StoreUnavailable
 from services.core.settings import Settings
 from services.db.store import Store
 from services.dispatcher.service import Dispatcher
@@ -73,8 +74,11 @@ async def eventually(
 ) -> Any:
     deadline = time.monotonic() + within
     while True:
-        value = await check()
-        if value:
+        try:
+            value = await check()
+        except StoreUnavailable as error:  # a database restart under test: ask again
+            value = error
+        if value and not isinstance(value, StoreUnavailable):
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {within}s waiting for {what} (last: {value!r})")

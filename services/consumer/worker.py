@@ -91,25 +91,24 @@ class LeaseLost:
 
 
 class Backoff:
-    """Shared by a consumer's workers: consecutive database failures make everyone wait longer,
-    so an outage is met with growing pauses instead of a spin."""
+    """Growing, jittered pauses while the database is unreachable: back off, never spin.
 
-    def __init__(self, base: float = 0.1, cap: float = 5.0, rng: random.Random | None = None):
+    Counted per call being retried, not shared by the workers: a shared count would grow with
+    the number of workers and keep all of them asleep long after the database is back.
+    """
+
+    def __init__(self, base: float = 0.1, cap: float = 2.0, rng: random.Random | None = None):
         self.base = base
         self.cap = cap
-        self.failures = 0
         self.rng = rng or random.Random()
 
-    def failed(self) -> float:
-        self.failures += 1
-        return self.current()
+    def before_requeue(self) -> float:
+        """The pause before a delivery is handed back because the database stayed away."""
+        return self.rng.uniform(self.cap / 2, self.cap)
 
-    def current(self) -> float:
-        ceiling = min(self.cap, self.base * 2.0 ** max(0, self.failures - 1))
+    def pause(self, failures: int) -> float:
+        ceiling = min(self.cap, self.base * 2.0 ** max(0, failures - 1))
         return ceiling / 2 + self.rng.uniform(0, ceiling / 2)
-
-    def succeeded(self) -> None:
-        self.failures = 0
 
 
 class Worker:
@@ -148,7 +147,7 @@ class Worker:
         try:
             verdict = await self.process(delivery.body)
             if verdict.pause:
-                await asyncio.sleep(self.backoff.current())
+                await asyncio.sleep(self.backoff.before_requeue())
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -374,12 +373,14 @@ class Worker:
     async def _patiently(self, call: Callable[[], Awaitable[T]]) -> T:
         """Retry a call through a database outage with growing pauses, up to the patience."""
         deadline = time.monotonic() + self.store_patience
+        failures = 0
         while True:
             try:
-                value = await call()
+                return await call()
             except StoreUnavailable:
                 self.metrics.store_errors.inc()
-                pause = self.backoff.failed()
+                failures += 1
+                pause = self.backoff.pause(failures)
                 if time.monotonic() + pause > deadline:
                     raise
                 log.warning(
@@ -388,9 +389,6 @@ class Worker:
                     extra={"event": "store_unavailable"},
                 )
                 await asyncio.sleep(pause)
-            else:
-                self.backoff.succeeded()
-                return value
 
 
 def _check_result(result: Any) -> None:

@@ -1,0 +1,96 @@
+"""The relay loop's decisions against in-memory ports: no servers needed."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+from services.dispatcher.fakes import FakePublisher, InMemoryOutbox
+from services.dispatcher.ports import UNROUTABLE
+from services.dispatcher.relay import Relay, RelayConfig, publish_retry_delay
+
+CONFIG = RelayConfig(batch_size=3, lease_seconds=10, poll_interval=0.01, maintenance_interval=0.01)
+
+
+def make_relay(outbox: InMemoryOutbox, publisher: FakePublisher) -> Relay:
+    return Relay(outbox, publisher, CONFIG, rng=random.Random(7))
+
+
+async def test_confirmed_rows_are_marked_published_and_not_due_rows_are_left_alone() -> None:
+    outbox, publisher = InMemoryOutbox(), FakePublisher()
+    due = [outbox.add() for _ in range(2)]
+    later = outbox.add(due_in=60)
+    result = await make_relay(outbox, publisher).relay_batch()
+    assert (result.leased, result.published, result.failed) == (2, 2, {})
+    assert all(row.published for row in due)
+    assert not later.published and later.publish_attempts == 0
+    assert [row.id for row in publisher.published] == [row.id for row in due]
+
+
+async def test_a_failed_publish_leaves_the_row_unpublished_with_its_error_and_a_backoff() -> None:
+    outbox, publisher = InMemoryOutbox(), FakePublisher(failures={"lost.type": UNROUTABLE})
+    ok, lost = outbox.add(), outbox.add("lost.type")
+    relay = make_relay(outbox, publisher)
+    result = await relay.relay_batch()
+    assert result.failed == {UNROUTABLE: 1}
+    assert ok.published and not lost.published
+    assert lost.last_error == "unroutable: fake"
+    assert 0 < lost.due_at <= CONFIG.retry_base_seconds
+    assert relay.metrics.failures.labels(reason=UNROUTABLE)._value.get() == 1
+
+
+async def test_the_backoff_of_a_row_grows_with_its_publish_attempts_up_to_the_cap() -> None:
+    rng = random.Random(1)
+    ceilings = [publish_retry_delay(n, CONFIG, rng) for n in range(1, 12)]
+    assert ceilings[0] <= 0.5 and ceilings[3] >= 2.0 and ceilings[6] >= 16.0
+    assert max(ceilings) <= CONFIG.retry_max_seconds
+    assert all(
+        publish_retry_delay(n, CONFIG, rng) > publish_retry_delay(n - 2, CONFIG, rng)
+        for n in range(3, 8)
+    )
+
+
+async def test_nothing_is_leased_while_the_broker_is_unreachable() -> None:
+    outbox, publisher = InMemoryOutbox(), FakePublisher(reachable=False)
+    row = outbox.add()
+    relay = make_relay(outbox, publisher)
+    task = asyncio.create_task(relay.run())
+    await asyncio.sleep(0.3)
+    assert row.publish_attempts == 0 and not row.published
+    assert publisher.connects >= 2, "it keeps trying"
+    publisher.reachable = True
+    for _ in range(150):
+        if row.published:
+            break
+        await asyncio.sleep(0.02)
+    relay.stop()
+    await asyncio.wait_for(task, 2)
+    assert row.published and row.publish_attempts == 1
+
+
+async def test_the_loop_survives_a_database_outage_and_drains_full_batches_without_waiting() -> (
+    None
+):
+    outbox, publisher = InMemoryOutbox(unavailable=True), FakePublisher()
+    rows = [outbox.add() for _ in range(10)]
+    relay = make_relay(outbox, publisher)
+    task = asyncio.create_task(relay.run())
+    await asyncio.sleep(0.2)
+    assert not task.done()
+    outbox.unavailable = False
+    for _ in range(100):
+        if all(row.published for row in rows):
+            break
+        await asyncio.sleep(0.02)
+    relay.stop()
+    await asyncio.wait_for(task, 2)
+    assert all(row.published for row in rows)
+    assert relay.metrics.published._value.get() == 10
+
+
+async def test_stop_returns_from_run_while_it_waits_for_work() -> None:
+    relay = Relay(InMemoryOutbox(), FakePublisher(), RelayConfig(poll_interval=30))
+    task = asyncio.create_task(relay.run())
+    await asyncio.sleep(0.05)
+    relay.stop()
+    await asyncio.wait_for(task, 1)

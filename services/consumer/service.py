@@ -108,6 +108,18 @@ class Consumer:
             )
             queue = await declare_work_queue(channel, self.queue_name, settings.delivery_limit)
             tag = await queue.consume(self._on_message, no_ack=False)
+        except Exception as error:
+            # E.g. a queue declared elsewhere with other arguments (PRECONDITION_FAILED).
+            log.error(
+                "cannot consume from %s: %s",
+                self.queue_name,
+                _first_line(error),
+                extra={"event": "consumer_setup_failed"},
+            )
+            await _close(connection)
+            await store.close()
+            return 1
+        try:
             self.consuming = True
             log.info(
                 "consuming",
@@ -126,9 +138,7 @@ class Consumer:
                     await queue.cancel(tag)
             await self._drain()
         finally:
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(10):
-                    await connection.close()  # unacked deliveries go back to the queue
+            await _close(connection)  # unacked deliveries go back to the queue
             await store.close()
         log.info("stopped", extra={"event": "consumer_stopped"})
         return 0
@@ -180,3 +190,14 @@ class Consumer:
                         await stop.wait()
                 pause = min(CONNECT_BACKOFF_CAP, pause * 2)
         return None
+
+
+async def _close(connection: AbstractRobustConnection) -> None:
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(10):
+            await connection.close()
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0][:300] if lines else type(error).__name__

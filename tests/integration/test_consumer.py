@@ -629,3 +629,12 @@ async def test_end_to_end_a_submitted_job_shows_its_result_through_the_api(
     ]
     assert [e["event"] for e in journal].count("published") == 1
     assert await work_queue_count(cfg) == 0
+
+
+async def test_a_consumer_with_a_handlers_option_that_does_not_load_exits_2(
+    cfg: Settings,
+) -> None:
+    from services.consumer.service import run_consumer
+
+    assert await run_consumer(cfg, queue="default", handlers="no.such.module:registry") == 2
+    assert await run_consumer(cfg, queue="default", handlers="services.handlers") == 2

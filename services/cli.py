@@ -422,6 +422,10 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("id")
     show.add_argument("--json", action="store_true")
 
+    from services import ops_cli
+
+    ops_cli.register(commands, job_commands, _add)
+
     stats = _add(commands, "stats", cmd_stats, "jobs by state, outbox backlog, leases, quarantine")
     stats.add_argument("--json", action="store_true")
     return parser

@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -79,13 +80,20 @@ async def make_client(store: Store, name: str, *, admin: bool = False) -> str:
     return token
 
 
-@pytest.fixture
-async def api(settings: Settings, store: Store) -> AsyncIterator[httpx.AsyncClient]:
+@asynccontextmanager
+async def api_client(settings: Settings, store: Store) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client on the API app (in process), for the given settings."""
     from services.api.app import create_app
 
     app = create_app(settings, store=store)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://jobrelay.test") as client:
+        yield client
+
+
+@pytest.fixture
+async def api(settings: Settings, store: Store) -> AsyncIterator[httpx.AsyncClient]:
+    async with api_client(settings, store) as client:
         yield client
 
 

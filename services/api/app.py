@@ -37,6 +37,7 @@ from services.core.errors import (
     InvalidCursor,
     JobNotFound,
     NotCancellable,
+    NotReplayable,
     StoreUnavailable,
 )
 from services.core.jobs import is_valid_idempotency_key
@@ -45,6 +46,7 @@ from services.core.settings import Settings
 from services.core.states import JobState
 from services.db.store import Client, Store
 from services.handlers.loading import load_registry
+from services.operations import Operations
 
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": Problem, "content": {"application/problem+json": {}}}
@@ -245,6 +247,19 @@ def _add_job_routes(app: FastAPI) -> None:
             ],
         )
 
+    @app.get(
+        "/v1/jobs/{job_id}/trace",
+        responses=PROBLEM_RESPONSES,
+        summary="What happened to your job: intent, publishing, deliveries, attempts, result",
+    )
+    async def job_trace(job_id: uuid.UUID, client: ClientDep, store: StoreDep) -> dict[str, Any]:
+        if await store.get_job(job_id, client_id=client.id) is None:
+            raise JobNotFound()
+        trace = await store.trace(job_id)
+        if trace is None:
+            raise JobNotFound()
+        return trace
+
     @app.post(
         "/v1/jobs/{job_id}/cancel",
         response_model=JobView,
@@ -266,6 +281,15 @@ def _add_job_routes(app: FastAPI) -> None:
 # --- admin --------------------------------------------------------------------------------------
 
 
+def _operations(request: Request) -> Operations:
+    return Operations(
+        request.app.state.store, request.app.state.settings, request.app.state.registry
+    )
+
+
+OpsDep = Annotated[Operations, Depends(_operations)]
+
+
 def _add_admin_routes(app: FastAPI) -> None:
     @app.get(
         "/v1/admin/stats",
@@ -274,6 +298,47 @@ def _add_admin_routes(app: FastAPI) -> None:
     )
     async def admin_stats(admin: AdminDep, store: StoreDep) -> dict[str, Any]:
         return await store.stats()
+
+    @app.get(
+        "/v1/admin/quarantine",
+        responses=ADMIN_PROBLEM_RESPONSES,
+        summary="Quarantined jobs with their reasons and dead-lettered messages",
+    )
+    async def admin_quarantine(
+        admin: AdminDep,
+        ops: OpsDep,
+        code: Annotated[str | None, Query(max_length=100)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> dict[str, Any]:
+        return await ops.quarantine_report(code=code, limit=limit)
+
+    @app.post(
+        "/v1/admin/jobs/{job_id}/replay",
+        responses={
+            **ADMIN_PROBLEM_RESPONSES,
+            404: PROBLEM_RESPONSES[404],
+            409: PROBLEM_RESPONSES[409],
+        },
+        summary="Queue a quarantined job again with a fresh attempt budget",
+    )
+    async def admin_replay(job_id: uuid.UUID, admin: AdminDep, ops: OpsDep) -> dict[str, Any]:
+        (outcome,) = await ops.replay([job_id])
+        if outcome.status == "not_found":
+            raise JobNotFound()
+        if outcome.status != "replayed":
+            raise NotReplayable(f"the job is {outcome.state}", state=outcome.state)
+        return outcome.as_dict()
+
+    @app.get(
+        "/v1/admin/jobs/{job_id}/trace",
+        responses={**ADMIN_PROBLEM_RESPONSES, 404: PROBLEM_RESPONSES[404]},
+        summary="What happened to any job: intent, publishing, deliveries, attempts, result",
+    )
+    async def admin_trace(job_id: uuid.UUID, admin: AdminDep, store: StoreDep) -> dict[str, Any]:
+        trace = await store.trace(job_id)
+        if trace is None:
+            raise JobNotFound()
+        return trace
 
 
 # --- health and metrics -------------------------------------------------------------------------

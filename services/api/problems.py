@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from services.core.errors import RequestError, StoreUnavailable
+from services.core.errors import BrokerUnavailable, RequestError, StoreUnavailable
 
 PROBLEM_TYPE_BASE = "https://jobrelay.dev/problems/"
 PROBLEM_CONTENT_TYPE = "application/problem+json"
@@ -73,6 +73,11 @@ async def on_store_unavailable(request: Request, error: Exception) -> JSONRespon
     )
 
 
+async def on_broker_unavailable(request: Request, error: Exception) -> JSONResponse:
+    log.warning("broker unavailable: %s", error)
+    return problem(503, "broker_unavailable", "The broker is unavailable; try again later")
+
+
 async def on_unexpected_error(request: Request, error: Exception) -> JSONResponse:
     # The class name only: exception texts may carry payload fragments or DSNs.
     log.error(
@@ -88,4 +93,5 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(StoreUnavailable, on_store_unavailable)
+    app.add_exception_handler(BrokerUnavailable, on_broker_unavailable)
     app.add_exception_handler(Exception, on_unexpected_error)

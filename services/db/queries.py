@@ -169,16 +169,20 @@ FAILED_BY_CODE: TextClause = text(
     """
 )
 
-# Published, still queued, and no claim since: the message may be lost (SPEC §7 redispatch).
-PUBLISHED_NEVER_CLAIMED: TextClause = text(
-    """
-    SELECT count(*) AS n FROM jobs j
-    WHERE j.state = 'queued'
-      AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = j.id AND o.published_at IS NULL)
-      AND EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = j.id
-                  AND o.published_at < now() - make_interval(secs => :older_than_seconds))
-    """
-)
+# Stranded: due long ago, every outbox row published before the threshold, and still waiting
+# for a consumer. Its message may have been lost (a purged queue, a broker that lost it); the
+# same condition drives `jobrelay jobs redispatch` (SPEC §7).
+_STRANDED = """
+    j.state IN ('queued', 'retrying')
+    AND j.available_at < now() - make_interval(secs => :older_than_seconds)
+    AND EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = j.id)
+    AND NOT EXISTS (
+        SELECT 1 FROM outbox o WHERE o.job_id = j.id
+        AND (o.published_at IS NULL
+             OR o.published_at >= now() - make_interval(secs => :older_than_seconds)))
+"""
+
+PUBLISHED_NEVER_CLAIMED: TextClause = text(f"SELECT count(*) AS n FROM jobs j WHERE {_STRANDED}")
 
 # --- relay (SPEC §5) ------------------------------------------------------------------------
 
@@ -479,5 +483,55 @@ OUTBOX_ROWS_OF_JOB: TextClause = text(
     """
     SELECT id, available_at, created_at, published_at, publish_attempts, last_error
     FROM outbox WHERE job_id = :job_id ORDER BY id
+    """
+)
+
+REDISPATCH_STRANDED: TextClause = text(
+    f"""
+    WITH stranded AS (
+        SELECT j.id FROM jobs j WHERE {_STRANDED}
+        ORDER BY j.available_at
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    )
+    INSERT INTO outbox (job_id) SELECT id FROM stranded
+    RETURNING job_id
+    """
+)
+
+# The broker dead-lettered a job's message on its own (x-delivery-limit): the job is marked
+# quarantined so that it shows up, and can be replayed, like any other. A job that is running
+# under a live lease, or already finished, is left alone.
+QUARANTINE_DELIVERY_LIMITED: TextClause = text(
+    """
+    WITH q AS (
+        UPDATE jobs
+        SET state = 'quarantined', lease_token = NULL, lease_until = NULL,
+            last_error_code = 'delivery_limit', last_error = :error,
+            finished_at = now(), updated_at = now()
+        WHERE id = :id
+          AND (state IN ('queued', 'retrying') OR (state = 'running' AND lease_until < now()))
+        RETURNING id, attempts
+    ), event AS (
+        INSERT INTO job_events (job_id, event, attempt, detail)
+        SELECT id, 'quarantined', attempts, 'delivery_limit' FROM q
+    )
+    SELECT id FROM q
+    """
+)
+
+CLIENT_NAME_OF_JOB: TextClause = text(
+    "SELECT c.name FROM clients c JOIN jobs j ON j.client_id = c.id WHERE j.id = :job_id"
+)
+
+RESULT_OF_JOB: TextClause = text(
+    "SELECT result, attempt, created_at FROM job_results WHERE job_id = :job_id"
+)
+
+QUARANTINED_IDS: TextClause = text(
+    """
+    SELECT id FROM jobs
+    WHERE state = 'quarantined' AND (CAST(:code AS text) IS NULL OR last_error_code = :code)
+    ORDER BY finished_at
     """
 )

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from services.core.fingerprint import request_hash
 from services.core.jobs import Job
 from services.core.states import JobState
+from services.core.trace import EventEntry, OutboxEntry, StoredResult, build_trace
 from services.db import queries as q
 from services.db.engine import make_engine, translated_errors
 
@@ -245,3 +246,60 @@ class Store:
             "published_never_claimed": never_claimed,
             "published_never_claimed_after_seconds": never_claimed_after_seconds,
         }
+
+    # --- operations -------------------------------------------------------------------------
+
+    async def trace(self, job_id: uuid.UUID) -> dict[str, Any] | None:
+        """Everything recorded about one job, summarized (``services.core.trace``)."""
+        async with self.transaction() as connection:  # one snapshot for a consistent story
+            row = (await connection.execute(q.JOB_BY_ID, {"id": job_id, "client_id": None})).first()
+            if row is None:
+                return None
+            client = (await connection.execute(q.CLIENT_NAME_OF_JOB, {"job_id": job_id})).first()
+            outbox = (await connection.execute(q.OUTBOX_ROWS_OF_JOB, {"job_id": job_id})).all()
+            events = (await connection.execute(q.JOB_EVENTS, {"job_id": job_id})).all()
+            stored = (await connection.execute(q.RESULT_OF_JOB, {"job_id": job_id})).first()
+        return build_trace(
+            job_from_row(row),
+            client_name=client.name if client else "?",
+            outbox=[
+                OutboxEntry(
+                    o.id,
+                    o.created_at,
+                    o.available_at,
+                    o.published_at,
+                    o.publish_attempts,
+                    o.last_error,
+                )
+                for o in outbox
+            ],
+            events=[EventEntry(e.at, e.event, e.attempt, e.detail) for e in events],
+            result=StoredResult(stored.result, stored.attempt, stored.created_at)
+            if stored
+            else None,
+        )
+
+    async def replay_job(self, job_id: uuid.UUID, *, budget: int, detail: str) -> bool:
+        """Quarantined → queued with ``budget`` fresh attempts and a new outbox row."""
+        return (
+            await self.fetch_one(q.REPLAY_JOB, id=job_id, budget=budget, detail=detail) is not None
+        )
+
+    async def quarantined_jobs(self, *, code: str | None, limit: int) -> list[Job]:
+        rows = await self.fetch_all(q.LIST_QUARANTINED, code=code, limit=limit)
+        return [job_from_row(row) for row in rows]
+
+    async def quarantined_ids(self, *, code: str | None) -> list[uuid.UUID]:
+        return [row.id for row in await self.fetch_all(q.QUARANTINED_IDS, code=code)]
+
+    async def quarantine_delivery_limited(self, job_id: uuid.UUID, *, error: str) -> bool:
+        row = await self.fetch_one(q.QUARANTINE_DELIVERY_LIMITED, id=job_id, error=error)
+        return row is not None
+
+    async def redispatch_stranded(
+        self, *, older_than_seconds: float, limit: int
+    ) -> list[uuid.UUID]:
+        rows = await self.fetch_all(
+            q.REDISPATCH_STRANDED, older_than_seconds=older_than_seconds, limit=limit
+        )
+        return [row.job_id for row in rows]

@@ -1,0 +1,254 @@
+"""An operator's day: trace a job, deal with the quarantine, redispatch a lost message.
+
+Real processes (dispatcher, consumer, CLI) against real PostgreSQL and RabbitMQ.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import aio_pika
+import httpx
+import pytest
+
+from services.core.message import Envelope
+from services.core.settings import Settings
+from services.core.topology import DEFAULT_QUEUE, JOBS_EXCHANGE
+from services.db.store import Store
+from tests.conftest import api_client, auth
+from tests.support.system import (
+    cli,
+    cli_json,
+    eventually,
+    fast_settings,
+    message_count,
+    running_system,
+)
+
+
+async def submit(api: httpx.AsyncClient, token: str, body: dict[str, object]) -> str:
+    response = await api.post("/v1/jobs", json=body, headers=auth(token, uuid.uuid4().hex))
+    assert response.status_code == 202, response.text
+    return str(response.json()["id"])
+
+
+async def state_of(store: Store, job_id: str) -> str | None:
+    job = await store.get_job(uuid.UUID(job_id))
+    return job.state.value if job else None
+
+
+async def publish_duplicate(amqp_url: str, job_id: str, job_type: str) -> None:
+    connection = await aio_pika.connect(amqp_url)
+    async with connection:
+        channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+        exchange = await channel.get_exchange(JOBS_EXCHANGE)
+        body = Envelope(uuid.UUID(job_id), job_type).encode()
+        await exchange.publish(
+            aio_pika.Message(
+                body,
+                delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                content_type="application/json",
+                correlation_id=job_id,
+            ),
+            routing_key=job_type,
+        )
+
+
+async def test_the_trace_of_a_job_delivered_twice_retried_once_and_succeeded_tells_all_of_it(
+    api: httpx.AsyncClient,
+    alice: str,
+    store: Store,
+    settings: Settings,
+    amqp_url: str,
+    tmp_path: Path,
+) -> None:
+    system = fast_settings(settings, amqp_url)
+    with running_system(system, tmp_path):
+        job_id = await submit(
+            api, alice, {"type": "demo.fail", "payload": {"mode": "transient", "times": 1}}
+        )
+        await eventually(lambda: _is(store, job_id, "succeeded"), what="success")
+        await publish_duplicate(amqp_url, job_id, "demo.fail")
+        await eventually(
+            lambda: _has_event(store, job_id, "duplicate_delivery"), what="the duplicate delivery"
+        )
+
+        trace = cli_json(system, "jobs", "trace", job_id)
+        readable = cli(system, "jobs", "trace", job_id)
+
+    assert trace["intent"]["recorded"] and trace["intent"]["client"] == "alice"
+    assert len(trace["outbox"]) == 2  # the accept's row and the retry's row
+    assert all(row["published_at"] for row in trace["outbox"])
+    assert trace["deliveries"] == {"total": 3, "claimed": 2, "duplicate": 1}
+    assert trace["attempts"] == 2 and trace["retries_scheduled"] == 1
+    assert trace["result"]["attempt"] == 2
+    assert trace["result"]["value"] == {"succeeded_on_attempt": 2}
+    assert trace["state"] == "succeeded"
+    assert trace["why"] == "succeeded on attempt 2 of 3"
+    events = [e["event"] for e in trace["events"]]
+    assert events[0] == "received" and events.count("published") == 2
+    assert events.index("retry_scheduled") < events.index("succeeded")
+    assert readable.returncode == 0
+    assert "deliveries 3 (2 claimed, 1 duplicate); attempts 2 of 3; retries 1" in readable.stdout
+    assert "state      succeeded: succeeded on attempt 2 of 3" in readable.stdout
+
+    via_api = (await api.get(f"/v1/jobs/{job_id}/trace", headers=auth(alice))).json()
+    assert via_api["deliveries"] == trace["deliveries"]
+
+
+async def test_a_poison_job_is_quarantined_listed_and_replayed_to_success(
+    api: httpx.AsyncClient,
+    alice: str,
+    admin: str,
+    store: Store,
+    settings: Settings,
+    amqp_url: str,
+    tmp_path: Path,
+) -> None:
+    system = fast_settings(settings, amqp_url)
+    with running_system(system, tmp_path):
+        job_id = await submit(
+            api, alice, {"type": "demo.fail", "payload": {"mode": "permanent", "times": 1}}
+        )
+        await eventually(lambda: _is(store, job_id, "quarantined"), what="quarantine")
+        await eventually(lambda: _count_is(amqp_url, 1), what="the dead-lettered message")
+
+        listed = cli_json(system, "quarantine", "list")
+        (entry,) = listed["jobs"]
+        assert entry["job_id"] == job_id and entry["reason"] == "permanent_error"
+        assert entry["attempts"] == 1
+        assert [m["reason"] for m in entry["messages"]] == ["rejected"]
+        assert [m["queue"] for m in entry["messages"]] == [DEFAULT_QUEUE]
+        readable = cli(system, "quarantine", "list")
+        assert job_id in readable.stdout and "permanent_error" in readable.stdout
+        async with api_client(system, store) as admin_api:
+            admin_view = await admin_api.get("/v1/admin/quarantine", headers=auth(admin))
+        assert [j["job_id"] for j in admin_view.json()["jobs"]] == [job_id]
+
+        replay = cli(system, "quarantine", "replay", job_id)
+        assert replay.returncode == 0, replay.stderr
+        assert "replayed 1 of 1" in replay.stdout
+        await eventually(lambda: _is(store, job_id, "succeeded"), what="success after replay")
+        assert await message_count(amqp_url) == 0
+
+        again = cli(system, "quarantine", "replay", job_id)
+        assert (
+            again.returncode == 0 and "skipped, not quarantined (it is succeeded)" in again.stdout
+        )
+
+    job = await store.get_job(uuid.UUID(job_id))
+    assert job is not None and job.attempts == 2 and job.max_attempts == 1 + 3
+    assert job.result == {"succeeded_on_attempt": 2}
+    events = [e.event for e in await store.job_events(job.id)]
+    assert events.count("replayed") == 1
+
+
+async def test_a_message_dead_lettered_by_the_delivery_limit_is_reconciled_and_replayable(
+    api: httpx.AsyncClient,
+    alice: str,
+    store: Store,
+    settings: Settings,
+    amqp_url: str,
+    tmp_path: Path,
+) -> None:
+    system = fast_settings(settings, amqp_url, delivery_limit=1)
+    with running_system(system, tmp_path / "relay", consumers=0):
+        job_id = await submit(api, alice, {"type": "demo.sleep", "payload": {"seconds": 0}})
+        await eventually(lambda: _count_is(amqp_url, 1, DEFAULT_QUEUE), what="the message")
+    await _return_until_dead_lettered(amqp_url)
+    await eventually(lambda: _count_is(amqp_url, 1), what="the dead-lettered message")
+    assert await state_of(store, job_id) == "queued"
+
+    listed = cli_json(system, "quarantine", "list")
+
+    assert listed["reconciled_delivery_limit"] == 1
+    (entry,) = listed["jobs"]
+    assert entry["job_id"] == job_id and entry["reason"] == "delivery_limit"
+    assert entry["messages"][0]["reason"] == "delivery_limit"
+    with running_system(system, tmp_path / "run"):
+        replay = cli(system, "quarantine", "replay", "--all", "--code", "delivery_limit")
+        assert replay.returncode == 0, replay.stderr
+        await eventually(lambda: _is(store, job_id, "succeeded"), what="success after replay")
+    assert await message_count(amqp_url) == 0
+
+
+async def test_redispatch_publishes_again_a_job_whose_message_was_lost(
+    api: httpx.AsyncClient,
+    alice: str,
+    admin: str,
+    store: Store,
+    settings: Settings,
+    amqp_url: str,
+    tmp_path: Path,
+) -> None:
+    system = fast_settings(settings, amqp_url)
+    with running_system(system, tmp_path / "relay", consumers=0):
+        job_id = await submit(api, alice, {"type": "demo.sleep", "payload": {"seconds": 0}})
+        await eventually(lambda: _count_is(amqp_url, 1, DEFAULT_QUEUE), what="the message")
+        await _purge(amqp_url, DEFAULT_QUEUE)  # the broker "lost" it
+
+        stats = cli_json(system, "stats")
+        assert stats["jobs_by_state"]["queued"] == 1
+        result = cli_json(system, "jobs", "redispatch", "--older-than", "0s")
+        assert result["redispatched"] == 1
+    with running_system(system, tmp_path / "run"):
+        await eventually(lambda: _is(store, job_id, "succeeded"), what="success after redispatch")
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v1/admin/stats"),
+        ("GET", "/v1/admin/quarantine"),
+        ("POST", f"/v1/admin/jobs/{uuid.UUID(int=1)}/replay"),
+        ("GET", f"/v1/admin/jobs/{uuid.UUID(int=1)}/trace"),
+    ],
+)
+async def test_every_admin_endpoint_needs_an_admin_token(
+    api: httpx.AsyncClient, alice: str, method: str, path: str
+) -> None:
+    assert (await api.request(method, path)).status_code == 401
+    assert (await api.request(method, path, headers=auth("jr_wrong"))).status_code == 401
+    forbidden = await api.request(method, path, headers=auth(alice))
+    assert forbidden.status_code == 403
+    assert forbidden.json()["code"] == "forbidden"
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+async def _is(store: Store, job_id: str, state: str) -> bool:
+    return await state_of(store, job_id) == state
+
+
+async def _has_event(store: Store, job_id: str, event: str) -> bool:
+    return any(e.event == event for e in await store.job_events(uuid.UUID(job_id)))
+
+
+async def _count_is(amqp_url: str, expected: int, queue: str | None = None) -> bool:
+    if queue is None:
+        return await message_count(amqp_url) == expected
+    return await message_count(amqp_url, queue) == expected
+
+
+async def _return_until_dead_lettered(amqp_url: str) -> None:
+    """Take the message and return it (nack, requeue) until the broker's limit drops it."""
+    connection = await aio_pika.connect(amqp_url)
+    async with connection:
+        channel = await connection.channel()
+        queue = await channel.declare_queue(DEFAULT_QUEUE, passive=True)
+        for _ in range(10):
+            message = await queue.get(no_ack=False, fail=False)
+            if message is None:
+                return
+            await message.nack(requeue=True)
+    raise AssertionError("the broker never dead-lettered the message")
+
+
+async def _purge(amqp_url: str, queue_name: str) -> None:
+    connection = await aio_pika.connect(amqp_url)
+    async with connection:
+        channel = await connection.channel()
+        queue = await channel.declare_queue(queue_name, passive=True)
+        await queue.purge()

@@ -7,6 +7,7 @@ import csv
 import hashlib
 import io
 import os
+import uuid
 from pathlib import Path
 from typing import Any, Literal
 
@@ -54,7 +55,8 @@ def write_once(path: Path, body: bytes) -> bool:
     if path.exists():
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # Unique per call: a stale attempt and its successor in one process must not share it.
+    temp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     with open(temp, "wb") as handle:
         handle.write(body)
         handle.flush()

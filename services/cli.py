@@ -58,6 +58,15 @@ def _print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, default=str, ensure_ascii=False))
 
 
+def _project_root() -> str:
+    """Where alembic.ini lives: the working directory (a container's /app), else the
+    checkout this package runs from."""
+    for candidate in (os.getcwd(), os.path.dirname(os.path.dirname(os.path.abspath(__file__)))):
+        if os.path.exists(os.path.join(candidate, "alembic.ini")):
+            return candidate
+    raise CliError("alembic.ini not found: run `jobrelay migrate` from the project directory")
+
+
 # --- migrate ------------------------------------------------------------------------------------
 
 
@@ -67,7 +76,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from alembic import command
 
     settings = settings_from_env()
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = _project_root()
     config = Config(os.path.join(root, "alembic.ini"))
     config.set_main_option("script_location", os.path.join(root, "alembic"))
     config.attributes["url"] = settings.database_url

@@ -15,7 +15,11 @@ from datetime import UTC, datetime
 from services.core.settings import mask_url
 
 # Attributes of a LogRecord that are not call-site context.
-_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message",
+    "asctime",
+    "color_message",  # uvicorn's copy of msg with terminal colours
+}
 CONTEXT_KEYS = ("job_id", "attempt", "event", "outbox_id", "type", "queue", "outcome", "reason")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -47,6 +48,8 @@ from services.core.states import JobState
 from services.db.store import Client, Store
 from services.handlers.loading import load_registry
 from services.operations import Operations
+
+log = logging.getLogger("jobrelay.api")
 
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": Problem, "content": {"application/problem+json": {}}}
@@ -180,7 +183,17 @@ def _add_job_routes(app: FastAPI) -> None:
             raise IdempotencyConflict(
                 "the key was used for another type or payload", job_id=str(accepted.job.id)
             )
-        SUBMISSIONS.labels(body.type, "created" if accepted.created else "existing").inc()
+        outcome = "created" if accepted.created else "existing"
+        SUBMISSIONS.labels(body.type, outcome).inc()
+        log.info(
+            "job accepted" if accepted.created else "job submitted again with the same key",
+            extra={
+                "job_id": str(accepted.job.id),
+                "type": body.type,
+                "attempt": 0,
+                "event": "received" if accepted.created else "idempotent_repeat",
+            },
+        )
         # Serialized once here rather than re-validated through response_model: this is the
         # hot path, and the model above is still what the OpenAPI document describes.
         return Response(

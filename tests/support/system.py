@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -54,6 +55,12 @@ def running_system(
                 )
             )
         yield services
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:

@@ -137,10 +137,13 @@ def render_trace(trace: dict[str, Any]) -> str:
         f"key {intent['idempotency_key']!r}",
     ]
     for row in trace["outbox"]:
-        state = f"published {row['published_at']}" if row["published_at"] else "NOT published"
+        if row["published_at"]:
+            state = f"published {row['published_at']}"
+        else:
+            state = f"NOT published yet, next try {row['due_at']}"
         error = f", last error: {row['last_error']}" if row["last_error"] else ""
         lines.append(
-            f"  outbox #{row['id']:<4} due {row['due_at']}, {state} "
+            f"  outbox #{row['id']:<4} written {row['created_at']}, {state} "
             f"after {row['publish_attempts']} attempt(s){error}"
         )
     lines.append(

@@ -38,8 +38,9 @@ servers:
 down:
 	$(PYTHON) scripts/servers.py down
 
+## bench: every benchmark, each beside its baseline measured in the same run
 bench:
-	$(PYTHON) scripts/servers.py run -- sh -c '$(PYTHON) benchmarks/submit.py'
+	$(PYTHON) scripts/servers.py run -- sh -c '$(PYTHON) -m benchmarks.submit && $(PYTHON) -m benchmarks.relay && $(PYTHON) -m benchmarks.e2e'
 
 clean:
 	$(PYTHON) scripts/servers.py down || true

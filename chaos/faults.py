@@ -1,0 +1,154 @@
+"""The faults, and a schedule of them drawn from the seed.
+
+Each fault is injected and healed before the next one starts (a killed process is restarted, a
+paused one continued, the proxy set back to ``pass``), so that at the end the system is whole
+again and must reach quiescence by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from chaos.proxy import Mode, Proxy
+from chaos.system import Service, servers_script
+
+
+class Fault(StrEnum):
+    KILL_CONSUMER = "kill_consumer"
+    KILL_DISPATCHER = "kill_dispatcher"
+    PAUSE_CONSUMER = "pause_consumer"  # SIGSTOP past its lease, then SIGCONT
+    CLOSE_CONNECTIONS = "close_connections"  # rabbitmqctl close_all_connections
+    BROKER_RESTART = "broker_restart"  # rabbitmqctl stop_app + start_app
+    PG_RESTART = "pg_restart"  # immediate stop + start
+    BLACKHOLE_DB = "blackhole_db"
+    BLACKHOLE_AMQP = "blackhole_amqp"
+    RESET_DB = "reset_db"
+    RESET_AMQP = "reset_amqp"
+    DELAY_DB = "delay_db"
+
+
+WEIGHTS = {
+    Fault.KILL_CONSUMER: 3.0,
+    Fault.KILL_DISPATCHER: 2.0,
+    Fault.PAUSE_CONSUMER: 2.0,
+    Fault.CLOSE_CONNECTIONS: 1.5,
+    Fault.BROKER_RESTART: 1.0,
+    Fault.PG_RESTART: 1.5,
+    Fault.BLACKHOLE_DB: 1.0,
+    Fault.BLACKHOLE_AMQP: 1.0,
+    Fault.RESET_DB: 1.5,
+    Fault.RESET_AMQP: 1.0,
+    Fault.DELAY_DB: 0.5,
+}
+
+
+@dataclass(frozen=True)
+class Planned:
+    at: float  # seconds after the load starts
+    fault: Fault
+    target: int  # which consumer/dispatcher, modulo their number
+    seconds: float  # how long the fault lasts (where that means something)
+
+
+def schedule(rng: random.Random, count: int, window: float) -> list[Planned]:
+    """``count`` faults over ``window`` seconds: every kind at least once when ``count``
+    allows, the rest drawn by weight; all of it a function of the seed."""
+    kinds = list(Fault)[:count]
+    faults, weights = list(WEIGHTS), list(WEIGHTS.values())
+    kinds += rng.choices(faults, weights, k=max(0, count - len(kinds)))
+    rng.shuffle(kinds)
+    times = sorted(rng.uniform(2.0, window) for _ in kinds)
+    return [
+        Planned(at, kind, rng.randrange(1000), rng.uniform(2.0, 5.0))
+        for at, kind in zip(times, kinds, strict=True)
+    ]
+
+
+@dataclass
+class Injector:
+    consumers: list[Service]
+    dispatchers: list[Service]
+    proxies: dict[str, Proxy]  # "db", "amqp"
+    lease_seconds: float
+    log: Callable[[str], None]
+    injected: Counter[str] = field(default_factory=Counter)
+    failures: list[str] = field(default_factory=list)  # faults that could not be injected
+
+    async def run(self, planned: list[Planned], start: float) -> None:
+        for fault in planned:
+            await asyncio.sleep(max(0.0, start + fault.at - time.monotonic()))
+            began = time.monotonic()
+            try:
+                await self.inject(fault)
+            except Exception as error:  # a fault helper failed: say so, keep going
+                self.failures.append(f"{fault.fault}: {type(error).__name__}: {error}")
+                self.log(f"fault {fault.fault} failed: {type(error).__name__}: {error}")
+                continue
+            self.injected[fault.fault] += 1
+            self.log(
+                f"fault {fault.fault} at +{began - start:.1f}s took {time.monotonic() - began:.1f}s"
+            )
+
+    async def inject(self, fault: Planned) -> None:
+        match fault.fault:
+            case Fault.KILL_CONSUMER:
+                await self._kill_and_restart(self._pick(self.consumers, fault.target), fault)
+            case Fault.KILL_DISPATCHER:
+                await self._kill_and_restart(self._pick(self.dispatchers, fault.target), fault)
+            case Fault.PAUSE_CONSUMER:
+                consumer = self._pick(self.consumers, fault.target)
+                consumer.pause()
+                try:
+                    await asyncio.sleep(self.lease_seconds + fault.seconds)
+                finally:
+                    consumer.resume()
+            case Fault.CLOSE_CONNECTIONS:
+                await asyncio.to_thread(
+                    servers_script().rabbitmqctl, "close_all_connections", "chaos fault"
+                )
+            case Fault.BROKER_RESTART:
+                await asyncio.to_thread(servers_script().rabbit_restart_app)
+            case Fault.PG_RESTART:
+                await asyncio.to_thread(servers_script().pg_restart)
+            case Fault.BLACKHOLE_DB:
+                await self._proxy_fault("db", Mode.BLACKHOLE, fault.seconds)
+            case Fault.BLACKHOLE_AMQP:
+                await self._proxy_fault("amqp", Mode.BLACKHOLE, fault.seconds)
+            case Fault.RESET_DB:
+                await self._proxy_fault("db", Mode.RESET, fault.seconds / 2)
+            case Fault.RESET_AMQP:
+                await self._proxy_fault("amqp", Mode.RESET, fault.seconds / 2)
+            case Fault.DELAY_DB:
+                await self._proxy_fault("db", Mode.DELAY, fault.seconds, delay=0.1)
+
+    @staticmethod
+    def _pick(services: list[Service], target: int) -> Service:
+        return services[target % len(services)]
+
+    async def _kill_and_restart(self, service: Service, fault: Planned) -> None:
+        await asyncio.to_thread(service.kill)
+        await asyncio.sleep(fault.seconds / 4)  # down for 0.5-1.25 s
+        await asyncio.to_thread(service.start)
+
+    async def _proxy_fault(self, name: str, mode: Mode, seconds: float, delay: float = 0.0) -> None:
+        proxy = self.proxies[name]
+        await asyncio.to_thread(proxy.set_mode, mode, delay)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            await asyncio.to_thread(proxy.set_mode, Mode.PASS)
+
+    async def heal(self) -> None:
+        """Everything back to normal: proxies pass, servers up, every process running."""
+        for proxy in self.proxies.values():
+            await asyncio.to_thread(proxy.set_mode, Mode.PASS)
+        await asyncio.to_thread(servers_script().pg_start)
+        await asyncio.to_thread(servers_script().rabbitmqctl, "start_app")
+        for service in [*self.consumers, *self.dispatchers]:
+            service.resume()

@@ -1,0 +1,345 @@
+"""One chaos run: set the system up, load it while injecting faults, wait for quiescence,
+check the invariants, print one summary line. Exit status 0 only when nothing was violated."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import shutil
+import socket
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from chaos import checks, faults
+from chaos.proxy import Proxy
+from chaos.system import (
+    ROOT,
+    Scratch,
+    Servers,
+    Service,
+    cli,
+    host_port,
+    run_name,
+    service_env,
+    wait_http,
+    with_netloc,
+)
+from chaos.workload import Kind, Ledger, Submitter, plan
+
+LEASE_SECONDS = 3.0
+SHOWN_PER_KIND = 10
+TRACED = 5
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    jobs: int
+    faults: int
+    load_seconds: float  # submissions spread over this long; faults too
+    consumers: int
+    concurrency: int
+    workers: int  # HTTP requests in flight at most
+    quiescence_timeout: float
+
+
+PROFILES = {
+    "short": Profile("short", 1500, 13, 50.0, 3, 4, 16, 120.0),
+    "long": Profile("long", 10_000, 60, 330.0, 3, 4, 16, 300.0),
+}
+
+
+@dataclass(frozen=True)
+class Options:
+    profile: Profile
+    seed: int
+    workdir: Path | None = None
+    keep: bool = False
+
+
+def say(message: str) -> None:
+    print(f"chaos: {message}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Run:
+    def __init__(self, options: Options, servers: Servers) -> None:
+        self.options = options
+        self.profile = options.profile
+        self.servers = servers
+        self.name = run_name()
+        self.workdir = options.workdir or ROOT / ".local" / "chaos" / self.name
+        self.results_dir = self.workdir / "results"
+        self.logs_dir = self.workdir / "logs"
+        self.scratch: Scratch | None = None
+        self.proxies: dict[str, Proxy] = {}
+        self.services: list[Service] = []
+        self.ledger = Ledger()
+        self.started = time.monotonic()
+
+    # --- setup and teardown -------------------------------------------------------------------
+
+    def set_up(self) -> tuple[str, str]:
+        """Scratch database and vhost, proxies, migrations, a client, and the services.
+        Returns (API URL, client token)."""
+        self.results_dir.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self.scratch = scratch = Scratch.create(self.servers, self.name)
+        direct = service_env({"JOBRELAY_DATABASE_URL": scratch.database_url})
+        for args in (["migrate"], ["clients", "create", "chaos", "--json"]):
+            done = cli(direct, *args)
+            if done.returncode != 0:
+                raise RuntimeError(f"`services {' '.join(args)}` failed: {done.stderr.strip()}")
+        token = str(json.loads(done.stdout)["token"])
+        self.proxies = {
+            "db": Proxy("db", *host_port(self.servers.database_url, 5432)),
+            "amqp": Proxy("amqp", *host_port(self.servers.amqp_url, 5672)),
+        }
+        ports = {name: proxy.start() for name, proxy in self.proxies.items()}
+        api_port = free_port()
+        env = service_env(
+            {
+                "JOBRELAY_DATABASE_URL": with_netloc(
+                    scratch.database_url, "127.0.0.1", ports["db"]
+                ),
+                "JOBRELAY_AMQP_URL": with_netloc(scratch.amqp_url, "127.0.0.1", ports["amqp"]),
+                "JOBRELAY_LEASE_SECONDS": str(LEASE_SECONDS),
+                "JOBRELAY_RETRY_BASE_SECONDS": "0.2",
+                "JOBRELAY_RETRY_MAX_SECONDS": "1.0",
+                "JOBRELAY_POLL_INTERVAL_SECONDS": "0.2",
+                "JOBRELAY_PUBLISH_TIMEOUT_SECONDS": "5",
+                "JOBRELAY_SHUTDOWN_GRACE_SECONDS": "5",
+                "JOBRELAY_RESULTS_DIR": str(self.results_dir),
+                "JOBRELAY_API_PORT": str(api_port),
+                "JOBRELAY_LOG_LEVEL": "INFO",
+            }
+        )
+        self.api = Service("api", ["api"], env, self.logs_dir / "api.log")
+        self.dispatchers = [
+            Service(f"dispatcher{n}", ["dispatcher"], env, self.logs_dir / f"dispatcher{n}.log")
+            for n in range(2)
+        ]
+        self.consumers = [
+            Service(
+                f"consumer{n}",
+                ["consumer", "--concurrency", str(self.profile.concurrency)],
+                env,
+                self.logs_dir / f"consumer{n}.log",
+            )
+            for n in range(self.profile.consumers)
+        ]
+        self.services = [self.api, *self.dispatchers, *self.consumers]
+        for service in self.services:
+            service.start()
+        api_url = f"http://127.0.0.1:{api_port}"
+        wait_http(f"{api_url}/healthz")
+        return api_url, token
+
+    def tear_down(self, keep_scratch: bool) -> None:
+        for service in self.services:
+            with contextlib.suppress(Exception):
+                service.stop()
+        for proxy in self.proxies.values():
+            proxy.close()
+        if self.scratch is not None and not keep_scratch:
+            self.scratch.drop()
+
+    # --- the run ------------------------------------------------------------------------------
+
+    async def load_under_faults(self, api_url: str, token: str) -> faults.Injector:
+        rng = random.Random(self.options.seed)
+        submissions = plan(rng, self.profile.jobs, f"chaos-{self.options.seed}")
+        planned_faults = faults.schedule(rng, self.profile.faults, self.profile.load_seconds)
+        injector = faults.Injector(
+            self.consumers, self.dispatchers, self.proxies, LEASE_SECONDS, log=self.note
+        )
+        submitter = Submitter(api_url, token, self.ledger)
+        supervising = asyncio.create_task(self.supervise())
+        start = time.monotonic()
+        try:
+            await asyncio.gather(
+                submitter.run(
+                    submissions, seconds=self.profile.load_seconds, workers=self.profile.workers
+                ),
+                injector.run(planned_faults, start),
+            )
+            self.note(
+                f"load done: {len(submissions)} submissions in {time.monotonic() - start:.1f}s"
+            )
+            await injector.heal()
+        finally:
+            supervising.cancel()
+            await asyncio.gather(supervising, return_exceptions=True)
+            await submitter.close()
+        self.check_services()
+        return injector
+
+    async def supervise(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            self.check_services()
+
+    def check_services(self) -> None:
+        """A process that ended without our doing is a finding; restart it so the run can
+        still converge."""
+        for service in self.services:
+            if not service.check():
+                self.note(
+                    f"{service.name} exited by itself ({service.unexpected_exits[-1]}):\n"
+                    + service.tail()
+                )
+                service.start()
+
+    async def quiescence(self) -> float | None:
+        """Seconds until every job is terminal, the outbox is relayed and the work queues are
+        empty; None on timeout."""
+        assert self.scratch is not None
+        began = time.monotonic()
+        deadline = began + self.profile.quiescence_timeout
+        last = ""
+        while time.monotonic() < deadline:
+            self.check_services()
+            try:
+                open_jobs, unpublished = await asyncio.to_thread(
+                    checks.progress, self.scratch.database_url
+                )
+                ready = await checks.ready_messages(
+                    self.scratch.amqp_url, checks.WORK_QUEUE_PREFIX + "default"
+                )
+                status = f"open jobs {open_jobs}, unpublished {unpublished}, ready {ready}"
+                if open_jobs == unpublished == ready == 0:
+                    depths = await asyncio.to_thread(
+                        checks.work_queue_depths, self.scratch.api_url, self.scratch.vhost
+                    )
+                    if not any(depths.values()):
+                        return time.monotonic() - began
+                    status += f", queues {depths}"
+            except Exception as error:  # a server still coming back
+                status = f"not readable yet: {type(error).__name__}"
+            if status != last:
+                self.note(f"waiting for quiescence: {status}")
+                last = status
+            await asyncio.sleep(1.0)
+        return None
+
+    async def snapshot(self) -> checks.Snapshot:
+        assert self.scratch is not None
+        snapshot = await asyncio.to_thread(checks.read_database, self.scratch.database_url)
+        # The management API's counts lag: give them a moment to settle at zero.
+        for _ in range(10):
+            snapshot.work_queues = await asyncio.to_thread(
+                checks.work_queue_depths, self.scratch.api_url, self.scratch.vhost
+            )
+            if not any(snapshot.work_queues.values()):
+                break
+            await asyncio.sleep(1.0)
+        found, malformed = await checks.read_quarantine(self.scratch.amqp_url)
+        snapshot.quarantine_messages, snapshot.malformed_quarantine = found, malformed
+        return snapshot
+
+    def note(self, message: str) -> None:
+        say(f"+{time.monotonic() - self.started:6.1f}s {message}")
+
+    # --- reporting ----------------------------------------------------------------------------
+
+    def report(
+        self,
+        verdict: checks.Verdict,
+        injector: faults.Injector,
+        quiescence: float | None,
+    ) -> str:
+        figures = verdict.figures
+        ledger = self.ledger
+        duplicates = sum(max(0, len(record.answers) - 1) for record in ledger.records.values())
+        permanent = sum(
+            1
+            for record in ledger.records.values()
+            if record.accepted and record.job.kind is Kind.PERMANENT
+        )
+        fault_counts = ",".join(f"{kind}:{n}" for kind, n in sorted(injector.injected.items()))
+        count = Counter({kind: len(items) for kind, items in verdict.violations.items()})
+        parts = [
+            f"seed={self.options.seed}",
+            f"profile={self.profile.name}",
+            f"jobs={len(ledger.records)}",
+            f"accepted={figures['accepted']}",
+            f"requests={ledger.requests}",
+            f"ambiguous={ledger.ambiguous}",
+            f"ambiguous_commits={ledger.ambiguous_commits}",
+            f"duplicate_submissions={duplicates}",
+            f"succeeded={figures['succeeded']}",
+            f"quarantined={figures['quarantined']}",
+            f"permanent={permanent}",
+            f"cancelled={figures['cancelled']}",
+            f"exhausted_by_faults={figures['exhausted_by_faults']}",
+            f"quarantine_messages={figures['quarantine_messages']}",
+            f"faults={fault_counts or 'none'}",
+            f"faults_total={sum(injector.injected.values())}",
+            f"lost={count['lost']}",
+            f"duplicate_results={count['duplicate_results']}",
+            f"duplicate_effects={count['duplicate_effects']}",
+            f"wrongly_quarantined={count['wrongly_quarantined']}",
+            f"violations={sum(count.values())}",
+            f"quiescence={f'{quiescence:.1f}s' if quiescence is not None else 'timeout'}",
+            f"elapsed={time.monotonic() - self.started:.0f}s",
+        ]
+        return "chaos: " + " ".join(parts)
+
+    def explain(self, verdict: checks.Verdict) -> None:
+        for kind, items in verdict.violations.items():
+            for item in items[:SHOWN_PER_KIND]:
+                say(f"VIOLATION {kind}: {item}")
+            if len(items) > SHOWN_PER_KIND:
+                say(f"VIOLATION {kind}: ... and {len(items) - SHOWN_PER_KIND} more")
+        assert self.scratch is not None
+        direct = service_env({"JOBRELAY_DATABASE_URL": self.scratch.database_url})
+        for job_id in verdict.suspects[:TRACED]:
+            done = cli(direct, "jobs", "trace", job_id, "--json")
+            say(f"trace of {job_id}:\n{done.stdout or done.stderr}")
+
+
+async def run(options: Options) -> int:
+    servers = Servers.find_or_start()
+    chaos = Run(options, servers)
+    say(f"seed={options.seed} profile={options.profile.name} workdir={chaos.workdir}")
+    ok = False
+    try:
+        api_url, token = await asyncio.to_thread(chaos.set_up)
+        chaos.note(f"system up: {len(chaos.services)} processes behind the proxies")
+        injector = await chaos.load_under_faults(api_url, token)
+        quiescence = await chaos.quiescence()
+        if quiescence is None:
+            chaos.note(f"no quiescence within {options.profile.quiescence_timeout:.0f}s")
+        snapshot = await chaos.snapshot()
+        for service in chaos.services:
+            await asyncio.to_thread(service.stop)
+        logs = checks.read_logs([service.log_path for service in chaos.services])
+        verdict = checks.verify(chaos.ledger, snapshot, logs, chaos.results_dir)
+        for service in chaos.services:
+            for code in service.unexpected_exits:
+                verdict.fail("service_exit", f"{service.name} exited by itself with {code}")
+        for failure in injector.failures:
+            verdict.fail("fault_failed", failure)
+        if quiescence is None:
+            verdict.fail("no_quiescence", "the system did not settle in time")
+        chaos.explain(verdict)
+        ok = verdict.ok
+        print(chaos.report(verdict, injector, quiescence), flush=True)
+        if not ok:
+            say(f"logs and results kept in {chaos.workdir}")
+        return 0 if ok else 1
+    finally:
+        chaos.tear_down(keep_scratch=options.keep or not ok)
+        if ok and not options.keep and options.workdir is None:
+            shutil.rmtree(chaos.workdir, ignore_errors=True)
+        servers.stop_if_started_here()

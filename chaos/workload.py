@@ -1,0 +1,205 @@
+"""What the chaos run submits, and a client that treats every ambiguous answer as ambiguous.
+
+The plan is a pure function of the seed: a mix of job kinds, each under its own idempotency key,
+some keys submitted twice (later, or at the same moment) and some jobs cancelled right after
+they are accepted. The client retries a 5xx or a broken connection with the same key: the
+earlier request may have committed (the ambiguous commit), and the key makes the retry safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import httpx
+
+RETRY_PAUSE = (0.2, 2.0)  # growing pause between retries of an ambiguous request
+
+
+class Kind(StrEnum):
+    SLEEP = "sleep"
+    EXPORT = "export"
+    TRANSIENT = "transient"  # fails on its first 1–2 attempts, then succeeds
+    PERMANENT = "permanent"  # fails permanently on every attempt: must end quarantined
+
+
+KIND_WEIGHTS = {Kind.SLEEP: 45, Kind.EXPORT: 25, Kind.TRANSIENT: 20, Kind.PERMANENT: 10}
+
+
+@dataclass(frozen=True)
+class Planned:
+    key: str
+    kind: Kind
+    type: str
+    payload: dict[str, Any]
+    max_attempts: int | None = None
+    cancel: bool = False
+
+    def body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"type": self.type, "payload": self.payload}
+        if self.max_attempts is not None:
+            body["max_attempts"] = self.max_attempts
+        return body
+
+
+@dataclass(frozen=True)
+class Submission:
+    job: Planned
+    duplicate: bool  # a second submission of the same key
+
+
+def plan(rng: random.Random, count: int, prefix: str) -> list[Submission]:
+    """``count`` jobs and their duplicate submissions, in submission order."""
+    kinds = list(KIND_WEIGHTS)
+    weights = list(KIND_WEIGHTS.values())
+    slots: list[list[Submission]] = [[] for _ in range(count)]
+    for number in range(count):
+        job = _planned(rng, f"{prefix}-{number}", rng.choices(kinds, weights)[0])
+        slots[number].append(Submission(job, duplicate=False))
+        roll = rng.random()
+        if roll < 0.03:  # at the same moment: two workers take them side by side
+            slots[number].append(Submission(job, duplicate=True))
+        elif roll < 0.12:  # later, once the job may be running or finished
+            later = min(count - 1, number + rng.randint(1, 200))
+            slots[later].append(Submission(job, duplicate=True))
+    return [submission for slot in slots for submission in slot]
+
+
+def _planned(rng: random.Random, key: str, kind: Kind) -> Planned:
+    match kind:
+        case Kind.SLEEP:
+            payload: dict[str, Any] = {"seconds": round(rng.uniform(0, 0.05), 3)}
+            return Planned(key, kind, "demo.sleep", payload, cancel=rng.random() < 0.05)
+        case Kind.EXPORT:
+            return Planned(key, kind, "catalog.export", {"course": f"course-{rng.randint(1, 99)}"})
+        case Kind.TRANSIENT:
+            payload = {"mode": "transient", "times": rng.choice([1, 2])}
+            return Planned(key, kind, "demo.fail", payload, max_attempts=3)
+        case Kind.PERMANENT:
+            # `times` at its maximum: no attempt number can succeed, even after lost attempts.
+            payload = {"mode": "permanent", "times": 1000}
+            return Planned(key, kind, "demo.fail", payload, max_attempts=3)
+    raise AssertionError(kind)  # pragma: no cover
+
+
+@dataclass
+class KeyRecord:
+    """Everything the API answered for one idempotency key."""
+
+    job: Planned
+    answers: list[tuple[int, str]] = field(default_factory=list)  # (status, job id)
+    unexpected: list[str] = field(default_factory=list)  # 4xx answers, give-ups
+    cancel_requested: bool = False
+    cancel_confirmed: bool = False
+
+    @property
+    def job_ids(self) -> set[str]:
+        return {job_id for _, job_id in self.answers}
+
+    @property
+    def accepted(self) -> bool:
+        return bool(self.answers)
+
+
+@dataclass
+class Ledger:
+    records: dict[str, KeyRecord] = field(default_factory=dict)
+    requests: int = 0
+    ambiguous: int = 0  # 5xx or a broken connection: retried with the same key
+    ambiguous_commits: int = 0  # ...and the retry found the job the failed request created
+    errors: Counter[str] = field(default_factory=Counter)
+
+    def record(self, job: Planned) -> KeyRecord:
+        return self.records.setdefault(job.key, KeyRecord(job))
+
+
+class Submitter:
+    def __init__(
+        self, api_url: str, token: str, ledger: Ledger, *, give_up_after: float = 180.0
+    ) -> None:
+        self.client = httpx.AsyncClient(
+            base_url=api_url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=httpx.Timeout(10.0),
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
+        )
+        self.ledger = ledger
+        self.give_up_after = give_up_after
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    async def run(self, submissions: list[Submission], *, seconds: float, workers: int) -> None:
+        """Submit at an even pace over ``seconds`` with ``workers`` requests in flight at most."""
+        queue: asyncio.Queue[tuple[float, Submission]] = asyncio.Queue()
+        start = time.monotonic()
+        step = seconds / max(1, len(submissions))
+        for number, submission in enumerate(submissions):
+            queue.put_nowait((start + number * step, submission))
+
+        async def worker() -> None:
+            while not queue.empty():
+                due, submission = queue.get_nowait()
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
+                await self.submit(submission)
+
+        await asyncio.gather(*(worker() for _ in range(workers)))
+
+    async def submit(self, submission: Submission) -> None:
+        job = submission.job
+        record = self.ledger.record(job)
+        answer = await self._request(
+            "POST", "/v1/jobs", json=job.body(), headers={"Idempotency-Key": job.key}
+        )
+        if answer is None:
+            record.unexpected.append("gave up: no definite answer")
+            return
+        status, document, failures = answer
+        if status not in (200, 202):
+            record.unexpected.append(f"submit answered {status}: {document}")
+            return
+        job_id = str(document["id"])
+        record.answers.append((status, job_id))
+        if status == 200 and failures and not submission.duplicate:
+            self.ledger.ambiguous_commits += 1
+        if job.cancel and not submission.duplicate:
+            await self._cancel(record, job_id)
+
+    async def _cancel(self, record: KeyRecord, job_id: str) -> None:
+        record.cancel_requested = True
+        answer = await self._request("POST", f"/v1/jobs/{job_id}/cancel")
+        if answer is not None and answer[0] == 200:
+            record.cancel_confirmed = True
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any, int] | None:
+        """(status, JSON body, ambiguous failures before it), retrying 5xx and broken
+        connections; None after ``give_up_after`` seconds without a definite answer."""
+        deadline = time.monotonic() + self.give_up_after
+        failures = 0
+        while True:
+            self.ledger.requests += 1
+            try:
+                response = await self.client.request(method, path, **kwargs)
+                if response.status_code < 500:
+                    return response.status_code, _json(response), failures
+                self.ledger.errors[f"http_{response.status_code}"] += 1
+            except httpx.TransportError as error:
+                self.ledger.errors[type(error).__name__] += 1
+            failures += 1
+            self.ledger.ambiguous += 1
+            if time.monotonic() > deadline:
+                return None
+            low, high = RETRY_PAUSE
+            await asyncio.sleep(min(high, low * 2 ** min(failures - 1, 4)))
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return {"raw": response.text[:200]}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import psycopg
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -41,6 +42,9 @@ def is_connection_error(error: BaseException) -> bool:
     if isinstance(error, sa_exc.OperationalError | sa_exc.InterfaceError):
         return True
     if isinstance(error, sa_exc.TimeoutError):  # pool exhausted while connections hang
+        return True
+    # Raised by the driver directly on the fast path (Store.fetch_all).
+    if isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
         return True
     return isinstance(error, OSError | ConnectionError)
 

@@ -1,4 +1,4 @@
-"""The consumer's side of the database (SPEC §6): claim, renew, finish — each one transaction.
+"""The consumer's side of the database (SPEC §6): claim, renew, finish — each one statement.
 
 Every write that reports on a job is fenced by the lease token of the claim that made it, so a
 worker whose lease expired and was taken over can never complete, retry or quarantine the job.
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.core.jobs import Job, Outcome, Quarantine, RetryLater, Succeeded
@@ -71,24 +72,20 @@ class ExecutionStore:
         Calling it again with the same token after a lost answer is safe: a job already running
         under this token is reported as claimed.
         """
+        # The claim and its journal entries are one statement: autocommit, one round trip.
+        row = await self.store.fetch_one(
+            q.CLAIM_JOB,
+            id=job_id,
+            lease_token=lease_token,
+            lease_seconds=lease_seconds,
+            detail=detail,
+        )
+        if row is not None:
+            return Claimed(
+                job_from_row(row), lease_token, reclaimed=row.previous_state == JobState.RUNNING
+            )
+        # The rare path: find out why, and act on it, in one transaction.
         async with self.store.transaction() as connection:
-            row = (
-                await connection.execute(
-                    q.CLAIM_JOB,
-                    {
-                        "id": job_id,
-                        "lease_token": lease_token,
-                        "lease_seconds": lease_seconds,
-                        "detail": detail,
-                    },
-                )
-            ).first()
-            if row is not None:
-                return Claimed(
-                    job_from_row(row),
-                    lease_token,
-                    reclaimed=row.previous_state == JobState.RUNNING,
-                )
             return await self._refusal(connection, job_id, lease_token)
 
     async def _refusal(
@@ -125,12 +122,11 @@ class ExecutionStore:
         self, job_id: uuid.UUID, *, lease_token: uuid.UUID, attempt: int, outcome: Outcome
     ) -> Finish:
         """Carry out a decided outcome in one transaction, fenced by the lease token."""
-        async with self.store.transaction() as connection:
-            row = (
-                await connection.execute(*_finish_statement(job_id, lease_token, outcome))
-            ).first()
-            if row is not None:
-                return Finish.WRITTEN
+        statement, params = _finish_statement(job_id, lease_token, outcome)
+        # State, result, outbox row and journal are one statement: autocommit, one round trip.
+        if await self.store.fetch_one(statement, **params) is not None:
+            return Finish.WRITTEN
+        async with self.store.transaction() as connection:  # the rare path: why not?
             trace = (await connection.execute(q.ATTEMPT_TRACE, {"id": job_id})).first()
             if trace is not None and _already_done(trace, attempt, outcome):
                 return Finish.ALREADY
@@ -162,7 +158,7 @@ class ExecutionStore:
 
 def _finish_statement(
     job_id: uuid.UUID, lease_token: uuid.UUID, outcome: Outcome
-) -> tuple[Any, dict[str, Any]]:
+) -> tuple[TextClause, dict[str, Any]]:
     fence = {"id": job_id, "lease_token": lease_token}
     match outcome:
         case Succeeded(result=result):

@@ -37,6 +37,7 @@ from services.core.message import Envelope, MalformedMessage
 from services.core.registry import JobContext, JobType, Registry
 from services.core.retry import RetryPolicy
 from services.core.settings import Settings
+from services.core.states import JobState
 from services.db.execution_store import (
     Claimed,
     ExecutionStore,
@@ -54,6 +55,9 @@ class Delivery(Protocol):
 
     @property
     def body(self) -> bytes: ...
+
+    @property
+    def redelivered(self) -> bool | None: ...
 
     async def ack(self, multiple: bool = False) -> None: ...
 
@@ -145,7 +149,7 @@ class Worker:
         self.metrics.in_flight.inc()
         verdict = INTERRUPTED
         try:
-            verdict = await self.process(delivery.body)
+            verdict = await self.process(delivery.body, redelivered=bool(delivery.redelivered))
             if verdict.pause:
                 await asyncio.sleep(self.backoff.before_requeue())
         except asyncio.CancelledError:
@@ -180,7 +184,7 @@ class Worker:
 
     # --- processing -------------------------------------------------------------------------
 
-    async def process(self, body: bytes) -> Verdict:
+    async def process(self, body: bytes, *, redelivered: bool = False) -> Verdict:
         try:
             envelope = Envelope.decode(body)
         except MalformedMessage as error:
@@ -203,10 +207,10 @@ class Worker:
         except StoreUnavailable:
             return STORE_UNAVAILABLE
         if isinstance(claim, Refused):
-            return self._refused(envelope, claim)
+            return self._refused(envelope, claim, redelivered=redelivered)
         return await self._attempt(claim, lease_deadline=asked + self.lease_seconds)
 
-    def _refused(self, envelope: Envelope, refused: Refused) -> Verdict:
+    def _refused(self, envelope: Envelope, refused: Refused, *, redelivered: bool) -> Verdict:
         extra = {"job_id": str(envelope.job_id), "event": refused.reason.value}
         if refused.reason is Refusal.UNKNOWN_JOB:
             log.warning("message for an unknown job dead-lettered", extra=extra)
@@ -214,6 +218,15 @@ class Worker:
         if refused.reason is Refusal.EXHAUSTED:
             log.warning("job has no attempts left: quarantined", extra=extra)
             return Verdict(Disposition.DEAD_LETTER, "attempts_exhausted")
+        if redelivered and refused.job is not None and refused.job.state == JobState.QUARANTINED:
+            # The broker gave this message back: its earlier settle was lost (the channel closed
+            # between the quarantine's COMMIT and its nack, or the process died there). Acking
+            # it would leave the quarantined job with no message in the quarantine queue.
+            log.warning(
+                "redelivered message of a quarantined job dead-lettered",
+                extra={**extra, "event": "quarantine_redelivered"},
+            )
+            return Verdict(Disposition.DEAD_LETTER, "quarantined")
         log.info("duplicate delivery acked", extra={**extra, "event": "duplicate_delivery"})
         return Verdict(Disposition.ACK, "duplicate")
 

@@ -90,6 +90,7 @@ class StandInDelivery:
         self.body = Envelope(job_id, job_type).encode() if job_id else body
         self.settled: list[str] = []
         self.dies_before_settling = False
+        self.redelivered = False
 
     async def ack(self, multiple: bool = False) -> None:
         if self.dies_before_settling:

@@ -1,0 +1,111 @@
+"""Regressions found by the chaos runner (issue 6), each at the point where it was found."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from aio_pika.abc import AbstractIncomingMessage
+from aio_pika.exceptions import ChannelInvalidStateError
+
+from services.consumer.metrics import ConsumerMetrics
+from services.consumer.worker import Worker
+from services.core.settings import Settings
+from services.core.topology import DEFAULT_QUEUE, QUARANTINE_QUEUE
+from services.db.execution_store import ExecutionStore
+from services.db.store import Store
+from tests.support.consumer_kit import (
+    broker,
+    eventually,
+    mark_outbox_published,
+    new_client,
+    publish_jobs,
+    quarantined_messages,
+    ready_count,
+    registry,
+    scalar,
+    submit,
+    work_queue_count,
+)
+
+ALWAYS_PERMANENT = {"mode": "permanent", "times": 1000}
+
+
+@pytest.fixture
+def cfg(settings: Settings, amqp_url: str) -> Settings:
+    return settings.model_copy(update={"amqp_url": amqp_url, "lease_seconds": 2.0})
+
+
+class SettleLost:
+    """A real delivery whose ack/nack never reach the broker: the channel closed in between
+    (a connection reset right after the outcome's COMMIT)."""
+
+    def __init__(self, message: AbstractIncomingMessage) -> None:
+        self.body = message.body
+        self.redelivered = message.redelivered
+
+    async def ack(self, multiple: bool = False) -> None:
+        raise ChannelInvalidStateError("connection reset before the ack")
+
+    async def nack(self, multiple: bool = False, requeue: bool = True) -> None:
+        raise ChannelInvalidStateError("connection reset before the nack")
+
+
+async def quarantined_job_ids(cfg: Settings) -> list[str]:
+    return [str(m.correlation_id) for m in await quarantined_messages(cfg)]
+
+
+async def test_a_quarantine_whose_nack_was_lost_still_dead_letters_its_message(
+    store: Store, cfg: Settings
+) -> None:
+    # Found by `python -m chaos --profile short --seed 6`: a proxy reset closed the consumer's
+    # channel between the quarantine's COMMIT and its nack(requeue=False); the broker delivered
+    # the message again, the claim saw a quarantined job, and the redelivery was acked as a
+    # duplicate, so the quarantine queue never held the job's message (SPEC §8.5).
+    job_id = await submit(store, await new_client(store), "demo.fail", ALWAYS_PERMANENT)
+    await mark_outbox_published(store)
+    await publish_jobs(cfg, [(job_id, "demo.fail")])
+    worker = Worker(ExecutionStore(store), registry, cfg, ConsumerMetrics())
+    async with broker(cfg) as channel:
+        queue = await channel.declare_queue(DEFAULT_QUEUE, passive=True)
+        message = await queue.get(no_ack=False)
+        assert (await worker.handle(SettleLost(message))).outcome == "quarantined"
+    # That channel is gone: the broker puts the message back, marked redelivered.
+    assert await work_queue_count(cfg) == 1
+    async with broker(cfg) as channel:
+        queue = await channel.declare_queue(DEFAULT_QUEUE, passive=True)
+        redelivery = await queue.get(no_ack=False)
+        assert redelivery.redelivered
+        verdict = await worker.handle(redelivery)
+    assert verdict.disposition == "dead_letter"
+    assert await work_queue_count(cfg) == 0
+    assert await eventually(
+        lambda: _depth_is(cfg, 1), what="the job's message in the quarantine queue"
+    )
+    assert await quarantined_job_ids(cfg) == [str(job_id)]
+    state = await scalar(store, "SELECT state FROM jobs WHERE id = :id", id=job_id)
+    assert state == "quarantined"
+
+
+async def test_a_fresh_duplicate_of_a_quarantined_job_is_acked_not_quarantined_twice(
+    store: Store, cfg: Settings
+) -> None:
+    job_id: uuid.UUID = await submit(store, await new_client(store), "demo.fail", ALWAYS_PERMANENT)
+    await mark_outbox_published(store)
+    worker = Worker(ExecutionStore(store), registry, cfg, ConsumerMetrics())
+    # The relay published it twice (it crashed before recording the first publish).
+    await publish_jobs(cfg, [(job_id, "demo.fail"), (job_id, "demo.fail")])
+    async with broker(cfg) as channel:
+        queue = await channel.declare_queue(DEFAULT_QUEUE, passive=True)
+        first = await queue.get(no_ack=False)
+        assert (await worker.handle(first)).outcome == "quarantined"
+        second = await queue.get(no_ack=False)
+        assert not second.redelivered
+        assert (await worker.handle(second)).outcome == "duplicate"
+    assert await work_queue_count(cfg) == 0
+    assert await eventually(lambda: _depth_is(cfg, 1), what="one quarantined message")
+    assert await quarantined_job_ids(cfg) == [str(job_id)]
+
+
+async def _depth_is(cfg: Settings, expected: int) -> bool:
+    return await ready_count(cfg, QUARANTINE_QUEUE) == expected

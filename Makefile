@@ -42,6 +42,12 @@ down:
 bench:
 	$(PYTHON) scripts/servers.py run -- sh -c '$(PYTHON) -m benchmarks.submit && $(PYTHON) -m benchmarks.relay && $(PYTHON) -m benchmarks.e2e'
 
+## chaos: the long chaos run (>=10,000 jobs, >=50 faults) on throwaway servers; prints one
+## summary line, exits non-zero on any violation. CHAOS_ARGS="--profile short --seed 7" to vary.
+CHAOS_ARGS ?= --profile long
+chaos:
+	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m chaos $(CHAOS_ARGS)
+
 clean:
 	$(PYTHON) scripts/servers.py down || true
 	rm -rf .local build *.egg-info

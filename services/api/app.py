@@ -51,14 +51,19 @@ from services.operations import Operations
 
 log = logging.getLogger("jobrelay.api")
 
+# Errors are sent as application/problem+json only: the schema goes under that media type (a
+# "model" would also document an application/json body that is never sent).
+PROBLEM_CONTENT: dict[str, Any] = {
+    problems.PROBLEM_CONTENT_TYPE: {"schema": Problem.model_json_schema()}
+}
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": Problem, "content": {"application/problem+json": {}}}
-    for status in (400, 401, 404, 409, 413, 422, 503)
+    status: {"content": PROBLEM_CONTENT} for status in (400, 401, 404, 409, 413, 422, 503)
 }
 ADMIN_PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": Problem, "content": {"application/problem+json": {}}}
-    for status in (401, 403, 503)
+    status: {"content": PROBLEM_CONTENT} for status in (401, 403, 422, 503)
 }
+# Query text reaches SQL parameters, and PostgreSQL text cannot hold a NUL character.
+NO_NUL = r"^[^\x00]*$"
 
 
 def create_app(
@@ -159,7 +164,16 @@ def _add_job_routes(app: FastAPI) -> None:
         request: Request,
         client: ClientDep,
         store: StoreDep,
-        idempotency_key: Annotated[str | None, Header(max_length=1000)] = None,
+        idempotency_key: Annotated[
+            str | None,
+            Header(
+                max_length=1000,
+                description="Required: 1–200 visible ASCII characters, scoped to the client "
+                "(a missing or invalid key is answered 400)",
+                # Documented as the contract says; checked below for a 400 with its own code.
+                json_schema_extra={"minLength": 1, "maxLength": 200, "pattern": "^[!-~]+$"},
+            ),
+        ] = None,
     ) -> Response:
         if idempotency_key is None:
             raise IdempotencyKeyMissing()
@@ -213,9 +227,9 @@ def _add_job_routes(app: FastAPI) -> None:
         client: ClientDep,
         store: StoreDep,
         state: JobState | None = None,
-        type: Annotated[str | None, Query(max_length=200)] = None,
+        type: Annotated[str | None, Query(max_length=200, pattern=NO_NUL)] = None,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
-        cursor: Annotated[str | None, Query(max_length=200)] = None,
+        cursor: Annotated[str | None, Query(max_length=200, pattern=NO_NUL)] = None,
     ) -> JobPage:
         after = _decode_cursor(cursor) if cursor else None
         jobs = await store.list_jobs(
@@ -320,7 +334,7 @@ def _add_admin_routes(app: FastAPI) -> None:
     async def admin_quarantine(
         admin: AdminDep,
         ops: OpsDep,
-        code: Annotated[str | None, Query(max_length=100)] = None,
+        code: Annotated[str | None, Query(max_length=100, pattern=NO_NUL)] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> dict[str, Any]:
         return await ops.quarantine_report(code=code, limit=limit)
@@ -385,6 +399,11 @@ def _add_health_routes(app: FastAPI) -> None:
         body = Health(status="ok" if ready else "unavailable", checks=checks)
         return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 
-    @app.get("/metrics", summary="Prometheus metrics", response_class=Response)
+    @app.get(
+        "/metrics",
+        summary="Prometheus metrics",
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    )
     async def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import uuid
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from services.core.jobs import Job
 from services.core.states import JobState
@@ -18,6 +19,34 @@ class SubmitJob(BaseModel):
     type: str = Field(min_length=1, max_length=200, examples=["catalog.export"])
     payload: dict[str, Any] = Field(default_factory=dict, examples=[{"course": "JavaScript"}])
     max_attempts: int | None = Field(None, ge=1, le=100)
+
+    @field_validator("payload")
+    @classmethod
+    def _storable(cls, payload: dict[str, Any]) -> dict[str, Any]:
+        problem = unstorable_json(payload)
+        if problem is not None:
+            raise ValueError(problem)
+        return payload
+
+
+def unstorable_json(value: Any) -> str | None:
+    """Why PostgreSQL's jsonb would refuse the value (a NUL character, NaN or an infinity), or
+    None. Iterative: the parser allows nesting deeper than a recursive walk could follow."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return "a string contains a NUL character"
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return "a number is NaN or infinite"
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return None
 
 
 class JobLinks(BaseModel):
@@ -91,6 +120,9 @@ class Problem(BaseModel):
     status: int
     code: str
     detail: str | None = None
+    errors: list[dict[str, Any]] | None = Field(
+        None, description="Where and what, for a request that failed validation"
+    )
 
 
 class Health(BaseModel):

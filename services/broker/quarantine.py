@@ -13,10 +13,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import aiormq
 from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
 
 from services.core.message import Envelope, MalformedMessage
-from services.core.topology import QUARANTINE_QUEUE, quarantine_queue_arguments
+from services.core.topology import (
+    QUARANTINE_EXCHANGE,
+    QUARANTINE_QUEUE,
+    quarantine_queue_arguments,
+)
 
 PEEK_LIMIT = 10_000
 
@@ -140,3 +145,71 @@ async def purge(connection: AbstractConnection) -> int:
         return int(getattr(result, "message_count", 0) or 0)
     finally:
         await channel.close()
+
+
+# --- dead-lettering by hand -----------------------------------------------------------------
+
+# Headers the broker writes when it dead-letters a message; a publisher's own are not trusted.
+DEATH_HEADERS = ("x-death", "x-first-death-reason", "x-first-death-queue", "x-first-death-exchange")
+
+
+def broker_can_dead_letter(message: AbstractIncomingMessage) -> bool:
+    """False when the message carries an ``x-death`` header the broker did not write for us.
+
+    RabbitMQ updates ``x-death`` when it dead-letters a message, and on a value it does not
+    expect (3.10: an array holding anything but its own tables) the queue process crashes — on
+    every retry, until the node gives up on all of its quorum queues. The dispatcher never sets
+    the header, so a work-queue message that has one came from another publisher (or was moved
+    back from the quarantine by hand): such a message is dead-lettered by hand instead.
+    """
+    return "x-death" not in (message.headers or {})
+
+
+class DeadLetterByHand:
+    """A delivery whose ``nack(requeue=False)`` publishes a copy to the quarantine exchange,
+    without the untrusted death headers, and acks the original only after the broker confirmed
+    the copy (the consumer's channel is in confirm mode). The copy is marked as a dead letter
+    of ``queue`` with reason ``rejected``, as the broker would have marked it."""
+
+    def __init__(self, message: AbstractIncomingMessage, queue: str) -> None:
+        self.message = message
+        self.queue = queue
+
+    @property
+    def body(self) -> bytes:
+        return self.message.body
+
+    @property
+    def redelivered(self) -> bool | None:
+        return self.message.redelivered
+
+    async def ack(self, multiple: bool = False) -> None:
+        await self.message.ack(multiple=multiple)
+
+    async def nack(self, multiple: bool = False, requeue: bool = True) -> None:
+        if requeue:
+            await self.message.nack(multiple=multiple, requeue=True)
+            return
+        message = self.message
+        headers: dict[str, Any] = {
+            key: value for key, value in (message.headers or {}).items() if key not in DEATH_HEADERS
+        }
+        headers |= {"x-first-death-reason": "rejected", "x-first-death-queue": self.queue}
+        properties = aiormq.spec.Basic.Properties(
+            content_type=message.content_type,
+            content_encoding=message.content_encoding,
+            headers=headers,
+            delivery_mode=2,
+            correlation_id=message.correlation_id,
+            message_id=message.message_id,
+            timestamp=message.timestamp,
+            message_type=message.type,
+            app_id=message.app_id,
+        )
+        await message.channel.basic_publish(
+            message.body,
+            exchange=QUARANTINE_EXCHANGE,
+            routing_key=self.queue,
+            properties=properties,
+        )
+        await message.ack()

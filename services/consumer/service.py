@@ -16,9 +16,10 @@ from typing import Any
 import aio_pika
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
+from services.broker import quarantine
 from services.broker.topology import declare_topology, declare_work_queue
 from services.consumer.metrics import ConsumerMetrics
-from services.consumer.worker import Worker
+from services.consumer.worker import Delivery, Worker
 from services.core.errors import ConfigurationError
 from services.core.registry import Registry
 from services.core.settings import Settings, mask_url, parse_type_queues
@@ -146,7 +147,10 @@ class Consumer:
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
         # Our own task, not aio-pika's: a broker reconnect must not cancel a running handler.
         assert self.worker is not None
-        task = asyncio.create_task(self.worker.handle(message))
+        delivery: Delivery = message
+        if not quarantine.broker_can_dead_letter(message):
+            delivery = quarantine.DeadLetterByHand(message, self.queue_name)
+        task = asyncio.create_task(self.worker.handle(delivery))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 

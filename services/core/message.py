@@ -29,7 +29,9 @@ class Envelope:
     def decode(cls, body: bytes) -> Envelope:
         try:
             document: Any = json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except (ValueError, RecursionError):
+            # Not only JSONDecodeError: nesting past the recursion limit and integers past the
+            # 4300-digit conversion limit raise these bare, from inside the decoder.
             raise MalformedMessage("body is not JSON") from None
         if not isinstance(document, dict):
             raise MalformedMessage("body is not a JSON object")

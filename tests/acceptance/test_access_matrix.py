@@ -1,0 +1,170 @@
+"""Who may call what (SPEC §4): every endpoint × (no token, wrong token, the job's client, another
+client, an admin), with the status each must get.
+
+Another client's job is 404 with the same body as a job that does not exist — never 403, which
+would confirm that the id exists. Admin endpoints are 401 without a valid token and 403 with a
+client's. A refused call changes nothing. A route missing from the table fails the last test.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.routing import APIRoute
+
+from services.api.app import create_app
+from services.core.settings import Settings
+from services.db.store import Store
+from tests.conftest import auth
+from tests.support.consumer_kit import scalar
+
+ROLES = ("none", "wrong", "client", "other", "admin")
+SUBMIT = {"type": "demo.sleep", "payload": {"seconds": 0}}
+PUBLIC = (200, 200, 200, 200, 200)
+OWN_JOB = (401, 401, 200, 404, 404)
+ADMIN_ONLY = (401, 401, 403, 403, 200)
+
+# method, path ({queued} / {quarantined}: a job of the "client" role in that state), statuses
+MATRIX: list[tuple[str, str, tuple[int, ...]]] = [
+    ("POST", "/v1/jobs", (401, 401, 202, 202, 202)),
+    ("GET", "/v1/jobs", (401, 401, 200, 200, 200)),
+    ("GET", "/v1/jobs/{queued}", OWN_JOB),
+    ("GET", "/v1/jobs/{queued}/events", OWN_JOB),
+    ("GET", "/v1/jobs/{queued}/trace", OWN_JOB),
+    ("POST", "/v1/jobs/{queued}/cancel", OWN_JOB),
+    ("GET", "/v1/admin/stats", ADMIN_ONLY),
+    ("GET", "/v1/admin/quarantine", ADMIN_ONLY),
+    ("POST", "/v1/admin/jobs/{quarantined}/replay", ADMIN_ONLY),
+    ("GET", "/v1/admin/jobs/{queued}/trace", ADMIN_ONLY),
+    ("GET", "/healthz", PUBLIC),
+    ("GET", "/readyz", PUBLIC),
+    ("GET", "/metrics", PUBLIC),
+    ("GET", "/openapi.json", PUBLIC),
+    ("GET", "/docs", PUBLIC),
+]
+
+
+@pytest.fixture
+def settings(settings: Settings, amqp_url: str) -> Settings:
+    """A reachable broker: /readyz and the quarantine report answer 200 when allowed."""
+    return settings.model_copy(update={"amqp_url": amqp_url})
+
+
+def headers_for(role: str, tokens: dict[str, str]) -> dict[str, str]:
+    if role == "none":
+        return {}
+    if role == "wrong":
+        return auth("jr_" + uuid.uuid4().hex)
+    return auth(tokens[role])
+
+
+async def new_job(api: httpx.AsyncClient, token: str, *, quarantined: bool, store: Store) -> str:
+    response = await api.post("/v1/jobs", json=SUBMIT, headers=auth(token, uuid.uuid4().hex))
+    assert response.status_code == 202, response.text
+    job_id = response.json()["id"]
+    if quarantined:
+        await scalar(
+            store,
+            "UPDATE jobs SET state = 'quarantined', attempts = 1, finished_at = now(), "
+            "last_error_code = 'permanent_error', last_error = 'test' WHERE id = :id "
+            "RETURNING id",
+            id=job_id,
+        )
+    return str(job_id)
+
+
+async def call(
+    api: httpx.AsyncClient, method: str, path: str, headers: dict[str, str]
+) -> httpx.Response:
+    if method == "POST" and path == "/v1/jobs":
+        headers = headers | {"Idempotency-Key": uuid.uuid4().hex}
+        return await api.post(path, json=SUBMIT, headers=headers)
+    return await api.request(method, path, headers=headers)
+
+
+async def job_state(store: Store, job_id: str) -> str:
+    return str(await scalar(store, "SELECT state FROM jobs WHERE id = :id", id=job_id))
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "expected"), MATRIX, ids=[f"{m} {p}" for m, p, _ in MATRIX]
+)
+async def test_each_role_gets_the_status_of_the_matrix(
+    api: httpx.AsyncClient,
+    store: Store,
+    alice: str,
+    bob: str,
+    admin: str,
+    method: str,
+    path: str,
+    expected: tuple[int, ...],
+) -> None:
+    tokens = {"client": alice, "other": bob, "admin": admin}
+    got: dict[str, int] = {}
+    for role in ROLES:
+        # A fresh job per call: a cancel or a replay by one role must not decide the next's.
+        job_id = await new_job(api, alice, quarantined="{quarantined}" in path, store=store)
+        state_before = await job_state(store, job_id)
+        concrete = path.replace("{queued}", job_id).replace("{quarantined}", job_id)
+        response = await call(api, method, concrete, headers_for(role, tokens))
+        got[role] = response.status_code
+        if response.status_code >= 400:
+            assert_problem(response)
+            assert await job_state(store, job_id) == state_before, f"{role} changed the job"
+    assert got == dict(zip(ROLES, expected, strict=True))
+
+
+def assert_problem(response: httpx.Response) -> None:
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body = response.json()
+    assert body["status"] == response.status_code
+    code = {401: "unauthorized", 403: "forbidden", 404: "job_not_found"}[response.status_code]
+    assert body["code"] == code
+    if response.status_code == 401:
+        assert response.headers["www-authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/jobs/{id}", "/v1/jobs/{id}/events", "/v1/jobs/{id}/trace", "/v1/jobs/{id}/cancel"]
+)
+async def test_another_clients_job_looks_exactly_like_a_job_that_does_not_exist(
+    api: httpx.AsyncClient, store: Store, alice: str, bob: str, path: str
+) -> None:
+    job_id = await new_job(api, alice, quarantined=False, store=store)
+    method = "POST" if path.endswith("/cancel") else "GET"
+    foreign = await api.request(method, path.format(id=job_id), headers=auth(bob))
+    missing = await api.request(method, path.format(id=uuid.uuid4()), headers=auth(bob))
+    assert foreign.status_code == missing.status_code == 404
+    assert foreign.json() == missing.json()
+    assert job_id not in foreign.text
+
+
+async def test_a_client_lists_only_its_own_jobs_and_an_admin_token_is_a_client_of_its_own(
+    api: httpx.AsyncClient, store: Store, alice: str, bob: str, admin: str
+) -> None:
+    mine = await new_job(api, alice, quarantined=False, store=store)
+    listed: dict[str, list[str]] = {}
+    for role, token in {"client": alice, "other": bob, "admin": admin}.items():
+        page = (await api.get("/v1/jobs", headers=auth(token))).json()
+        listed[role] = [item["id"] for item in page["items"]]
+    assert listed == {"client": [mine], "other": [], "admin": []}
+
+
+def test_the_matrix_covers_every_route_of_the_app(settings: Settings) -> None:
+    app = create_app(settings)
+    routes: set[tuple[str, str]] = set()
+    for route in app.routes:
+        methods: Any = getattr(route, "methods", None) or set()
+        path = getattr(route, "path", "")
+        if not isinstance(route, APIRoute) and path not in ("/openapi.json", "/docs"):
+            continue  # FastAPI's own pages beyond the two in the table (redoc, oauth2 redirect)
+        for method in methods - {"HEAD"}:
+            routes.add((method, path))
+    tabled = {
+        (method, path.replace("{queued}", "{job_id}").replace("{quarantined}", "{job_id}"))
+        for method, path, _ in MATRIX
+    }
+    assert routes == tabled

@@ -1,0 +1,482 @@
+"""Garbage on the work queue (SPEC §6 step 1, §8.7): hypothesis-generated bodies, headers and
+properties published to ``jobrelay.jobs`` while a consumer runs.
+
+Every message must end in exactly one of two places: the quarantine queue (dead-lettered by the
+consumer with reason ``rejected``, never by the broker's delivery limit after a crash loop), or
+acked as a harmless duplicate — which only a well-formed envelope of an existing, finished or
+owned job may be. The consumer never dies and never hits an unexpected error, no job changes
+state, and afterwards it still runs a valid job to success.
+
+The messages are drawn by hypothesis up front (derandomized: the same run every time) and then
+published; a failure names the offending message by its ``message_id``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import aio_pika
+import pytest
+from hypothesis import HealthCheck, Phase, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+
+from services.core.message import Envelope, MalformedMessage
+from services.core.settings import Settings
+from services.core.topology import DEFAULT_QUEUE
+from services.db.execution_store import Claimed, ExecutionStore
+from services.db.store import Store
+from tests.support.consumer_kit import (
+    broker,
+    eventually,
+    mark_outbox_published,
+    new_client,
+    publish_jobs,
+    quarantined_messages,
+    rows,
+    running_consumer,
+    scalar,
+    submit,
+    work_queue_count,
+)
+
+MESSAGES = 150
+BATCH = 50
+JOB_TYPES = ["demo.sleep", "catalog.export", "demo.fail", "test.count"]
+
+
+@dataclass(frozen=True)
+class Garbage:
+    kind: str
+    body: bytes
+    routing_key: str
+    headers: dict[str, Any]
+    content_type: str | None
+    content_encoding: str | None
+    correlation_id: str | None
+
+
+@pytest.fixture
+def cfg(settings: Settings, amqp_url: str) -> Settings:
+    # A low delivery limit: a message that crashes its consumer would reach the quarantine
+    # quickly, with reason delivery_limit, which the checks below reject.
+    return settings.model_copy(update={"amqp_url": amqp_url, "delivery_limit": 5})
+
+
+# --- strategies -----------------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=30)
+    | st.uuids().map(str),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+header_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats(width=32, allow_nan=False)  # sent as AMQP single-precision
+    | st.text(max_size=40)
+    | st.binary(max_size=40).map(bytearray),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(st.text(min_size=1, max_size=10), children, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+headers = st.dictionaries(
+    st.sampled_from(["x-death", "x-delivery-count", "x-first-death-reason", "x-match", "job_id"])
+    | st.text(min_size=1, max_size=20),
+    header_values,
+    max_size=4,
+)
+
+
+def uuid_spellings(job_id: uuid.UUID) -> st.SearchStrategy[str]:
+    """The ways ``uuid.UUID`` accepts one id: braces, urn:, no dashes, upper case."""
+    return st.sampled_from(
+        [str(job_id), f"{{{job_id}}}", f"urn:uuid:{job_id}", job_id.hex, str(job_id).upper()]
+    )
+
+
+def envelope_fields(known: list[uuid.UUID]) -> st.SearchStrategy[Any]:
+    return (
+        json_values
+        | st.sampled_from([1, "1", 1.0, True, 2, 0, -1, "", "v1"])
+        | st.uuids().map(str)
+        | st.sampled_from(known).flatmap(uuid_spellings)
+        | st.sampled_from(JOB_TYPES)
+    )
+
+
+def hostile_json() -> st.SearchStrategy[bytes]:
+    """JSON that breaks a naive decoder: nesting past the recursion limit, integers past the
+    4300-digit conversion limit, non-finite numbers, lone surrogates."""
+    return st.one_of(
+        st.integers(1_000, 100_000).map(lambda n: b"[" * n + b"]" * n),
+        st.integers(1_000, 20_000).map(lambda n: b'{"version": 1, "job_id": ' + b"[" * n),
+        st.integers(4_301, 20_000).map(lambda n: b'{"version": ' + b"7" * n + b"}"),
+        st.integers(4_301, 20_000).map(lambda n: b"-" + b"9" * n),
+        st.sampled_from(
+            [
+                b'{"version": NaN, "type": "demo.sleep", "job_id": "x"}',
+                b'{"version": Infinity}',
+                b'{"type": "\\ud800", "version": 1, "job_id": "\\udc00"}',
+                b'{"version": 1, "type": "demo.sleep", "job_id": null}',
+                b'{"version": 1e999}',
+            ]
+        ),
+    )
+
+
+def huge_envelope(job_id: uuid.UUID, pad: int = 1 << 20) -> bytes:
+    return Envelope(job_id, "demo.sleep").encode()[:-1] + b',"pad":"' + b"x" * pad + b'"}'
+
+
+def garbage(known: list[uuid.UUID]) -> st.SearchStrategy[Garbage]:
+    fields = envelope_fields(known)
+    envelope_like = st.fixed_dictionaries(
+        {}, optional={"job_id": fields, "type": fields, "version": fields, "extra": json_values}
+    ).map(lambda document: json.dumps(document).encode())
+    bodies = st.one_of(
+        st.tuples(st.just("bytes"), st.binary(max_size=600)),
+        st.tuples(st.just("text"), st.text(max_size=200).map(str.encode)),
+        st.tuples(st.just("json"), json_values.map(lambda value: json.dumps(value).encode())),
+        st.tuples(st.just("envelope_like"), envelope_like),
+        st.tuples(
+            st.just("unknown_job"),
+            st.builds(Envelope, st.uuids(), st.text(min_size=1, max_size=40)).map(Envelope.encode),
+        ),
+        st.tuples(
+            st.just("known_job"),
+            st.builds(Envelope, st.sampled_from(known), st.sampled_from(JOB_TYPES)).map(
+                Envelope.encode
+            ),
+        ),
+        st.tuples(st.just("hostile_json"), hostile_json()),
+        st.tuples(
+            st.just("huge"),
+            st.tuples(st.binary(min_size=1, max_size=64), st.integers(4_000, 40_000)).map(
+                lambda chunk_times: chunk_times[0] * chunk_times[1]
+            ),
+        ),
+        st.tuples(
+            st.just("huge_known_job"),
+            st.tuples(st.sampled_from(known), st.integers(100_000, 1_000_000)).map(
+                lambda pair: huge_envelope(pair[0], pair[1])
+            ),
+        ),
+    )
+    optional_text = st.none() | st.text(max_size=40)
+    return st.builds(
+        lambda kind_body, routing_key, headers, content_type, encoding, correlation: Garbage(
+            kind_body[0], kind_body[1], routing_key, headers, content_type, encoding, correlation
+        ),
+        bodies,
+        st.sampled_from([*JOB_TYPES, "", "#", "garbage"]) | st.text(max_size=40),
+        headers,
+        st.sampled_from(["application/json", "text/plain", "application/octet-stream"])
+        | optional_text,
+        st.sampled_from(["gzip", "identity"]) | optional_text,
+        st.uuids().map(str) | optional_text,
+    )
+
+
+def draw_messages(known: list[uuid.UUID], count: int) -> list[Garbage]:
+    """``count`` distinct examples, the same on every run."""
+    drawn: list[Garbage] = []
+
+    @hypothesis_settings(
+        max_examples=count,
+        derandomize=True,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+        deadline=None,
+    )
+    @given(garbage(known))
+    def collect(message: Garbage) -> None:
+        drawn.append(message)
+
+    collect()
+    return drawn
+
+
+# --- the oracle -----------------------------------------------------------------------------
+
+
+def names_a_known_job(body: bytes, known: set[uuid.UUID]) -> bool:
+    """Per SPEC §5: {"job_id": "<uuid>", "type": "<non-empty>", "version": 1} of a known job."""
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    if not isinstance(document, dict) or document.get("version") != 1:
+        return False
+    job_type, raw_id = document.get("type"), document.get("job_id")
+    if not isinstance(job_type, str) or not job_type or not isinstance(raw_id, str):
+        return False
+    try:
+        return uuid.UUID(raw_id) in known
+    except ValueError:
+        return False
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+async def publish_garbage(cfg: Settings, messages: list[tuple[str, Garbage]]) -> None:
+    async with broker(cfg) as channel:
+        exchange = await channel.get_exchange("jobrelay.jobs")
+        for message_id, message in messages:
+            await exchange.publish(
+                aio_pika.Message(
+                    message.body,
+                    headers=message.headers,
+                    content_type=message.content_type,
+                    content_encoding=message.content_encoding,
+                    correlation_id=message.correlation_id,
+                    message_id=message_id,
+                    delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                ),
+                routing_key=message.routing_key,
+            )
+
+
+async def finished_and_owned_jobs(store: Store) -> list[uuid.UUID]:
+    """Jobs a stray envelope may name harmlessly: succeeded, cancelled, quarantined, and one
+    running under a live lease held by someone else."""
+    client_id = await new_client(store)
+    succeeded, cancelled, quarantined, running = [
+        await submit(store, client_id, "demo.sleep", {"seconds": n}) for n in range(4)
+    ]
+    await scalar(
+        store,
+        "WITH s AS (UPDATE jobs SET state = 'succeeded', attempts = 1, finished_at = now() "
+        "WHERE id = :id RETURNING id) INSERT INTO job_results (job_id, result, attempt) "
+        "SELECT id, '{\"slept\": 0}'::jsonb, 1 FROM s RETURNING job_id",
+        id=succeeded,
+    )
+    assert await store.cancel_job(cancelled, client_id=client_id, detail="test")
+    await scalar(
+        store,
+        "UPDATE jobs SET state = 'quarantined', attempts = 1, finished_at = now(), "
+        "last_error_code = 'permanent_error', last_error = 'test' WHERE id = :id RETURNING id",
+        id=quarantined,
+    )
+    claim = await ExecutionStore(store).claim(running, lease_token=uuid.uuid4(), lease_seconds=600)
+    assert isinstance(claim, Claimed)
+    await mark_outbox_published(store)
+    return [succeeded, cancelled, quarantined, running]
+
+
+async def snapshot(store: Store) -> list[Any]:
+    return await rows(
+        store,
+        "SELECT j.id, j.state, j.attempts, j.lease_token, j.lease_until, j.updated_at, "
+        "j.finished_at, j.last_error_code, r.result FROM jobs j "
+        "LEFT JOIN job_results r ON r.job_id = j.id ORDER BY j.id",
+    )
+
+
+def deliveries(consumer: Any, outcome: str) -> int:
+    return int(consumer.metrics.deliveries.labels(outcome)._value.get())
+
+
+def by_message_id(messages: list[Any]) -> dict[str, list[Any]]:
+    found: dict[str, list[Any]] = {}
+    for message in messages:
+        found.setdefault(str(message.message_id), []).append(message)
+    return found
+
+
+def assert_dead_lettered(message: Any, published: Garbage) -> None:
+    """Rejected from the work queue: by the broker's dead-lettering, or — for a message that
+    came with an x-death header of its own, which crashes RabbitMQ's — by the consumer's copy."""
+    headers = message.headers or {}
+    where = (message.message_id, published.kind, published.headers, headers)
+    if "x-death" in published.headers:
+        assert "x-death" not in headers, where
+        assert headers["x-first-death-reason"] == "rejected", where
+        assert headers["x-first-death-queue"] == DEFAULT_QUEUE, where
+        return
+    deaths = headers.get("x-death")
+    assert isinstance(deaths, list) and deaths, where
+    assert (deaths[0]["reason"], deaths[0]["queue"]) == ("rejected", DEFAULT_QUEUE), where
+
+
+async def at_least(cfg: Settings, count: int) -> list[Any] | None:
+    found = await quarantined_messages(cfg)
+    return found if len(found) >= count else None
+
+
+# --- the fuzz run ---------------------------------------------------------------------------
+
+
+async def test_garbage_on_the_work_queue_is_quarantined_or_harmlessly_acked_and_the_consumer_survives(  # noqa: E501
+    cfg: Settings, store: Store
+) -> None:
+    known = await finished_and_owned_jobs(store)
+    drawn = draw_messages(known, MESSAGES)
+    assert len(drawn) >= MESSAGES * 0.9, f"hypothesis drew only {len(drawn)} messages"
+    # Plus, whatever hypothesis drew, one huge well-formed envelope per known job (1 MiB).
+    drawn += [
+        Garbage("huge_known_job", huge_envelope(job_id), "demo.sleep", {}, None, None, None)
+        for job_id in known
+    ]
+    messages = [(f"garbage-{n}", message) for n, message in enumerate(drawn)]
+    harmless = {mid for mid, m in messages if names_a_known_job(m.body, set(known))}
+    poison = {mid for mid, _ in messages} - harmless
+    kinds = Counter(m.kind for _, m in messages)
+    assert harmless and len(poison) > MESSAGES // 2, kinds
+    before = await snapshot(store)
+    last_event = await scalar(store, "SELECT max(id) FROM job_events")
+
+    async with running_consumer(cfg) as consumer:
+        for start in range(0, len(messages), BATCH):
+            await publish_garbage(cfg, messages[start : start + BATCH])
+        dead = await eventually(
+            lambda: at_least(cfg, len(poison)), timeout=90, what=f"{len(poison)} dead letters"
+        )
+        await eventually(
+            lambda: _true(deliveries(consumer, "duplicate") >= len(harmless)),
+            what="every harmless message acked",
+        )
+        assert await work_queue_count(cfg) == 0
+
+        # Every poison message is in the quarantine once, unchanged, dead-lettered by the
+        # consumer's reject (not by the delivery limit after a crash loop).
+        quarantined = by_message_id(dead)
+        assert set(quarantined) == poison, {
+            "missing": sorted(poison - set(quarantined)),
+            "unexpected": sorted(set(quarantined) - poison),
+        }
+        published = dict(messages)
+        for message_id, copies in quarantined.items():
+            assert len(copies) == 1, f"{message_id} dead-lettered {len(copies)} times"
+            [message] = copies
+            assert message.body == published[message_id].body, message_id
+            assert_dead_lettered(message, published[message_id])
+        assert deliveries(consumer, "error") == 0, "a message raised inside the worker"
+        assert deliveries(consumer, "malformed") + deliveries(consumer, "unknown_job") == len(
+            poison
+        )
+        assert deliveries(consumer, "duplicate") == len(harmless)
+        for outcome in ("succeeded", "retried", "quarantined", "attempts_exhausted"):
+            assert deliveries(consumer, outcome) == 0, outcome
+
+        # No job changed; the only new journal entries are the duplicates' own.
+        assert await snapshot(store) == before
+        new_events = await rows(
+            store,
+            "SELECT event, count(*) FROM job_events WHERE id > :last GROUP BY event",
+            last=last_event,
+        )
+        assert [tuple(row) for row in new_events] == [("duplicate_delivery", len(harmless))]
+
+        # Still consuming, and a real job still runs to success.
+        assert consumer.consuming
+        client_id = await new_client(store)
+        job_id = await submit(store, client_id, "demo.sleep", {"seconds": 0})
+        await mark_outbox_published(store)
+        await publish_jobs(cfg, [(job_id, "demo.sleep")])
+        await eventually(
+            lambda: scalar(store, "SELECT state = 'succeeded' FROM jobs WHERE id = :id", id=job_id),
+            what="a valid job after the garbage to succeed",
+        )
+    results = "SELECT count(*) FROM job_results WHERE job_id = :id"
+    assert await scalar(store, results, id=job_id) == 1
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+# --- regressions the fuzzing found ----------------------------------------------------------
+
+HOSTILE_BODIES = [
+    b"[" * 50_000 + b"]" * 50_000,  # nesting past the recursion limit: RecursionError
+    b'{"version": ' + b"7" * 5_000 + b"}",  # past int's 4300-digit limit: a bare ValueError
+]
+
+
+@pytest.mark.parametrize("body", HOSTILE_BODIES, ids=["deep_nesting", "huge_integer"])
+def test_a_body_that_breaks_the_json_decoder_is_a_malformed_message(body: bytes) -> None:
+    with pytest.raises(MalformedMessage):
+        Envelope.decode(body)
+
+
+async def test_a_body_that_breaks_the_json_decoder_is_quarantined_at_once_not_crash_looped(
+    cfg: Settings, store: Store
+) -> None:
+    messages = [
+        (f"hostile-{n}", Garbage("hostile_json", body, "demo.sleep", {}, None, None, None))
+        for n, body in enumerate(HOSTILE_BODIES)
+    ]
+    async with running_consumer(cfg) as consumer:
+        await publish_garbage(cfg, messages)
+        dead = await eventually(lambda: at_least(cfg, len(messages)), what="dead letters")
+        assert deliveries(consumer, "malformed") == len(messages)
+        assert deliveries(consumer, "error") == 0
+    assert sorted(m.message_id for m in dead) == ["hostile-0", "hostile-1"]
+    assert all(m.headers["x-death"][0]["reason"] == "rejected" for m in dead)
+
+
+FORGED_X_DEATHS: list[Any] = [
+    [1.5, "not a table"],  # what the fuzzer drew first: the queue process crashed
+    "a string",
+    [{"queue": 7, "reason": None, "count": "many"}, {"count": -1}],
+    [{"queue": DEFAULT_QUEUE, "reason": "rejected", "count": 1, "exchange": ""}],
+]
+
+
+async def test_a_message_with_a_forged_x_death_header_is_quarantined_by_hand_and_the_broker_lives(
+    cfg: Settings, store: Store
+) -> None:
+    """RabbitMQ 3.10 crashes the queue (and after a few restarts, every quorum queue of the
+    node) when it dead-letters a message whose x-death header is not its own."""
+    messages = [
+        (
+            f"forged-{n}",
+            Garbage("forged", b"not json", "demo.sleep", {"x-death": forged}, None, None, None),
+        )
+        for n, forged in enumerate(FORGED_X_DEATHS)
+    ]
+    unknown = Envelope(uuid.uuid4(), "demo.sleep").encode()
+    messages.append(
+        (
+            "forged-unknown-job",
+            Garbage("forged", unknown, "demo.sleep", {"x-death": [2.5]}, None, None, None),
+        )
+    )
+    client_id = await new_client(store)
+    job_id = await submit(store, client_id, "demo.sleep", {"seconds": 0})
+    await mark_outbox_published(store)
+    async with running_consumer(cfg) as consumer:
+        await publish_garbage(cfg, messages)
+        dead = await eventually(lambda: at_least(cfg, len(messages)), what="dead letters")
+        assert deliveries(consumer, "error") == 0
+        # The broker's quorum queues still work: a real job goes through the same queue.
+        await publish_jobs(cfg, [(job_id, "demo.sleep")])
+        await eventually(
+            lambda: scalar(store, "SELECT state = 'succeeded' FROM jobs WHERE id = :id", id=job_id),
+            what="a job after the forged headers to succeed",
+        )
+        assert await work_queue_count(cfg) == 0
+    published = dict(messages)
+    assert sorted(m.message_id for m in dead) == sorted(published)
+    for message in dead:
+        assert message.body == published[message.message_id].body
+        assert_dead_lettered(message, published[message.message_id])

@@ -408,9 +408,25 @@ def _check_result(result: Any) -> None:
     if not isinstance(result, dict):
         raise PermanentError("the handler returned no dict", code="invalid_result")
     try:
-        json.dumps(result)
-    except (TypeError, ValueError):
+        # allow_nan=False: PostgreSQL's jsonb has no NaN or Infinity.
+        json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
         raise PermanentError("the handler's result is not JSON", code="invalid_result") from None
+    if _holds_nul(result):
+        raise PermanentError(
+            "the handler's result holds a NUL character, which PostgreSQL cannot store",
+            code="invalid_result",
+        )
+
+
+def _holds_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(key) or _holds_nul(item) for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return any(_holds_nul(item) for item in value)
+    return False
 
 
 def _verdict_for(outcome: Outcome, finish: Finish) -> Verdict:

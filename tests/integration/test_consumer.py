@@ -406,6 +406,18 @@ async def test_a_permanent_error_is_quarantined_after_one_attempt(
     assert [e for e, _ in await events(store, job_id)].count("claimed") == 1
 
 
+async def test_a_result_postgresql_cannot_store_is_quarantined_at_once(
+    cfg: Settings, store: Store, client_id: uuid.UUID
+) -> None:
+    """Regression (fuzzing): a NUL or NaN in a result made the completion fail forever."""
+    job_id = await submit(store, client_id, "test.unstorable_result", {})
+    delivery = StandInDelivery(job_id, "test.unstorable_result")
+    verdict = await worker(store, cfg).handle(delivery)
+    assert verdict.outcome == "quarantined" and delivery.settled == ["dead_letter"]
+    row = await job_row(store, job_id)
+    assert (row.state, row.attempts, row.last_error_code) == ("quarantined", 1, "invalid_result")
+
+
 async def test_an_invalid_payload_is_quarantined_without_running_the_handler(
     cfg: Settings, store: Store, client_id: uuid.UUID
 ) -> None:

@@ -68,6 +68,11 @@ def _build_registry() -> Registry:
             raise TransientError("unreachable")
         return {"attempt": context.attempt}
 
+    @registry.job("test.unstorable_result", CountPayload)
+    async def unstorable(context: JobContext, payload: CountPayload) -> dict[str, Any]:
+        """Returns what jsonb cannot hold: a NUL character and a NaN."""
+        return {"text": "a\x00b", "ratio": float("nan")}
+
     return registry
 
 

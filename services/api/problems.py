@@ -61,7 +61,13 @@ async def on_validation_error(request: Request, error: Exception) -> JSONRespons
 
 async def on_http_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, StarletteHTTPException)
-    codes = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+    # FastAPI raises a bare 400 when it cannot parse a body at all (e.g. nested too deep).
+    codes = {
+        400: "malformed_json",
+        404: "not_found",
+        405: "method_not_allowed",
+        413: "payload_too_large",
+    }
     code = codes.get(error.status_code, f"http_{error.status_code}")
     return problem(error.status_code, code, str(error.detail))
 

@@ -156,3 +156,14 @@ async def test_an_unknown_route_is_a_problem(api: httpx.AsyncClient) -> None:
     response = await api.get("/v1/nothing")
     assert response.status_code == 404
     assert response.headers["content-type"].startswith("application/problem+json")
+
+
+async def test_json_nested_too_deep_for_the_parser_is_malformed_json(
+    api: httpx.AsyncClient, alice: str
+) -> None:
+    body = b'{"type": "demo.sleep", "payload": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    response = await api.post(
+        "/v1/jobs", content=body, headers=auth(alice, "k") | {"Content-Type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert response.json()["code"] == "malformed_json"

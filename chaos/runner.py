@@ -86,6 +86,7 @@ class Run:
         self.services: list[Service] = []
         self.ledger = Ledger()
         self.started = time.monotonic()
+        self.load_done = self.started
 
     # --- setup and teardown -------------------------------------------------------------------
 
@@ -173,9 +174,8 @@ class Run:
                 ),
                 injector.run(planned_faults, start),
             )
-            self.note(
-                f"load done: {len(submissions)} submissions in {time.monotonic() - start:.1f}s"
-            )
+            self.load_done = time.monotonic()
+            self.note(f"load done: {len(submissions)} submissions in {self.load_done - start:.1f}s")
             await injector.heal()
         finally:
             supervising.cancel()
@@ -201,10 +201,11 @@ class Run:
                 service.start()
 
     async def quiescence(self) -> float | None:
-        """Seconds until every job is terminal, the outbox is relayed and the work queues are
-        empty; None on timeout."""
+        """Seconds from the end of the load (the last submission and fault, before healing) until
+        every job is terminal, the outbox is relayed and the work queues are empty; None on
+        timeout."""
         assert self.scratch is not None
-        began = time.monotonic()
+        began = self.load_done
         deadline = began + self.profile.quiescence_timeout
         last = ""
         while time.monotonic() < deadline:

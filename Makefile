@@ -21,13 +21,13 @@ test-fast:
 	$(PYTHON) -m pytest tests/unit -q
 
 lint:
-	ruff check services tests alembic benchmarks scripts
-	ruff format --check services tests alembic benchmarks scripts
+	ruff check services tests alembic benchmarks scripts chaos
+	ruff format --check services tests alembic benchmarks scripts chaos
 	mypy
 
 format:
-	ruff format services tests alembic benchmarks scripts
-	ruff check --fix services tests alembic benchmarks scripts
+	ruff format services tests alembic benchmarks scripts chaos
+	ruff check --fix services tests alembic benchmarks scripts chaos
 
 typecheck:
 	mypy

@@ -111,7 +111,7 @@ def create_app(
 # --- dependencies -------------------------------------------------------------------------------
 
 
-def _store(request: Request) -> Store:
+async def _store(request: Request) -> Store:
     store: Store = request.app.state.store
     return store
 
@@ -308,7 +308,7 @@ def _add_job_routes(app: FastAPI) -> None:
 # --- admin --------------------------------------------------------------------------------------
 
 
-def _operations(request: Request) -> Operations:
+async def _operations(request: Request) -> Operations:
     return Operations(
         request.app.state.store, request.app.state.settings, request.app.state.registry
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import psycopg
 from sqlalchemy import exc as sa_exc
@@ -14,10 +15,20 @@ from services.core.settings import mask_url
 
 
 def make_engine(
-    url: str, *, pool_size: int = 10, application_name: str = "jobrelay"
+    url: str,
+    *,
+    pool_size: int = 10,
+    application_name: str = "jobrelay",
+    autocommit: bool = False,
 ) -> AsyncEngine:
+    """An engine with its own pool. ``autocommit``: every connection in the pool is in
+    autocommit for good (set once at connect, never reset), for single-statement work."""
+    options: dict[str, Any] = (
+        {"isolation_level": "AUTOCOMMIT", "pool_reset_on_return": None} if autocommit else {}
+    )
     return create_async_engine(
         url,
+        **options,
         pool_size=pool_size,
         # No overflow: connections opened and closed per burst cost more than waiting for one.
         max_overflow=0,

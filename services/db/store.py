@@ -17,6 +17,7 @@ from typing import Any
 from psycopg.rows import namedtuple_row
 from sqlalchemy import Row, TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.util import greenlet_spawn
 
 from services.core.fingerprint import request_hash
 from services.core.jobs import Job
@@ -83,19 +84,30 @@ def job_from_row(row: Any) -> Job:
 
 
 class Store:
-    def __init__(self, engine: AsyncEngine, url: str) -> None:
+    """Two pools: ``fast_engine`` (autocommit) runs the single statements that are nearly all
+    the work; ``engine`` runs the few multi-statement transactions (stats, traces, the rare
+    paths of claim and finish)."""
+
+    def __init__(self, engine: AsyncEngine, url: str, fast_engine: AsyncEngine | None = None):
         self.engine = engine
         self.url = url
         # Every named statement is a single statement, atomic on its own: running it in
         # autocommit saves the BEGIN and COMMIT round trips (3 → 1 on the accept path).
-        self.autocommit_engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self.fast_engine = fast_engine or engine.execution_options(isolation_level="AUTOCOMMIT")
         self._sql_cache: dict[TextClause, str] = {}
 
     @classmethod
     def connect(cls, url: str, *, pool_size: int = 10, application_name: str = "jobrelay") -> Store:
-        return cls(make_engine(url, pool_size=pool_size, application_name=application_name), url)
+        return cls(
+            make_engine(url, pool_size=max(2, pool_size // 2), application_name=application_name),
+            url,
+            make_engine(
+                url, pool_size=pool_size, application_name=application_name, autocommit=True
+            ),
+        )
 
     async def close(self) -> None:
+        await self.fast_engine.dispose()
         await self.engine.dispose()
 
     @asynccontextmanager
@@ -104,32 +116,31 @@ class Store:
         async with translated_errors(self.url), self.engine.begin() as connection:
             yield connection
 
-    @asynccontextmanager
-    async def autocommit(self) -> AsyncIterator[AsyncConnection]:
-        """A connection where each statement commits on its own."""
-        async with translated_errors(self.url), self.autocommit_engine.connect() as connection:
-            yield connection
-
     async def fetch_all(self, statement: TextClause, **params: Any) -> list[Any]:
         """Run one statement in its own (implicit) transaction and return every row.
 
         The hot path of every service. The statement, compiled once by SQLAlchemy's dialect,
-        runs on the pooled psycopg connection directly: for a single statement SQLAlchemy's
-        result machinery costs more CPU than the round trip (the consumer spent about 1 ms of
-        Python per job in it). Rows are named tuples: ``row.id``, as with SQLAlchemy rows.
+        runs on a pooled psycopg connection directly: for one statement, SQLAlchemy's
+        connection and result machinery cost more CPU than the round trip (the consumer spent
+        about 1 ms of Python per job in it). Rows are named tuples: ``row.id``, as with
+        SQLAlchemy rows.
         """
         sql = self._compiled(statement)
-        async with self.autocommit() as connection:
-            driver: Any = (await connection.get_raw_connection()).driver_connection
+        async with translated_errors(self.url):
+            pooled = await self.fast_engine.raw_connection()
             try:
-                async with driver.cursor(row_factory=namedtuple_row) as cursor:
-                    await cursor.execute(sql, params)
-                    return await cursor.fetchall() if cursor.description else []
-            except Exception:
-                if driver.broken or driver.closed:
-                    # SQLAlchemy did not see the failure: keep the dead connection out of the pool.
-                    await connection.invalidate()
-                raise
+                driver: Any = pooled.driver_connection
+                try:
+                    async with driver.cursor(row_factory=namedtuple_row) as cursor:
+                        await cursor.execute(sql, params)
+                        return await cursor.fetchall() if cursor.description else []
+                except Exception:
+                    if driver.broken or driver.closed:
+                        # Keep the dead connection out of the pool.
+                        await greenlet_spawn(pooled.invalidate)
+                    raise
+            finally:
+                await greenlet_spawn(pooled.close)  # back to the pool
 
     async def fetch_one(self, statement: TextClause, **params: Any) -> Any | None:
         """Run one statement in its own (implicit) transaction and return its first row."""

@@ -487,9 +487,12 @@ async def wait_celery(
 async def celery_throughput(ctx: Context, jobs: int) -> Throughput:
     ctx.completions.write_bytes(b"")
     await asyncio.to_thread(celery_publish, jobs)
-    queued = await queue_messages(ctx.celery_url, celery_app.QUEUE)
-    if queued < jobs:
-        raise SystemExit(f"celery: {queued}/{jobs} tasks queued")
+    # apply_async does not wait for confirms: the last publishes may still be on their way.
+    deadline = time.perf_counter() + 15
+    while (queued := await queue_messages(ctx.celery_url, celery_app.QUEUE)) < jobs:
+        if time.perf_counter() > deadline:
+            raise SystemExit(f"celery: {queued}/{jobs} tasks queued")
+        await asyncio.sleep(0.05)
     started = time.perf_counter()
     worker = start_celery(ctx)
     meter = CpuMeter({"celery": [worker.pid]})

@@ -28,6 +28,8 @@ EXAMPLES = {
     "dispatcher": "JOBRELAY_METRICS_PORT=9101 jobrelay dispatcher",
     "consumer": "jobrelay consumer --queue default --concurrency 8 --handlers myapp.jobs:registry",
     "clients create": "jobrelay clients create shop-backend --admin",
+    "clients list": "jobrelay clients list --json",
+    "clients disable": "jobrelay clients disable shop-backend",
     "submit": 'jobrelay submit catalog.export --payload \'{"course": "JavaScript"}\' --key k1',
     "jobs show": "jobrelay jobs show 3f2b...-uuid",
     "stats": "jobrelay stats --json",
@@ -369,7 +371,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jobrelay",
         description="Durable background jobs: transactional outbox, PostgreSQL, RabbitMQ.",
-        epilog="configuration comes from JOBRELAY_* environment variables (see the README)",
+        epilog='example: jobrelay submit catalog.export --payload \'{"course": "JavaScript"}\''
+        "\nconfiguration comes from JOBRELAY_* environment variables (see the README)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -395,7 +399,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="module:registry of job types (default: the built-in types)",
     )
 
-    clients = commands.add_parser("clients", help="manage API clients and their tokens")
+    clients = commands.add_parser(
+        "clients",
+        help="manage API clients and their tokens",
+        epilog=f"example: {EXAMPLES['clients create']}",
+    )
     client_commands = clients.add_subparsers(
         dest="clients_command", required=True, metavar="ACTION"
     )
@@ -409,9 +417,15 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("name")
     create.add_argument("--admin", action="store_true", help="may use the /v1/admin endpoints")
     create.add_argument("--json", action="store_true")
-    listing = _add(client_commands, "list", cmd_clients_list, "list clients")
+    listing = _add(client_commands, "list", cmd_clients_list, "list clients", "clients list")
     listing.add_argument("--json", action="store_true")
-    disable = _add(client_commands, "disable", cmd_clients_disable, "disable a client's token")
+    disable = _add(
+        client_commands,
+        "disable",
+        cmd_clients_disable,
+        "disable a client's token",
+        "clients disable",
+    )
     disable.add_argument("name")
 
     submit = _add(commands, "submit", cmd_submit, "submit a job through the API")
@@ -425,7 +439,9 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--token", help="bearer token (default: $JOBRELAY_TOKEN)")
     submit.add_argument("--json", action="store_true")
 
-    jobs = commands.add_parser("jobs", help="inspect jobs")
+    jobs = commands.add_parser(
+        "jobs", help="inspect jobs", epilog="example: jobrelay jobs trace 5b0c9f6e-..."
+    )
     job_commands = jobs.add_subparsers(dest="jobs_command", required=True, metavar="ACTION")
     show = _add(job_commands, "show", cmd_jobs_show, "show one job (any client's)", "jobs show")
     show.add_argument("id")

@@ -237,7 +237,9 @@ def register(commands: Any, job_commands: Any, add: Callable[..., argparse.Argum
     redispatch.add_argument("--json", action="store_true")
 
     quarantine = commands.add_parser(
-        "quarantine", help="inspect and replay quarantined jobs and their dead-lettered messages"
+        "quarantine",
+        help="inspect and replay quarantined jobs and their dead-lettered messages",
+        epilog=f"example: {EXAMPLES['list']}",
     )
     actions = quarantine.add_subparsers(dest="quarantine_command", required=True, metavar="ACTION")
     listing = add(

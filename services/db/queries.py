@@ -21,6 +21,8 @@ _JOB_COLUMNS = """
     j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at
 """
 
+PING: TextClause = text("SELECT 1 AS ok")
+
 # --- clients --------------------------------------------------------------------------------
 
 INSERT_CLIENT: TextClause = text(

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from psycopg.pq import TransactionStatus
 from psycopg.rows import namedtuple_row
-from sqlalchemy import Row, TextClause, text
+from sqlalchemy import Row, TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
@@ -134,9 +135,13 @@ class Store:
                     async with driver.cursor(row_factory=namedtuple_row) as cursor:
                         await cursor.execute(sql, params)
                         return await cursor.fetchall() if cursor.description else []
-                except Exception:
-                    if driver.broken or driver.closed:
-                        # Keep the dead connection out of the pool.
+                except BaseException:  # CancelledError too: a timeout may interrupt a query
+                    if (
+                        driver.broken
+                        or driver.closed
+                        or driver.info.transaction_status != TransactionStatus.IDLE
+                    ):
+                        # Dead, or left mid-query: keep it out of the pool.
                         await greenlet_spawn(pooled.invalidate)
                     raise
             finally:
@@ -155,7 +160,7 @@ class Store:
         return sql
 
     async def ping(self) -> None:
-        await self.fetch_one(text("SELECT 1"))
+        await self.fetch_one(q.PING)
 
     # --- clients ----------------------------------------------------------------------------
 

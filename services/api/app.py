@@ -41,7 +41,7 @@ from services.core.errors import (
     NotReplayable,
     StoreUnavailable,
 )
-from services.core.jobs import is_valid_idempotency_key
+from services.core.jobs import Job, is_valid_idempotency_key
 from services.core.registry import Registry
 from services.core.settings import Settings
 from services.core.states import JobState
@@ -131,6 +131,14 @@ async def _admin(request: Request, authorization: Annotated[str | None, Header()
 StoreDep = Annotated[Store, Depends(_store)]
 ClientDep = Annotated[Client, Depends(_client)]
 AdminDep = Annotated[Client, Depends(_admin)]
+
+
+async def _own_job(store: Store, job_id: uuid.UUID, client: Client) -> Job:
+    """The caller's job; another client's job is as unknown as a missing one (404, not 403)."""
+    job = await store.get_job(job_id, client_id=client.id)
+    if job is None:
+        raise JobNotFound()
+    return job
 
 
 def _encode_cursor(created_at: datetime, job_id: uuid.UUID) -> str:
@@ -251,10 +259,7 @@ def _add_job_routes(app: FastAPI) -> None:
         summary="One of your jobs, with its result once succeeded",
     )
     async def get_job(job_id: uuid.UUID, client: ClientDep, store: StoreDep) -> JobView:
-        job = await store.get_job(job_id, client_id=client.id)
-        if job is None:
-            raise JobNotFound()
-        return JobView.of(job)
+        return JobView.of(await _own_job(store, job_id, client))
 
     @app.get(
         "/v1/jobs/{job_id}/events",
@@ -263,8 +268,7 @@ def _add_job_routes(app: FastAPI) -> None:
         summary="The job's transition journal",
     )
     async def job_events(job_id: uuid.UUID, client: ClientDep, store: StoreDep) -> EventList:
-        if await store.get_job(job_id, client_id=client.id) is None:
-            raise JobNotFound()
+        await _own_job(store, job_id, client)
         events = await store.job_events(job_id)
         return EventList(
             job_id=job_id,
@@ -280,8 +284,7 @@ def _add_job_routes(app: FastAPI) -> None:
         summary="What happened to your job: intent, publishing, deliveries, attempts, result",
     )
     async def job_trace(job_id: uuid.UUID, client: ClientDep, store: StoreDep) -> dict[str, Any]:
-        if await store.get_job(job_id, client_id=client.id) is None:
-            raise JobNotFound()
+        await _own_job(store, job_id, client)
         trace = await store.trace(job_id)
         if trace is None:
             raise JobNotFound()

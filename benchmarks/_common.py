@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -16,6 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.support import databases
+from tests.support.processes import free_port
+
+__all__ = ["free_port"]  # the benchmarks import it from here
 
 
 def admin_database_url() -> str:
@@ -38,12 +40,6 @@ def scratch_database(admin_url: str) -> str:
 
 def drop_database(admin_url: str, url: str) -> None:
     databases.drop_database(admin_url, url)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def start_service(args: list[str], env_overrides: dict[str, str]) -> subprocess.Popen[bytes]:

@@ -20,7 +20,6 @@ _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
     "asctime",
     "color_message",  # uvicorn's copy of msg with terminal colours
 }
-CONTEXT_KEYS = ("job_id", "attempt", "event", "outbox_id", "type", "queue", "outcome", "reason")
 
 
 class JsonFormatter(logging.Formatter):

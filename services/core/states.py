@@ -52,7 +52,6 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 TERMINAL_STATES: frozenset[JobState] = frozenset(
     {JobState.SUCCEEDED, JobState.QUARANTINED, JobState.CANCELLED}
 )
-CLAIMABLE_STATES: frozenset[JobState] = frozenset({JobState.QUEUED, JobState.RETRYING})
 CANCELLABLE_STATES: frozenset[JobState] = frozenset(
     source for source, targets in TRANSITIONS.items() if JobState.CANCELLED in targets
 )
@@ -60,7 +59,3 @@ CANCELLABLE_STATES: frozenset[JobState] = frozenset(
 
 def can_transition(source: JobState, target: JobState) -> bool:
     return target in TRANSITIONS[source]
-
-
-def is_terminal(state: JobState) -> bool:
-    return state in TERMINAL_STATES

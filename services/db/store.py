@@ -89,22 +89,22 @@ class Store:
     the work; ``engine`` runs the few multi-statement transactions (stats, traces, the rare
     paths of claim and finish)."""
 
-    def __init__(self, engine: AsyncEngine, url: str, fast_engine: AsyncEngine | None = None):
+    def __init__(self, engine: AsyncEngine, fast_engine: AsyncEngine, url: str) -> None:
         self.engine = engine
-        self.url = url
         # Every named statement is a single statement, atomic on its own: running it in
         # autocommit saves the BEGIN and COMMIT round trips (3 → 1 on the accept path).
-        self.fast_engine = fast_engine or engine.execution_options(isolation_level="AUTOCOMMIT")
+        self.fast_engine = fast_engine
+        self.url = url
         self._sql_cache: dict[TextClause, str] = {}
 
     @classmethod
     def connect(cls, url: str, *, pool_size: int = 10, application_name: str = "jobrelay") -> Store:
         return cls(
             make_engine(url, pool_size=max(2, pool_size // 2), application_name=application_name),
-            url,
             make_engine(
                 url, pool_size=pool_size, application_name=application_name, autocommit=True
             ),
+            url,
         )
 
     async def close(self) -> None:

@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 
-from services.core.states import JobEvent, JobState
+from services.core.states import TERMINAL_STATES, JobEvent, JobState
 
 metadata = MetaData(
     naming_convention={
@@ -44,7 +44,7 @@ def _in_list(column: str, values: list[str]) -> str:
 
 JOB_STATES = [state.value for state in JobState]
 JOB_EVENTS = [event.value for event in JobEvent]
-TERMINAL = ["succeeded", "quarantined", "cancelled"]
+TERMINAL = [state.value for state in JobState if state in TERMINAL_STATES]
 
 clients = Table(
     "clients",

@@ -11,9 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import socket
-import subprocess
-import sys
 import urllib.request
 import uuid
 from pathlib import Path
@@ -23,7 +20,15 @@ import pytest
 import yaml
 
 from services.core.settings import Settings
-from tests.support.processes import ROOT, running, service_env, wait_for
+from tests.support.processes import (
+    ROOT,
+    answers,
+    free_port,
+    run_cli,
+    running,
+    service_env,
+    wait_for,
+)
 from tests.support.system import fast_settings
 
 COMPOSE = ROOT / "compose.yaml"
@@ -86,25 +91,11 @@ def local_environment(
     return env
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def http(method: str, url: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
     with urllib.request.urlopen(request, timeout=5) as response:
         return json.loads(response.read())
-
-
-def answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1):
-            return True
-    except OSError:
-        return False
 
 
 def test_every_compose_service_runs_locally_and_a_job_goes_through(
@@ -114,24 +105,14 @@ def test_every_compose_service_runs_locally_and_a_job_goes_through(
     system = fast_settings(settings, amqp_url)
 
     migrate = services["migrate"]
-    result = subprocess.run(
-        [sys.executable, "-m", "services", *migrate["command"][1:]],
-        env=local_environment(compose_environment(migrate), system),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    result = run_cli(
+        local_environment(compose_environment(migrate), system),
+        *migrate["command"][1:],
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
 
-    created = subprocess.run(
-        [sys.executable, "-m", "services", "clients", "create", "compose-test", "--json"],
-        env=service_env(system),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    created = run_cli(service_env(system), "clients", "create", "compose-test", "--json")
     token = json.loads(created.stdout)["token"]
 
     api_port = free_port()

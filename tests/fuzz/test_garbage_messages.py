@@ -348,7 +348,7 @@ async def test_garbage_on_the_work_queue_is_quarantined_or_harmlessly_acked_and_
         for start in range(0, len(messages), BATCH):
             await publish_garbage(cfg, messages[start : start + BATCH])
         dead = await eventually(
-            lambda: at_least(cfg, len(poison)), timeout=90, what=f"{len(poison)} dead letters"
+            lambda: at_least(cfg, len(poison)), within=90, what=f"{len(poison)} dead letters"
         )
         await eventually(
             lambda: _true(deliveries(consumer, "duplicate") >= len(harmless)),

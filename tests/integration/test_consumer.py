@@ -133,7 +133,7 @@ async def wait_lease_expired(store: Store, job_id: uuid.UUID) -> None:
 async def wait_state(store: Store, job_id: uuid.UUID, state: str, timeout: float = 20) -> None:
     await eventually(
         lambda: scalar(store, "SELECT state = :s FROM jobs WHERE id = :id", s=state, id=job_id),
-        timeout=timeout,
+        within=timeout,
         what=f"job {job_id} to be {state}",
     )
 

@@ -4,7 +4,6 @@ middle of a run, broker connections cut, SIGTERM with jobs in flight."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import urllib.request
 import uuid
 from pathlib import Path
@@ -27,7 +26,7 @@ from tests.support.consumer_kit import (
     submit,
     work_queue_count,
 )
-from tests.support.processes import Service, service_env
+from tests.support.processes import Service, free_port, service_env
 from tests.support.relay_stub import relay_stub
 
 HANDLERS = "tests.support.consumer_kit:registry"
@@ -46,12 +45,6 @@ def cfg(settings: Settings, amqp_url: str) -> Settings:
     )
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def consumer_process(cfg: Settings, log: Path, *args: str) -> Service:
     return Service(["consumer", "--handlers", HANDLERS, *args], service_env(cfg), log)
 
@@ -61,7 +54,7 @@ async def wait_consuming(service: Service) -> None:
         assert service.alive(), service.output()[-3000:]
         return '"consumer_started"' in service.output()
 
-    await eventually(started, timeout=20, what="the consumer process to start")
+    await eventually(started, within=20, what="the consumer process to start")
 
 
 async def quietly(store: Store, sql: str, **params: Any) -> Any:
@@ -98,7 +91,7 @@ async def test_a_consumer_killed_right_after_its_claim_leaves_the_job_running_un
                 lambda: scalar(
                     store, "SELECT state = 'succeeded' FROM jobs WHERE id = :id", id=job_id
                 ),
-                timeout=30,
+                within=30,
                 what="attempt 2 to complete the job",
             )
         finally:
@@ -135,7 +128,7 @@ async def test_postgres_restarted_in_the_middle_of_1000_jobs_every_job_succeeds_
         await wait_consuming(service)
         async with relay_stub(cfg, store):
             await eventually(
-                lambda: _succeeded_at_least(store, 150), timeout=60, what="a first part done"
+                lambda: _succeeded_at_least(store, 150), within=60, what="a first part done"
             )
             faults.pg_restart()
             done_before = await eventually(
@@ -144,7 +137,7 @@ async def test_postgres_restarted_in_the_middle_of_1000_jobs_every_job_succeeds_
             )
             assert done_before < 1000, "the restart did not land in the middle of the run"
             await eventually(
-                lambda: _succeeded_at_least(store, 1000), timeout=120, what="every job done"
+                lambda: _succeeded_at_least(store, 1000), within=120, what="every job done"
             )
         assert service.alive()
         metrics = (
@@ -192,7 +185,7 @@ async def test_broker_connections_cut_mid_run_every_job_still_succeeds_once(
             await eventually(lambda: _succeeded_at_least(store, 50), what="a first part done")
             faults.close_all_broker_connections()
             await eventually(
-                lambda: _succeeded_at_least(store, 300), timeout=60, what="every job done"
+                lambda: _succeeded_at_least(store, 300), within=60, what="every job done"
             )
         assert service.alive()
     finally:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from services.core.topology import QUARANTINE_QUEUE, work_queue_name
 from services.db.store import Store
 from services.handlers import builtin
 from tests.support.relay_stub import publish
+from tests.support.waiting import eventually
 
 # --- a registry of test job types (also loadable: --handlers tests.support.consumer_kit:registry)
 
@@ -128,19 +128,6 @@ async def mark_outbox_published(store: Store) -> None:
         await connection.execute(text("UPDATE outbox SET published_at = now()"))
 
 
-async def eventually(
-    check: Callable[[], Awaitable[Any]], *, timeout: float = 20.0, what: str = "condition"
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 # --- broker -------------------------------------------------------------------------------
 
 
@@ -224,7 +211,7 @@ async def running_consumer(
     stop = asyncio.Event()
     task = asyncio.create_task(consumer.run(stop))
     # Consuming has begun once the worker exists and the task has not died.
-    await eventually(lambda: _started(consumer, task), timeout=15, what="the consumer to start")
+    await eventually(lambda: _started(consumer, task), within=15, what="the consumer to start")
     try:
         yield consumer
     finally:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -16,10 +15,10 @@ import aio_pika
 from sqlalchemy import text
 
 from services.core import topology as names
-from services.core.errors import StoreUnavailable
 from services.core.settings import Settings
 from services.db.store import Store
 from services.dispatcher.service import Dispatcher
+from tests.support.waiting import eventually  # noqa: F401  (re-exported for the relay tests)
 
 INSERT_JOBS = text(
     """
@@ -63,26 +62,6 @@ async def count_published(store: Store) -> int:
     )
     assert row is not None
     return int(row.n)
-
-
-async def eventually(
-    check: Callable[[], Awaitable[Any]],
-    *,
-    within: float = 20.0,
-    interval: float = 0.05,
-    what: str = "condition",
-) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            value = await check()
-        except StoreUnavailable as error:  # a database restart under test: ask again
-            value = error
-        if value and not isinstance(value, StoreUnavailable):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what} (last: {value!r})")
-        await asyncio.sleep(interval)
 
 
 @asynccontextmanager

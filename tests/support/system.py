@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket
 import subprocess
-import sys
-import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -17,7 +13,10 @@ import aio_pika
 
 from services.core.settings import Settings
 from services.core.topology import QUARANTINE_QUEUE
-from tests.support.processes import ROOT, Service, running, service_env
+from tests.support.processes import Service, free_port, run_cli, running, service_env
+from tests.support.waiting import eventually
+
+__all__ = ["eventually", "free_port"]  # re-exported for the acceptance tests
 
 
 def fast_settings(settings: Settings, amqp_url: str, **overrides: Any) -> Settings:
@@ -57,40 +56,14 @@ def running_system(
         yield services
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services", *args],
-        env=service_env(settings),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_cli(service_env(settings), *args)
 
 
 def cli_json(settings: Settings, *args: str) -> Any:
     result = cli(settings, *args, "--json")
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
-
-
-async def eventually(
-    check: Callable[[], Awaitable[Any]], *, within: float = 30.0, what: str = "condition"
-) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 async def message_count(amqp_url: str, queue: str = QUARANTINE_QUEUE) -> int:

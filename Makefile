@@ -3,10 +3,27 @@
 PYTHON ?= python3
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-fast lint format typecheck servers down bench chaos clean
+.PHONY: install lock test-latest run test test-fast lint format typecheck servers down bench chaos clean
 
+## install: exactly the locked versions (requirements/dev.txt), then jobrelay itself, editable
 install:
-	$(PYTHON) -m pip install -e '.[dev,bench]'
+	$(PYTHON) -m pip install --require-hashes -r requirements/dev.txt
+	$(PYTHON) -m pip install --no-deps --no-build-isolation -e .
+
+## lock: re-resolve requirements/*.txt from the ranges in pyproject.toml (uv pip compile)
+UV ?= $(PYTHON) -m uv
+LOCK_FLAGS = --universal --python-version 3.11 --generate-hashes --custom-compile-command 'make lock'
+lock:
+	$(UV) pip compile $(LOCK_FLAGS) pyproject.toml requirements/build.in -o requirements/runtime.txt
+	$(UV) pip compile $(LOCK_FLAGS) --extra dev --extra bench -c requirements/runtime.txt \
+		pyproject.toml requirements/build.in -o requirements/dev.txt
+
+## test-latest: the suite against the newest versions the ranges allow, in a throwaway venv
+LATEST_VENV ?= .local/venv-latest
+test-latest:
+	rm -rf $(LATEST_VENV) && $(PYTHON) -m venv $(LATEST_VENV)
+	$(LATEST_VENV)/bin/python -m pip install -q --upgrade -e '.[dev,bench]'
+	$(MAKE) test PYTHON=$(abspath $(LATEST_VENV))/bin/python
 
 ## run: servers + migrations + a demo client + api, dispatcher and consumer in the foreground
 run:
@@ -21,13 +38,13 @@ test-fast:
 	$(PYTHON) -m pytest tests/unit -q
 
 lint:
-	ruff check services tests alembic benchmarks scripts chaos
-	ruff format --check services tests alembic benchmarks scripts chaos
+	ruff check services tests benchmarks scripts chaos
+	ruff format --check services tests benchmarks scripts chaos
 	mypy
 
 format:
-	ruff format services tests alembic benchmarks scripts chaos
-	ruff check --fix services tests alembic benchmarks scripts chaos
+	ruff format services tests benchmarks scripts chaos
+	ruff check --fix services tests benchmarks scripts chaos
 
 typecheck:
 	mypy

@@ -47,7 +47,7 @@ def start_service(args: list[str], env_overrides: dict[str, str]) -> subprocess.
     env["PYTHONPATH"] = str(ROOT)
     env.setdefault("JOBRELAY_LOG_LEVEL", "WARNING")
     return subprocess.Popen(
-        [sys.executable, "-m", "services", *args],
+        [sys.executable, "-m", "jobrelay", *args],
         env=env,
         cwd=ROOT,
         stdout=subprocess.DEVNULL,

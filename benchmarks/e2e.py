@@ -10,7 +10,7 @@ Phases, alternated per round so that the machine's drift hits both systems alike
 
 1. jobrelay throughput: ``--jobs`` ``demo.sleep`` jobs with ``seconds: 0`` (the no-op) are written
    straight to PostgreSQL as the API writes them (job + outbox row + ``received`` event), THEN a
-   real ``python -m services dispatcher`` and ``--consumers`` × ``python -m services consumer
+   real ``python -m jobrelay dispatcher`` and ``--consumers`` × ``python -m jobrelay consumer
    --concurrency C`` are started; timed until every job is ``succeeded``. Per job that is: a
    confirmed, persistent publish to a quorum queue; the outbox row marked published with a
    ``published`` event; a claim (lease token, ``claimed`` event); the handler; one transaction
@@ -69,10 +69,10 @@ from benchmarks._common import (
     scratch_database,
     start_service,
 )
-from services.core import topology as names
-from services.core.fingerprint import request_hash
-from services.db.store import Store
-from tests.support.databases import libpq_url
+from jobrelay.core import topology as names
+from jobrelay.core.fingerprint import request_hash
+from jobrelay.db.engine import libpq_url
+from jobrelay.db.store import Store
 from tests.support.servers import create_vhost, delete_vhost, vhost_amqp_url
 
 NOOP_TYPE = "demo.sleep"

@@ -29,13 +29,13 @@ sys.path.insert(0, str(ROOT))
 import aio_pika
 from sqlalchemy import text
 
-from services.broker.publisher import build_message
-from services.broker.topology import declare_topology
-from services.core import topology as names
-from services.core.settings import Settings
-from services.db.store import Store
-from services.dispatcher.ports import OutboxRow
-from services.dispatcher.service import Dispatcher
+from jobrelay.broker.publisher import build_message
+from jobrelay.broker.topology import declare_topology
+from jobrelay.core import topology as names
+from jobrelay.core.settings import Settings
+from jobrelay.db.store import Store
+from jobrelay.dispatcher.ports import OutboxRow
+from jobrelay.dispatcher.service import Dispatcher
 from tests.support import databases
 from tests.support.outbox import insert_jobs
 from tests.support.servers import create_vhost, delete_vhost, vhost_amqp_url

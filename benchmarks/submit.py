@@ -28,8 +28,8 @@ from benchmarks._common import (
     start_service,
     wait_http,
 )
-from services.core.fingerprint import request_hash, token_hash
-from tests.support.databases import libpq_url
+from jobrelay.core.fingerprint import request_hash, token_hash
+from jobrelay.db.engine import libpq_url
 
 RAW_INSERT = """
 WITH j AS (

@@ -177,7 +177,7 @@ def service_env(values: dict[str, str]) -> dict[str, str]:
 
 def cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "services", *args],
+        [sys.executable, "-m", "jobrelay", *args],
         env=env,
         cwd=ROOT,
         capture_output=True,
@@ -202,7 +202,7 @@ class Service:
     def start(self) -> None:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "services", *self.args],
+                [sys.executable, "-m", "jobrelay", *self.args],
                 env=self.env,
                 cwd=ROOT,
                 stdout=log,

@@ -10,9 +10,9 @@ $PYTHON scripts/servers.py up >/dev/null
 . "${JOBRELAY_SERVERS_DIR:-.local/servers}/env"
 export JOBRELAY_RESULTS_DIR=${JOBRELAY_RESULTS_DIR:-.local/results}
 
-$PYTHON -m services migrate
+$PYTHON -m jobrelay migrate
 name="demo-$(date +%Y%m%d-%H%M%S)"
-token=$($PYTHON -m services clients create "$name" --admin 2>/dev/null)
+token=$($PYTHON -m jobrelay clients create "$name" --admin 2>/dev/null)
 cat <<MSG
 
   jobrelay is starting: API on http://127.0.0.1:${JOBRELAY_API_PORT:-8000}
@@ -26,10 +26,10 @@ MSG
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
-if $PYTHON -m services dispatcher --help >/dev/null 2>&1; then
-    $PYTHON -m services dispatcher & pids+=($!)
+if $PYTHON -m jobrelay dispatcher --help >/dev/null 2>&1; then
+    $PYTHON -m jobrelay dispatcher & pids+=($!)
 fi
-if $PYTHON -m services consumer --help >/dev/null 2>&1; then
-    $PYTHON -m services consumer & pids+=($!)
+if $PYTHON -m jobrelay consumer --help >/dev/null 2>&1; then
+    $PYTHON -m jobrelay consumer & pids+=($!)
 fi
-$PYTHON -m services api
+$PYTHON -m jobrelay api

@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from services.core.fingerprint import token_hash
-from services.core.settings import Settings
-from services.db.store import Store
+from jobrelay.core.fingerprint import token_hash
+from jobrelay.core.settings import Settings
+from jobrelay.db.store import Store
 from tests.support import databases
 from tests.support.servers import (
     NoServers,
@@ -83,7 +83,7 @@ async def make_client(store: Store, name: str, *, admin: bool = False) -> str:
 @asynccontextmanager
 async def api_client(settings: Settings, store: Store) -> AsyncIterator[httpx.AsyncClient]:
     """An HTTP client on the API app (in process), for the given settings."""
-    from services.api.app import create_app
+    from jobrelay.api.app import create_app
 
     app = create_app(settings, store=store)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)

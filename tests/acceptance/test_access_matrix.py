@@ -15,9 +15,9 @@ import httpx
 import pytest
 from fastapi.routing import APIRoute
 
-from services.api.app import create_app
-from services.core.settings import Settings
-from services.db.store import Store
+from jobrelay.api.app import create_app
+from jobrelay.core.settings import Settings
+from jobrelay.db.store import Store
 from tests.conftest import auth
 from tests.support.consumer_kit import scalar
 

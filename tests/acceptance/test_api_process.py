@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from services.core.settings import Settings
+from jobrelay.core.settings import Settings
 from tests.support.processes import Service, answers, free_port, running, service_env, wait_for
 from tests.support.processes import run_cli as cli
 

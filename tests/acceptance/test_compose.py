@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from services.core.settings import Settings
+from jobrelay.core.settings import Settings
 from tests.support.processes import (
     ROOT,
     answers,

@@ -18,12 +18,12 @@ import httpx
 import psycopg
 import pytest
 
-from services.core.errors import StoreUnavailable
-from services.core.settings import Settings
-from services.db.store import Store
+from jobrelay.core.errors import StoreUnavailable
+from jobrelay.core.settings import Settings
+from jobrelay.db.engine import libpq_url
+from jobrelay.db.store import Store
 from tests.conftest import auth, make_client
 from tests.support import faults
-from tests.support.databases import libpq_url
 from tests.support.processes import running, service_env
 from tests.support.servers import Servers, management_request
 from tests.support.system import eventually, fast_settings, free_port, running_system

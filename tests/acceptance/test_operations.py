@@ -12,10 +12,10 @@ import aio_pika
 import httpx
 import pytest
 
-from services.core.message import Envelope
-from services.core.settings import Settings
-from services.core.topology import DEFAULT_QUEUE, JOBS_EXCHANGE
-from services.db.store import Store
+from jobrelay.core.message import Envelope
+from jobrelay.core.settings import Settings
+from jobrelay.core.topology import DEFAULT_QUEUE, JOBS_EXCHANGE
+from jobrelay.db.store import Store
 from tests.conftest import api_client, auth
 from tests.support.system import (
     cli,

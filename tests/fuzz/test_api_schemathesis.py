@@ -8,20 +8,25 @@ so a mismatch is fixed in the API's declarations, never by loosening these check
 Generated job ids are steered, half of the time, to jobs that exist (the caller's own in several
 states, and another client's), so the fuzzer reaches the 200/409 branches and not only 404s.
 Bounded for CI: a few dozen examples per operation, derandomized, no deadline per example.
+
+The cases come from schemathesis's Hypothesis strategies under a plain ``@given``, not from its
+pytest plugin (``schemathesis.pytest.from_fixture``): that plugin reaches into pytest's private
+node attributes and breaks with each pytest release, while the strategies are public API.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck
+from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
+from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.python import asgi as schemathesis_asgi
 from schemathesis.specs.openapi.checks import (
@@ -32,9 +37,10 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from services.api.app import create_app
-from services.core.settings import Settings
-from services.db.store import Store
+from jobrelay.api.app import create_app
+from jobrelay.core.settings import Settings
+from jobrelay.db.store import Store
+from jobrelay.handlers.builtin import registry as builtins
 from tests.support.consumer_kit import rows, submit
 
 EXAMPLES_PER_OPERATION = 40
@@ -71,8 +77,6 @@ VALID_SUBMISSIONS = [
     {"type": "demo.fail", "payload": {"mode": "transient", "times": 1}},
 ]
 
-schema = schemathesis.pytest.from_fixture("api_schema")
-
 
 @pytest.fixture
 async def seeded_jobs(store: Store, alice: str, bob: str) -> list[uuid.UUID]:
@@ -106,69 +110,91 @@ async def seeded_jobs(store: Store, alice: str, bob: str) -> list[uuid.UUID]:
 
 
 @pytest.fixture
-def seen() -> dict[tuple[str, str], Counter[int]]:
-    return defaultdict(Counter)
-
-
-@pytest.fixture
-def api_schema(
-    settings: Settings,
-    amqp_url: str,
-    seeded_jobs: list[uuid.UUID],
-    seen: dict[tuple[str, str], Counter[int]],
-) -> Iterator[Any]:
+def api_schema(settings: Settings, amqp_url: str) -> Iterator[Any]:
     # No store injected: the app opens its own in its lifespan, on the event loop schemathesis
     # runs ASGI apps on (a pool cannot move between loops).
     app = create_app(settings.model_copy(update={"amqp_url": amqp_url}))
-    loaded = schemathesis.openapi.from_asgi("/openapi.json", app)
-
-    @loaded.hook
-    def flatmap_path_parameters(context: Any, path_parameters: dict[str, Any] | None) -> Any:
-        if not path_parameters or "job_id" not in path_parameters:
-            return st.just(path_parameters)
-        real = st.sampled_from(seeded_jobs).map(lambda job_id: {"job_id": str(job_id)})
-        return st.one_of(st.just(path_parameters), real)
-
-    @loaded.hook
-    def flatmap_body(context: Any, body: Any) -> Any:
-        # Half of the generated submissions name a registered type (with a valid payload or the
-        # generated one), so the fuzzer gets past "unknown type" into payload checks and accept.
-        if not isinstance(body, dict) or "type" not in body:
-            return st.just(body)
-        known = st.sampled_from(sorted(app.state.registry.types)).map(
-            lambda name: {**body, "type": name}
-        )
-        valid = st.sampled_from(VALID_SUBMISSIONS).map(lambda good: {**body, **good})
-        return st.one_of(st.just(body), known, valid)
-
-    yield loaded
+    yield schemathesis.openapi.from_asgi("/openapi.json", app)
     schemathesis_asgi.shutdown_lifespans()  # closes the app's store before the database goes
-    missing = {
-        operation: sorted(wanted - set(seen[operation]))
-        for operation, wanted in MUST_REACH.items()
-        if not wanted <= set(seen[operation])
-    }
-    assert not missing, f"the fuzzer never got these answers: {missing}; saw {dict(seen)}"
 
 
-@pytest.fixture
-def tokens(alice: str, admin: str) -> dict[str, str]:
-    return {"client": alice, "admin": admin}
+def steered(case: Any, seeded_jobs: list[uuid.UUID], types: list[str]) -> st.SearchStrategy[Any]:
+    """A valid case as generated, or moved towards the interesting branches: its job id one that
+    exists (the caller's own in several states, or another client's), its submission naming a
+    registered type (with the generated payload, or a valid one), so the fuzzer gets past "not
+    found" and "unknown type" into the 200/409 and payload branches."""
+    variants: list[st.SearchStrategy[Any]] = [st.just(case)]
+    if case.path_parameters and "job_id" in case.path_parameters:
+        variants.append(
+            st.sampled_from(seeded_jobs).map(
+                lambda job_id: replace_case(case, path_parameters={"job_id": str(job_id)})
+            )
+        )
+    if isinstance(case.body, dict) and "type" in case.body:
+        variants.append(
+            st.sampled_from(types).map(
+                lambda name: replace_case(case, body={**case.body, "type": name})
+            )
+        )
+        variants.append(
+            st.sampled_from(VALID_SUBMISSIONS).map(
+                lambda good: replace_case(case, body={**case.body, **good})
+            )
+        )
+    return st.one_of(variants)
 
 
-@schema.parametrize()
-@hypothesis_settings(
-    max_examples=EXAMPLES_PER_OPERATION,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=list(HealthCheck),
+def replace_case(case: Any, **changes: Any) -> Any:
+    for name, value in changes.items():
+        setattr(case, name, value)
+    return case
+
+
+def cases_of(
+    operation: Any, seeded_jobs: list[uuid.UUID], types: list[str]
+) -> st.SearchStrategy[Any]:
+    """Valid requests (steered) and invalid ones (as generated: they must be rejected)."""
+    return st.one_of(
+        operation.as_strategy(GenerationMode.POSITIVE).flatmap(
+            lambda case: steered(case, seeded_jobs, types)
+        ),
+        operation.as_strategy(GenerationMode.NEGATIVE),
+    )
+
+
+@pytest.mark.parametrize(
+    ("method", "path"), sorted(MUST_REACH), ids=[f"{m} {p}" for m, p in sorted(MUST_REACH)]
 )
 def test_every_operation_answers_as_its_schema_says_and_never_with_a_5xx(
-    case: Any, tokens: dict[str, str], seen: dict[tuple[str, str], Counter[int]]
+    api_schema: Any,
+    seeded_jobs: list[uuid.UUID],
+    alice: str,
+    admin: str,
+    method: str,
+    path: str,
 ) -> None:
-    token = tokens["admin"] if case.path.startswith("/v1/admin/") else tokens["client"]
-    response = case.call_and_validate(headers={"Authorization": f"Bearer {token}"}, checks=CHECKS)
-    seen[(case.method.upper(), case.path)][response.status_code] += 1
+    token = admin if path.startswith("/v1/admin/") else alice
+    operation = api_schema[path][method]
+    seen: Counter[int] = Counter()
+    types = sorted(builtins.types)
+
+    @hypothesis_settings(
+        max_examples=EXAMPLES_PER_OPERATION,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=cases_of(operation, seeded_jobs, types))
+    def answers_as_declared(case: Any) -> None:
+        response = case.call_and_validate(
+            headers={"Authorization": f"Bearer {token}"}, checks=CHECKS
+        )
+        seen[response.status_code] += 1
+
+    answers_as_declared()
+    wanted = MUST_REACH[(method, path)]
+    assert wanted <= set(seen), f"the fuzzer never got {sorted(wanted - set(seen))}; saw {seen}"
 
 
 # --- regressions the fuzzing found ----------------------------------------------------------

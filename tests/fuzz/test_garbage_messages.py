@@ -25,11 +25,11 @@ from hypothesis import HealthCheck, Phase, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from services.core.message import Envelope, MalformedMessage
-from services.core.settings import Settings
-from services.core.topology import DEFAULT_QUEUE
-from services.db.execution_store import Claimed, ExecutionStore
-from services.db.store import Store
+from jobrelay.core.message import Envelope, MalformedMessage
+from jobrelay.core.settings import Settings
+from jobrelay.core.topology import DEFAULT_QUEUE
+from jobrelay.db.execution_store import Claimed, ExecutionStore
+from jobrelay.db.store import Store
 from tests.support.consumer_kit import (
     broker,
     eventually,

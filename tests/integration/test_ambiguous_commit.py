@@ -22,14 +22,14 @@ import httpx
 import psycopg
 import pytest
 
-from services.consumer.metrics import ConsumerMetrics
-from services.consumer.worker import Worker
-from services.core.errors import StoreUnavailable
-from services.core.message import Envelope
-from services.core.settings import Settings
-from services.db import queries as q
-from services.db.execution_store import ExecutionStore, Finish
-from services.db.store import Store
+from jobrelay.consumer.metrics import ConsumerMetrics
+from jobrelay.consumer.worker import Worker
+from jobrelay.core.errors import StoreUnavailable
+from jobrelay.core.message import Envelope
+from jobrelay.core.settings import Settings
+from jobrelay.db import queries as q
+from jobrelay.db.execution_store import ExecutionStore, Finish
+from jobrelay.db.store import Store
 from tests.conftest import auth
 from tests.support.consumer_kit import (
     events,

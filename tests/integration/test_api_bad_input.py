@@ -6,7 +6,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from services.db.store import Store
+from jobrelay.db.store import Store
 from tests.conftest import auth
 
 GOOD = {"type": "catalog.export", "payload": {"course": "JavaScript"}}

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from services.db.store import Store
+from jobrelay.db.store import Store
 from tests.conftest import auth
 
 JS = {"type": "catalog.export", "payload": {"course": "JavaScript"}}

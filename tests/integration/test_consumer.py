@@ -20,17 +20,17 @@ import pytest
 from aio_pika.exceptions import ChannelInvalidStateError
 from pydantic import BaseModel
 
-from services.consumer.metrics import ConsumerMetrics
-from services.consumer.worker import Disposition, Worker
-from services.core.jobs import Quarantine, RetryLater, Succeeded
-from services.core.message import Envelope
-from services.core.registry import JobContext, Registry
-from services.core.settings import Settings
-from services.core.topology import DEFAULT_QUEUE
-from services.db.execution_store import Claimed, ExecutionStore, Finish, Refusal, Refused
-from services.db.store import Store
-from services.dispatcher.service import Dispatcher
-from services.handlers import builtin
+from jobrelay.consumer.metrics import ConsumerMetrics
+from jobrelay.consumer.worker import Disposition, Worker
+from jobrelay.core.jobs import Quarantine, RetryLater, Succeeded
+from jobrelay.core.message import Envelope
+from jobrelay.core.registry import JobContext, Registry
+from jobrelay.core.settings import Settings
+from jobrelay.core.topology import DEFAULT_QUEUE
+from jobrelay.db.execution_store import Claimed, ExecutionStore, Finish, Refusal, Refused
+from jobrelay.db.store import Store
+from jobrelay.dispatcher.service import Dispatcher
+from jobrelay.handlers import builtin
 from tests.conftest import auth
 from tests.support.consumer_kit import (
     broker,
@@ -647,7 +647,7 @@ async def test_end_to_end_a_submitted_job_shows_its_result_through_the_api(
 async def test_a_consumer_with_a_handlers_option_that_does_not_load_exits_2(
     cfg: Settings,
 ) -> None:
-    from services.consumer.service import run_consumer
+    from jobrelay.consumer.service import run_consumer
 
     assert await run_consumer(cfg, queue="default", handlers="no.such.module:registry") == 2
-    assert await run_consumer(cfg, queue="default", handlers="services.handlers") == 2
+    assert await run_consumer(cfg, queue="default", handlers="jobrelay.handlers") == 2

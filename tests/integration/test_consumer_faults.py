@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from services.core.errors import StoreUnavailable
-from services.core.settings import Settings
-from services.db.store import Store
+from jobrelay.core.errors import StoreUnavailable
+from jobrelay.core.settings import Settings
+from jobrelay.db.store import Store
 from tests.support import faults
 from tests.support.consumer_kit import (
     events,

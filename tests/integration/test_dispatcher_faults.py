@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from services.core.settings import Settings
-from services.db.store import Store
+from jobrelay.core.settings import Settings
+from jobrelay.db.store import Store
 from tests.support.faults import close_all_broker_connections, pg_restart, rabbitmqctl
 from tests.support.outbox import (
     count_published,

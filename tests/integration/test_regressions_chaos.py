@@ -8,12 +8,12 @@ import pytest
 from aio_pika.abc import AbstractIncomingMessage
 from aio_pika.exceptions import ChannelInvalidStateError
 
-from services.consumer.metrics import ConsumerMetrics
-from services.consumer.worker import Worker
-from services.core.settings import Settings
-from services.core.topology import DEFAULT_QUEUE, QUARANTINE_QUEUE
-from services.db.execution_store import ExecutionStore
-from services.db.store import Store
+from jobrelay.consumer.metrics import ConsumerMetrics
+from jobrelay.consumer.worker import Worker
+from jobrelay.core.settings import Settings
+from jobrelay.core.topology import DEFAULT_QUEUE, QUARANTINE_QUEUE
+from jobrelay.db.execution_store import ExecutionStore
+from jobrelay.db.store import Store
 from tests.support.consumer_kit import (
     broker,
     eventually,

@@ -10,11 +10,11 @@ import aio_pika
 import pytest
 from sqlalchemy import text
 
-from services.core import topology as names
-from services.core.settings import Settings
-from services.db.relay_store import RelayStore
-from services.db.store import Store
-from services.dispatcher.listener import APPLICATION_NAME
+from jobrelay.core import topology as names
+from jobrelay.core.settings import Settings
+from jobrelay.db.relay_store import RelayStore
+from jobrelay.db.store import Store
+from jobrelay.dispatcher.listener import APPLICATION_NAME
 from tests.support.outbox import (
     count_published,
     count_unpublished,
@@ -337,7 +337,7 @@ async def test_retention_deletes_old_published_rows_and_old_events_of_finished_j
             text("UPDATE jobs SET state = 'cancelled', finished_at = now() WHERE id = ANY(:ids)"),
             {"ids": job_ids[:10]},
         )
-    from services.dispatcher.relay import Relay, RelayConfig
+    from jobrelay.dispatcher.relay import Relay, RelayConfig
 
     config = RelayConfig(retention_seconds=24 * 3600, retention_batch_size=3)
     relay = Relay(RelayStore(store), _NoPublisher(), config)

@@ -7,8 +7,8 @@ import contextlib
 
 from sqlalchemy import text
 
-from services.db import queries as q
-from services.db.store import Store
+from jobrelay.db import queries as q
+from jobrelay.db.store import Store
 
 SLOW = text("SELECT pg_sleep(5)")
 

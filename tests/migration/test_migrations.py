@@ -6,12 +6,12 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, pool
 
-from alembic import command
-from services.db.tables import metadata
+from jobrelay.db.tables import metadata
 from tests.support import databases
 from tests.support.servers import Servers
 

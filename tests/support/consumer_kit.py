@@ -14,14 +14,14 @@ import aio_pika
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import text
 
-from services.broker.topology import declare_topology
-from services.consumer.service import Consumer
-from services.core.errors import TransientError
-from services.core.registry import JobContext, Registry
-from services.core.settings import Settings, parse_type_queues
-from services.core.topology import QUARANTINE_QUEUE, work_queue_name
-from services.db.store import Store
-from services.handlers import builtin
+from jobrelay.broker.topology import declare_topology
+from jobrelay.consumer.service import Consumer
+from jobrelay.core.errors import TransientError
+from jobrelay.core.registry import JobContext, Registry
+from jobrelay.core.settings import Settings, parse_type_queues
+from jobrelay.core.topology import QUARANTINE_QUEUE, work_queue_name
+from jobrelay.db.store import Store
+from jobrelay.handlers import builtin
 from tests.support.relay_stub import publish
 from tests.support.waiting import eventually
 

@@ -9,19 +9,13 @@ import uuid
 import psycopg
 from alembic.config import Config
 
-from alembic import command
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from jobrelay.db import migrations
+from jobrelay.db.engine import libpq_url
 
 
 def with_database(url: str, name: str) -> str:
     parts = urllib.parse.urlsplit(url)
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, ""))
-
-
-def libpq_url(url: str) -> str:
-    """psycopg wants ``postgresql://``; SQLAlchemy URLs say ``postgresql+psycopg://``."""
-    return url.replace("postgresql+psycopg://", "postgresql://", 1)
 
 
 def admin_execute(admin_url: str, statement: str) -> None:
@@ -30,15 +24,11 @@ def admin_execute(admin_url: str, statement: str) -> None:
 
 
 def alembic_config(url: str) -> Config:
-    config = Config(os.path.join(ROOT, "alembic.ini"))
-    config.set_main_option("script_location", os.path.join(ROOT, "alembic"))
-    config.attributes["url"] = url
-    config.attributes["configure_logger"] = False
-    return config
+    return migrations.alembic_config(url, configure_logger=False)
 
 
 def migrate(url: str, revision: str = "head") -> None:
-    command.upgrade(alembic_config(url), revision)
+    migrations.upgrade(url, revision, configure_logger=False)
 
 
 def create_empty_database(admin_url: str, prefix: str = "jobrelay_t") -> str:

@@ -14,10 +14,10 @@ from typing import Any
 import aio_pika
 from sqlalchemy import text
 
-from services.core import topology as names
-from services.core.settings import Settings
-from services.db.store import Store
-from services.dispatcher.service import Dispatcher
+from jobrelay.core import topology as names
+from jobrelay.core.settings import Settings
+from jobrelay.db.store import Store
+from jobrelay.dispatcher.service import Dispatcher
 from tests.support.waiting import eventually  # noqa: F401  (re-exported for the relay tests)
 
 INSERT_JOBS = text(

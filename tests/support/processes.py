@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from services.core.settings import Settings
+from jobrelay.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,7 +34,7 @@ class Service:
         self.log_path = log_path
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "services", *args],
+            [sys.executable, "-m", "jobrelay", *args],
             env=env,
             cwd=ROOT,
             stdout=self._log,
@@ -110,7 +110,7 @@ def run_cli(
 ) -> subprocess.CompletedProcess[str]:
     """``jobrelay ARGS`` as a user runs it, with ``env`` as its whole environment."""
     return subprocess.run(
-        [sys.executable, "-m", "services", *args],
+        [sys.executable, "-m", "jobrelay", *args],
         env=env,
         cwd=ROOT,
         capture_output=True,

@@ -12,10 +12,10 @@ from typing import Any
 import aio_pika
 from sqlalchemy import text
 
-from services.broker.topology import declare_topology
-from services.core.message import CONTENT_TYPE, Envelope
-from services.core.settings import Settings
-from services.db.store import Store
+from jobrelay.broker.topology import declare_topology
+from jobrelay.core.message import CONTENT_TYPE, Envelope
+from jobrelay.core.settings import Settings
+from jobrelay.db.store import Store
 
 DUE_ROWS = text(
     """

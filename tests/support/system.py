@@ -11,8 +11,8 @@ from typing import Any
 
 import aio_pika
 
-from services.core.settings import Settings
-from services.core.topology import QUARANTINE_QUEUE
+from jobrelay.core.settings import Settings
+from jobrelay.core.topology import QUARANTINE_QUEUE
 from tests.support.processes import Service, free_port, run_cli, running, service_env
 from tests.support.waiting import eventually
 

@@ -7,7 +7,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from services.core.errors import StoreUnavailable
+from jobrelay.core.errors import StoreUnavailable
 
 
 async def eventually(

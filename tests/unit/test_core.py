@@ -8,22 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from services.core import topology
-from services.core.errors import InvalidPayload, UnknownJobType
-from services.core.fingerprint import canonical_json, request_hash
-from services.core.jobs import is_valid_idempotency_key, safe_error_text
-from services.core.message import Envelope, MalformedMessage
-from services.core.settings import Settings, mask_url, parse_type_queues
-from services.core.states import (
+from jobrelay.core import topology
+from jobrelay.core.errors import InvalidPayload, UnknownJobType
+from jobrelay.core.fingerprint import canonical_json, request_hash
+from jobrelay.core.jobs import is_valid_idempotency_key, safe_error_text
+from jobrelay.core.message import Envelope, MalformedMessage
+from jobrelay.core.settings import Settings, mask_url, parse_type_queues
+from jobrelay.core.states import (
     CANCELLABLE_STATES,
     TERMINAL_STATES,
     TRANSITIONS,
     JobState,
     can_transition,
 )
-from services.handlers.builtin import registry
+from jobrelay.handlers.builtin import registry
 
-CORE = Path(__file__).resolve().parents[2] / "services" / "core"
+CORE = Path(__file__).resolve().parents[2] / "services" / "jobrelay" / "core"
 IO_LIBRARIES = {
     "sqlalchemy",
     "psycopg",
@@ -166,7 +166,7 @@ def test_the_builtin_registry_validates_payloads() -> None:
 
 
 def test_only_handler_errors_keep_their_message_in_stored_errors() -> None:
-    from services.core.errors import TransientError
+    from jobrelay.core.errors import TransientError
 
     assert safe_error_text(TransientError("upstream 503")) == "upstream 503"
     assert safe_error_text(ValueError("password=hunter2")) == "ValueError"

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from services.core.errors import HandlerError, PermanentError, TransientError
-from services.core.jobs import Quarantine, RetryLater, Succeeded, decide_outcome
-from services.core.retry import RetryPolicy
+from jobrelay.core.errors import HandlerError, PermanentError, TransientError
+from jobrelay.core.jobs import Quarantine, RetryLater, Succeeded, decide_outcome
+from jobrelay.core.retry import RetryPolicy
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 POLICY = RetryPolicy(base_seconds=1.0, max_seconds=300.0)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import random
 
-from services.dispatcher.fakes import FakePublisher, InMemoryOutbox
-from services.dispatcher.ports import UNROUTABLE
-from services.dispatcher.relay import Relay, RelayConfig, publish_retry_delay
+from jobrelay.dispatcher.fakes import FakePublisher, InMemoryOutbox
+from jobrelay.dispatcher.ports import UNROUTABLE
+from jobrelay.dispatcher.relay import Relay, RelayConfig, publish_retry_delay
 
 CONFIG = RelayConfig(batch_size=3, lease_seconds=10, poll_interval=0.01, maintenance_interval=0.01)
 

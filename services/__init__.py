@@ -1,1 +1,0 @@
-"""jobrelay: durable background jobs on a transactional outbox, PostgreSQL and RabbitMQ."""

@@ -1,9 +1,0 @@
-"""``uvicorn services.api.main:app`` entry point (used when JOBRELAY_API_WORKERS > 1)."""
-
-from services.api.app import create_app
-from services.core.settings import Settings
-from services.logs import configure_logging
-
-_settings = Settings()
-configure_logging("api", _settings.log_level)
-app = create_app(_settings)

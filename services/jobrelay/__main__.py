@@ -1,0 +1,5 @@
+import sys
+
+from jobrelay.cli import main
+
+sys.exit(main())

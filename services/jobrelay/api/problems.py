@@ -1,0 +1,103 @@
+"""RFC 9457 problem+json bodies with a stable ``type`` and ``code`` for every error."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from jobrelay.core.errors import BrokerUnavailable, RequestError, StoreUnavailable
+
+PROBLEM_TYPE_BASE = "https://jobrelay.dev/problems/"
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+
+log = logging.getLogger("jobrelay.api")
+
+
+def problem(
+    status: int, code: str, title: str, detail: str | None = None, **extra: Any
+) -> JSONResponse:
+    body: dict[str, Any] = {
+        "type": PROBLEM_TYPE_BASE + code,
+        "title": title,
+        "status": status,
+        "code": code,
+    }
+    if detail:
+        body["detail"] = detail
+    body.update(extra)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_CONTENT_TYPE, headers=headers)
+
+
+def _validation_errors(error: RequestValidationError) -> list[dict[str, Any]]:
+    # Only where and what: pydantic's "input" may echo a payload or a secret.
+    return [
+        {
+            "loc": [str(part) for part in item.get("loc", ())],
+            "msg": item.get("msg", ""),
+            "type": item.get("type", ""),
+        }
+        for item in error.errors()
+    ]
+
+
+async def on_request_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestError)
+    return problem(error.status, error.code, error.title, error.detail, **error.extra)
+
+
+async def on_validation_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestValidationError)
+    errors = _validation_errors(error)
+    if any(item["type"] == "json_invalid" for item in errors):
+        return problem(400, "malformed_json", "The request body is not valid JSON")
+    return problem(422, "validation_error", "The request is not valid", errors=errors)
+
+
+async def on_http_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, StarletteHTTPException)
+    # FastAPI raises a bare 400 when it cannot parse a body at all (e.g. nested too deep).
+    codes = {
+        400: "malformed_json",
+        404: "not_found",
+        405: "method_not_allowed",
+        413: "payload_too_large",
+    }
+    code = codes.get(error.status_code, f"http_{error.status_code}")
+    return problem(error.status_code, code, str(error.detail))
+
+
+async def on_store_unavailable(request: Request, error: Exception) -> JSONResponse:
+    log.warning("database unavailable: %s", error)
+    return problem(
+        503, "database_unavailable", "The database is unavailable; retry with the same key"
+    )
+
+
+async def on_broker_unavailable(request: Request, error: Exception) -> JSONResponse:
+    log.warning("broker unavailable: %s", error)
+    return problem(503, "broker_unavailable", "The broker is unavailable; try again later")
+
+
+async def on_unexpected_error(request: Request, error: Exception) -> JSONResponse:
+    # The class name only: exception texts may carry payload fragments or DSNs.
+    log.error(
+        "unexpected error on %s %s: %s", request.method, request.url.path, type(error).__name__
+    )
+    return problem(
+        500, "internal_error", "Internal error; nothing was changed unless a 2xx was sent"
+    )
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(RequestError, on_request_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(StoreUnavailable, on_store_unavailable)
+    app.add_exception_handler(BrokerUnavailable, on_broker_unavailable)
+    app.add_exception_handler(Exception, on_unexpected_error)

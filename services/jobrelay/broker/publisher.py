@@ -1,0 +1,164 @@
+"""Publish outbox rows to RabbitMQ with publisher confirms and returns as errors (SPEC §5).
+
+One plain (not robust) connection with one confirming channel. When it breaks, every publish in
+flight fails with "connection_lost" (the outcome is unknown: the row stays unpublished and a
+later publish may duplicate it), the publisher forgets the connection, and the next
+``connect()`` opens a new one and declares the topology again. Reconnecting ourselves keeps the
+order of events simple: no publish ever waits on a background reconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import aio_pika
+import aiormq.exceptions
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
+
+from jobrelay.broker.topology import declare_topology
+from jobrelay.core.errors import BrokerUnavailable
+from jobrelay.core.message import CONTENT_TYPE, Envelope
+from jobrelay.core.settings import mask_url
+from jobrelay.dispatcher.ports import (
+    CHANNEL_ERROR,
+    CONNECTION_LOST,
+    NACKED,
+    TIMEOUT,
+    UNEXPECTED,
+    UNROUTABLE,
+    OutboxRow,
+    PublishOutcome,
+)
+
+log = logging.getLogger(__name__)
+
+
+def build_message(row: OutboxRow) -> aio_pika.Message:
+    """The message for one outbox row: short, persistent, identified by outbox and job id."""
+    return aio_pika.Message(
+        body=Envelope(job_id=row.job_id, type=row.type).encode(),
+        content_type=CONTENT_TYPE,
+        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+        message_id=str(row.id),
+        correlation_id=str(row.job_id),
+    )
+
+
+def classify(error: BaseException) -> tuple[str, str]:
+    """A publish failure as (reason, safe detail). Never includes a URL or a message body."""
+    if isinstance(error, aiormq.exceptions.PublishError):
+        frame: Any = error.args[1] if len(error.args) > 1 else None
+        text = getattr(frame, "reply_text", None) or "returned"
+        return UNROUTABLE, f"{text} (no queue bound for this routing key)"
+    if isinstance(error, aiormq.exceptions.DeliveryError):
+        return NACKED, "broker answered basic.nack"
+    if isinstance(error, TimeoutError):
+        return TIMEOUT, "no confirm within the publish timeout"
+    if isinstance(
+        error, aiormq.exceptions.ChannelInvalidStateError | ConnectionError | OSError
+    ):  # ConnectionClosed and AMQPConnectionError are ConnectionErrors
+        return CONNECTION_LOST, type(error).__name__
+    if isinstance(error, aiormq.exceptions.AMQPChannelError):
+        return CHANNEL_ERROR, mask_url(str(error))[:200] or type(error).__name__
+    return UNEXPECTED, type(error).__name__
+
+
+class Publisher:
+    def __init__(
+        self,
+        url: str,
+        *,
+        publish_timeout: float,
+        delivery_limit: int,
+        type_queues: dict[str, str] | None = None,
+        connect_timeout: float = 5.0,
+    ) -> None:
+        self.url = url
+        self.publish_timeout = publish_timeout
+        self.delivery_limit = delivery_limit
+        self.type_queues = type_queues or {}
+        self.connect_timeout = connect_timeout
+        self._connection: AbstractConnection | None = None
+        self._channel: AbstractChannel | None = None
+        self._exchange: AbstractExchange | None = None
+
+    @property
+    def ready(self) -> bool:
+        return (
+            self._exchange is not None
+            and self._channel is not None
+            and not self._channel.is_closed
+            and self._connection is not None
+            and not self._connection.is_closed
+        )
+
+    async def connect(self) -> None:
+        if self.ready:
+            return
+        await self._forget()
+        try:
+            async with asyncio.timeout(self.connect_timeout * 2):
+                connection = await aio_pika.connect(self.url, timeout=self.connect_timeout)
+                try:
+                    channel = await connection.channel(
+                        publisher_confirms=True, on_return_raises=True
+                    )
+                    exchange = await declare_topology(
+                        channel, delivery_limit=self.delivery_limit, type_queues=self.type_queues
+                    )
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        await connection.close()
+                    raise
+        except Exception as error:
+            raise BrokerUnavailable(
+                f"broker unavailable at {mask_url(self.url)}: {type(error).__name__}"
+            ) from None
+        self._connection, self._channel, self._exchange = connection, channel, exchange
+        log.info("broker connected", extra={"event": "broker_connected"})
+
+    async def publish_batch(self, rows: Sequence[OutboxRow]) -> list[PublishOutcome]:
+        """Start every publish, then wait for all confirms; one outcome per row, in order."""
+        if not rows:
+            return []
+        exchange = self._exchange
+        if exchange is None or not self.ready:
+            return [PublishOutcome(row, CONNECTION_LOST, "not connected") for row in rows]
+        results = await asyncio.gather(
+            *(
+                exchange.publish(
+                    build_message(row),
+                    routing_key=row.type,
+                    mandatory=True,
+                    timeout=self.publish_timeout,
+                )
+                for row in rows
+            ),
+            return_exceptions=True,
+        )
+        outcomes: list[PublishOutcome] = []
+        for row, result in zip(rows, results, strict=True):
+            if isinstance(result, BaseException):
+                if not isinstance(result, Exception):  # CancelledError and the like
+                    raise result
+                reason, detail = classify(result)
+                outcomes.append(PublishOutcome(row, reason, detail))
+            else:
+                outcomes.append(PublishOutcome(row))
+        if any(outcome.reason in (CONNECTION_LOST, CHANNEL_ERROR) for outcome in outcomes):
+            await self._forget()
+        return outcomes
+
+    async def close(self) -> None:
+        await self._forget()
+
+    async def _forget(self) -> None:
+        connection = self._connection
+        self._connection = self._channel = self._exchange = None
+        if connection is not None and not connection.is_closed:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(connection.close(), self.connect_timeout)

@@ -1,0 +1,215 @@
+"""The quarantine queue seen from the broker: peek at messages, remove some, purge.
+
+Peeking uses ``basic.get`` without ack and then closes the channel, which returns every message
+to the queue: nothing is lost if the process dies half-way. Removal acks only the messages of
+the given jobs, on the same principle.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import aiormq
+from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
+
+from jobrelay.core.message import Envelope, MalformedMessage
+from jobrelay.core.topology import (
+    QUARANTINE_EXCHANGE,
+    QUARANTINE_QUEUE,
+    quarantine_queue_arguments,
+)
+
+PEEK_LIMIT = 10_000
+
+
+@dataclass(frozen=True)
+class QuarantinedMessage:
+    message_id: str | None
+    job_id: uuid.UUID | None
+    job_type: str | None
+    malformed: str | None  # why the body is not an envelope, or None
+    reason: str | None  # x-death reason of the first death: rejected, delivery_limit, ...
+    queue: str | None  # the queue it died in
+    deaths: int
+    died_at: datetime | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "message_id": self.message_id,
+            "job_id": str(self.job_id) if self.job_id else None,
+            "type": self.job_type,
+            "malformed": self.malformed,
+            "reason": self.reason,
+            "queue": self.queue,
+            "deaths": self.deaths,
+            "died_at": self.died_at.isoformat() if self.died_at else None,
+        }
+
+
+def describe(message: AbstractIncomingMessage) -> QuarantinedMessage:
+    headers: dict[str, Any] = dict(message.headers or {})
+    raw_deaths = headers.get("x-death")
+    # RabbitMQ keeps the most recent death first.
+    deaths: list[dict[str, Any]] = [
+        death
+        for death in (raw_deaths if isinstance(raw_deaths, list) else [])
+        if isinstance(death, dict)
+    ]
+    first: dict[str, Any] = deaths[-1] if deaths else {}
+    try:
+        envelope: Envelope | None = Envelope.decode(message.body)
+        malformed = None
+    except MalformedMessage as error:
+        envelope, malformed = None, str(error)
+    job_id = envelope.job_id if envelope else _uuid_or_none(message.correlation_id)
+    reason = headers.get("x-first-death-reason") or first.get("reason")
+    queue = headers.get("x-first-death-queue") or first.get("queue")
+    died_at = first.get("time")
+    return QuarantinedMessage(
+        message_id=message.message_id,
+        job_id=job_id,
+        job_type=envelope.type if envelope else None,
+        malformed=malformed,
+        reason=_text(reason),
+        queue=_text(queue),
+        deaths=sum(int(death.get("count", 1)) for death in deaths),
+        died_at=died_at if isinstance(died_at, datetime) else None,
+    )
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _uuid_or_none(value: str | None) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value) if value else None
+    except ValueError:
+        return None
+
+
+async def peek(connection: AbstractConnection, limit: int = PEEK_LIMIT) -> list[QuarantinedMessage]:
+    """Every message in the quarantine queue (up to ``limit``), left in place."""
+    channel = await connection.channel()
+    try:
+        queue = await channel.declare_queue(
+            QUARANTINE_QUEUE, durable=True, arguments=quarantine_queue_arguments()
+        )
+        seen: list[QuarantinedMessage] = []
+        while len(seen) < limit:
+            message = await queue.get(no_ack=False, fail=False)
+            if message is None:
+                break
+            seen.append(describe(message))
+        return seen
+    finally:
+        await channel.close()  # returns every unacked message to the queue
+
+
+async def remove_jobs(connection: AbstractConnection, job_ids: Iterable[uuid.UUID]) -> int:
+    """Ack (delete) the quarantined messages of these jobs; leave every other message."""
+    wanted = set(job_ids)
+    if not wanted:
+        return 0
+    channel = await connection.channel()
+    removed = 0
+    try:
+        queue = await channel.declare_queue(
+            QUARANTINE_QUEUE, durable=True, arguments=quarantine_queue_arguments()
+        )
+        for _ in range(PEEK_LIMIT):
+            message = await queue.get(no_ack=False, fail=False)
+            if message is None:
+                break
+            if describe(message).job_id in wanted:
+                await message.ack()
+                removed += 1
+        return removed
+    finally:
+        await channel.close()
+
+
+async def purge(connection: AbstractConnection) -> int:
+    channel = await connection.channel()
+    try:
+        queue = await channel.declare_queue(
+            QUARANTINE_QUEUE, durable=True, arguments=quarantine_queue_arguments()
+        )
+        result = await queue.purge()
+        return int(getattr(result, "message_count", 0) or 0)
+    finally:
+        await channel.close()
+
+
+# --- dead-lettering by hand -----------------------------------------------------------------
+
+# Headers the broker writes when it dead-letters a message; a publisher's own are not trusted.
+DEATH_HEADERS = ("x-death", "x-first-death-reason", "x-first-death-queue", "x-first-death-exchange")
+
+
+def broker_can_dead_letter(message: AbstractIncomingMessage) -> bool:
+    """False when the message carries an ``x-death`` header the broker did not write for us.
+
+    RabbitMQ updates ``x-death`` when it dead-letters a message, and on a value it does not
+    expect (3.10: an array holding anything but its own tables) the queue process crashes — on
+    every retry, until the node gives up on all of its quorum queues. The dispatcher never sets
+    the header, so a work-queue message that has one came from another publisher (or was moved
+    back from the quarantine by hand): such a message is dead-lettered by hand instead.
+    """
+    return "x-death" not in (message.headers or {})
+
+
+class DeadLetterByHand:
+    """A delivery whose ``nack(requeue=False)`` publishes a copy to the quarantine exchange,
+    without the untrusted death headers, and acks the original only after the broker confirmed
+    the copy (the consumer's channel is in confirm mode). The copy is marked as a dead letter
+    of ``queue`` with reason ``rejected``, as the broker would have marked it."""
+
+    def __init__(self, message: AbstractIncomingMessage, queue: str) -> None:
+        self.message = message
+        self.queue = queue
+
+    @property
+    def body(self) -> bytes:
+        return self.message.body
+
+    @property
+    def redelivered(self) -> bool | None:
+        return self.message.redelivered
+
+    async def ack(self, multiple: bool = False) -> None:
+        await self.message.ack(multiple=multiple)
+
+    async def nack(self, multiple: bool = False, requeue: bool = True) -> None:
+        if requeue:
+            await self.message.nack(multiple=multiple, requeue=True)
+            return
+        message = self.message
+        headers: dict[str, Any] = {
+            key: value for key, value in (message.headers or {}).items() if key not in DEATH_HEADERS
+        }
+        headers |= {"x-first-death-reason": "rejected", "x-first-death-queue": self.queue}
+        properties = aiormq.spec.Basic.Properties(
+            content_type=message.content_type,
+            content_encoding=message.content_encoding,
+            headers=headers,
+            delivery_mode=2,
+            correlation_id=message.correlation_id,
+            message_id=message.message_id,
+            timestamp=message.timestamp,
+            message_type=message.type,
+            app_id=message.app_id,
+        )
+        await message.channel.basic_publish(
+            message.body,
+            exchange=QUARANTINE_EXCHANGE,
+            routing_key=self.queue,
+            properties=properties,
+        )
+        await message.ack()

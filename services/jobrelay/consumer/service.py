@@ -1,0 +1,207 @@
+"""``jobrelay consumer``: wire settings, the registry, PostgreSQL and RabbitMQ, and run workers.
+
+Manual ack, prefetch = concurrency, one task per delivery. SIGTERM stops taking deliveries,
+lets in-flight jobs finish within the grace period, gives the rest back (their lease released,
+their message requeued) and exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from typing import Any
+
+import aio_pika
+from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
+
+from jobrelay.broker import quarantine
+from jobrelay.broker.topology import declare_topology, declare_work_queue
+from jobrelay.consumer.metrics import ConsumerMetrics
+from jobrelay.consumer.worker import Delivery, Worker
+from jobrelay.core.errors import ConfigurationError
+from jobrelay.core.registry import Registry
+from jobrelay.core.settings import Settings, mask_url, parse_type_queues
+from jobrelay.core.topology import work_queue_name
+from jobrelay.db.execution_store import ExecutionStore
+from jobrelay.db.store import Store
+from jobrelay.handlers.loading import load_registry
+
+log = logging.getLogger("jobrelay.consumer")
+
+CONNECT_BACKOFF_CAP = 10.0
+
+
+async def run_consumer(
+    settings: Settings,
+    *,
+    queue: str = "default",
+    concurrency: int | None = None,
+    handlers: str | None = None,
+) -> int:
+    """The ``jobrelay consumer`` command; returns the process exit status."""
+    try:
+        registry = load_registry(handlers or settings.handlers)
+        routes = parse_type_queues(settings.type_queues)
+    except (ConfigurationError, ValueError) as error:
+        log.error("cannot start: %s", error, extra={"event": "configuration_error"})
+        return 2
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        consumer = Consumer(
+            settings,
+            registry,
+            queue=queue,
+            concurrency=concurrency or settings.consumer_concurrency,
+            type_queues=routes,
+        )
+        return await consumer.run(stop)
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+
+
+class Consumer:
+    def __init__(
+        self,
+        settings: Settings,
+        registry: Registry,
+        *,
+        queue: str = "default",
+        concurrency: int = 8,
+        type_queues: dict[str, str] | None = None,
+        metrics: ConsumerMetrics | None = None,
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.queue_name = work_queue_name(queue)
+        self.concurrency = concurrency
+        self.type_queues = type_queues or {}
+        self.metrics = metrics or ConsumerMetrics()
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.worker: Worker | None = None
+        self.consuming = False
+
+    async def run(self, stop: asyncio.Event) -> int:
+        settings = self.settings
+        store = Store.connect(
+            settings.database_url,
+            pool_size=self.concurrency + 2,
+            application_name="jobrelay-consumer",
+        )
+        self.worker = Worker(ExecutionStore(store), self.registry, settings, self.metrics)
+        if settings.metrics_port:
+            self.metrics.serve(settings.metrics_port)
+        connection = await self._connect(stop)
+        if connection is None:
+            await store.close()
+            return 0
+        try:
+            channel = await connection.channel()
+            # Per-consumer QoS: quorum queues refuse a global one.
+            await channel.set_qos(prefetch_count=self.concurrency)
+            await declare_topology(
+                channel, delivery_limit=settings.delivery_limit, type_queues=self.type_queues
+            )
+            queue = await declare_work_queue(channel, self.queue_name, settings.delivery_limit)
+            tag = await queue.consume(self._on_message, no_ack=False)
+        except Exception as error:
+            # E.g. a queue declared elsewhere with other arguments (PRECONDITION_FAILED).
+            log.error(
+                "cannot consume from %s: %s",
+                self.queue_name,
+                _first_line(error),
+                extra={"event": "consumer_setup_failed"},
+            )
+            await _close(connection)
+            await store.close()
+            return 1
+        try:
+            self.consuming = True
+            log.info(
+                "consuming",
+                extra={
+                    "event": "consumer_started",
+                    "queue": self.queue_name,
+                    "concurrency": self.concurrency,
+                    "types": ",".join(sorted(self.registry.types)),
+                },
+            )
+            await stop.wait()
+            log.info("stopping: no new deliveries", extra={"event": "consumer_stopping"})
+            self.consuming = False
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(5):
+                    await queue.cancel(tag)
+            await self._drain()
+        finally:
+            await _close(connection)  # unacked deliveries go back to the queue
+            await store.close()
+        log.info("stopped", extra={"event": "consumer_stopped"})
+        return 0
+
+    async def _on_message(self, message: AbstractIncomingMessage) -> None:
+        # Our own task, not aio-pika's: a broker reconnect must not cancel a running handler.
+        assert self.worker is not None
+        delivery: Delivery = message
+        if not quarantine.broker_can_dead_letter(message):
+            delivery = quarantine.DeadLetterByHand(message, self.queue_name)
+        task = asyncio.create_task(self.worker.handle(delivery))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _drain(self) -> None:
+        """Let in-flight jobs finish within the grace period; give the rest back."""
+        if not self.tasks:
+            return
+        _, pending = await asyncio.wait(
+            set(self.tasks), timeout=self.settings.shutdown_grace_seconds
+        )
+        if pending:
+            log.warning(
+                "grace period over: %d jobs given back",
+                len(pending),
+                extra={"event": "shutdown_requeue"},
+            )
+            for task in pending:
+                task.cancel()
+            await asyncio.wait(pending, timeout=30)
+
+    async def _connect(self, stop: asyncio.Event) -> AbstractRobustConnection | None:
+        """Connect (robustly: later drops reconnect by themselves), retrying until stopped."""
+        pause = 0.5
+        while not stop.is_set():
+            try:
+                return await aio_pika.connect_robust(
+                    self.settings.amqp_url,
+                    timeout=10,
+                    client_properties={"connection_name": "jobrelay-consumer"},
+                )
+            except Exception as error:
+                log.warning(
+                    "broker unreachable at %s (%s); retrying in %.1fs",
+                    mask_url(self.settings.amqp_url),
+                    type(error).__name__,
+                    pause,
+                    extra={"event": "broker_unavailable"},
+                )
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(pause):
+                        await stop.wait()
+                pause = min(CONNECT_BACKOFF_CAP, pause * 2)
+        return None
+
+
+async def _close(connection: AbstractRobustConnection) -> None:
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(10):
+            await connection.close()
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0][:300] if lines else type(error).__name__

@@ -1,0 +1,463 @@
+"""One delivery, start to end (SPEC §6): decode, claim, run under a heartbeat, decide, store
+once, and only then ack or nack — in one place, after processing.
+
+The database is the judge of who owns a job: every report is fenced by the claim's lease token,
+and the broker only hears about an outcome after PostgreSQL committed it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel
+
+from jobrelay.consumer.metrics import ConsumerMetrics
+from jobrelay.core.errors import (
+    InvalidPayload,
+    PermanentError,
+    StoreUnavailable,
+    TransientError,
+    UnknownJobType,
+)
+from jobrelay.core.jobs import Outcome, Quarantine, RetryLater, Succeeded, decide_outcome
+from jobrelay.core.message import Envelope, MalformedMessage
+from jobrelay.core.registry import JobContext, JobType, Registry
+from jobrelay.core.retry import RetryPolicy
+from jobrelay.core.settings import Settings
+from jobrelay.core.states import JobState
+from jobrelay.db.execution_store import (
+    Claimed,
+    ExecutionStore,
+    Finish,
+    Refusal,
+    Refused,
+)
+
+log = logging.getLogger("jobrelay.consumer")
+T = TypeVar("T")
+
+
+class Delivery(Protocol):
+    """What the worker needs of a broker delivery (aio-pika's IncomingMessage fits)."""
+
+    @property
+    def body(self) -> bytes: ...
+
+    @property
+    def redelivered(self) -> bool | None: ...
+
+    async def ack(self, multiple: bool = False) -> None: ...
+
+    async def nack(self, multiple: bool = False, requeue: bool = True) -> None: ...
+
+
+class Disposition(StrEnum):
+    ACK = "ack"
+    DEAD_LETTER = "dead_letter"  # nack(requeue=False): to the quarantine exchange
+    REQUEUE = "requeue"  # nack(requeue=True): the message must survive
+
+
+@dataclass(frozen=True)
+class Verdict:
+    disposition: Disposition
+    outcome: str  # the metrics label: succeeded, retried, quarantined, duplicate, ...
+    pause: bool = False  # back off before requeueing (the database is unreachable)
+
+
+INTERRUPTED = Verdict(Disposition.REQUEUE, "interrupted")
+STORE_UNAVAILABLE = Verdict(Disposition.REQUEUE, "store_unavailable", pause=True)
+
+
+@dataclass(frozen=True)
+class HandlerRun:
+    result: dict[str, Any] | None
+    error: BaseException | None
+    seconds: float
+
+
+@dataclass(frozen=True)
+class LeaseLost:
+    reason: str  # "taken" (the database says it is not ours) or "unreachable"
+    seconds: float
+
+
+class Backoff:
+    """Growing, jittered pauses while the database is unreachable: back off, never spin.
+
+    Counted per call being retried, not shared by the workers: a shared count would grow with
+    the number of workers and keep all of them asleep long after the database is back.
+    """
+
+    def __init__(self, base: float = 0.1, cap: float = 2.0, rng: random.Random | None = None):
+        self.base = base
+        self.cap = cap
+        self.rng = rng or random.Random()
+
+    def before_requeue(self) -> float:
+        """The pause before a delivery is handed back because the database stayed away."""
+        return self.rng.uniform(self.cap / 2, self.cap)
+
+    def pause(self, failures: int) -> float:
+        ceiling = min(self.cap, self.base * 2.0 ** max(0, failures - 1))
+        return ceiling / 2 + self.rng.uniform(0, ceiling / 2)
+
+
+class Worker:
+    def __init__(
+        self,
+        store: ExecutionStore,
+        registry: Registry,
+        settings: Settings,
+        metrics: ConsumerMetrics | None = None,
+        *,
+        heartbeat_interval: float | None = None,
+        store_patience: float | None = None,
+        rng: random.Random | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.lease_seconds = settings.lease_seconds
+        self.results_dir = settings.results_dir
+        self.policy = RetryPolicy(settings.retry_base_seconds, settings.retry_max_seconds)
+        self.metrics = metrics or ConsumerMetrics()
+        self.heartbeat_interval = heartbeat_interval or settings.lease_seconds / 3
+        # How long a claim or a final write keeps retrying through a database outage before
+        # the delivery is requeued instead.
+        self.store_patience = store_patience or max(10.0, 2 * settings.lease_seconds)
+        self.rng = rng
+        self.backoff = Backoff(rng=rng)
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+
+    # --- the one place a delivery is settled ------------------------------------------------
+
+    async def handle(self, delivery: Delivery) -> Verdict:
+        """Process one delivery and settle it with the broker. Never raises but on cancel."""
+        self.metrics.in_flight.inc()
+        verdict = INTERRUPTED
+        try:
+            verdict = await self.process(delivery.body, redelivered=bool(delivery.redelivered))
+            if verdict.pause:
+                await asyncio.sleep(self.backoff.before_requeue())
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("delivery failed unexpectedly; requeued", extra={"event": "bug"})
+            verdict = Verdict(Disposition.REQUEUE, "error")
+            await asyncio.sleep(1.0)
+        finally:
+            await self._settle(delivery, verdict)
+            self.metrics.in_flight.dec()
+        return verdict
+
+    async def _settle(self, delivery: Delivery, verdict: Verdict) -> None:
+        self.metrics.deliveries.labels(verdict.outcome).inc()
+        try:
+            async with asyncio.timeout(10):
+                if verdict.disposition is Disposition.ACK:
+                    await delivery.ack()
+                else:
+                    await delivery.nack(requeue=verdict.disposition is Disposition.REQUEUE)
+        except Exception as error:
+            # Typically ChannelInvalidStateError after a reconnect: the broker already put the
+            # message back, and its redelivery will be recorded as a duplicate.
+            self.metrics.settle_errors.inc()
+            log.warning(
+                "could not %s a delivery (%s); the broker will deliver it again",
+                verdict.disposition,
+                type(error).__name__,
+                extra={"event": "settle_failed", "outcome": verdict.outcome},
+            )
+
+    # --- processing -------------------------------------------------------------------------
+
+    async def process(self, body: bytes, *, redelivered: bool = False) -> Verdict:
+        try:
+            envelope = Envelope.decode(body)
+        except MalformedMessage as error:
+            log.warning(
+                "malformed message dead-lettered to the quarantine",
+                extra={"event": "malformed_message", "reason": str(error)},
+            )
+            return Verdict(Disposition.DEAD_LETTER, "malformed")
+        token = uuid.uuid4()
+        asked = time.monotonic()
+        try:
+            claim = await self._patiently(
+                lambda: self.store.claim(
+                    envelope.job_id,
+                    lease_token=token,
+                    lease_seconds=self.lease_seconds,
+                    detail=f"consumer {self.name}",
+                )
+            )
+        except StoreUnavailable:
+            return STORE_UNAVAILABLE
+        if isinstance(claim, Refused):
+            return self._refused(envelope, claim, redelivered=redelivered)
+        return await self._attempt(claim, lease_deadline=asked + self.lease_seconds)
+
+    def _refused(self, envelope: Envelope, refused: Refused, *, redelivered: bool) -> Verdict:
+        extra = {"job_id": str(envelope.job_id), "event": refused.reason.value}
+        if refused.reason is Refusal.UNKNOWN_JOB:
+            log.warning("message for an unknown job dead-lettered", extra=extra)
+            return Verdict(Disposition.DEAD_LETTER, "unknown_job")
+        if refused.reason is Refusal.EXHAUSTED:
+            log.warning("job has no attempts left: quarantined", extra=extra)
+            return Verdict(Disposition.DEAD_LETTER, "attempts_exhausted")
+        if redelivered and refused.job is not None and refused.job.state == JobState.QUARANTINED:
+            # The broker gave this message back: its earlier settle was lost (the channel closed
+            # between the quarantine's COMMIT and its nack, or the process died there). Acking
+            # it would leave the quarantined job with no message in the quarantine queue.
+            log.warning(
+                "redelivered message of a quarantined job dead-lettered",
+                extra={**extra, "event": "quarantine_redelivered"},
+            )
+            return Verdict(Disposition.DEAD_LETTER, "quarantined")
+        log.info("duplicate delivery acked", extra={**extra, "event": "duplicate_delivery"})
+        return Verdict(Disposition.ACK, "duplicate")
+
+    async def _attempt(self, claim: Claimed, *, lease_deadline: float) -> Verdict:
+        job = claim.job
+        extra = {"job_id": str(job.id), "attempt": job.attempts, "type": job.type}
+        log.info("claimed", extra={**extra, "event": "claimed"})
+        try:
+            job_type, payload = self._resolve(job.type, job.payload)
+        except (UnknownJobType, InvalidPayload, PermanentError) as error:
+            quarantine = Quarantine(reason_code=error.code, error=str(error)[:500])
+            return await self._conclude(claim, quarantine, job.type, 0.0)
+        run = await self._run_under_lease(claim, job_type, payload, lease_deadline)
+        if isinstance(run, LeaseLost):
+            self.metrics.lease_losses.inc()
+            self.metrics.job_duration.labels(job.type, "lease_lost").observe(run.seconds)
+            log.warning(
+                "lease lost (%s): handler abandoned, no outcome reported",
+                run.reason,
+                extra={**extra, "event": "lease_lost"},
+            )
+            return Verdict(Disposition.REQUEUE, "lease_lost", pause=run.reason == "unreachable")
+        outcome = decide_outcome(
+            attempt=job.attempts,
+            max_attempts=job.max_attempts,
+            result=run.result,
+            error=run.error,
+            now=datetime.now(UTC),
+            policy=self.policy,
+            rng=self.rng,
+        )
+        return await self._conclude(claim, outcome, job.type, run.seconds)
+
+    def _resolve(self, name: str, raw_payload: Any) -> tuple[JobType, BaseModel]:
+        job_type = self.registry.get(name)
+        if job_type.handler is None:
+            raise PermanentError(f"no handler for job type {name[:100]!r}", code="no_handler")
+        return job_type, self.registry.validate_payload(name, raw_payload)
+
+    async def _conclude(
+        self, claim: Claimed, outcome: Outcome, job_type: str, seconds: float
+    ) -> Verdict:
+        """The one store call for a decided outcome, shielded from cancellation."""
+        job = claim.job
+        extra = {"job_id": str(job.id), "attempt": job.attempts, "type": job_type}
+        try:
+            finish = await _shielded(
+                self._patiently(
+                    lambda: self.store.finish(
+                        job.id, lease_token=claim.lease_token, attempt=job.attempts, outcome=outcome
+                    )
+                )
+            )
+        except StoreUnavailable:
+            log.warning(
+                "outcome not stored: database unreachable; requeued",
+                extra={**extra, "event": "store_unavailable"},
+            )
+            return STORE_UNAVAILABLE
+        verdict = _verdict_for(outcome, finish)
+        self.metrics.job_duration.labels(job_type, verdict.outcome).observe(seconds)
+        if finish is Finish.STALE:
+            log.warning(
+                "outcome rejected: the lease is no longer ours",
+                extra={**extra, "event": "stale_completion_rejected"},
+            )
+        else:
+            log.info(
+                "attempt finished",
+                extra={**extra, "event": verdict.outcome, **_outcome_context(outcome)},
+            )
+        return verdict
+
+    # --- the handler under a heartbeat ------------------------------------------------------
+
+    async def _run_under_lease(
+        self, claim: Claimed, job_type: JobType, payload: BaseModel, lease_deadline: float
+    ) -> HandlerRun | LeaseLost:
+        job = claim.job
+        context = JobContext(
+            job_id=job.id,
+            job_type=job.type,
+            attempt=job.attempts,
+            max_attempts=job.max_attempts,
+            results_dir=self.results_dir,
+            logger=logging.LoggerAdapter(
+                logging.getLogger("jobrelay.handler"),
+                {"job_id": str(job.id), "attempt": job.attempts, "type": job.type},
+            ),
+        )
+        started = time.monotonic()
+        handler = asyncio.create_task(self._call_handler(job_type, context, payload))
+        heartbeat = asyncio.create_task(self._heartbeat(claim, lease_deadline))
+        try:
+            await asyncio.wait({handler, heartbeat}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            # Shutdown past its grace period: stop the handler and give the job back, so the
+            # requeued message can claim it at once instead of waiting for the lease to expire.
+            await _cancel(handler, heartbeat)
+            await _shielded(self._release(claim))
+            raise
+        if heartbeat.done():  # the heartbeat only ends when the lease is gone
+            await _cancel(handler)
+            return LeaseLost(heartbeat.result(), time.monotonic() - started)
+        await _cancel(heartbeat)
+        return handler.result()
+
+    async def _call_handler(
+        self, job_type: JobType, context: JobContext, payload: BaseModel
+    ) -> HandlerRun:
+        assert job_type.handler is not None
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(job_type.timeout_seconds):
+                result = await job_type.handler(context, payload)
+            _check_result(result)
+        except TimeoutError:
+            error: BaseException = TransientError(
+                f"handler timed out after {job_type.timeout_seconds:g}s", code="timeout"
+            )
+            return HandlerRun(None, error, time.monotonic() - started)
+        except Exception as failure:
+            return HandlerRun(None, failure, time.monotonic() - started)
+        return HandlerRun(result, None, time.monotonic() - started)
+
+    async def _heartbeat(self, claim: Claimed, deadline: float) -> str:
+        """Renew the lease every interval; return (ending the attempt) once it cannot be kept."""
+        job_id, token = claim.job.id, claim.lease_token
+        interval = self.heartbeat_interval
+        while True:
+            await asyncio.sleep(max(0.01, min(interval, deadline - time.monotonic())))
+            asked = time.monotonic()
+            try:
+                async with asyncio.timeout(max(0.1, min(interval, deadline - asked))):
+                    renewed = await self.store.renew(
+                        job_id, lease_token=token, lease_seconds=self.lease_seconds
+                    )
+            except (StoreUnavailable, TimeoutError):
+                self.metrics.store_errors.inc()
+                if time.monotonic() >= deadline:
+                    return "unreachable"
+                continue
+            if not renewed:
+                return "taken"
+            deadline = asked + self.lease_seconds
+            self.metrics.lease_renewals.inc()
+
+    async def _release(self, claim: Claimed) -> None:
+        # Unreachable database: the lease expires on its own and the dispatcher rescues the job.
+        with contextlib.suppress(StoreUnavailable):
+            await self.store.release(
+                claim.job.id, lease_token=claim.lease_token, detail="released: consumer stopping"
+            )
+
+    # --- database outages -------------------------------------------------------------------
+
+    async def _patiently(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Retry a call through a database outage with growing pauses, up to the patience."""
+        deadline = time.monotonic() + self.store_patience
+        failures = 0
+        while True:
+            try:
+                return await call()
+            except StoreUnavailable:
+                self.metrics.store_errors.inc()
+                failures += 1
+                pause = self.backoff.pause(failures)
+                if time.monotonic() + pause > deadline:
+                    raise
+                log.warning(
+                    "database unreachable; retrying in %.2fs",
+                    pause,
+                    extra={"event": "store_unavailable"},
+                )
+                await asyncio.sleep(pause)
+
+
+def _check_result(result: Any) -> None:
+    if not isinstance(result, dict):
+        raise PermanentError("the handler returned no dict", code="invalid_result")
+    try:
+        # allow_nan=False: PostgreSQL's jsonb has no NaN or Infinity.
+        json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        raise PermanentError("the handler's result is not JSON", code="invalid_result") from None
+    if _holds_nul(result):
+        raise PermanentError(
+            "the handler's result holds a NUL character, which PostgreSQL cannot store",
+            code="invalid_result",
+        )
+
+
+def _holds_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(key) or _holds_nul(item) for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return any(_holds_nul(item) for item in value)
+    return False
+
+
+def _verdict_for(outcome: Outcome, finish: Finish) -> Verdict:
+    if finish is Finish.STALE:
+        return Verdict(Disposition.ACK, "stale")
+    if isinstance(outcome, Succeeded):
+        return Verdict(Disposition.ACK, "succeeded")
+    if isinstance(outcome, RetryLater):
+        return Verdict(Disposition.ACK, "retried")
+    return Verdict(Disposition.DEAD_LETTER, "quarantined")
+
+
+def _outcome_context(outcome: Outcome) -> dict[str, str]:
+    if isinstance(outcome, RetryLater):
+        return {"reason": outcome.error_code, "retry_at": outcome.available_at.isoformat()}
+    if isinstance(outcome, Quarantine):
+        return {"reason": outcome.reason_code}
+    return {}
+
+
+async def _shielded(coroutine: Awaitable[T]) -> T:
+    """Run to the end even if the caller is cancelled (the caller still sees the cancel)."""
+    task = asyncio.ensure_future(coroutine)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait({task})
+        raise
+
+
+async def _cancel(*tasks: asyncio.Task[Any]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,118 @@
+"""The registry of job types: name, payload schema, handler, attempt limit, timeout.
+
+The API uses it to validate submissions; the consumer uses it to run handlers. A user's own
+registry is loaded with ``--handlers module:registry``.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from jobrelay.core.errors import InvalidPayload, UnknownJobType
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What a handler knows about the attempt it runs in."""
+
+    job_id: uuid.UUID
+    job_type: str
+    attempt: int
+    max_attempts: int
+    results_dir: Path
+    logger: logging.LoggerAdapter[logging.Logger]
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across attempts: pass it to external systems so a retry is not a second effect."""
+        return f"jobrelay:{self.job_id}"
+
+
+Handler = Callable[[JobContext, Any], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class JobType:
+    name: str
+    payload_model: type[BaseModel]
+    handler: Handler | None = None
+    max_attempts: int | None = None  # None: the JOBRELAY_MAX_ATTEMPTS default
+    timeout_seconds: float = 300.0
+    description: str = ""
+
+
+def safe_validation_errors(error: ValidationError) -> list[dict[str, Any]]:
+    """Pydantic's errors without the offending input, which may hold secrets."""
+    return [
+        {"loc": [str(part) for part in item["loc"]], "msg": item["msg"], "type": item["type"]}
+        for item in error.errors(include_input=False, include_url=False)
+    ]
+
+
+@dataclass
+class Registry:
+    types: dict[str, JobType] = field(default_factory=dict)
+
+    def register(self, job_type: JobType) -> JobType:
+        if job_type.name in self.types:
+            raise ValueError(f"job type {job_type.name!r} is registered twice")
+        self.types[job_type.name] = job_type
+        return job_type
+
+    def job(
+        self,
+        name: str,
+        payload_model: type[BaseModel],
+        *,
+        max_attempts: int | None = None,
+        timeout_seconds: float = 300.0,
+    ) -> Callable[[Handler], Handler]:
+        """Decorator form: ``@registry.job("x.y", Payload)`` above an async handler."""
+
+        def decorate(handler: Handler) -> Handler:
+            self.register(
+                JobType(
+                    name=name,
+                    payload_model=payload_model,
+                    handler=handler,
+                    max_attempts=max_attempts,
+                    timeout_seconds=timeout_seconds,
+                    description=(handler.__doc__ or "").strip().split("\n")[0],
+                )
+            )
+            return handler
+
+        return decorate
+
+    def get(self, name: str) -> JobType:
+        try:
+            return self.types[name]
+        except KeyError:
+            raise UnknownJobType(f"unknown job type {name[:100]!r}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.types
+
+    def __iter__(self) -> Iterator[JobType]:
+        return iter(self.types.values())
+
+    def validate_payload(self, name: str, payload: Any) -> BaseModel:
+        job_type = self.get(name)
+        try:
+            return job_type.payload_model.model_validate(payload)
+        except ValidationError as error:
+            raise InvalidPayload(
+                f"payload does not match the schema of {name!r}",
+                errors=safe_validation_errors(error),
+            ) from None
+
+    def max_attempts_for(self, name: str, default: int) -> int:
+        limit = self.get(name).max_attempts
+        return limit if limit is not None else default

@@ -1,0 +1,62 @@
+"""Settings from ``JOBRELAY_*`` environment variables, built once at each entry point."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="JOBRELAY_", extra="ignore", frozen=True)
+
+    database_url: str = "postgresql+psycopg://jobrelay:jobrelay@localhost:5432/jobrelay"
+    amqp_url: str = "amqp://guest:guest@localhost:5672/"
+
+    lease_seconds: float = Field(30.0, gt=0)
+    max_attempts: int = Field(3, ge=1, le=1000)
+    retry_base_seconds: float = Field(1.0, ge=0)
+    retry_max_seconds: float = Field(300.0, ge=0)
+
+    dispatch_batch_size: int = Field(200, ge=1, le=10_000)
+    poll_interval_seconds: float = Field(1.0, gt=0)
+    publish_timeout_seconds: float = Field(10.0, gt=0)
+    retention_hours: float = Field(168.0, gt=0)
+
+    max_body_bytes: int = Field(65536, ge=1024)
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(8000, ge=0, le=65535)
+    api_workers: int = Field(1, ge=1, le=64)
+    db_pool_size: int = Field(10, ge=1, le=200)
+
+    consumer_concurrency: int = Field(8, ge=1, le=1000)
+    shutdown_grace_seconds: float = Field(30.0, ge=0)
+    # Broker-side last guard; every requeue counts on RabbitMQ 3.10, so keep it far above
+    # max_attempts (attempts are counted in PostgreSQL).
+    delivery_limit: int = Field(50, ge=1)
+    # "type=queue,type=queue": route a slow type to its own queue.
+    type_queues: str = ""
+
+    handlers: str = "jobrelay.handlers.builtin:registry"
+
+    metrics_port: int = Field(0, ge=0, le=65535)
+    results_dir: Path = Path("results")
+    log_level: str = "INFO"
+
+
+def mask_url(url: str) -> str:
+    """The URL with its password replaced, safe for logs and error messages."""
+    return re.sub(r"(//[^:/@]+:)[^@]*@", r"\1***@", url)
+
+
+def parse_type_queues(spec: str) -> dict[str, str]:
+    """``"catalog.export=slow,demo.sleep=slow"`` → ``{"catalog.export": "slow", ...}``."""
+    routes: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        job_type, sep, queue = item.partition("=")
+        if not sep or not job_type.strip() or not queue.strip():
+            raise ValueError(f"JOBRELAY_TYPE_QUEUES entry {item!r} is not type=queue")
+        routes[job_type.strip()] = queue.strip()
+    return routes

@@ -1,0 +1,169 @@
+"""The story of one job, from its rows: what ``jobrelay jobs trace`` and the API answer.
+
+Seed 004's readiness criterion: from one job id, tell whether the intent was recorded, when the
+outbox was published, how many deliveries and attempts there were, which result was stored and
+why the job stopped. This module only summarizes plain values; the store fetches them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from jobrelay.core.jobs import Job
+from jobrelay.core.states import JobEvent, JobState
+
+
+@dataclass(frozen=True)
+class OutboxEntry:
+    id: int
+    created_at: datetime
+    available_at: datetime
+    published_at: datetime | None
+    publish_attempts: int
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class EventEntry:
+    at: datetime
+    event: str
+    attempt: int
+    detail: str | None
+
+
+@dataclass(frozen=True)
+class StoredResult:
+    result: dict[str, Any]
+    attempt: int
+    created_at: datetime
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def why_it_stopped(job: Job, result: StoredResult | None) -> str:
+    if job.state == JobState.SUCCEEDED:
+        attempt = result.attempt if result else job.attempts
+        return f"succeeded on attempt {attempt} of {job.max_attempts}"
+    if job.state == JobState.QUARANTINED:
+        return f"quarantined: {job.last_error_code or 'unknown'}: {job.last_error or ''}".strip()
+    if job.state == JobState.CANCELLED:
+        return "cancelled by its client"
+    if job.state == JobState.RETRYING:
+        return (
+            f"not stopped: retrying after {job.last_error_code}, next attempt due "
+            f"{_iso(job.available_at)}"
+        )
+    if job.state == JobState.RUNNING:
+        return f"not stopped: running attempt {job.attempts}, lease until {_iso(job.lease_until)}"
+    return "not stopped: queued, waiting for a consumer"
+
+
+def build_trace(
+    job: Job,
+    *,
+    client_name: str,
+    outbox: list[OutboxEntry],
+    events: list[EventEntry],
+    result: StoredResult | None,
+) -> dict[str, Any]:
+    counts = Counter(event.event for event in events)
+    received = next((e for e in events if e.event == JobEvent.RECEIVED), None)
+    claims = counts[JobEvent.CLAIMED]
+    exhausted_without_claim = sum(
+        1 for e in events if e.event == JobEvent.QUARANTINED and e.detail == "attempts_exhausted"
+    )
+    return {
+        "job_id": str(job.id),
+        "type": job.type,
+        "intent": {
+            "recorded": True,
+            "recorded_at": _iso(received.at if received else job.created_at),
+            "client": client_name,
+            "idempotency_key": job.idempotency_key,
+        },
+        "outbox": [
+            {
+                "id": row.id,
+                "created_at": _iso(row.created_at),
+                "due_at": _iso(row.available_at),
+                "published_at": _iso(row.published_at),
+                "publish_attempts": row.publish_attempts,
+                "last_error": row.last_error,
+            }
+            for row in outbox
+        ],
+        "published": counts[JobEvent.PUBLISHED],
+        "deliveries": {
+            "total": claims + counts[JobEvent.DUPLICATE_DELIVERY] + exhausted_without_claim,
+            "claimed": claims,
+            "duplicate": counts[JobEvent.DUPLICATE_DELIVERY],
+        },
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "retries_scheduled": counts[JobEvent.RETRY_SCHEDULED],
+        "lease_expiries": counts[JobEvent.LEASE_EXPIRED],
+        "stale_completions_rejected": counts[JobEvent.STALE_COMPLETION_REJECTED],
+        "replays": counts[JobEvent.REPLAYED],
+        "result": (
+            {
+                "stored_at": _iso(result.created_at),
+                "attempt": result.attempt,
+                "value": result.result,
+            }
+            if result
+            else None
+        ),
+        "state": job.state.value,
+        "why": why_it_stopped(job, result),
+        "events": [
+            {"at": _iso(e.at), "event": e.event, "attempt": e.attempt, "detail": e.detail}
+            for e in events
+        ],
+    }
+
+
+def render_trace(trace: dict[str, Any]) -> str:
+    """The trace as lines a person reads top to bottom."""
+    intent = trace["intent"]
+    deliveries = trace["deliveries"]
+    lines = [
+        f"job {trace['job_id']} ({trace['type']})",
+        f"  intent     recorded {intent['recorded_at']} for client {intent['client']!r}, "
+        f"key {intent['idempotency_key']!r}",
+    ]
+    for row in trace["outbox"]:
+        if row["published_at"]:
+            state = f"published {row['published_at']}"
+        else:
+            state = f"NOT published yet, next try {row['due_at']}"
+        error = f", last error: {row['last_error']}" if row["last_error"] else ""
+        lines.append(
+            f"  outbox #{row['id']:<4} written {row['created_at']}, {state} "
+            f"after {row['publish_attempts']} attempt(s){error}"
+        )
+    lines.append(
+        f"  deliveries {deliveries['total']} ({deliveries['claimed']} claimed, "
+        f"{deliveries['duplicate']} duplicate); attempts {trace['attempts']} of "
+        f"{trace['max_attempts']}; retries {trace['retries_scheduled']}; lease expiries "
+        f"{trace['lease_expiries']}; stale completions rejected "
+        f"{trace['stale_completions_rejected']}; replays {trace['replays']}"
+    )
+    result = trace["result"]
+    if result:
+        lines.append(
+            f"  result     stored {result['stored_at']} by attempt {result['attempt']}: "
+            f"{result['value']}"
+        )
+    else:
+        lines.append("  result     none stored")
+    lines.append(f"  state      {trace['state']}: {trace['why']}")
+    lines.append("  journal")
+    for event in trace["events"]:
+        detail = f"  {event['detail']}" if event["detail"] else ""
+        lines.append(f"    {event['at']}  #{event['attempt']:<2} {event['event']}{detail}")
+    return "\n".join(lines)

@@ -1,0 +1,198 @@
+"""The consumer's side of the database (SPEC §6): claim, renew, finish — each one statement.
+
+Every write that reports on a job is fenced by the lease token of the claim that made it, so a
+worker whose lease expired and was taken over can never complete, retry or quarantine the job.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import TextClause
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from jobrelay.core.jobs import Job, Outcome, Quarantine, RetryLater, Succeeded
+from jobrelay.core.states import JobEvent, JobState
+from jobrelay.db import queries as q
+from jobrelay.db.store import Store, job_from_row
+
+
+@dataclass(frozen=True)
+class Claimed:
+    job: Job
+    lease_token: uuid.UUID
+    reclaimed: bool
+    """True when the job was `running` under an expired lease (its holder crashed or hung)."""
+
+
+class Refusal(StrEnum):
+    """Why a delivery did not claim its job."""
+
+    UNKNOWN_JOB = "unknown_job"
+    EXHAUSTED = "attempts_exhausted"  # quarantined now; the message must dead-letter
+    DUPLICATE = "duplicate"  # finished, running under a live lease, or not yet due
+
+
+@dataclass(frozen=True)
+class Refused:
+    reason: Refusal
+    job: Job | None = None
+
+
+ClaimResult = Claimed | Refused
+
+
+class Finish(StrEnum):
+    WRITTEN = "written"
+    ALREADY = "already"  # an earlier try of this very write committed; its answer was lost
+    STALE = "stale"  # the lease is no longer ours: nothing written but the journal entry
+
+
+_EXHAUSTED_TEXT = "no attempts left: earlier attempts crashed or lost their lease"
+
+
+class ExecutionStore:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def claim(
+        self,
+        job_id: uuid.UUID,
+        *,
+        lease_token: uuid.UUID,
+        lease_seconds: float,
+        detail: str | None = None,
+    ) -> ClaimResult:
+        """Claim the job for one attempt, or say why not (and journal/quarantine accordingly).
+
+        Calling it again with the same token after a lost answer is safe: a job already running
+        under this token is reported as claimed.
+        """
+        # The claim and its journal entries are one statement: autocommit, one round trip.
+        row = await self.store.fetch_one(
+            q.CLAIM_JOB,
+            id=job_id,
+            lease_token=lease_token,
+            lease_seconds=lease_seconds,
+            detail=detail,
+        )
+        if row is not None:
+            return Claimed(
+                job_from_row(row), lease_token, reclaimed=row.previous_state == JobState.RUNNING
+            )
+        # The rare path: find out why, and act on it, in one transaction.
+        async with self.store.transaction() as connection:
+            return await self._refusal(connection, job_id, lease_token)
+
+    async def _refusal(
+        self, connection: AsyncConnection, job_id: uuid.UUID, lease_token: uuid.UUID
+    ) -> ClaimResult:
+        current = (await connection.execute(q.JOB_BY_ID, {"id": job_id, "client_id": None})).first()
+        if current is None:
+            return Refused(Refusal.UNKNOWN_JOB)
+        job = job_from_row(current)
+        if job.state == JobState.RUNNING and job.lease_token == lease_token:
+            return Claimed(job, lease_token, reclaimed=False)  # our own earlier claim
+        exhausted = (
+            await connection.execute(
+                q.QUARANTINE_EXHAUSTED, {"id": job_id, "error": _EXHAUSTED_TEXT}
+            )
+        ).first()
+        if exhausted is not None:
+            return Refused(Refusal.EXHAUSTED, job)
+        await self._record(
+            connection, job_id, JobEvent.DUPLICATE_DELIVERY, job.attempts, f"job {job.state}"
+        )
+        return Refused(Refusal.DUPLICATE, job)
+
+    async def renew(
+        self, job_id: uuid.UUID, *, lease_token: uuid.UUID, lease_seconds: float
+    ) -> bool:
+        """Extend the lease; False when it is no longer ours (expired or taken over)."""
+        row = await self.store.fetch_one(
+            q.RENEW_LEASE, id=job_id, lease_token=lease_token, lease_seconds=lease_seconds
+        )
+        return row is not None
+
+    async def finish(
+        self, job_id: uuid.UUID, *, lease_token: uuid.UUID, attempt: int, outcome: Outcome
+    ) -> Finish:
+        """Carry out a decided outcome in one transaction, fenced by the lease token."""
+        statement, params = _finish_statement(job_id, lease_token, outcome)
+        # State, result, outbox row and journal are one statement: autocommit, one round trip.
+        if await self.store.fetch_one(statement, **params) is not None:
+            return Finish.WRITTEN
+        async with self.store.transaction() as connection:  # the rare path: why not?
+            trace = (await connection.execute(q.ATTEMPT_TRACE, {"id": job_id})).first()
+            if trace is not None and _already_done(trace, attempt, outcome):
+                return Finish.ALREADY
+            await self._record(
+                connection,
+                job_id,
+                JobEvent.STALE_COMPLETION_REJECTED,
+                attempt,
+                f"{_outcome_name(outcome)} by attempt {attempt} rejected: lease no longer held",
+            )
+            return Finish.STALE
+
+    async def release(self, job_id: uuid.UUID, *, lease_token: uuid.UUID, detail: str) -> bool:
+        """Give a running job back (shutdown): `queued` again, the attempt still counted."""
+        row = await self.store.fetch_one(
+            q.RELEASE_LEASE, id=job_id, lease_token=lease_token, detail=detail
+        )
+        return row is not None
+
+    @staticmethod
+    async def _record(
+        connection: AsyncConnection, job_id: uuid.UUID, event: JobEvent, attempt: int, detail: str
+    ) -> None:
+        await connection.execute(
+            q.RECORD_EVENT,
+            {"job_id": job_id, "event": event.value, "attempt": attempt, "detail": detail},
+        )
+
+
+def _finish_statement(
+    job_id: uuid.UUID, lease_token: uuid.UUID, outcome: Outcome
+) -> tuple[TextClause, dict[str, Any]]:
+    fence = {"id": job_id, "lease_token": lease_token}
+    match outcome:
+        case Succeeded(result=result):
+            return q.COMPLETE_JOB, {**fence, "result": json.dumps(result)}
+        case RetryLater(available_at=available_at, error_code=code, error=error):
+            return q.SCHEDULE_RETRY, {
+                **fence,
+                "available_at": available_at,
+                "error_code": code,
+                "error": error,
+            }
+        case Quarantine(reason_code=code, error=error):
+            return q.QUARANTINE_JOB, {**fence, "error_code": code, "error": error}
+    raise AssertionError(f"unknown outcome {outcome!r}")  # pragma: no cover
+
+
+def _already_done(trace: Any, attempt: int, outcome: Outcome) -> bool:
+    """Did this attempt's own write land earlier? Attempt numbers are unique per claim."""
+    match outcome:
+        case Succeeded():
+            return bool(trace.result_attempt == attempt)
+        case RetryLater():
+            return bool(trace.state == JobState.RETRYING and trace.attempts == attempt)
+        case Quarantine():
+            return bool(trace.state == JobState.QUARANTINED and trace.attempts == attempt)
+    return False  # pragma: no cover
+
+
+def _outcome_name(outcome: Outcome) -> str:
+    match outcome:
+        case Succeeded():
+            return "completion"
+        case RetryLater():
+            return "retry"
+        case Quarantine():
+            return "quarantine"
+    return "outcome"  # pragma: no cover

@@ -1,0 +1,77 @@
+"""The dispatcher's side of the database: lease outbox rows, record publish outcomes, rescue
+expired leases, prune old rows.
+
+Every method is one short transaction (one statement), so the dispatcher never holds a row lock
+or a snapshot while it waits for the broker.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from jobrelay.db import queries as q
+from jobrelay.db.store import Store
+from jobrelay.dispatcher.ports import OutboxRow
+
+
+class RelayStore:
+    """Implements ``jobrelay.dispatcher.relay.OutboxStore`` on PostgreSQL."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def lease_batch(self, limit: int, lease_seconds: float) -> list[OutboxRow]:
+        rows = await self.store.fetch_all(
+            q.LEASE_OUTBOX_BATCH, limit=limit, lease_seconds=lease_seconds
+        )
+        leased = [
+            OutboxRow(
+                id=row.id, job_id=row.job_id, type=row.type, publish_attempts=row.publish_attempts
+            )
+            for row in rows
+        ]
+        leased.sort(key=lambda row: row.id)
+        return leased
+
+    async def mark_published(self, ids: Sequence[int]) -> int:
+        if not ids:
+            return 0
+        rows = await self.store.fetch_all(q.MARK_PUBLISHED, ids=list(ids))
+        return len(rows)
+
+    async def mark_failed(self, ids: Sequence[int], error: str, retry_in_seconds: float) -> None:
+        if not ids:
+            return
+        async with self.store.transaction() as connection:
+            await connection.execute(
+                q.MARK_PUBLISH_FAILED,
+                {"ids": list(ids), "error": error, "retry_in_seconds": retry_in_seconds},
+            )
+
+    async def next_due_in(self) -> float | None:
+        """Seconds until the earliest unpublished row is due (negative: overdue); None: none."""
+        row = await self.store.fetch_one(q.NEXT_OUTBOX_DUE_IN)
+        return None if row is None or row.seconds is None else float(row.seconds)
+
+    async def oldest_due_age(self) -> float:
+        row = await self.store.fetch_one(q.OLDEST_DUE_OUTBOX_AGE)
+        return 0.0 if row is None or row.seconds is None else float(row.seconds)
+
+    async def rescue_expired_leases(self, limit: int) -> list[uuid.UUID]:
+        rows = await self.store.fetch_all(q.RESCUE_EXPIRED_LEASES, limit=limit)
+        return [row.job_id for row in rows]
+
+    async def delete_published(self, retention_seconds: float, limit: int) -> int:
+        async with self.store.transaction() as connection:
+            result = await connection.execute(
+                q.DELETE_PUBLISHED_OUTBOX, {"retention_seconds": retention_seconds, "limit": limit}
+            )
+            return int(result.rowcount)
+
+    async def delete_old_events(self, retention_seconds: float, limit: int) -> int:
+        async with self.store.transaction() as connection:
+            result = await connection.execute(
+                q.DELETE_OLD_EVENTS, {"retention_seconds": retention_seconds, "limit": limit}
+            )
+            return int(result.rowcount)

@@ -1,0 +1,170 @@
+"""The schema as SQLAlchemy metadata.
+
+Alembic migrations create the tables; this metadata is what the migration test compares the
+migrated database against, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+
+from jobrelay.core.states import TERMINAL_STATES, JobEvent, JobState
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+def _in_list(column: str, values: list[str]) -> str:
+    quoted = ", ".join(f"'{value}'" for value in values)
+    return f"{column} IN ({quoted})"
+
+
+JOB_STATES = [state.value for state in JobState]
+JOB_EVENTS = [event.value for event in JobEvent]
+TERMINAL = [state.value for state in JobState if state in TERMINAL_STATES]
+
+clients = Table(
+    "clients",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("name", Text, nullable=False, unique=True),
+    Column("token_hash", Text, nullable=False, unique=True),
+    Column("is_admin", Boolean, nullable=False, server_default=text("false")),
+    Column("disabled_at", DateTime(timezone=True)),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("char_length(name) BETWEEN 1 AND 100", name="name_length"),
+)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("client_id", UUID(as_uuid=True), ForeignKey("clients.id"), nullable=False),
+    Column("idempotency_key", Text, nullable=False),
+    Column("request_hash", Text, nullable=False),
+    Column("type", Text, nullable=False),
+    Column("payload", JSONB, nullable=False),
+    Column("state", Text, nullable=False, server_default=text("'queued'")),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("max_attempts", Integer, nullable=False),
+    Column("available_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("lease_token", UUID(as_uuid=True)),
+    Column("lease_until", DateTime(timezone=True)),
+    Column("last_error_code", Text),
+    Column("last_error", Text),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("finished_at", DateTime(timezone=True)),
+    UniqueConstraint("client_id", "idempotency_key"),
+    CheckConstraint(_in_list("state", JOB_STATES), name="state_known"),
+    CheckConstraint(
+        "(state = 'running') = (lease_token IS NOT NULL AND lease_until IS NOT NULL)",
+        name="lease_iff_running",
+    ),
+    CheckConstraint("(lease_token IS NULL) = (lease_until IS NULL)", name="lease_whole"),
+    CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="attempts_in_bounds"),
+    CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
+    CheckConstraint(
+        "char_length(idempotency_key) BETWEEN 1 AND 200", name="idempotency_key_length"
+    ),
+    CheckConstraint(
+        f"({_in_list('state', TERMINAL)}) = (finished_at IS NOT NULL)",
+        name="finished_iff_terminal",
+    ),
+    # Keyset pagination of a client's own jobs, newest first.
+    Index("ix_jobs_client_id_created_at_id", "client_id", "created_at", "id"),
+    # Stats and sweeps by state and due time.
+    Index("ix_jobs_state_available_at", "state", "available_at"),
+    # Rescue finds expired leases without scanning finished jobs.
+    Index(
+        "ix_jobs_lease_until_running",
+        "lease_until",
+        postgresql_where=text("state = 'running'"),
+    ),
+)
+
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column(
+        "job_id",
+        UUID(as_uuid=True),
+        ForeignKey("jobs.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("available_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("published_at", DateTime(timezone=True)),
+    Column("publish_attempts", Integer, nullable=False, server_default=text("0")),
+    Column("last_error", Text),
+    # The relay's hot path: due, unpublished rows, oldest first.
+    Index(
+        "ix_outbox_available_at_unpublished",
+        "available_at",
+        postgresql_where=text("published_at IS NULL"),
+    ),
+    # Retention deletes published rows by age.
+    Index(
+        "ix_outbox_published_at_published",
+        "published_at",
+        postgresql_where=text("published_at IS NOT NULL"),
+    ),
+    Index("ix_outbox_job_id", "job_id"),
+)
+
+job_results = Table(
+    "job_results",
+    metadata,
+    Column(
+        "job_id",
+        UUID(as_uuid=True),
+        ForeignKey("jobs.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("result", JSONB, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+job_events = Table(
+    "job_events",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column(
+        "job_id",
+        UUID(as_uuid=True),
+        ForeignKey("jobs.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("event", Text, nullable=False),
+    Column("attempt", Integer, nullable=False, server_default=text("0")),
+    Column("detail", Text),
+    CheckConstraint(_in_list("event", JOB_EVENTS), name="event_known"),
+    Index("ix_job_events_job_id_id", "job_id", "id"),
+    Index("ix_job_events_at", "at"),
+)

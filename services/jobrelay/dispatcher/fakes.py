@@ -1,0 +1,115 @@
+"""In-memory implementations of the relay's ports, for fast tests of the loop's decisions."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from jobrelay.core.errors import BrokerUnavailable, StoreUnavailable
+from jobrelay.dispatcher.ports import OutboxRow, PublishOutcome
+
+
+@dataclass
+class FakeRow:
+    id: int
+    job_id: uuid.UUID
+    type: str
+    due_at: float = 0.0
+    published: bool = False
+    publish_attempts: int = 0
+    last_error: str | None = None
+
+
+@dataclass
+class InMemoryOutbox:
+    """The outbox with a hand-driven clock (``now``)."""
+
+    now: float = 0.0
+    rows: dict[int, FakeRow] = field(default_factory=dict)
+    unavailable: bool = False
+    failed_calls: list[tuple[list[int], str, float]] = field(default_factory=list)
+
+    def add(self, job_type: str = "demo.sleep", *, due_in: float = 0.0) -> FakeRow:
+        row = FakeRow(len(self.rows) + 1, uuid.uuid4(), job_type, self.now + due_in)
+        self.rows[row.id] = row
+        return row
+
+    def _check(self) -> None:
+        if self.unavailable:
+            raise StoreUnavailable("database unavailable (fake)")
+
+    async def lease_batch(self, limit: int, lease_seconds: float) -> list[OutboxRow]:
+        self._check()
+        due = sorted(
+            (r for r in self.rows.values() if not r.published and r.due_at <= self.now),
+            key=lambda r: r.due_at,
+        )[:limit]
+        for row in due:
+            row.due_at = self.now + lease_seconds
+            row.publish_attempts += 1
+        return [OutboxRow(r.id, r.job_id, r.type, r.publish_attempts) for r in due]
+
+    async def mark_published(self, ids: Sequence[int]) -> int:
+        self._check()
+        marked = [self.rows[i] for i in ids if not self.rows[i].published]
+        for row in marked:
+            row.published, row.last_error = True, None
+        return len(marked)
+
+    async def mark_failed(self, ids: Sequence[int], error: str, retry_in_seconds: float) -> None:
+        self._check()
+        self.failed_calls.append((list(ids), error, retry_in_seconds))
+        for i in ids:
+            if not self.rows[i].published:
+                self.rows[i].last_error = error
+                self.rows[i].due_at = self.now + retry_in_seconds
+
+    async def next_due_in(self) -> float | None:
+        self._check()
+        pending = [r.due_at - self.now for r in self.rows.values() if not r.published]
+        return min(pending) if pending else None
+
+    async def oldest_due_age(self) -> float:
+        self._check()
+        due = [self.now - r.due_at for r in self.rows.values() if not r.published]
+        return max([0.0, *due])
+
+    async def rescue_expired_leases(self, limit: int) -> list[uuid.UUID]:
+        self._check()
+        return []
+
+    async def delete_published(self, retention_seconds: float, limit: int) -> int:
+        self._check()
+        return 0
+
+    async def delete_old_events(self, retention_seconds: float, limit: int) -> int:
+        self._check()
+        return 0
+
+
+@dataclass
+class FakePublisher:
+    """Confirms everything, except routing keys listed in ``failures`` (key → reason)."""
+
+    failures: dict[str, str] = field(default_factory=dict)
+    reachable: bool = True
+    published: list[OutboxRow] = field(default_factory=list)
+    connects: int = 0
+
+    async def connect(self) -> None:
+        self.connects += 1
+        if not self.reachable:
+            raise BrokerUnavailable("broker unavailable (fake)")
+
+    async def publish_batch(self, rows: Sequence[OutboxRow]) -> list[PublishOutcome]:
+        outcomes = []
+        for row in rows:
+            reason = self.failures.get(row.type)
+            if reason is None:
+                self.published.append(row)
+            outcomes.append(PublishOutcome(row, reason, "fake" if reason else ""))
+        return outcomes
+
+    async def close(self) -> None:
+        pass

@@ -1,0 +1,82 @@
+"""The narrow ports between the relay loop and its adapters, and the values that cross them.
+
+``jobrelay.db.relay_store.RelayStore`` and ``jobrelay.broker.publisher.Publisher`` implement them
+on PostgreSQL and RabbitMQ; ``jobrelay.dispatcher.fakes`` implements them in memory for unit
+tests of the loop's decisions.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+# Why a publish did not succeed: label values of the failure metric and the prefix of
+# ``outbox.last_error``.
+NACKED = "nacked"
+UNROUTABLE = "unroutable"
+TIMEOUT = "timeout"
+CONNECTION_LOST = "connection_lost"
+CHANNEL_ERROR = "channel_error"
+UNEXPECTED = "unexpected_error"
+FAILURE_REASONS = (NACKED, UNROUTABLE, TIMEOUT, CONNECTION_LOST, CHANNEL_ERROR, UNEXPECTED)
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    """One leased outbox row: what the message says and how often it was tried."""
+
+    id: int
+    job_id: uuid.UUID
+    type: str
+    publish_attempts: int
+
+
+@dataclass(frozen=True)
+class PublishOutcome:
+    """The broker's answer for one row. ``reason`` None means confirmed."""
+
+    row: OutboxRow
+    reason: str | None = None
+    detail: str = ""
+
+    @property
+    def confirmed(self) -> bool:
+        return self.reason is None
+
+    @property
+    def error_text(self) -> str:
+        """Safe text for ``outbox.last_error``: the reason and a short broker detail."""
+        return f"{self.reason}: {self.detail}"[:500] if self.detail else str(self.reason)
+
+
+class OutboxStore(Protocol):
+    async def lease_batch(self, limit: int, lease_seconds: float) -> list[OutboxRow]: ...
+
+    async def mark_published(self, ids: Sequence[int]) -> int: ...
+
+    async def mark_failed(
+        self, ids: Sequence[int], error: str, retry_in_seconds: float
+    ) -> None: ...
+
+    async def next_due_in(self) -> float | None: ...
+
+    async def oldest_due_age(self) -> float: ...
+
+    async def rescue_expired_leases(self, limit: int) -> list[uuid.UUID]: ...
+
+    async def delete_published(self, retention_seconds: float, limit: int) -> int: ...
+
+    async def delete_old_events(self, retention_seconds: float, limit: int) -> int: ...
+
+
+class MessagePublisher(Protocol):
+    async def connect(self) -> None:
+        """Make sure a confirming channel is open; raises ``BrokerUnavailable``."""
+
+    async def publish_batch(self, rows: Sequence[OutboxRow]) -> list[PublishOutcome]:
+        """Publish every row (pipelined) and return one outcome per row, in order."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,275 @@
+"""The relay loop (SPEC §5): lease due outbox rows, publish them, record the broker's answer.
+
+How transactions stay short: leasing is one committed statement that pushes the rows'
+``available_at`` past the publish deadline (``lease_seconds``); the broker round trip happens
+with no transaction open; the outcome is a second short statement. Another dispatcher skips
+leased rows; a crashed dispatcher's rows come due again when the lease passes, so a crash can
+publish a row twice but never loses one.
+
+Maintenance (rescue of expired job leases, retention, the backlog gauge) runs in its own task so
+a slow sweep never delays relaying.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from jobrelay.core.errors import BrokerUnavailable, StoreUnavailable
+from jobrelay.dispatcher.metrics import DispatcherMetrics
+from jobrelay.dispatcher.ports import MessagePublisher, OutboxStore, PublishOutcome
+
+log = logging.getLogger(__name__)
+
+# One of the two retention statements: (retention_seconds, limit) -> rows deleted.
+DeleteBatch = Callable[[float, int], Awaitable[int]]
+
+
+@dataclass(frozen=True)
+class RelayConfig:
+    batch_size: int = 200
+    poll_interval: float = 1.0
+    # How long leased rows stay invisible to other dispatchers: must cover the publish timeout
+    # plus marking the outcome. A crashed dispatcher's rows come due again after it.
+    lease_seconds: float = 22.0
+    # Backoff of a row whose publish failed, growing with its publish attempts.
+    retry_base_seconds: float = 0.5
+    retry_max_seconds: float = 60.0
+    # Backoff of the loop itself while the database or the broker is unreachable.
+    outage_base_seconds: float = 0.2
+    outage_max_seconds: float = 5.0
+    maintenance_interval: float = 5.0
+    rescue_batch_size: int = 100
+    retention_seconds: float = 7 * 24 * 3600.0
+    retention_batch_size: int = 500
+    retention_interval: float = 60.0
+    mark_retries: int = 3
+
+
+def publish_retry_delay(
+    publish_attempts: int, config: RelayConfig, rng: random.Random | None = None
+) -> float:
+    """Delay before a failed row is tried again: exponential in its attempts, capped, jittered
+    within [ceiling/2, ceiling] so a burst of failures spreads out."""
+    exponent = max(0, publish_attempts - 1)
+    ceiling = min(config.retry_max_seconds, config.retry_base_seconds * 2.0 ** min(exponent, 32))
+    return ceiling / 2 + (rng or random).uniform(0, ceiling / 2)
+
+
+@dataclass
+class BatchResult:
+    leased: int = 0
+    published: int = 0
+    failed: dict[str, int] = field(default_factory=dict)
+
+
+class Relay:
+    def __init__(
+        self,
+        store: OutboxStore,
+        publisher: MessagePublisher,
+        config: RelayConfig,
+        metrics: DispatcherMetrics | None = None,
+        *,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store
+        self.publisher = publisher
+        self.config = config
+        self.metrics = metrics or DispatcherMetrics()
+        self.rng = rng or random.Random()
+        self.wakeup = asyncio.Event()
+        self.stopping = asyncio.Event()
+
+    def wake(self) -> None:
+        """Called by the listener on NOTIFY: new rows may be due."""
+        self.wakeup.set()
+
+    def stop(self) -> None:
+        """Finish the current batch, then return from ``run``."""
+        self.stopping.set()
+        self.wakeup.set()
+
+    # --- one batch ---------------------------------------------------------------------------
+
+    async def relay_batch(self) -> BatchResult:
+        """Lease, publish and record one batch. Raises StoreUnavailable / BrokerUnavailable."""
+        await self.publisher.connect()  # no lease is taken while the broker is unreachable
+        rows = await self.store.lease_batch(self.config.batch_size, self.config.lease_seconds)
+        result = BatchResult(leased=len(rows))
+        if not rows:
+            return result
+        self.metrics.batch_size.observe(len(rows))
+        outcomes = await self.publisher.publish_batch(rows)
+        confirmed = [outcome.row.id for outcome in outcomes if outcome.confirmed]
+        failures = [outcome for outcome in outcomes if not outcome.confirmed]
+        if confirmed:
+            await self._mark_published(confirmed)
+            result.published = len(confirmed)
+            self.metrics.published.inc(len(confirmed))
+        if failures:
+            await self._mark_failed(failures)
+            for outcome in failures:
+                reason = str(outcome.reason)
+                result.failed[reason] = result.failed.get(reason, 0) + 1
+            for reason, count in result.failed.items():
+                self.metrics.failures.labels(reason=reason).inc(count)
+            self._log_failures(failures)
+        return result
+
+    async def _mark_published(self, ids: Sequence[int]) -> None:
+        """Record confirms. A database outage here is retried briefly: once the lease passes,
+        the rows would be published a second time."""
+        for attempt in range(self.config.mark_retries + 1):
+            try:
+                await self.store.mark_published(ids)
+                return
+            except StoreUnavailable:
+                if attempt == self.config.mark_retries:
+                    raise
+                await asyncio.sleep(self._outage_delay(attempt))
+
+    async def _mark_failed(self, failures: Sequence[PublishOutcome]) -> None:
+        groups: dict[tuple[str, float], list[int]] = {}
+        for outcome in failures:
+            delay = round(
+                publish_retry_delay(outcome.row.publish_attempts, self.config, self.rng), 1
+            )
+            groups.setdefault((outcome.error_text, delay), []).append(outcome.row.id)
+        for (error, delay), ids in groups.items():
+            await self.store.mark_failed(ids, error, delay)
+
+    def _log_failures(self, failures: Sequence[PublishOutcome]) -> None:
+        first = failures[0]
+        log.warning(
+            "publish failed for %d row(s): %s",
+            len(failures),
+            first.error_text,
+            extra={
+                "event": "publish_failed",
+                "reason": first.reason,
+                "outbox_id": first.row.id,
+                "job_id": str(first.row.job_id),
+            },
+        )
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Relay until ``stop()``; outages of either server are waited out, never fatal."""
+        maintenance = asyncio.create_task(self.run_maintenance(), name="dispatcher-maintenance")
+        outages = 0
+        try:
+            while not self.stopping.is_set():
+                self.wakeup.clear()
+                try:
+                    result = await self.relay_batch()
+                except (StoreUnavailable, BrokerUnavailable) as error:
+                    delay = self._outage_delay(outages)
+                    outages += 1
+                    log.warning(
+                        "%s; retrying in %.1fs",
+                        error,
+                        delay,
+                        extra={"event": "outage", "reason": error.code},
+                    )
+                    await self._sleep(delay)
+                    continue
+                if outages:
+                    log.info("relaying again", extra={"event": "recovered"})
+                    outages = 0
+                if result.leased >= self.config.batch_size and not result.failed:
+                    continue  # a full batch: there is probably more
+                await self._wait_for_work()
+        finally:
+            maintenance.cancel()
+            await asyncio.gather(maintenance, return_exceptions=True)
+
+    async def _wait_for_work(self) -> None:
+        """Until NOTIFY, the next row's due time, the poll interval or stop, whichever first."""
+        timeout = self.config.poll_interval
+        try:
+            due_in = await self.store.next_due_in()
+        except StoreUnavailable:
+            due_in = None
+        if due_in is not None:
+            timeout = min(timeout, max(0.0, due_in))
+        if timeout <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.wakeup.wait(), timeout)
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stopping.wait(), seconds)
+
+    def _outage_delay(self, outages: int) -> float:
+        ceiling = min(
+            self.config.outage_max_seconds,
+            self.config.outage_base_seconds * 2.0 ** min(outages, 32),
+        )
+        return ceiling / 2 + self.rng.uniform(0, ceiling / 2)
+
+    # --- maintenance -------------------------------------------------------------------------
+
+    async def run_maintenance(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_retention = loop.time()
+        while not self.stopping.is_set():
+            try:
+                await self.rescue_expired_leases()
+                self.metrics.oldest_due_age.set(await self.store.oldest_due_age())
+                if loop.time() >= next_retention:
+                    await self.apply_retention()
+                    next_retention = loop.time() + self.config.retention_interval
+            except StoreUnavailable as error:
+                log.warning("maintenance skipped: %s", error, extra={"event": "outage"})
+            except Exception:
+                log.exception("maintenance failed", extra={"event": "maintenance_failed"})
+            await self._sleep(self.config.maintenance_interval)
+
+    async def rescue_expired_leases(self) -> int:
+        """Expired `running` jobs back to `queued` with a new outbox row, once per expiry."""
+        total = 0
+        while True:
+            rescued = await self.store.rescue_expired_leases(self.config.rescue_batch_size)
+            for job_id in rescued:
+                log.info(
+                    "lease expired; job queued again",
+                    extra={"event": "lease_expired", "job_id": str(job_id)},
+                )
+            total += len(rescued)
+            self.metrics.rescued.inc(len(rescued))
+            if rescued:
+                self.wake()  # their new outbox rows are due now
+            if len(rescued) < self.config.rescue_batch_size:
+                return total
+
+    async def apply_retention(self) -> tuple[int, int]:
+        """Delete published outbox rows and finished jobs' old events, in small batches."""
+        deleted_outbox = await self._delete_in_batches(self.store.delete_published)
+        deleted_events = await self._delete_in_batches(self.store.delete_old_events)
+        if deleted_outbox or deleted_events:
+            self.metrics.retention_deleted.labels(table="outbox").inc(deleted_outbox)
+            self.metrics.retention_deleted.labels(table="job_events").inc(deleted_events)
+            log.info(
+                "retention: deleted %d outbox rows and %d events",
+                deleted_outbox,
+                deleted_events,
+                extra={"event": "retention"},
+            )
+        return deleted_outbox, deleted_events
+
+    async def _delete_in_batches(self, delete: DeleteBatch) -> int:
+        total = 0
+        while not self.stopping.is_set():
+            deleted = await delete(self.config.retention_seconds, self.config.retention_batch_size)
+            total += deleted
+            if deleted < self.config.retention_batch_size:
+                break
+            await asyncio.sleep(0)  # let the relay run between batches
+        return total

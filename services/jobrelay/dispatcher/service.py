@@ -1,0 +1,87 @@
+"""``jobrelay dispatcher``: wire settings, the database, the broker and the listener, then relay
+until SIGTERM/SIGINT (which finish the current batch and exit 0)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+from jobrelay.broker.publisher import Publisher
+from jobrelay.core.settings import Settings, mask_url, parse_type_queues
+from jobrelay.db.relay_store import RelayStore
+from jobrelay.db.store import Store
+from jobrelay.dispatcher.listener import OutboxListener
+from jobrelay.dispatcher.metrics import DispatcherMetrics
+from jobrelay.dispatcher.relay import Relay, RelayConfig
+
+log = logging.getLogger(__name__)
+
+
+def relay_config(settings: Settings) -> RelayConfig:
+    return RelayConfig(
+        batch_size=settings.dispatch_batch_size,
+        poll_interval=settings.poll_interval_seconds,
+        # Leased rows must outlive a whole pipelined batch (bounded by the publish timeout)
+        # plus the statement that records its outcome.
+        lease_seconds=2 * settings.publish_timeout_seconds + 2,
+        retention_seconds=settings.retention_hours * 3600,
+        maintenance_interval=min(5.0, max(0.2, settings.lease_seconds / 4)),
+    )
+
+
+class Dispatcher:
+    """One dispatcher: the relay loop and its listener. ``run()`` returns after ``stop()``."""
+
+    def __init__(self, settings: Settings, metrics: DispatcherMetrics | None = None) -> None:
+        self.settings = settings
+        self.metrics = metrics or DispatcherMetrics()
+        self.store = Store.connect(
+            settings.database_url, pool_size=3, application_name="jobrelay-dispatcher"
+        )
+        self.publisher = Publisher(
+            settings.amqp_url,
+            publish_timeout=settings.publish_timeout_seconds,
+            delivery_limit=settings.delivery_limit,
+            type_queues=parse_type_queues(settings.type_queues),
+        )
+        self.relay = Relay(
+            RelayStore(self.store), self.publisher, relay_config(settings), self.metrics
+        )
+        self.listener = OutboxListener(
+            settings.database_url, self.relay.wake, on_state=self.metrics.listener_connected.set
+        )
+
+    def stop(self) -> None:
+        self.relay.stop()
+
+    async def run(self) -> None:
+        listening = asyncio.create_task(self.listener.run(), name="dispatcher-listener")
+        try:
+            await self.relay.run()
+        finally:
+            listening.cancel()
+            await asyncio.gather(listening, return_exceptions=True)
+            await self.publisher.close()
+            await self.store.close()
+
+
+async def run_dispatcher(settings: Settings) -> int:
+    dispatcher = Dispatcher(settings)
+    if settings.metrics_port:
+        dispatcher.metrics.serve(settings.metrics_port)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(signum, dispatcher.stop)
+    log.info(
+        "dispatcher starting (database %s, broker %s, batch %d)",
+        mask_url(settings.database_url),
+        mask_url(settings.amqp_url),
+        settings.dispatch_batch_size,
+        extra={"event": "started"},
+    )
+    await dispatcher.run()
+    log.info("dispatcher stopped", extra={"event": "stopped"})
+    return 0

@@ -29,6 +29,8 @@ class JobEvent(StrEnum):
     QUARANTINED = "quarantined"
     REPLAYED = "replayed"
     CANCELLED = "cancelled"
+    DEFERRED = "deferred"  # a consumer did not know the type; due again after a backoff
+    REDISPATCHED = "redispatched"  # its message was provably missing and was published again
 
 
 # Every allowed move, written once. The SQL statements guard on the same source states.

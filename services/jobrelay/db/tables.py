@@ -55,7 +55,20 @@ clients = Table(
     Column("is_admin", Boolean, nullable=False, server_default=text("false")),
     Column("disabled_at", DateTime(timezone=True)),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # A rotated token keeps working until its grace period ends.
+    Column("previous_token_hash", Text),
+    Column("previous_token_expires_at", DateTime(timezone=True)),
     CheckConstraint("char_length(name) BETWEEN 1 AND 100", name="name_length"),
+    CheckConstraint(
+        "(previous_token_hash IS NULL) = (previous_token_expires_at IS NULL)",
+        name="previous_token_whole",
+    ),
+    Index(
+        "ix_clients_previous_token_hash",
+        "previous_token_hash",
+        unique=True,
+        postgresql_where=text("previous_token_hash IS NOT NULL"),
+    ),
 )
 
 jobs = Table(
@@ -78,6 +91,8 @@ jobs = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("finished_at", DateTime(timezone=True)),
+    # When a consumer first met this job's type without knowing it (cleared by a claim).
+    Column("type_unknown_since", DateTime(timezone=True)),
     UniqueConstraint("client_id", "idempotency_key"),
     CheckConstraint(_in_list("state", JOB_STATES), name="state_known"),
     CheckConstraint(
@@ -164,6 +179,8 @@ job_events = Table(
     Column("event", Text, nullable=False),
     Column("attempt", Integer, nullable=False, server_default=text("0")),
     Column("detail", Text),
+    # The failed attempt's exception: {"class", "message", "traceback"}, secrets masked.
+    Column("error", JSONB),
     CheckConstraint(_in_list("event", JOB_EVENTS), name="event_known"),
     Index("ix_job_events_job_id_id", "job_id", "id"),
     Index("ix_job_events_at", "at"),

@@ -26,12 +26,22 @@ from tests.support.servers import (
 
 
 @pytest.fixture(scope="session")
-def servers() -> Servers:
+def servers() -> Iterator[Servers]:
     try:
-        return discover()
+        found = discover()
     except NoServers as error:
         # Fail, never skip: a test that cannot reach its servers proves nothing.
         pytest.fail(str(error), pytrace=False)
+    if found.faults is not None:
+        # Servers in containers: the fault helpers stop and start those instead of the
+        # servers of scripts/servers.py.
+        from tests.support import faults
+
+        faults.servers_script = lambda: found.faults  # type: ignore[assignment]
+    try:
+        yield found
+    finally:
+        found.close()  # containers started for the session are removed
 
 
 @pytest.fixture(scope="session")

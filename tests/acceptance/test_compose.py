@@ -1,9 +1,11 @@
-"""compose.yaml and the Dockerfile, tested where no Docker engine exists.
+"""compose.yaml and the Dockerfile, tested without a Docker engine.
 
 The file is parsed and checked for what an operator relies on (one-shot migrate, health checks,
-depends_on conditions, a scalable consumer, a non-root image); then every service's command
-runs with its compose environment as a local process against the test servers — hostnames and
-ports rewritten — and a job goes through them.
+depends_on conditions, required passwords, loopback-only ports, stop grace periods, one build,
+a scalable consumer, a non-root image); then every service's command runs with its compose
+environment (interpolated as compose does) as a local process against the test servers —
+hostnames and ports rewritten —, the dispatcher's and consumers' health checks run against
+them, and a job goes through. tests/containers runs the same file under a real Docker Engine.
 """
 
 from __future__ import annotations
@@ -33,7 +35,23 @@ from tests.support.system import fast_settings
 
 COMPOSE = ROOT / "compose.yaml"
 DOCKERFILE = ROOT / "Dockerfile"
+ENV_EXAMPLE = ROOT / ".env.example"
 JOBRELAY_SERVICES = ("migrate", "api", "dispatcher", "consumer")
+VARIABLE = re.compile(r"\$\{(?P<name>\w+)(?:(?P<op>:-|:\?)(?P<arg>[^}]*))?\}")
+
+
+def interpolate(value: str, env: dict[str, str]) -> str:
+    """Compose's ``${VAR}``, ``${VAR:-default}`` and ``${VAR:?error}``."""
+
+    def substitute(match: re.Match[str]) -> str:
+        name, op, arg = match["name"], match["op"], match["arg"]
+        if env.get(name):
+            return env[name]
+        if op == ":?":
+            raise AssertionError(f"compose would refuse to start: {arg}")
+        return arg if op == ":-" else ""
+
+    return VARIABLE.sub(substitute, value)
 
 
 @pytest.fixture(scope="module")
@@ -44,19 +62,54 @@ def compose() -> dict[str, Any]:
 
 
 def test_compose_declares_the_whole_system(compose: dict[str, Any]) -> None:
+    assert "name" not in compose  # docker-compose 1.29 rejects a top-level name
     services = compose["services"]
     assert set(services) == {"postgres", "rabbitmq", *JOBRELAY_SERVICES}
-    assert services["rabbitmq"]["image"].endswith("-management")
+    assert services["rabbitmq"]["image"].endswith("-management}")
     for name in ("postgres", "rabbitmq", "api", "dispatcher", "consumer"):
         assert services[name]["healthcheck"]["test"], name
-    assert services["migrate"]["command"] == ["jobrelay", "migrate"]
+    for name, service in services.items():
+        assert service.get("stop_grace_period"), name
+    assert services["migrate"]["command"] == ["jobrelay", "migrate", "--wait", "60"]
     assert services["migrate"]["restart"] == "no"
     assert services["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
     for name in ("api", "dispatcher", "consumer"):
         depends = services[name]["depends_on"]
         assert depends["migrate"]["condition"] == "service_completed_successfully", name
         assert depends["rabbitmq"]["condition"] == "service_healthy", name
+        # So that `stop` stops the service before the database.
+        assert depends["postgres"]["condition"] == "service_healthy", name
         assert services[name]["command"][:2] == ["jobrelay", name]
+
+
+def test_compose_images_are_variables_and_jobrelay_is_built_once(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert services["postgres"]["image"] == "${JOBRELAY_POSTGRES_IMAGE:-postgres:15}"
+    assert services["rabbitmq"]["image"] == "${JOBRELAY_RABBITMQ_IMAGE:-rabbitmq:3.10-management}"
+    built = [name for name, service in services.items() if "build" in service]
+    assert built == ["migrate"]  # every other jobrelay service depends on it
+    args = services["migrate"]["build"]["args"]
+    assert args["PYTHON_IMAGE"] == "${PYTHON_IMAGE:-python:3.11-slim}"
+    images = {services[name]["image"] for name in JOBRELAY_SERVICES}
+    assert len(images) == 1
+
+
+def test_compose_requires_passwords_and_binds_to_loopback(compose: dict[str, Any]) -> None:
+    text = COMPOSE.read_text()
+    required = set(re.findall(r"\$\{(\w+):\?", text))
+    assert {"POSTGRES_PASSWORD", "RABBITMQ_PASSWORD"} <= required
+    assert "jobrelay}@" not in text  # no default password anywhere
+    example = ENV_EXAMPLE.read_text()
+    for name in required:
+        assert re.search(rf"^{name}=\S+", example, re.M), f".env.example lacks {name}"
+    services = compose["services"]
+    assert services["rabbitmq"]["hostname"] == "rabbitmq"  # node name and data survive
+    (ui,) = services["rabbitmq"]["ports"]
+    assert ui.startswith("127.0.0.1:") and ui.endswith(":15672")
+    (api,) = services["api"]["ports"]
+    assert interpolate(api, {}) == "127.0.0.1:8000:8000"
+    assert "readyz" in " ".join(services["api"]["healthcheck"]["test"])
+    assert "-h" in services["postgres"]["healthcheck"]["test"]  # pg_isready over TCP
 
 
 def test_the_consumer_can_be_scaled(compose: dict[str, Any]) -> None:
@@ -67,14 +120,28 @@ def test_the_consumer_can_be_scaled(compose: dict[str, Any]) -> None:
 
 def test_the_image_is_slim_and_runs_as_a_non_root_user() -> None:
     lines = [line.strip() for line in DOCKERFILE.read_text().splitlines()]
-    assert any(re.match(r"FROM python:3\.1[1-9]-slim", line) for line in lines)
+    assert "ARG PYTHON_IMAGE=python:3.11-slim" in lines
+    assert all(
+        line.startswith("FROM ${PYTHON_IMAGE}") for line in lines if line.startswith("FROM ")
+    )
     users = [line.split()[1] for line in lines if line.startswith("USER ")]
     assert users and users[-1] not in ("root", "0")
     assert 'CMD ["jobrelay", "api"]' in lines
+    # The locked dependencies in a layer built from the lock alone, before the sources.
+    text = DOCKERFILE.read_text()
+    assert "--require-hashes" in text
+    assert text.index("COPY requirements/runtime.txt") < text.index("COPY services")
+    assert "--mount" not in text and "# syntax" not in text  # the classic builder builds it
+
+
+COMPOSE_VARIABLES = {"POSTGRES_PASSWORD": "unused-here", "RABBITMQ_PASSWORD": "unused-here"}
 
 
 def compose_environment(service: dict[str, Any]) -> dict[str, str]:
-    return {key: str(value) for key, value in (service.get("environment") or {}).items()}
+    return {
+        key: interpolate(str(value), COMPOSE_VARIABLES)
+        for key, value in (service.get("environment") or {}).items()
+    }
 
 
 def local_environment(
@@ -163,6 +230,15 @@ def test_every_compose_service_runs_locally_and_a_job_goes_through(
         )
         for label, service in running_services.items():
             assert service.alive(), (label, service.output()[-2000:])
+
+        # The dispatcher's and consumers' health checks, against these processes.
+        for label, service, ports in processes[1:]:
+            check = service["healthcheck"]["test"]
+            assert check[:3] == ["CMD", "jobrelay", "healthcheck"], check
+            env = local_environment(compose_environment(service), system, **ports)
+            verdict = run_cli(env, *check[2:], timeout=60)
+            assert verdict.returncode == 0, (label, verdict.stdout, verdict.stderr)
+            assert verdict.stdout.startswith("healthy: metrics ok, database ok, broker ok")
 
     assert done["result"]["key"] == f"reports/{job['id']}.csv"
     assert (system.results_dir / done["result"]["key"]).stat().st_size == done["result"]["size"]

@@ -1,27 +1,45 @@
 """Where the tests find their PostgreSQL and RabbitMQ.
 
-In this order: URLs from the environment (``JOBRELAY_DATABASE_URL``, ``JOBRELAY_AMQP_URL``,
-``JOBRELAY_RABBITMQ_API_URL``, as ``scripts/servers.py`` exports them); testcontainers where a
-Docker engine answers; else the session fails with a message saying how to start servers. Tests
-never skip for want of a server.
+``JOBRELAY_TEST_SERVERS`` chooses:
+
+- ``local``: the URLs from the environment (``JOBRELAY_DATABASE_URL``, ``JOBRELAY_AMQP_URL``,
+  ``JOBRELAY_RABBITMQ_API_URL``, as ``scripts/servers.py`` exports them; ``make test``);
+- ``containers``: PostgreSQL and RabbitMQ (with its management API) in containers started by
+  testcontainers for the session and removed at its end (``make test-containers``). Images:
+  ``JOBRELAY_TEST_POSTGRES_IMAGE`` (``postgres:15``) and ``JOBRELAY_TEST_RABBITMQ_IMAGE``
+  (``rabbitmq:3.10-management``); where no registry answers, ``make images`` builds stand-ins
+  of those names. The fault helpers of ``tests/support/faults.py`` then act on the containers;
+- unset: ``local`` when the URLs are set, else ``containers`` when a Docker engine answers.
+
+With no servers the session fails with a message saying how to start them: tests never skip
+for want of a server.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
+import secrets
+import socket
+import time
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 HOW_TO_START = (
     "no test servers: run the tests with `make test` (it starts throwaway PostgreSQL and "
     "RabbitMQ via scripts/servers.py), or export JOBRELAY_DATABASE_URL, JOBRELAY_AMQP_URL and "
     "JOBRELAY_RABBITMQ_API_URL (management API) pointing at servers you run, or start a Docker "
-    "engine for testcontainers"
+    "engine and run with JOBRELAY_TEST_SERVERS=containers (`make test-containers`)"
 )
+MODES = ("local", "containers")
+POSTGRES_IMAGE = "postgres:15"
+RABBITMQ_IMAGE = "rabbitmq:3.10-management"
 
 
 class NoServers(RuntimeError):
@@ -35,6 +53,14 @@ class Servers:
     rabbitmq_api_url: str  # management HTTP API, with credentials
     servers_dir: str | None  # set when scripts/servers.py runs them (fault helpers need it)
     keepalive: tuple[Any, ...] = ()
+    # What the fault helpers act on when the servers are not scripts/servers.py's: an object
+    # with pg_stop, pg_start, pg_restart, rabbitmqctl and rabbit_restart_app.
+    faults: Any = None
+    on_close: tuple[Callable[[], None], ...] = field(default=(), compare=False)
+
+    def close(self) -> None:
+        for close in self.on_close:
+            close()
 
 
 def from_environment() -> Servers | None:
@@ -56,27 +82,202 @@ def docker_answers() -> bool:
         return False
 
 
-def from_testcontainers() -> Servers:
-    from testcontainers.postgres import PostgresContainer
-    from testcontainers.rabbitmq import RabbitMqContainer
-
-    postgres = PostgresContainer(
-        "postgres:15", username="jobrelay", password="jobrelay", dbname="jobrelay", driver="psycopg"
-    ).start()
-    rabbit = RabbitMqContainer("rabbitmq:3.10-management").start()
-    host = rabbit.get_container_host_ip()
-    amqp = f"amqp://guest:guest@{host}:{rabbit.get_exposed_port(5672)}/"
-    api = f"http://guest:guest@{host}:{rabbit.get_exposed_port(15672)}/"
-    return Servers(postgres.get_connection_url(), amqp, api, None, (postgres, rabbit))
-
-
 def discover() -> Servers:
+    mode = os.environ.get("JOBRELAY_TEST_SERVERS", "").strip().lower()
+    if mode and mode not in MODES:
+        raise NoServers(f"JOBRELAY_TEST_SERVERS={mode!r}: use one of {', '.join(MODES)}")
+    if mode == "containers":
+        if not docker_answers():
+            raise NoServers(
+                "JOBRELAY_TEST_SERVERS=containers but no Docker engine answers "
+                "(start dockerd; scripts/ci-docker.sh installs and starts it)"
+            )
+        return from_testcontainers()
     servers = from_environment()
     if servers is not None:
         return servers
+    if mode == "local":
+        raise NoServers("JOBRELAY_TEST_SERVERS=local: " + HOW_TO_START)
     if docker_answers():
         return from_testcontainers()
     raise NoServers(HOW_TO_START)
+
+
+# --- testcontainers ---------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _local_engine() -> bool:
+    host = os.environ.get("DOCKER_HOST", "")
+    return not host or host.startswith("unix://")
+
+
+def _publish(container: Any, port: int, host_ip: str | None) -> int:
+    """A fixed host port (a container stopped and started keeps its URL), on 127.0.0.1 when the
+    engine is on this machine."""
+    host_port = _free_port()
+    container.ports[str(port)] = (host_ip, host_port) if host_ip else host_port
+    return host_port
+
+
+def from_testcontainers() -> Servers:
+    # Before testcontainers reads its configuration (at import): no Ryuk reaper (its image
+    # cannot be pulled everywhere: the session removes its containers itself), and for an
+    # engine on this machine the published ports are reached on 127.0.0.1.
+    os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+    local = _local_engine()
+    if local:
+        os.environ.setdefault("TESTCONTAINERS_CONNECTION_MODE", "docker_host")
+        os.environ.setdefault("TESTCONTAINERS_HOST_OVERRIDE", "127.0.0.1")
+    with warnings.catch_warnings():  # testcontainers' own deprecations, not ours to fix
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            from testcontainers.community.postgres import PostgresContainer
+            from testcontainers.community.rabbitmq import RabbitMqContainer
+        except ImportError:  # testcontainers before the "community" modules
+            from testcontainers.postgres import PostgresContainer
+            from testcontainers.rabbitmq import RabbitMqContainer
+
+    host_ip = "127.0.0.1" if local else None
+    tag = f"{os.getpid()}-{secrets.token_hex(3)}"
+    labels = {"org.jobrelay.test-session": tag}
+    password = secrets.token_hex(12)
+    started: list[Any] = []
+
+    def remove_all() -> None:
+        while started:
+            container = started.pop()
+            with contextlib.suppress(Exception):
+                container.stop()
+
+    atexit.register(remove_all)  # also when the session ends without its fixture finalizer
+    try:
+        postgres = PostgresContainer(
+            os.environ.get("JOBRELAY_TEST_POSTGRES_IMAGE", POSTGRES_IMAGE),
+            username="jobrelay",
+            password=password,
+            dbname="jobrelay",
+            driver="psycopg",
+        )
+        postgres.with_name(f"jobrelay-test-postgres-{tag}").with_kwargs(labels=labels)
+        _publish(postgres, 5432, host_ip)
+        started.append(postgres)
+        postgres.start()
+
+        rabbit = RabbitMqContainer(
+            os.environ.get("JOBRELAY_TEST_RABBITMQ_IMAGE", RABBITMQ_IMAGE),
+            username="jobrelay",
+            password=password,
+        )
+        # A fixed hostname keeps the node name, hence its data, across a stop and start.
+        rabbit.with_name(f"jobrelay-test-rabbitmq-{tag}").with_kwargs(
+            labels=labels, hostname="rabbitmq"
+        )
+        _publish(rabbit, 5672, host_ip)
+        _publish(rabbit, 15672, host_ip)
+        started.append(rabbit)
+        rabbit.start()
+
+        host = rabbit.get_container_host_ip()
+        credentials = f"jobrelay:{password}"
+        amqp = f"amqp://{credentials}@{host}:{rabbit.get_exposed_port(5672)}/"
+        api = f"http://{credentials}@{host}:{rabbit.get_exposed_port(15672)}/"
+        _wait(lambda: _management_answers(api), 90, "the RabbitMQ management API")
+        database = postgres.get_connection_url()
+    except BaseException:
+        remove_all()
+        raise
+    return Servers(
+        database,
+        amqp,
+        api,
+        None,
+        (postgres, rabbit),
+        faults=ContainerFaults(postgres, rabbit, database, api),
+        on_close=(remove_all,),
+    )
+
+
+def _wait(ready: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            raise NoServers(f"{what} did not answer within {timeout:.0f}s")
+        time.sleep(0.3)
+
+
+def _management_answers(api_url: str, amqp_port: int | None = None) -> bool:
+    """The management API answers (the broker application runs) and so does AMQP."""
+    try:
+        management_request(api_url, "GET", "/api/overview")
+        if amqp_port is not None:
+            host = urllib.parse.urlsplit(api_url).hostname or "127.0.0.1"
+            socket.create_connection((host, amqp_port), timeout=2).close()
+        return True
+    except Exception:
+        return False
+
+
+def _database_answers(url: str) -> bool:
+    import psycopg
+
+    from jobrelay.db.engine import libpq_url
+
+    try:
+        with psycopg.connect(libpq_url(url), connect_timeout=2) as connection:
+            connection.execute("SELECT 1")
+        return True
+    except Exception:
+        return False
+
+
+class ContainerFaults:
+    """The fault helpers of scripts/servers.py, on the containers of the session."""
+
+    def __init__(self, postgres: Any, rabbit: Any, database_url: str, api_url: str) -> None:
+        self.postgres = postgres
+        self.rabbit = rabbit
+        self.database_url = database_url
+        self.api_url = api_url
+
+    @staticmethod
+    def _docker(container: Any) -> Any:
+        return container.get_wrapped_container()
+
+    def pg_stop(self) -> None:
+        """Crash-like: the whole container SIGKILLed."""
+        wrapped = self._docker(self.postgres)
+        wrapped.kill(signal="SIGKILL")
+        wrapped.wait(timeout=60)
+
+    def pg_start(self) -> None:
+        wrapped = self._docker(self.postgres)
+        wrapped.reload()
+        if wrapped.status != "running":
+            wrapped.start()
+        _wait(lambda: _database_answers(self.database_url), 60, "PostgreSQL after its start")
+
+    def pg_restart(self) -> None:
+        self.pg_stop()
+        self.pg_start()
+
+    def rabbitmqctl(self, *args: str) -> str:
+        exit_code, output = self._docker(self.rabbit).exec_run(["rabbitmqctl", *args])
+        text = output.decode(errors="replace") if isinstance(output, bytes) else str(output)
+        if exit_code != 0:
+            raise RuntimeError(f"rabbitmqctl {args[0] if args else ''} exited {exit_code}")
+        return text
+
+    def rabbit_restart_app(self) -> None:
+        self.rabbitmqctl("stop_app")
+        self.rabbitmqctl("start_app")
+        amqp_port = int(self.rabbit.get_exposed_port(5672))
+        _wait(lambda: _management_answers(self.api_url, amqp_port), 90, "RabbitMQ after start_app")
 
 
 # --- RabbitMQ management API ------------------------------------------------------------------

@@ -1,9 +1,10 @@
-# The targets the README names. Servers are throwaway PostgreSQL and RabbitMQ instances that
-# scripts/servers.py runs under .local/servers (installing the Debian packages if missing).
+# The targets the README names. Servers are local PostgreSQL and RabbitMQ instances that
+# scripts/servers.py runs under .local/servers (installing the Debian packages if missing):
+# `make run` keeps their data across `make down`; `make test` uses throwaway ones.
 PYTHON ?= python3
 PYTEST_ARGS ?=
 
-.PHONY: install lock test-latest run test test-fast lint format typecheck servers down bench chaos clean
+.PHONY: install lock test-latest run test test-local test-docker test-fast lint format typecheck servers down clean-data bench chaos clean
 
 ## install: exactly the locked versions (requirements/dev.txt), then jobrelay itself, editable
 install:
@@ -25,26 +26,40 @@ test-latest:
 	$(LATEST_VENV)/bin/python -m pip install -q --upgrade -e '.[dev,bench]'
 	$(MAKE) test PYTHON=$(abspath $(LATEST_VENV))/bin/python
 
-## run: servers + migrations + a demo client + api, dispatcher and consumer in the foreground
+## run: servers + migrations + the demo client (its token kept in .local/demo-token and reused)
+## + api, dispatcher and consumer in the foreground
 run:
 	bash scripts/run.sh
 
-## test: the whole suite against throwaway servers started for the run and torn down after it
-test:
-	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+## test: every tier. The suite against throwaway local servers, then the container tiers (the
+## real compose.yaml, and the integration tier on testcontainers) where a Docker engine answers
+## or CI is set (scripts/ci-docker.sh installs and starts one); elsewhere they are announced as
+## not run, never passed silently.
+test: test-local test-docker
+
+test-local:
+	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m pytest -p no:cacheprovider \
+		--ignore=tests/containers $(PYTEST_ARGS)
+
+test-docker:
+	@if [ -n "$$CI" ] || docker info >/dev/null 2>&1; then \
+		$(MAKE) --no-print-directory compose-test test-containers; \
+	else \
+		echo "make test: NOT RUN: the container tiers (compose-test, test-containers) need a Docker engine: run scripts/ci-docker.sh as root, then make test-docker"; \
+	fi
 
 ## test-fast: unit tests only (no servers)
 test-fast:
 	$(PYTHON) -m pytest tests/unit -q
 
 lint:
-	ruff check services tests benchmarks scripts chaos
-	ruff format --check services tests benchmarks scripts chaos
+	ruff check services tests benchmarks scripts chaos examples
+	ruff format --check services tests benchmarks scripts chaos examples
 	mypy
 
 format:
-	ruff format services tests benchmarks scripts chaos
-	ruff check --fix services tests benchmarks scripts chaos
+	ruff format services tests benchmarks scripts chaos examples
+	ruff check --fix services tests benchmarks scripts chaos examples
 
 typecheck:
 	mypy
@@ -52,8 +67,19 @@ typecheck:
 servers:
 	$(PYTHON) scripts/servers.py up
 
+## down: stop the servers, keeping their data (jobs, clients, queues) for the next `make run`;
+## `make down DELETE=1` (or `make clean-data`) deletes it, saying what it deletes
+DEMO_TOKEN = $(or $(JOBRELAY_DEMO_TOKEN_FILE),.local/demo-token)
 down:
+ifeq ($(DELETE),1)
+	$(PYTHON) scripts/servers.py down --delete-data
+	@if [ -f "$(DEMO_TOKEN)" ]; then echo "deleting the demo client's token: $(DEMO_TOKEN)"; rm -f "$(DEMO_TOKEN)"; fi
+else
 	$(PYTHON) scripts/servers.py down
+endif
+
+clean-data:
+	$(MAKE) --no-print-directory down DELETE=1
 
 ## bench: every benchmark, each beside its baseline measured in the same run
 bench:
@@ -65,6 +91,28 @@ CHAOS_ARGS ?= --profile long
 chaos:
 	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m chaos $(CHAOS_ARGS)
 
+## images: where no registry answers, stand-ins of python:3.11-slim, postgres:15 and
+## rabbitmq:3.10-management from Debian packages, and the wheels of the lock in wheels/
+## (scripts/images.sh; existing images are kept: IMAGES_ARGS=--force rebuilds them)
+IMAGES_ARGS ?=
+images:
+	PYTHON=$(PYTHON) bash scripts/images.sh $(IMAGES_ARGS)
+
+## compose-test: the real compose.yaml under Docker: build, 3 consumers, faults, every job
+## checked, stop, down -v (tests/containers; builds missing stand-in images first)
+compose-test:
+	JOBRELAY_COMPOSE_TEST=1 $(PYTHON) -m pytest -p no:cacheprovider tests/containers -q -rs $(PYTEST_ARGS)
+
+## test-containers: the integration tier against PostgreSQL and RabbitMQ from testcontainers;
+## with the default image names, stand-ins are built first where they are missing
+## (JOBRELAY_TEST_POSTGRES_IMAGE / JOBRELAY_TEST_RABBITMQ_IMAGE name other images)
+test-containers:
+	@if [ -z "$$JOBRELAY_TEST_POSTGRES_IMAGE$$JOBRELAY_TEST_RABBITMQ_IMAGE" ]; then \
+		PYTHON=$(PYTHON) bash scripts/images.sh postgres rabbitmq; fi
+	JOBRELAY_TEST_SERVERS=containers $(PYTHON) -m pytest -p no:cacheprovider tests/integration $(PYTEST_ARGS)
+
+.PHONY: images compose-test test-containers
+
 clean:
-	$(PYTHON) scripts/servers.py down || true
+	$(PYTHON) scripts/servers.py down --delete-data || true
 	rm -rf .local build *.egg-info

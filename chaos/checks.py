@@ -27,6 +27,7 @@ import psycopg
 
 from chaos.system import libpq_url, management
 from chaos.workload import Kind, Ledger
+from jobrelay.db.quarantine_store import QUARANTINE_LOCK_KEY
 
 TERMINAL = ("succeeded", "quarantined", "cancelled")
 QUARANTINE_QUEUE = "jobrelay.quarantine"
@@ -122,21 +123,42 @@ async def ready_messages(amqp_url: str, queue: str) -> int:
         return int(declared.declaration_result.message_count or 0)
 
 
-async def read_quarantine(amqp_url: str) -> tuple[Counter[str], int]:
+async def read_quarantine(amqp_url: str, database_url: str) -> tuple[Counter[str], int]:
     """Job id -> messages in the quarantine queue, and how many bodies name no job. Messages
-    are fetched without ack and return to the queue when the connection closes."""
+    are fetched without ack and return to the queue when the connection closes.
+
+    Read under jobrelay's quarantine lock (``jobrelay.db.quarantine_store``): a dispatcher's
+    sweep holds the queue's messages for a moment, and a read beside it would miss them."""
     found: Counter[str] = Counter()
     malformed = 0
-    connection = await aio_pika.connect(amqp_url, timeout=10)
-    async with connection:
-        channel = await connection.channel()
-        queue = await channel.declare_queue(QUARANTINE_QUEUE, passive=True)
-        while (message := await queue.get(no_ack=False, fail=False, timeout=10)) is not None:
-            try:
-                found[str(json.loads(message.body)["job_id"])] += 1
-            except (ValueError, KeyError, TypeError):
-                malformed += 1
+    async with await psycopg.AsyncConnection.connect(
+        libpq_url(database_url), connect_timeout=5
+    ) as lock:
+        await lock.execute("SELECT pg_advisory_xact_lock(%s)", (QUARANTINE_LOCK_KEY,))
+        connection = await aio_pika.connect(amqp_url, timeout=10)
+        async with connection:
+            channel = await connection.channel()
+            queue = await channel.declare_queue(QUARANTINE_QUEUE, passive=True)
+            while (message := await queue.get(no_ack=False, fail=False, timeout=10)) is not None:
+                try:
+                    found[str(json.loads(message.body)["job_id"])] += 1
+                except (ValueError, KeyError, TypeError):
+                    malformed += 1
+        await lock.rollback()  # releases the lock
     return found, malformed
+
+
+def quarantined_ids(database_url: str) -> set[str]:
+    with psycopg.connect(libpq_url(database_url), connect_timeout=5) as connection:
+        return {
+            str(row[0])
+            for row in connection.execute("SELECT id FROM jobs WHERE state = 'quarantined'")
+        }
+
+
+def quarantine_consistent(quarantined: set[str], found: Counter[str], malformed: int) -> bool:
+    """Exactly one message per quarantined job and no other (SPEC §8.8)."""
+    return not malformed and set(found) == quarantined and all(n == 1 for n in found.values())
 
 
 # --- the services' logs -------------------------------------------------------------------------

@@ -233,6 +233,39 @@ class Run:
             await asyncio.sleep(1.0)
         return None
 
+    async def settle_quarantine(self, patience: float = 45.0) -> float | None:
+        """Seconds until the quarantine queue holds exactly one message per quarantined job
+        and nothing else; None on timeout. Races under faults can leave a second copy (a
+        redelivery dead-lettered again) or a stale message (a nack that arrived after its job
+        moved on): the dispatchers' maintenance removes them by itself (SPEC §8.8), and this
+        waits for it — it never tidies the queue on the dispatchers' behalf."""
+        assert self.scratch is not None
+        began = time.monotonic()
+        last = ""
+        while True:
+            try:
+                quarantined = await asyncio.to_thread(
+                    checks.quarantined_ids, self.scratch.database_url
+                )
+                found, malformed = await checks.read_quarantine(
+                    self.scratch.amqp_url, self.scratch.database_url
+                )
+                if checks.quarantine_consistent(quarantined, found, malformed):
+                    return time.monotonic() - began
+                extra = sum(n - 1 for n in found.values() if n > 1)
+                stray = len(set(found) - quarantined)
+                missing = len(quarantined - set(found))
+                status = f"surplus {extra}, stray {stray}, missing {missing}, malformed {malformed}"
+            except Exception as error:
+                status = f"not readable yet: {type(error).__name__}"
+            if status != last:
+                self.note(f"waiting for a consistent quarantine: {status}")
+                last = status
+            if time.monotonic() - began > patience:
+                return None
+            self.check_services()
+            await asyncio.sleep(1.0)
+
     async def snapshot(self) -> checks.Snapshot:
         assert self.scratch is not None
         snapshot = await asyncio.to_thread(checks.read_database, self.scratch.database_url)
@@ -244,7 +277,9 @@ class Run:
             if not any(snapshot.work_queues.values()):
                 break
             await asyncio.sleep(1.0)
-        found, malformed = await checks.read_quarantine(self.scratch.amqp_url)
+        found, malformed = await checks.read_quarantine(
+            self.scratch.amqp_url, self.scratch.database_url
+        )
         snapshot.quarantine_messages, snapshot.malformed_quarantine = found, malformed
         return snapshot
 
@@ -321,6 +356,11 @@ async def run(options: Options) -> int:
         quiescence = await chaos.quiescence()
         if quiescence is None:
             chaos.note(f"no quiescence within {options.profile.quiescence_timeout:.0f}s")
+        settled = await chaos.settle_quarantine()
+        if settled is None:
+            chaos.note("the quarantine queue did not become consistent: checking anyway")
+        else:
+            chaos.note(f"quarantine consistent after {settled:.1f}s")
         snapshot = await chaos.snapshot()
         for service in chaos.services:
             await asyncio.to_thread(service.stop)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# `make run`: throwaway servers, migrations, a demo client, then the three services.
-# The API runs in the foreground; Ctrl-C stops all three. `make down` stops the servers.
+# `make run`: local servers, migrations, the demo client, then the three services.
+# The API runs in the foreground; Ctrl-C stops all three. `make down` stops the servers and keeps
+# their data, so the next `make run` finds the same jobs and the same demo client, whose token is
+# kept in .local/demo-token (mode 0600; JOBRELAY_DEMO_TOKEN_FILE to move it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -11,15 +13,61 @@ $PYTHON scripts/servers.py up >/dev/null
 export JOBRELAY_RESULTS_DIR=${JOBRELAY_RESULTS_DIR:-.local/results}
 
 $PYTHON -m jobrelay migrate
-name="demo-$(date +%Y%m%d-%H%M%S)"
-token=$($PYTHON -m jobrelay clients create "$name" --admin 2>/dev/null)
+token_file=${JOBRELAY_DEMO_TOKEN_FILE:-.local/demo-token}
+
+# The name of the enabled client whose current token is $1; nothing if there is none (the data
+# was deleted, the client disabled or its token rotated).
+client_of_token() {
+    JOBRELAY_TOKEN="$1" $PYTHON - <<'PY'
+import asyncio
+import os
+
+from jobrelay.core.fingerprint import token_hash
+from jobrelay.core.settings import Settings
+from jobrelay.db.store import Store
+
+
+async def main() -> None:
+    store = Store.connect(Settings().database_url, pool_size=1, application_name="jobrelay-run")
+    try:
+        client = await store.client_by_token_hash(token_hash(os.environ["JOBRELAY_TOKEN"]))
+    finally:
+        await store.close()
+    if client is not None and client.valid_for_seconds is None:
+        print(client.name)
+
+
+asyncio.run(main())
+PY
+}
+
+name=""
+if [ -s "$token_file" ]; then
+    token=$(head -n 1 "$token_file")
+    name=$(client_of_token "$token")
+fi
+if [ -n "$name" ]; then
+    about="the demo client '$name' (admin) again, its token from $token_file"
+else
+    name="demo-$(date +%Y%m%d-%H%M%S)"
+    if ! token=$($PYTHON -m jobrelay clients create "$name" --admin 2>/dev/null); then
+        echo "make run: could not create the demo client (jobrelay clients create $name)" >&2
+        exit 1
+    fi
+    mkdir -p "$(dirname "$token_file")"
+    (umask 077 && printf '%s\n' "$token" >"$token_file.tmp")
+    mv -f "$token_file.tmp" "$token_file"
+    about="a new demo client '$name' (admin); its token is kept in $token_file (mode 0600)"
+fi
 cat <<MSG
 
   jobrelay is starting: API on http://127.0.0.1:${JOBRELAY_API_PORT:-8000}
   RabbitMQ management UI: ${JOBRELAY_RABBITMQ_API_URL}
-  demo client '$name' (admin), token:
+  $about:
 
     export JOBRELAY_TOKEN=$token
+
+  make down stops the servers and keeps their data; make down DELETE=1 deletes it.
 
 MSG
 

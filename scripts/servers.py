@@ -5,14 +5,18 @@ Both servers live entirely in a project-local directory, listen on 127.0.0.1 onl
 and use free ports, so they never collide with system services. Stdlib only.
 
 Usage:
-    scripts/servers.py up                  start both (idempotent), print `export` lines
-    scripts/servers.py down                stop both and delete their data
+    scripts/servers.py up                  start both (idempotent), print `export` lines;
+                                           data kept by an earlier `down` is used again
+    scripts/servers.py down                stop both, keeping their data for the next `up`
+    scripts/servers.py down --delete-data  stop both and delete their data (says what)
     scripts/servers.py status              show what is running (exit 1 if not all up)
     scripts/servers.py env                 print the `export` lines of the running servers
     scripts/servers.py run [--keep] -- CMD ARGS...
                                            up, run CMD with the env merged in, down,
-                                           exit with CMD's exit code (servers that were
-                                           already running before are left running)
+                                           exit with CMD's exit code (throwaway: servers
+                                           it created are deleted after; servers that were
+                                           already running are left running, and data an
+                                           earlier `down` kept is kept)
   fault helpers (for tests):
     scripts/servers.py pg-stop             immediate (crash-like) PostgreSQL stop
     scripts/servers.py pg-start            start PostgreSQL again and wait until ready
@@ -36,7 +40,7 @@ Exported by `up` / `env` (also written to <base>/env):
     JOBRELAY_DATABASE_URL, JOBRELAY_AMQP_URL, JOBRELAY_RABBITMQ_API_URL,
     JOBRELAY_SERVERS_DIR, JOBRELAY_RABBITMQ_NODE
 
-Importable (load by path with importlib): up(), down(), status(), read_env(),
+Importable (load by path with importlib): up(), down(delete_data=...), status(), read_env(),
 pg_stop(), pg_start(), pg_restart(), rabbitmqctl(*args), rabbit_restart_app().
 They raise ServerError on expected failures.
 """
@@ -669,9 +673,11 @@ def rabbit_ready(state: State) -> bool:
     )
 
 
-def rabbit_launch(lay: Layout, state: State) -> None:
-    """Start rabbitmq-server detached in its own session (does not wait)."""
-    shutil.rmtree(lay.rabbit_mnesia, ignore_errors=True)
+def rabbit_launch(lay: Layout, state: State, *, fresh: bool = False) -> None:
+    """Start rabbitmq-server detached in its own session (does not wait). Its queues and
+    messages kept by an earlier `down` are used again, unless `fresh`."""
+    if fresh:
+        shutil.rmtree(lay.rabbit_mnesia, ignore_errors=True)
     rabbit_write_config(lay, state)
     lay.rabbit_pid.unlink(missing_ok=True)
     state.epmd_started_by_us = state.epmd_started_by_us or not port_open(EPMD_PORT)
@@ -850,12 +856,14 @@ def start_all(lay: Layout) -> tuple[dict[str, str], bool]:
     if not pg_ok:
         pg_halt(lay, "immediate")
         settle_ports(state, ["pg"], fixed)
+    kept_data = has_data(lay) or lay.rabbit_mnesia.exists()  # from an earlier `down`
+    kept_rabbit = (lay.rabbit_mnesia / state.node).exists()
     try:
         if not rabbit_ok:
             # Start RabbitMQ first (slow boot) and bring PostgreSQL up while it boots.
             log(
                 f"starting RabbitMQ node {state.node} (amqp {state.amqp_port}, "
-                f"management {state.mgmt_port})"
+                f"management {state.mgmt_port})" + (" with its kept data" if kept_rabbit else "")
             )
             rabbit_launch(lay, state)
         save_state(lay, state)
@@ -863,30 +871,71 @@ def start_all(lay: Layout) -> tuple[dict[str, str], bool]:
             log(f"starting PostgreSQL on 127.0.0.1:{state.pg_port}")
             pg_ensure(lay, state)
         if not rabbit_ok:
-            rabbit_wait(lay, state)
+            try:
+                rabbit_wait(lay, state)
+            except ServerError as exc:
+                if not kept_rabbit:
+                    raise
+                log(
+                    "RabbitMQ did not start from its kept data, starting it afresh: "
+                    f"{str(exc).splitlines()[0]}"
+                )
+                rabbit_halt(lay, state)
+                rabbit_launch(lay, state, fresh=True)
+                rabbit_wait(lay, state)
     except BaseException:
-        # Do not leave half-started servers behind; the logs/ directory is kept.
+        # Do not leave half-started servers behind; the logs/ directory is kept, and so is the
+        # data an earlier `down` kept.
         save_state(lay, state)
-        stop_all(lay)
+        stop_all(lay, delete_data=not kept_data)
         raise
     env = env_vars(lay, state)
     lay.env.write_text(format_exports(env))
     return env, True
 
 
-def stop_all(lay: Layout) -> bool:
-    """Stop both servers of this base dir and delete their data. Returns whether anything ran."""
+def data_paths(lay: Layout) -> dict[str, Path]:
+    """What `down --delete-data` deletes, by what it holds (only the paths that exist)."""
+    paths = {
+        "PostgreSQL data (databases, jobs, clients)": lay.pg,
+        "RabbitMQ data (queues and their messages)": lay.rabbit,
+    }
+    return {what: path for what, path in paths.items() if path.exists()}
+
+
+def has_data(lay: Layout) -> bool:
+    return lay.pg_bootstrapped.exists()
+
+
+def rabbit_stop(lay: Layout, state: State | None) -> None:
+    """Stop the node cleanly (its queues are kept for the next start), then make sure."""
+    if state is not None and rabbit_pids(lay):
+        cmd = [str(RABBITMQ_BIN / "rabbitmqctl"), "-n", state.node, "stop"]
+        run(cmd, env=rabbit_env(lay, state), timeout=60, check=False, cwd=lay.base)
+    rabbit_halt(lay, state)
+
+
+def stop_all(lay: Layout, *, delete_data: bool = True) -> bool:
+    """Stop both servers of this base dir; delete their data only if `delete_data`.
+    Returns whether anything ran."""
     state = load_state(lay)
     was_running = bool(processes_of(lay))
     pg_halt(lay, "fast")
-    rabbit_halt(lay, state)
+    if delete_data:
+        rabbit_halt(lay, state)  # its data goes anyway: no need to wait for a clean stop
+    else:
+        rabbit_stop(lay, state)
     leftovers = processes_of(lay)
     if leftovers:
         kill_and_wait(list(leftovers), timeout=3)
-    for path in (lay.pg, lay.pg_socket, lay.rabbit):
-        shutil.rmtree(path, ignore_errors=True)
-    for path in (lay.state, lay.env):
-        path.unlink(missing_ok=True)
+    lay.env.unlink(missing_ok=True)  # nothing runs: the export lines are stale
+    if delete_data:
+        for what, path in data_paths(lay).items():
+            log(f"deleting {what}: {path}")
+        for path in (lay.pg, lay.pg_socket, lay.rabbit):
+            shutil.rmtree(path, ignore_errors=True)
+        lay.state.unlink(missing_ok=True)
+    # Kept: state.json (the ports, hence the RabbitMQ node name its data belongs to) and logs/.
     return was_running
 
 
@@ -897,11 +946,11 @@ def up() -> dict[str, str]:
         return start_all(lay)[0]
 
 
-def down() -> None:
-    """Stop both servers and delete their data directories."""
+def down(*, delete_data: bool = False) -> None:
+    """Stop both servers, keeping their data for the next `up` unless `delete_data`."""
     lay = layout()
     with locked(lay):
-        stop_all(lay)
+        stop_all(lay, delete_data=delete_data)
 
 
 def pg_stop() -> None:
@@ -993,6 +1042,7 @@ def cmd_run(command: list[str], keep: bool) -> int:
         signal.signal(sig, on_signal)
     started = False
     rc = 1
+    kept_data = has_data(lay)  # an earlier `down` kept it: stop afterwards, but keep it
     try:
         with locked(lay):
             started = True  # if up fails half-way, still clean up
@@ -1012,14 +1062,13 @@ def cmd_run(command: list[str], keep: bool) -> int:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_IGN)
             with locked(lay):
-                stop_all(lay)
-            log("stopped")
+                stop_all(lay, delete_data=not kept_data)
+            log("stopped" + (f" (data kept in {lay.base})" if kept_data else ""))
     return rc
 
 
 SIMPLE_COMMANDS = {
     "up": "start both servers (idempotent) and print export lines",
-    "down": "stop both servers and delete their data",
     "status": "show what is running (exit 1 unless both are up)",
     "env": "print the export lines of the running servers",
     "pg-stop": "immediate (crash-like) PostgreSQL stop",
@@ -1038,6 +1087,15 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     for name, text in SIMPLE_COMMANDS.items():
         sub.add_parser(name, help=text, description=text)
+    p_down = sub.add_parser(
+        "down",
+        help="stop both servers, keeping their data for the next up",
+        description="Stop both servers. Their data (PostgreSQL databases, RabbitMQ queues and "
+        "messages) is kept for the next `up`, unless --delete-data.",
+    )
+    p_down.add_argument(
+        "--delete-data", action="store_true", help="delete their data too, saying what it deletes"
+    )
     p_run = sub.add_parser("run", help="up, run CMD with the env merged in, down")
     p_run.add_argument("--keep", action="store_true", help="leave the servers running")
     p_run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
@@ -1063,7 +1121,16 @@ def main(argv: list[str] | None = None) -> int:
             case "down":
                 lay = layout()
                 with locked(lay):
-                    log("stopped" if stop_all(lay) else "nothing was running")
+                    ran = stop_all(lay, delete_data=args.delete_data)
+                    kept = data_paths(lay)
+                log("stopped" if ran else "nothing was running")
+                if args.delete_data:
+                    log(f"data deleted; the next `up` starts empty servers in {lay.base}")
+                elif kept:
+                    log(
+                        f"data kept in {lay.base} for the next `up` (delete it with "
+                        "`scripts/servers.py down --delete-data` or `make down DELETE=1`)"
+                    )
             case "status":
                 states = status()
                 print(f"base: {base_dir()}")

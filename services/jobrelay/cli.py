@@ -18,7 +18,10 @@ import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from jobrelay.core.errors import ConfigurationError, JobrelayError
+from pydantic import ValidationError
+
+from jobrelay.core.durations import parse_duration
+from jobrelay.core.errors import ConfigurationError, JobrelayError, StoreUnavailable
 from jobrelay.core.fingerprint import token_hash
 from jobrelay.core.settings import Settings, mask_url
 
@@ -30,10 +33,18 @@ EXAMPLES = {
     "clients create": "jobrelay clients create shop-backend --admin",
     "clients list": "jobrelay clients list --json",
     "clients disable": "jobrelay clients disable shop-backend",
+    "clients enable": "jobrelay clients enable shop-backend",
+    "clients rotate": "jobrelay clients rotate shop-backend --grace 1h",
     "submit": 'jobrelay submit catalog.export --payload \'{"course": "JavaScript"}\' --key k1',
     "jobs show": "jobrelay jobs show 3f2b...-uuid",
     "stats": "jobrelay stats --json",
 }
+
+
+HANDLERS_HELP = (
+    "comma-separated module:registry list of your job types, added to the built-in ones "
+    "(overrides JOBRELAY_HANDLERS; the current directory is importable)"
+)
 
 
 class CliError(Exception):
@@ -43,8 +54,23 @@ class CliError(Exception):
 def settings_from_env() -> Settings:
     try:
         return Settings()
-    except Exception as error:  # pydantic.ValidationError: name the variable, not the value
-        raise CliError(f"invalid JOBRELAY_* setting: {_first_line(error)}") from None
+    except ValidationError as error:  # name the variable, never the value (it may be a secret)
+        problems = "; ".join(
+            f"JOBRELAY_{'_'.join(str(part) for part in item['loc']).upper()}: "
+            f"{item['msg'].removeprefix('Value error, ')}"
+            for item in error.errors(include_input=False, include_url=False)
+        )
+        raise CliError(f"invalid setting: {problems}") from None
+    except Exception as error:  # pydantic-settings' own parse errors: the class name only
+        raise CliError(f"invalid JOBRELAY_* setting ({type(error).__name__})") from None
+
+
+def _database_hint() -> str:
+    """Which database URL the CLI used and how to choose another (appended to connection
+    errors, whose text already names the URL, password masked)."""
+    if os.environ.get("JOBRELAY_DATABASE_URL"):
+        return " (the URL comes from JOBRELAY_DATABASE_URL)"
+    return " (JOBRELAY_DATABASE_URL is not set, so this is the default URL; set it to yours)"
 
 
 def _first_line(error: BaseException) -> str:
@@ -87,10 +113,17 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def cmd_api(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from jobrelay.core.masking import Masker
+    from jobrelay.handlers.loading import registry_for
     from jobrelay.logs import configure_logging
 
     settings = settings_from_env()
-    configure_logging("api", settings.log_level)
+    configure_logging("api", settings.log_level, Masker.from_settings(settings))
+    if args.handlers is not None:
+        # Worker processes build their app from the environment (jobrelay.api.main).
+        os.environ["JOBRELAY_HANDLERS"] = args.handlers
+        settings = settings.model_copy(update={"handlers": args.handlers})
+    registry = registry_for(settings)  # fails here, in one line, before any worker starts
     host = args.host or settings.api_host
     port = args.port if args.port is not None else settings.api_port
     if settings.api_workers > 1:
@@ -105,35 +138,42 @@ def cmd_api(args: argparse.Namespace) -> int:
         return 0
     from jobrelay.api.app import create_app
 
-    uvicorn.run(create_app(settings), host=host, port=port, log_config=None, access_log=False)
+    app = create_app(settings, registry=registry)
+    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False)
     return 0
 
 
 def cmd_dispatcher(args: argparse.Namespace) -> int:
+    from jobrelay.core.masking import Masker
     from jobrelay.dispatcher.service import run_dispatcher
     from jobrelay.logs import configure_logging
 
     settings = settings_from_env()
-    configure_logging("dispatcher", settings.log_level)
+    configure_logging("dispatcher", settings.log_level, Masker.from_settings(settings))
     return asyncio.run(run_dispatcher(settings))
 
 
 def cmd_consumer(args: argparse.Namespace) -> int:
     from jobrelay.consumer.service import run_consumer
+    from jobrelay.core.masking import Masker
     from jobrelay.logs import configure_logging
 
     settings = settings_from_env()
-    configure_logging("consumer", settings.log_level)
+    configure_logging("consumer", settings.log_level, Masker.from_settings(settings))
     concurrency = args.concurrency or settings.consumer_concurrency
     if concurrency < 1:
         raise CliError("--concurrency must be at least 1")
-    handlers = args.handlers or settings.handlers
     return asyncio.run(
-        run_consumer(settings, queue=args.queue, concurrency=concurrency, handlers=handlers)
+        run_consumer(settings, queue=args.queue, concurrency=concurrency, handlers=args.handlers)
     )
 
 
 # --- clients ------------------------------------------------------------------------------------
+
+
+def new_token() -> str:
+    """A bearer token: 256 random bits; only its SHA-256 is stored."""
+    return "jr_" + secrets.token_urlsafe(32)
 
 
 async def _with_store(settings: Settings, work: Callable[[Any], Coroutine[Any, Any, int]]) -> int:
@@ -151,7 +191,7 @@ def cmd_clients_create(args: argparse.Namespace) -> int:
     name = args.name.strip()
     if not 1 <= len(name) <= 100:
         raise CliError("a client name is 1 to 100 characters")
-    token = "jr_" + secrets.token_urlsafe(32)
+    token = new_token()
 
     async def work(store: Any) -> int:
         client_id = await store.create_client(name, token_hash(token), is_admin=args.admin)
@@ -181,28 +221,97 @@ def cmd_clients_list(args: argparse.Namespace) -> int:
                 "admin": r.is_admin,
                 "disabled": r.disabled_at is not None,
                 "created_at": r.created_at.isoformat(),
+                "disabled_at": r.disabled_at.isoformat() if r.disabled_at else None,
+                "previous_token_expires_at": (
+                    r.previous_token_expires_at.isoformat() if r.previous_token_expires_at else None
+                ),
             }
             for r in rows
         ]
         if args.json:
             _print_json(items)
+            return 0
+        if not items:
+            print("no clients yet (create one: jobrelay clients create NAME)", file=sys.stderr)
+            return 0
+        width = max(len(item["name"]) for item in items)
+        for item in items:
+            role = "admin " if item["admin"] else "client"
+            state = "disabled" if item["disabled"] else "enabled "
+            grace = item["previous_token_expires_at"]
+            note = f"  previous token works until {grace}" if grace else ""
+            print(
+                f"{item['name']:<{width}}  {role}  {state}  {item['id']}  "
+                f"created {item['created_at']}{note}"
+            )
+        return 0
+
+    return _run(_with_store(settings, work))
+
+
+def _set_disabled(args: argparse.Namespace, *, disabled: bool) -> int:
+    settings = settings_from_env()
+
+    async def work(store: Any) -> int:
+        change = await store.set_client_disabled(args.name, disabled=disabled)
+        if change is None:
+            raise CliError(f"no client named {args.name!r} (see: jobrelay clients list)")
+        if not change.changed:
+            print(f"client {args.name!r} was already {'disabled' if disabled else 'enabled'}")
+        elif disabled:
+            print(f"client {args.name!r} disabled: its token is refused from now on")
         else:
-            for item in items:
-                flags = " admin" if item["admin"] else ""
-                flags += " disabled" if item["disabled"] else ""
-                print(f"{item['id']}  {item['name']}{flags}")
+            print(f"client {args.name!r} enabled: its token works again")
         return 0
 
     return _run(_with_store(settings, work))
 
 
 def cmd_clients_disable(args: argparse.Namespace) -> int:
+    return _set_disabled(args, disabled=True)
+
+
+def cmd_clients_enable(args: argparse.Namespace) -> int:
+    return _set_disabled(args, disabled=False)
+
+
+MAX_GRACE_SECONDS = 30 * 86400.0
+
+
+def cmd_clients_rotate(args: argparse.Namespace) -> int:
     settings = settings_from_env()
+    try:
+        grace = parse_duration(args.grace) if args.grace else 0.0
+    except ValueError as error:
+        raise CliError(f"--grace: {error}") from None
+    if grace > MAX_GRACE_SECONDS:
+        raise CliError("--grace is at most 30d")
+    token = new_token()
 
     async def work(store: Any) -> int:
-        if not await store.disable_client(args.name):
-            raise CliError(f"no enabled client named {args.name!r}")
-        print(f"client {args.name!r} disabled; its token stops working within seconds")
+        change = await store.rotate_client_token(args.name, token_hash(token), grace_seconds=grace)
+        if change is None:
+            raise CliError(f"no client named {args.name!r} (see: jobrelay clients list)")
+        expires = change.previous_token_expires_at
+        if args.json:
+            _print_json(
+                {
+                    "id": str(change.id),
+                    "name": args.name,
+                    "token": token,
+                    "previous_token_expires_at": expires.isoformat() if expires else None,
+                }
+            )
+            return 0
+        print(f"rotated the token of client {args.name!r} ({change.id})", file=sys.stderr)
+        if expires:
+            print(f"the previous token keeps working until {expires.isoformat()}", file=sys.stderr)
+        else:
+            print("the previous token is refused from now on", file=sys.stderr)
+        if change.disabled:
+            print("note: the client is disabled (jobrelay clients enable NAME)", file=sys.stderr)
+        print("its new token (shown once, store it now):", file=sys.stderr)
+        print(token)
         return 0
 
     return _run(_with_store(settings, work))
@@ -239,6 +348,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if status >= 400:
         raise CliError(
             f"{status} {answer.get('code', '')}: {answer.get('detail') or answer.get('title')}"
+            + "".join(f"\n  {line}" for line in field_errors(answer))
         )
     if args.json:
         _print_json(answer)
@@ -246,6 +356,32 @@ def cmd_submit(args: argparse.Namespace) -> int:
         verb = "accepted" if status == 202 else "already known"
         print(f"{verb}: job {answer['id']} ({answer['type']}) is {answer['state']}; key {key}")
     return 0
+
+
+MAX_FIELD_ERRORS = 10
+
+
+def field_errors(problem: dict[str, Any]) -> list[str]:
+    """``where: what`` for each field error of a problem (``payload.seconds: Field required``):
+    the request's own fields from a ``validation_error``, the payload's from an
+    ``invalid_payload`` (whose locations are inside the payload)."""
+    errors = problem.get("errors")
+    if not isinstance(errors, list):
+        return []
+    lines: list[str] = []
+    for item in errors:
+        if not isinstance(item, dict):
+            continue
+        loc = [str(part) for part in item.get("loc") or []]
+        if problem.get("code") == "invalid_payload":
+            loc = ["payload", *loc]
+        elif loc[:1] == ["body"]:
+            loc = loc[1:]
+        lines.append(f"{'.'.join(loc) or 'body'}: {item.get('msg', 'invalid')}")
+    if len(lines) > MAX_FIELD_ERRORS:
+        more = len(lines) - MAX_FIELD_ERRORS
+        lines = [*lines[:MAX_FIELD_ERRORS], f"... and {more} more"]
+    return lines
 
 
 def _http(request: urllib.request.Request) -> tuple[int, dict[str, Any]]:
@@ -329,6 +465,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         quarantined = ", ".join(f"{k}={v}" for k, v in stats["quarantined_by_code"].items())
         print(f"quarantined  {quarantined or '-'}")
         print(f"never_claimed {stats['published_never_claimed']}")
+        print(f"redispatched {stats['redispatched_last_hour']} in the last hour (lost messages)")
         return 0
 
     return _run(_with_store(settings, work))
@@ -378,6 +515,7 @@ def build_parser() -> argparse.ArgumentParser:
     api = _add(commands, "api", cmd_api, "run the HTTP API")
     api.add_argument("--host", default=None)
     api.add_argument("--port", type=int, default=None)
+    api.add_argument("--handlers", default=None, help=HANDLERS_HELP)
 
     _add(commands, "dispatcher", cmd_dispatcher, "relay the outbox to RabbitMQ")
     consumer = _add(commands, "consumer", cmd_consumer, "run jobs from a work queue")
@@ -388,11 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="jobs run at once = prefetch (default: JOBRELAY_CONSUMER_CONCURRENCY)",
     )
-    consumer.add_argument(
-        "--handlers",
-        default=None,
-        help="module:registry of job types (default: the built-in types)",
-    )
+    consumer.add_argument("--handlers", default=None, help=HANDLERS_HELP)
 
     clients = commands.add_parser(
         "clients",
@@ -418,10 +552,33 @@ def build_parser() -> argparse.ArgumentParser:
         client_commands,
         "disable",
         cmd_clients_disable,
-        "disable a client's token",
+        "refuse a client's token (its jobs stay; enable gives it back)",
         "clients disable",
     )
     disable.add_argument("name")
+    enable = _add(
+        client_commands,
+        "enable",
+        cmd_clients_enable,
+        "accept a disabled client's token again",
+        "clients enable",
+    )
+    enable.add_argument("name")
+    rotate = _add(
+        client_commands,
+        "rotate",
+        cmd_clients_rotate,
+        "give a client a new token (printed once); its jobs stay its own",
+        "clients rotate",
+    )
+    rotate.add_argument("name")
+    rotate.add_argument(
+        "--grace",
+        metavar="DURATION",
+        default=None,
+        help="how long the previous token keeps working, e.g. 10m or 1h (default: it stops now)",
+    )
+    rotate.add_argument("--json", action="store_true")
 
     submit = _add(commands, "submit", cmd_submit, "submit a job through the API")
     submit.add_argument("type")
@@ -445,6 +602,9 @@ def build_parser() -> argparse.ArgumentParser:
     from jobrelay import ops_cli
 
     ops_cli.register(commands, job_commands, _add)
+    from jobrelay import healthcheck
+
+    healthcheck.register(commands, _add)
 
     stats = _add(commands, "stats", cmd_stats, "jobs by state, outbox backlog, leases, quarantine")
     stats.add_argument("--json", action="store_true")
@@ -457,6 +617,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler(args))
     except CliError as error:
         print(f"jobrelay: {error}", file=sys.stderr)
+        return 1
+    except StoreUnavailable as error:
+        print(f"jobrelay: {error}{_database_hint()}", file=sys.stderr)
         return 1
     except (JobrelayError, ConfigurationError) as error:
         print(f"jobrelay: {error}", file=sys.stderr)

@@ -1,8 +1,10 @@
 """Structured log lines (one JSON object per line) for every service.
 
 Call sites pass identifiers through ``extra`` (``job_id``, ``attempt``, ``event``, ...); this
-module never logs payloads, tokens or passwords, and masks any URL password that slips into a
-message.
+module never logs payloads, tokens or passwords: every text of a line (the message, the context
+values, an exception's traceback) goes through a ``Masker`` that knows the service's database
+and broker passwords and recognises tokens and URL passwords by their shape. A logged
+exception keeps its traceback (``error`` is its class, ``traceback`` the text, at most 16 KiB).
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import traceback
 from datetime import UTC, datetime
 
-from jobrelay.core.settings import mask_url
+from jobrelay.core.failures import TRACEBACK_MAX_BYTES, class_name, cut_tail
+from jobrelay.core.masking import Masker
 
 # Attributes of a LogRecord that are not call-site context.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
@@ -23,9 +27,10 @@ _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
 
 
 class JsonFormatter(logging.Formatter):
-    def __init__(self, service: str) -> None:
+    def __init__(self, service: str, masker: Masker | None = None) -> None:
         super().__init__()
         self.service = service
+        self.mask = masker or Masker()
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, object] = {
@@ -33,20 +38,27 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "service": self.service,
             "logger": record.name,
-            "msg": mask_url(record.getMessage()),
+            "msg": self.mask(record.getMessage()),
         }
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):
-                line[key] = value if isinstance(value, int | float | bool) else str(value)
+                line[key] = (
+                    value if isinstance(value, int | float | bool) else self.mask(str(value))
+                )
         if record.exc_info and record.exc_info[0] is not None:
-            # The exception class only: a traceback's text can carry payload fragments.
-            line["error"] = record.exc_info[0].__name__
+            line["error"] = class_name(record.exc_info[0])
+            text = "".join(traceback.format_exception(*record.exc_info))
+            line["traceback"] = cut_tail(self.mask(text), TRACEBACK_MAX_BYTES)
+        elif record.stack_info:
+            line["stack"] = self.mask(record.stack_info)
         return json.dumps(line, ensure_ascii=False)
 
 
-def configure_logging(service: str, level: str = "INFO") -> None:
+def configure_logging(service: str, level: str = "INFO", masker: Masker | None = None) -> None:
+    """JSON lines on stderr. ``masker``: ``Masker.from_settings(settings)``, so the service's
+    own passwords never reach a line."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter(service))
+    handler.setFormatter(JsonFormatter(service, masker))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

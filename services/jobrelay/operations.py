@@ -1,8 +1,29 @@
 """Operator actions over both sides of the quarantine: the jobs' recorded reasons in
-PostgreSQL and the dead-lettered messages in RabbitMQ. Used by the CLI and the admin API."""
+PostgreSQL and the dead-lettered messages in RabbitMQ. Used by the CLI, the admin API and (the
+sweep) the dispatcher's maintenance.
+
+SPEC §8.8: a replay, a redispatch or a reconciliation never removes the quarantine message of a
+later quarantine of the same job, and every quarantined job has exactly one message once the
+system is quiet. How:
+
+- Everything that takes messages out of the quarantine queue without acking them holds the
+  quarantine lock (``jobrelay.db.quarantine_store``), so each holder sees the whole queue.
+- A replay holds the queue BEFORE it changes the jobs, and then removes only held messages of
+  the jobs it replayed. A held message was in the queue before the replay committed, so it
+  belongs to the quarantine being replayed or an earlier one; the message of any later
+  quarantine arrives after the replay (the consumer dead-letters only after its quarantine
+  committed, and that quarantine needs the replay first), so it cannot be held, hence never
+  removed. (A watermark on outbox ids would not do: a stale duplicate of an old row can cause
+  the later quarantine, and its message then carries an old id.)
+- The sweep (``sweep_quarantine``) reconciles delivery-limit deaths and removes surplus and
+  stale messages by ``jobrelay.broker.quarantine.plan_sweep``, which reads the jobs' states
+  after taking the messages. It converges what races leave behind: a copy dead-lettered twice,
+  a message whose nack arrived after its job was replayed.
+"""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -18,10 +39,16 @@ from jobrelay.core.errors import BrokerUnavailable, UnknownJobType
 from jobrelay.core.registry import Registry
 from jobrelay.core.settings import Settings, mask_url
 from jobrelay.core.states import JobState
+from jobrelay.db.quarantine_store import LOCK_WAIT_SECONDS, QuarantineBusy, QuarantineStore
 from jobrelay.db.store import Store
+
+log = logging.getLogger("jobrelay.operations")
 
 Progress = Callable[[int, int], None]
 REPLAY_CHUNK = 200
+# A listing waits this long for a replay or a sweep that holds the queue, then shows the
+# database side alone (``broker: busy``).
+READ_WAIT_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -34,11 +61,58 @@ class ReplayOutcome:
         return {"job_id": str(self.job_id), "status": self.status, "state": self.state}
 
 
+@dataclass(frozen=True)
+class SweepResult:
+    """What one sweep of the quarantine queue found and did."""
+
+    messages: int  # messages held (the queue's depth, up to the peek limit)
+    reconciled: int  # jobs marked quarantined (delivery_limit) for a message the broker moved
+    surplus: int  # second copies of a quarantined job's message, removed
+    stale: int  # messages of jobs no longer quarantined, removed
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.reconciled or self.surplus or self.stale)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "messages_seen": self.messages,
+            "reconciled_delivery_limit": self.reconciled,
+            "removed_surplus": self.surplus,
+            "removed_stale": self.stale,
+            "messages_in_queue": self.messages - self.surplus - self.stale,
+        }
+
+
+async def sweep_quarantine(
+    store: Store, connection: AbstractConnection, *, wait_seconds: float | None
+) -> SweepResult | None:
+    """Reconcile and tidy the quarantine queue once (see the module's docstring). None when
+    ``wait_seconds`` is None and another process holds the queue right now."""
+    keeper = QuarantineStore(store)
+    async with keeper.exclusive(wait_seconds=wait_seconds) as locked:
+        if not locked:
+            return None
+        async with quarantine.hold(connection) as held:
+            reconciled = 0
+            for message in held.seen:
+                if message.reason == "delivery_limit" and message.job_id is not None:
+                    error = f"the broker dead-lettered the message after {message.deaths} death(s)"
+                    if await keeper.quarantine_delivery_limited(message.job_id, error=error):
+                        reconciled += 1
+            # Read after the messages were taken: plan_sweep's reasoning depends on it.
+            states = await keeper.job_states({m.job_id for m in held.seen if m.job_id})
+            plan = quarantine.plan_sweep(held.seen, states)
+            await held.ack(plan.remove)
+    return SweepResult(len(held.seen), reconciled, plan.surplus, plan.stale)
+
+
 class Operations:
     def __init__(self, store: Store, settings: Settings, registry: Registry) -> None:
         self.store = store
         self.settings = settings
         self.registry = registry
+        self.keeper = QuarantineStore(store)
 
     @asynccontextmanager
     async def broker(self) -> AsyncIterator[AbstractConnection]:
@@ -55,31 +129,46 @@ class Operations:
 
     # --- reading ------------------------------------------------------------------------------
 
-    async def messages(self) -> list[QuarantinedMessage]:
-        async with self.broker() as connection:
+    async def messages(
+        self, *, wait_seconds: float = LOCK_WAIT_SECONDS
+    ) -> list[QuarantinedMessage]:
+        """Every message in the quarantine queue, left in place."""
+        async with (
+            self.broker() as connection,
+            self.keeper.exclusive(wait_seconds=wait_seconds),
+        ):
             return await quarantine.peek(connection)
 
-    async def reconcile(self, messages: list[QuarantinedMessage]) -> int:
-        """Jobs whose message the broker dead-lettered on its own become quarantined."""
-        marked = 0
-        for message in messages:
-            if message.reason == "delivery_limit" and message.job_id is not None:
-                error = f"the broker dead-lettered the message after {message.deaths} death(s)"
-                if await self.store.quarantine_delivery_limited(message.job_id, error=error):
-                    marked += 1
-        return marked
+    async def _messages_if_reachable(self) -> tuple[list[QuarantinedMessage] | None, str]:
+        """The messages and "ok"; or None and why not ("unavailable", "busy"): the database
+        side of the quarantine is worth showing without the broker's."""
+        try:
+            return await self.messages(wait_seconds=READ_WAIT_SECONDS), "ok"
+        except QuarantineBusy:
+            return None, "busy"
+        except BrokerUnavailable:
+            return None, "unavailable"
 
     async def quarantine_report(
         self, *, code: str | None = None, limit: int = 100
     ) -> dict[str, Any]:
-        """The quarantined jobs with their reasons and messages, and the messages of no job."""
-        messages = await self.messages()
-        reconciled = await self.reconcile(messages)
+        """The quarantined jobs (``code``, ``limit``) with their reasons and messages, and the
+        messages of no quarantined job. Read-only: reconciliation is the dispatcher's (or
+        ``reconcile_quarantine``'s). Without the broker, the jobs alone, ``broker`` saying so."""
+        messages, broker = await self._messages_if_reachable()
+        held = messages or []
         jobs = await self.store.quarantined_jobs(code=code, limit=limit)
+        # Messages are told apart by their job's state, not by the (filtered, limited) listing:
+        # a quarantined job left out by --code or --limit is not "not quarantined".
+        states = await self.keeper.job_states({m.job_id for m in held if m.job_id})
         by_job: dict[uuid.UUID | None, list[dict[str, Any]]] = {}
-        for message in messages:
+        for message in held:
             by_job.setdefault(message.job_id, []).append(message.as_dict())
-        listed = {job.id for job in jobs}
+        other = []
+        for message in held:
+            state = states.get(message.job_id) if message.job_id is not None else None
+            if state != JobState.QUARANTINED:
+                other.append({**message.as_dict(), "job_state": state.value if state else None})
         return {
             "jobs": [
                 {
@@ -94,21 +183,27 @@ class Operations:
                 }
                 for job in jobs
             ],
-            "other_messages": [
-                message.as_dict() for message in messages if message.job_id not in listed
-            ],
-            "messages_in_queue": len(messages),
-            "reconciled_delivery_limit": reconciled,
+            "other_messages": other,
+            "messages_in_queue": len(held),
+            "broker": broker,  # ok | unavailable | busy: without "ok" the messages are unknown
         }
 
     async def show(self, job_id: uuid.UUID) -> dict[str, Any] | None:
         trace = await self.store.trace(job_id)
         if trace is None:
             return None
-        messages = [m.as_dict() for m in await self.messages() if m.job_id == job_id]
-        return {"trace": trace, "messages": messages}
+        messages, broker = await self._messages_if_reachable()
+        shown = [m.as_dict() for m in messages or [] if m.job_id == job_id]
+        return {"trace": trace, "messages": shown, "broker": broker}
 
     # --- acting -------------------------------------------------------------------------------
+
+    async def reconcile_quarantine(self) -> SweepResult:
+        """Run the dispatcher's sweep now (waiting for the queue if another holds it)."""
+        async with self.broker() as connection:
+            result = await sweep_quarantine(self.store, connection, wait_seconds=LOCK_WAIT_SECONDS)
+        assert result is not None  # a waiting sweep always runs
+        return result
 
     def replay_budget(self, job_type: str) -> int:
         try:
@@ -120,17 +215,33 @@ class Operations:
         self, job_ids: list[uuid.UUID], *, progress: Progress | None = None
     ) -> list[ReplayOutcome]:
         """Back to queued with a fresh budget and a new outbox row; then the job's messages
-        leave the quarantine queue. Replaying a job that is not quarantined changes nothing."""
+        leave the quarantine queue. Replaying a job that is not quarantined changes nothing.
+
+        The queue is held before any job changes (see the module's docstring): without the
+        broker nothing is replayed (``BrokerUnavailable``)."""
         outcomes: list[ReplayOutcome] = []
-        for start in range(0, len(job_ids), REPLAY_CHUNK):
-            chunk = job_ids[start : start + REPLAY_CHUNK]
-            outcomes += [await self._replay_one(job_id) for job_id in chunk]
-            if progress:
-                progress(len(outcomes), len(job_ids))
-        replayed = [o.job_id for o in outcomes if o.status == "replayed"]
-        if replayed:
-            async with self.broker() as connection:
-                await quarantine.remove_jobs(connection, replayed)
+        async with (
+            self.broker() as connection,
+            self.keeper.exclusive(wait_seconds=LOCK_WAIT_SECONDS),
+            quarantine.hold(connection) as held,
+        ):
+            try:
+                for start in range(0, len(job_ids), REPLAY_CHUNK):
+                    chunk = job_ids[start : start + REPLAY_CHUNK]
+                    outcomes += [await self._replay_one(job_id) for job_id in chunk]
+                    if progress:
+                        progress(len(outcomes), len(job_ids))
+            finally:
+                # Also after a failure half-way: the jobs replayed so far lose their messages.
+                replayed = {o.job_id for o in outcomes if o.status == "replayed"}
+                try:
+                    await held.ack([i for i, m in enumerate(held.seen) if m.job_id in replayed])
+                except Exception as error:  # the sweep removes them later (stale)
+                    log.warning(
+                        "replayed jobs' messages not removed yet: %s",
+                        type(error).__name__,
+                        extra={"event": "quarantine_remove_failed"},
+                    )
         return outcomes
 
     async def _replay_one(self, job_id: uuid.UUID) -> ReplayOutcome:
@@ -148,20 +259,25 @@ class Operations:
     async def replay_all(
         self, *, code: str | None = None, progress: Progress | None = None
     ) -> list[ReplayOutcome]:
-        await self.reconcile(await self.messages())
+        await self.reconcile_quarantine()  # delivery-limit deaths become replayable jobs first
         return await self.replay(await self.store.quarantined_ids(code=code), progress=progress)
 
     async def purge(self) -> int:
         """Delete every message in the quarantine queue. The jobs stay quarantined (and
         replayable): only the broker's copies go."""
-        async with self.broker() as connection:
+        async with (
+            self.broker() as connection,
+            self.keeper.exclusive(wait_seconds=LOCK_WAIT_SECONDS),
+        ):
             return await quarantine.purge(connection)
 
     async def redispatch(
         self, *, older_than_seconds: float, progress: Progress | None = None
     ) -> int:
-        """New outbox rows for jobs published long ago and never claimed. A duplicate message
-        is harmless (the claim is guarded); a lost one is not."""
+        """New outbox rows (and `redispatched` events) for jobs published long ago and never
+        claimed. A duplicate message is harmless (the claim is guarded); a lost one is not.
+        The dispatcher does the same by itself for queues it sees empty
+        (``jobrelay.dispatcher.housekeeping``)."""
         total = 0
         while True:
             batch = await self.store.redispatch_stranded(

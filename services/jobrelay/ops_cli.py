@@ -20,6 +20,7 @@ EXAMPLES = {
     "show": "jobrelay quarantine show 5b0c9f6e-...",
     "replay": "jobrelay quarantine replay 5b0c9f6e-... 7d1e...  or  replay --all --code C",
     "purge": "jobrelay quarantine purge --yes",
+    "reconcile": "jobrelay quarantine reconcile",
 }
 
 
@@ -35,12 +36,12 @@ def _run_ops(work: Callable[[Any], Coroutine[Any, Any, int]]) -> int:
 
     async def main() -> int:
         from jobrelay.db.store import Store
-        from jobrelay.handlers.loading import load_registry
+        from jobrelay.handlers.loading import registry_for
         from jobrelay.operations import Operations
 
         store = Store.connect(settings.database_url, pool_size=2, application_name="jobrelay-cli")
         try:
-            return await work(Operations(store, settings, load_registry(settings.handlers)))
+            return await work(Operations(store, settings, registry_for(settings)))
         finally:
             await store.close()
 
@@ -104,25 +105,41 @@ def cmd_redispatch(args: argparse.Namespace) -> int:
 # --- quarantine ---------------------------------------------------------------------------------
 
 
+BROKER_NOTES = {
+    "unavailable": "the broker is unreachable",
+    "busy": "the quarantine queue is held by a replay or a sweep",
+}
+
+
+def _broker_note(broker: str) -> None:
+    """One line on stderr when the messages could not be read: the listing is the database's."""
+    if broker != "ok":
+        print(
+            f"jobrelay: {BROKER_NOTES.get(broker, broker)}: showing the database side only "
+            "(the messages in jobrelay.quarantine are unknown)",
+            file=sys.stderr,
+        )
+
+
 def cmd_quarantine_list(args: argparse.Namespace) -> int:
     async def work(ops: Any) -> int:
         report = await ops.quarantine_report(code=args.code, limit=args.limit)
+        _broker_note(report["broker"])
         if args.json:
             print(json.dumps(report, indent=2, default=str))
             return 0
-        if report["reconciled_delivery_limit"]:
-            print(
-                f"reconciled {report['reconciled_delivery_limit']} job(s) the broker "
-                "dead-lettered on its own (reason delivery_limit)"
-            )
+        known = report["broker"] == "ok"
         for job in report["jobs"]:
             messages = job["messages"]
-            where = (
-                f"{len(messages)} message(s) in jobrelay.quarantine "
-                f"({', '.join(str(m['reason']) for m in messages)})"
-                if messages
-                else "no message in the queue"
-            )
+            if not known:
+                where = "messages unknown"
+            elif messages:
+                where = (
+                    f"{len(messages)} message(s) in jobrelay.quarantine "
+                    f"({', '.join(str(m['reason']) for m in messages)})"
+                )
+            else:
+                where = "no message in the queue"
             print(
                 f"{job['job_id']}  {job['type']:<16} {job['reason']:<20} "
                 f"attempts {job['attempts']}/{job['max_attempts']}  {where}"
@@ -130,11 +147,35 @@ def cmd_quarantine_list(args: argparse.Namespace) -> int:
             if job["error"]:
                 print(f"    {job['error']}")
         for message in report["other_messages"]:
-            what = message["malformed"] or f"job {message['job_id']} is not quarantined"
+            state = message.get("job_state")
+            if message["malformed"]:
+                what = message["malformed"]
+            elif message["job_id"] is None or state is None:
+                what = f"job {message['job_id']} does not exist"
+            else:
+                what = f"job {message['job_id']} is {state}, not quarantined"
             print(f"message {message['message_id']}: {what} (x-death reason {message['reason']})")
+        in_queue = f"{report['messages_in_queue']}" if known else "unknown"
         print(
             f"{len(report['jobs'])} quarantined job(s), "
-            f"{report['messages_in_queue']} message(s) in jobrelay.quarantine"
+            f"{in_queue} message(s) in jobrelay.quarantine"
+        )
+        return 0
+
+    return _run_ops(work)
+
+
+def cmd_quarantine_reconcile(args: argparse.Namespace) -> int:
+    async def work(ops: Any) -> int:
+        result = (await ops.reconcile_quarantine()).as_dict()
+        if args.json:
+            print(json.dumps(result, indent=2))
+            return 0
+        print(
+            f"reconciled {result['reconciled_delivery_limit']} job(s) the broker dead-lettered "
+            f"on its own (reason delivery_limit); removed {result['removed_surplus']} surplus "
+            f"and {result['removed_stale']} stale message(s); "
+            f"{result['messages_in_queue']} message(s) in jobrelay.quarantine"
         )
         return 0
 
@@ -148,10 +189,13 @@ def cmd_quarantine_show(args: argparse.Namespace) -> int:
         shown = await ops.show(job_id)
         if shown is None:
             raise _cli().CliError(f"no job {job_id}")
+        _broker_note(shown["broker"])
         if args.json:
             print(json.dumps(shown, indent=2, default=str))
             return 0
         print(render_trace(shown["trace"]))
+        if shown["broker"] != "ok":
+            return 0
         print(f"  messages in jobrelay.quarantine: {len(shown['messages'])}")
         for message in shown["messages"]:
             print(
@@ -275,3 +319,12 @@ def register(commands: Any, job_commands: Any, add: Callable[..., argparse.Argum
     )
     purge.epilog = f"example: {EXAMPLES['purge']}"
     purge.add_argument("--yes", action="store_true", help="really delete them")
+    reconcile = add(
+        actions,
+        "reconcile",
+        cmd_quarantine_reconcile,
+        "now, what the dispatcher does by itself: quarantine the jobs the broker dead-lettered "
+        "(delivery_limit), keep one message per quarantined job, drop stale ones",
+    )
+    reconcile.epilog = f"example: {EXAMPLES['reconcile']}"
+    reconcile.add_argument("--json", action="store_true")

@@ -37,6 +37,7 @@ MATRIX: list[tuple[str, str, tuple[int, ...]]] = [
     ("POST", "/v1/jobs/{queued}/cancel", OWN_JOB),
     ("GET", "/v1/admin/stats", ADMIN_ONLY),
     ("GET", "/v1/admin/quarantine", ADMIN_ONLY),
+    ("POST", "/v1/admin/quarantine/reconcile", ADMIN_ONLY),
     ("POST", "/v1/admin/jobs/{quarantined}/replay", ADMIN_ONLY),
     ("GET", "/v1/admin/jobs/{queued}/trace", ADMIN_ONLY),
     ("GET", "/healthz", PUBLIC),

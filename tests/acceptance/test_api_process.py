@@ -10,7 +10,11 @@ from pathlib import Path
 import pytest
 
 from jobrelay.core.settings import Settings
-from tests.support.processes import Service, answers, free_port, running, service_env, wait_for
+from tests.support.processes import (
+    Service,
+    running_api,
+    service_env,
+)
 from tests.support.processes import run_cli as cli
 
 
@@ -18,13 +22,8 @@ from tests.support.processes import run_cli as cli
 def api_process(
     settings: Settings, tmp_path: Path
 ) -> Iterator[tuple[Service, dict[str, str], str]]:
-    port = free_port()
-    env = service_env(settings, JOBRELAY_API_PORT=str(port))
-    base = f"http://127.0.0.1:{port}"
-    with running(["api"], env, tmp_path / "api.log") as service:
-        wait_for(lambda: answers(base + "/healthz") or not service.alive(), 30, what="the API")
-        assert service.alive(), service.output()
-        yield service, env | {"JOBRELAY_API_URL": base}, base
+    with running_api(settings, tmp_path) as api:
+        yield api
 
 
 def test_a_user_creates_a_client_submits_a_job_and_reads_it_back(

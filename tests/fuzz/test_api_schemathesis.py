@@ -114,7 +114,13 @@ def api_schema(settings: Settings, amqp_url: str) -> Iterator[Any]:
     # No store injected: the app opens its own in its lifespan, on the event loop schemathesis
     # runs ASGI apps on (a pool cannot move between loops).
     app = create_app(settings.model_copy(update={"amqp_url": amqp_url}))
-    yield schemathesis.openapi.from_asgi("/openapi.json", app)
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+    # Every call carries a real token (call_and_validate's headers, below), so schemathesis must
+    # not generate the bearer scheme's Authorization header as well: a negative case that drops
+    # it would still be sent with the token, and its 200 counted as accepted invalid data. The
+    # answers without a valid token are the access matrix's (tests/acceptance).
+    schema.config.generation.update(with_security_parameters=False)
+    yield schema
     schemathesis_asgi.shutdown_lifespans()  # closes the app's store before the database goes
 
 

@@ -598,14 +598,16 @@ async def test_a_type_routed_to_its_own_queue_is_consumed_only_by_that_queues_co
     assert await work_queue_count(cfg, "slow") == 0
 
 
-async def test_a_consumer_for_types_it_has_no_handler_for_quarantines_them_with_a_reason(
+async def test_a_consumer_for_types_it_has_no_handler_for_defers_them_with_a_reason(
     cfg: Settings, store: Store, client_id: uuid.UUID
 ) -> None:
+    # (Quarantined only once the type stayed unknown past the patience: test_handlers.py.)
     job_id = await submit(store, client_id, "test.count", {})
     delivery = StandInDelivery(job_id, "test.count")
     verdict = await worker(store, cfg, builtin.registry).handle(delivery)
-    assert verdict.outcome == "quarantined" and delivery.settled == ["dead_letter"]
-    assert (await job_row(store, job_id)).last_error_code == "unknown_job_type"
+    assert verdict.outcome == "deferred" and delivery.settled == ["ack"]
+    row = await job_row(store, job_id)
+    assert (row.state, row.attempts, row.last_error_code) == ("queued", 0, "unknown_job_type")
 
 
 # --- end to end ---------------------------------------------------------------------------------

@@ -29,14 +29,16 @@ def service_env(settings: Settings, **extra: str) -> dict[str, str]:
 
 
 class Service:
-    def __init__(self, args: list[str], env: dict[str, str], log_path: Path) -> None:
+    def __init__(
+        self, args: list[str], env: dict[str, str], log_path: Path, *, cwd: Path = ROOT
+    ) -> None:
         self.args = args
         self.log_path = log_path
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "jobrelay", *args],
             env=env,
-            cwd=ROOT,
+            cwd=cwd,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -81,8 +83,10 @@ class Service:
 
 
 @contextmanager
-def running(args: list[str], env: dict[str, str], log_path: Path) -> Iterator[Service]:
-    service = Service(args, env, log_path)
+def running(
+    args: list[str], env: dict[str, str], log_path: Path, *, cwd: Path = ROOT
+) -> Iterator[Service]:
+    service = Service(args, env, log_path, cwd=cwd)
     try:
         yield service
     finally:
@@ -106,13 +110,13 @@ def free_port() -> int:
 
 
 def run_cli(
-    env: dict[str, str], *args: str, timeout: float = 60
+    env: dict[str, str], *args: str, timeout: float = 60, cwd: Path = ROOT
 ) -> subprocess.CompletedProcess[str]:
     """``jobrelay ARGS`` as a user runs it, with ``env`` as its whole environment."""
     return subprocess.run(
         [sys.executable, "-m", "jobrelay", *args],
         env=env,
-        cwd=ROOT,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -126,3 +130,16 @@ def answers(url: str) -> bool:
             return True
     except OSError:
         return False
+
+
+@contextmanager
+def running_api(settings: Settings, log_dir: Path) -> Iterator[tuple[Service, dict[str, str], str]]:
+    """``jobrelay api`` on a free port, once it answers: the service, its environment (with
+    ``JOBRELAY_API_URL`` for the CLI) and its base URL."""
+    port = free_port()
+    env = service_env(settings, JOBRELAY_API_PORT=str(port))
+    base = f"http://127.0.0.1:{port}"
+    with running(["api"], env, log_dir / "api.log") as service:
+        wait_for(lambda: answers(base + "/healthz") or not service.alive(), 30, what="the API")
+        assert service.alive(), service.output()
+        yield service, env | {"JOBRELAY_API_URL": base}, base

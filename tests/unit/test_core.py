@@ -165,8 +165,8 @@ def test_the_builtin_registry_validates_payloads() -> None:
         registry.get("no.such.type")
 
 
-def test_only_handler_errors_keep_their_message_in_stored_errors() -> None:
+def test_stored_errors_keep_the_message_with_secrets_masked_and_name_other_classes() -> None:
     from jobrelay.core.errors import TransientError
 
     assert safe_error_text(TransientError("upstream 503")) == "upstream 503"
-    assert safe_error_text(ValueError("password=hunter2")) == "ValueError"
+    assert safe_error_text(ValueError("password=hunter2")) == "ValueError: password=***"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator
@@ -13,20 +15,26 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from jobrelay.api import problems
+from jobrelay.api import openapi, problems
 from jobrelay.api.auth import Authenticator
 from jobrelay.api.limits import BodyLimitMiddleware
 from jobrelay.api.metrics import SUBMISSIONS, RequestMetricsMiddleware
+from jobrelay.api.openapi import problem_responses
 from jobrelay.api.schemas import (
     EventList,
     EventView,
     Health,
     JobPage,
     JobView,
-    Problem,
+    QuarantineReport,
+    ReconcileView,
+    ReplayView,
+    StatsView,
     SubmitJob,
+    TraceView,
     job_location,
 )
 from jobrelay.broker.health import check_broker
@@ -34,7 +42,6 @@ from jobrelay.core.errors import (
     BrokerUnavailable,
     IdempotencyConflict,
     IdempotencyKeyInvalid,
-    IdempotencyKeyMissing,
     InvalidCursor,
     JobNotFound,
     NotCancellable,
@@ -46,21 +53,19 @@ from jobrelay.core.registry import Registry
 from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobState
 from jobrelay.db.store import Client, Store
-from jobrelay.handlers.loading import load_registry
+from jobrelay.handlers.loading import registry_for
 from jobrelay.operations import Operations
 
 log = logging.getLogger("jobrelay.api")
 
-# Errors are sent as application/problem+json only: the schema goes under that media type (a
-# "model" would also document an application/json body that is never sent).
-PROBLEM_CONTENT: dict[str, Any] = {
-    problems.PROBLEM_CONTENT_TYPE: {"schema": Problem.model_json_schema()}
-}
-PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"content": PROBLEM_CONTENT} for status in (400, 401, 404, 409, 413, 422, 503)
-}
-ADMIN_PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"content": PROBLEM_CONTENT} for status in (401, 403, 422, 503)
+# Each operation lists the problems it can answer (api/openapi.py): every /v1 call can be 401
+# and 503 (the token is looked up in the database), admin calls 403, a path with a job id 404
+# and 422, a POST 413 (the body limit applies to any body).
+OWN_JOB_PROBLEMS = problem_responses(401, 404, 422, 503)
+ADMIN_PROBLEM_RESPONSES = problem_responses(401, 403, 503)
+ADMIN_JOB_PROBLEMS = problem_responses(401, 403, 404, 422, 503)
+LOCATION_HEADER = {
+    "Location": {"description": "the job's URL, /v1/jobs/{id}", "schema": {"type": "string"}}
 }
 # Query text reaches SQL parameters, and PostgreSQL text cannot hold a NUL character.
 NO_NUL = r"^[^\x00]*$"
@@ -72,7 +77,13 @@ def create_app(
     store: Store | None = None,
     registry: Registry | None = None,
 ) -> FastAPI:
-    registry = registry or load_registry(settings.handlers)
+    # The same job types as the consumers (JOBRELAY_HANDLERS): submissions are validated here.
+    registry = registry or registry_for(settings)
+    log.info(
+        "job types: %s",
+        ", ".join(sorted(registry.types)),
+        extra={"event": "job_types", "types": ",".join(sorted(registry.types))},
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -83,9 +94,15 @@ def create_app(
             settings.database_url, pool_size=settings.db_pool_size, application_name="jobrelay-api"
         )
         app.state.auth = Authenticator(app.state.store)
+        # Token lookups are cached while this listens for changes to clients (api/auth.py).
+        listener = asyncio.create_task(app.state.auth.listen(settings.database_url))
         try:
             yield
         finally:
+            listener.cancel()
+            # Cancelled, or ended by a bug: either way the cache was no longer trusted.
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await listener
             await app.state.store.close()
 
     app = FastAPI(
@@ -94,6 +111,8 @@ def create_app(
         description="Durable background jobs: accepted means recorded, with its outbox row.",
         lifespan=lifespan,
     )
+    # A route that reads a JSON body answers 415 to any other body (api/openapi.py).
+    app.router.route_class = openapi.JsonBodyRoute
     app.state.settings = settings
     app.state.registry = registry
     if store is not None:
@@ -105,6 +124,7 @@ def create_app(
     _add_job_routes(app)
     _add_admin_routes(app)
     _add_health_routes(app)
+    openapi.install(app, registry)
     return app
 
 
@@ -116,16 +136,22 @@ async def _store(request: Request) -> Store:
     return store
 
 
-async def _client(
-    request: Request, authorization: Annotated[str | None, Header()] = None
-) -> Client:
-    auth: Authenticator = request.app.state.auth
-    return await auth.client_for(authorization)
+# The document's security scheme; a missing or malformed header is our own 401 problem.
+bearer = HTTPBearer(
+    auto_error=False,
+    description="A client token, from `jobrelay clients create NAME` (admin: `--admin`)",
+)
+BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
-async def _admin(request: Request, authorization: Annotated[str | None, Header()] = None) -> Client:
+async def _client(request: Request, credentials: BearerDep) -> Client:
     auth: Authenticator = request.app.state.auth
-    return await auth.admin_for(authorization)
+    return await auth.client_for_token(credentials.credentials if credentials else None)
+
+
+async def _admin(request: Request, credentials: BearerDep) -> Client:
+    auth: Authenticator = request.app.state.auth
+    return await auth.admin_for_token(credentials.credentials if credentials else None)
 
 
 StoreDep = Annotated[Store, Depends(_store)]
@@ -162,8 +188,16 @@ def _add_job_routes(app: FastAPI) -> None:
         status_code=202,
         response_model=JobView,
         responses={
-            200: {"model": JobView, "description": "The key was used before"},
-            **PROBLEM_RESPONSES,
+            202: {
+                "description": "Accepted: recorded with its outbox row",
+                "headers": LOCATION_HEADER,
+            },
+            200: {
+                "model": JobView,
+                "description": "The key was used before for the same request: that job, now",
+                "headers": LOCATION_HEADER,
+            },
+            **problem_responses(400, 401, 409, 413, 422, 503),
         },
         summary="Submit a job (idempotent by Idempotency-Key)",
     )
@@ -173,18 +207,17 @@ def _add_job_routes(app: FastAPI) -> None:
         client: ClientDep,
         store: StoreDep,
         idempotency_key: Annotated[
-            str | None,
+            str,
             Header(
                 max_length=1000,
-                description="Required: 1–200 visible ASCII characters, scoped to the client "
-                "(a missing or invalid key is answered 400)",
-                # Documented as the contract says; checked below for a 400 with its own code.
+                description="1–200 visible ASCII characters, scoped to the client; a missing "
+                "or invalid key is answered 400 idempotency_key_missing / _invalid",
+                # Documented as the contract says; a missing key becomes the 400 problem in
+                # api/problems.py, an invalid one below.
                 json_schema_extra={"minLength": 1, "maxLength": 200, "pattern": "^[!-~]+$"},
             ),
-        ] = None,
+        ],
     ) -> Response:
-        if idempotency_key is None:
-            raise IdempotencyKeyMissing()
         if not is_valid_idempotency_key(idempotency_key):
             raise IdempotencyKeyInvalid()
         registry: Registry = request.app.state.registry
@@ -228,7 +261,7 @@ def _add_job_routes(app: FastAPI) -> None:
     @app.get(
         "/v1/jobs",
         response_model=JobPage,
-        responses=PROBLEM_RESPONSES,
+        responses=problem_responses(400, 401, 422, 503),
         summary="List your own jobs, newest first",
     )
     async def list_jobs(
@@ -255,7 +288,7 @@ def _add_job_routes(app: FastAPI) -> None:
     @app.get(
         "/v1/jobs/{job_id}",
         response_model=JobView,
-        responses=PROBLEM_RESPONSES,
+        responses=OWN_JOB_PROBLEMS,
         summary="One of your jobs, with its result once succeeded",
     )
     async def get_job(job_id: uuid.UUID, client: ClientDep, store: StoreDep) -> JobView:
@@ -264,7 +297,7 @@ def _add_job_routes(app: FastAPI) -> None:
     @app.get(
         "/v1/jobs/{job_id}/events",
         response_model=EventList,
-        responses=PROBLEM_RESPONSES,
+        responses=OWN_JOB_PROBLEMS,
         summary="The job's transition journal",
     )
     async def job_events(job_id: uuid.UUID, client: ClientDep, store: StoreDep) -> EventList:
@@ -280,12 +313,14 @@ def _add_job_routes(app: FastAPI) -> None:
 
     @app.get(
         "/v1/jobs/{job_id}/trace",
-        responses=PROBLEM_RESPONSES,
+        response_model=TraceView,
+        responses=OWN_JOB_PROBLEMS,
         summary="What happened to your job: intent, publishing, deliveries, attempts, result",
     )
     async def job_trace(job_id: uuid.UUID, client: ClientDep, store: StoreDep) -> dict[str, Any]:
         await _own_job(store, job_id, client)
-        trace = await store.trace(job_id)
+        # The owner sees a failure's class and message; tracebacks are for operators.
+        trace = await store.trace(job_id, tracebacks=False)
         if trace is None:
             raise JobNotFound()
         return trace
@@ -293,7 +328,7 @@ def _add_job_routes(app: FastAPI) -> None:
     @app.post(
         "/v1/jobs/{job_id}/cancel",
         response_model=JobView,
-        responses=PROBLEM_RESPONSES,
+        responses=problem_responses(401, 404, 409, 413, 422, 503),
         summary="Cancel a queued or retrying job",
     )
     async def cancel_job(job_id: uuid.UUID, client: ClientDep, store: StoreDep) -> JobView:
@@ -323,6 +358,7 @@ OpsDep = Annotated[Operations, Depends(_operations)]
 def _add_admin_routes(app: FastAPI) -> None:
     @app.get(
         "/v1/admin/stats",
+        response_model=StatsView,
         responses=ADMIN_PROBLEM_RESPONSES,
         summary="Jobs by state, outbox backlog, expired leases, quarantine by reason",
     )
@@ -331,7 +367,8 @@ def _add_admin_routes(app: FastAPI) -> None:
 
     @app.get(
         "/v1/admin/quarantine",
-        responses=ADMIN_PROBLEM_RESPONSES,
+        response_model=QuarantineReport,
+        responses=problem_responses(401, 403, 422, 503),
         summary="Quarantined jobs with their reasons and dead-lettered messages",
     )
     async def admin_quarantine(
@@ -343,12 +380,19 @@ def _add_admin_routes(app: FastAPI) -> None:
         return await ops.quarantine_report(code=code, limit=limit)
 
     @app.post(
+        "/v1/admin/quarantine/reconcile",
+        response_model=ReconcileView,
+        responses=problem_responses(401, 403, 413, 503),
+        summary="Reconcile the quarantine now (the dispatcher does it by itself): jobs the "
+        "broker dead-lettered become quarantined, one message per quarantined job stays",
+    )
+    async def admin_quarantine_reconcile(admin: AdminDep, ops: OpsDep) -> dict[str, Any]:
+        return (await ops.reconcile_quarantine()).as_dict()
+
+    @app.post(
         "/v1/admin/jobs/{job_id}/replay",
-        responses={
-            **ADMIN_PROBLEM_RESPONSES,
-            404: PROBLEM_RESPONSES[404],
-            409: PROBLEM_RESPONSES[409],
-        },
+        response_model=ReplayView,
+        responses=problem_responses(401, 403, 404, 409, 413, 422, 503),
         summary="Queue a quarantined job again with a fresh attempt budget",
     )
     async def admin_replay(job_id: uuid.UUID, admin: AdminDep, ops: OpsDep) -> dict[str, Any]:
@@ -361,7 +405,8 @@ def _add_admin_routes(app: FastAPI) -> None:
 
     @app.get(
         "/v1/admin/jobs/{job_id}/trace",
-        responses={**ADMIN_PROBLEM_RESPONSES, 404: PROBLEM_RESPONSES[404]},
+        response_model=TraceView,
+        responses=ADMIN_JOB_PROBLEMS,
         summary="What happened to any job: intent, publishing, deliveries, attempts, result",
     )
     async def admin_trace(job_id: uuid.UUID, admin: AdminDep, store: StoreDep) -> dict[str, Any]:

@@ -1,16 +1,32 @@
-"""Bearer-token authentication with a short cache, so a hot client costs no query per request."""
+"""Bearer-token authentication with a cache, so a hot client costs no query per request.
+
+The cache is trusted only while this process LISTENs on the channel that every change of a
+client's tokens notifies (``queries.CLIENTS_CHANNEL``: disable, enable, rotate): a notification
+empties it, so a disabled client or a rotated token is refused at once by every API process.
+While that connection is down, every request is looked up in the database.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
+
+import psycopg
 
 from jobrelay.core.errors import Forbidden, Unauthorized
 from jobrelay.core.fingerprint import token_hash
+from jobrelay.db.engine import libpq_url
+from jobrelay.db.queries import CLIENTS_CHANNEL
 from jobrelay.db.store import Client, Store
 
-# A disabled client is refused within this many seconds on every API process.
+log = logging.getLogger("jobrelay.api")
+
+# A safety net only: notifications empty the cache at once.
 CACHE_SECONDS = 5.0
 CACHE_MAX_ENTRIES = 10_000
+MAX_TOKEN_LENGTH = 512
+LISTEN_APPLICATION_NAME = "jobrelay-api-listen"
 
 
 class Authenticator:
@@ -18,40 +34,78 @@ class Authenticator:
         self.store = store
         self.cache_seconds = cache_seconds
         self._cache: dict[str, tuple[float, Client | None]] = {}
+        self._generation = 0  # bumped by every invalidation: a lookup in flight is not cached
+        self.listening = False
 
-    async def client_for(self, authorization: str | None) -> Client:
-        token = _bearer_token(authorization)
-        if token is None:
+    async def client_for_token(self, token: str | None) -> Client:
+        if not token or len(token) > MAX_TOKEN_LENGTH:
             raise Unauthorized("send Authorization: Bearer <token>")
-        digest = token_hash(token)
-        client = await self._lookup(digest)
+        client = await self._lookup(token_hash(token))
         if client is None:
             raise Unauthorized("the token is unknown or its client is disabled")
         return client
 
-    async def admin_for(self, authorization: str | None) -> Client:
-        client = await self.client_for(authorization)
+    async def admin_for_token(self, token: str | None) -> Client:
+        client = await self.client_for_token(token)
         if not client.is_admin:
             raise Forbidden()
         return client
 
+    def invalidate(self) -> None:
+        self._generation += 1
+        self._cache.clear()
+
     async def _lookup(self, digest: str) -> Client | None:
         now = time.monotonic()
-        cached = self._cache.get(digest)
-        if cached is not None and cached[0] > now:
-            return cached[1]
+        if self.listening:
+            cached = self._cache.get(digest)
+            if cached is not None and cached[0] > now:
+                return cached[1]
+        generation = self._generation
         client = await self.store.client_by_token_hash(digest)
-        if len(self._cache) >= CACHE_MAX_ENTRIES:
-            self._cache.clear()
-        self._cache[digest] = (now + self.cache_seconds, client)
+        if self.listening and generation == self._generation:
+            ttl = self.cache_seconds
+            if client is not None and client.valid_for_seconds is not None:
+                ttl = min(ttl, client.valid_for_seconds)  # a previous token's grace ends
+            if len(self._cache) >= CACHE_MAX_ENTRIES:
+                self._cache.clear()
+            self._cache[digest] = (now + ttl, client)
         return client
 
-
-def _bearer_token(authorization: str | None) -> str | None:
-    if not authorization:
-        return None
-    scheme, _, token = authorization.partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token or len(token) > 512:
-        return None
-    return token
+    async def listen(
+        self, database_url: str, *, health_check_seconds: float = 30.0, max_backoff: float = 5.0
+    ) -> None:
+        """Keep the cache trustworthy until cancelled: LISTEN, empty the cache on every
+        notification, reconnect with backoff (looking every request up meanwhile)."""
+        failures = 0
+        while True:
+            try:
+                connection = await psycopg.AsyncConnection.connect(
+                    libpq_url(database_url),
+                    autocommit=True,
+                    application_name=LISTEN_APPLICATION_NAME,
+                    connect_timeout=5,
+                )
+                async with connection:
+                    await connection.execute(f"LISTEN {CLIENTS_CHANNEL}")
+                    self.invalidate()
+                    self.listening = True
+                    failures = 0
+                    while True:
+                        async for _notify in connection.notifies(timeout=health_check_seconds):
+                            self.invalidate()
+                        await connection.execute("SELECT 1")  # a half-open connection fails here
+            except (psycopg.Error, OSError) as error:
+                self.listening = False
+                self.invalidate()
+                delay = min(max_backoff, 0.1 * 2**failures)
+                failures += 1
+                log.warning(
+                    "token cache: lost the database connection it listens on (%s); "
+                    "looking every token up until it is back",
+                    type(error).__name__,
+                    extra={"event": "auth_listener_lost"},
+                )
+                await asyncio.sleep(delay)
+            finally:
+                self.listening = False

@@ -10,7 +10,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from jobrelay.core.errors import BrokerUnavailable, RequestError, StoreUnavailable
+from jobrelay.core.errors import (
+    BrokerUnavailable,
+    IdempotencyKeyInvalid,
+    IdempotencyKeyMissing,
+    RequestError,
+    StoreUnavailable,
+)
 
 PROBLEM_TYPE_BASE = "https://jobrelay.dev/problems/"
 PROBLEM_CONTENT_TYPE = "application/problem+json"
@@ -56,6 +62,12 @@ async def on_validation_error(request: Request, error: Exception) -> JSONRespons
     errors = _validation_errors(error)
     if any(item["type"] == "json_invalid" for item in errors):
         return problem(400, "malformed_json", "The request body is not valid JSON")
+    # The header is required in the document; its own 400 codes say what is wrong with it.
+    key_errors = [item for item in errors if item["loc"] == ["header", "idempotency-key"]]
+    if key_errors:
+        missing = any(item["type"] == "missing" for item in key_errors)
+        key_error = IdempotencyKeyMissing() if missing else IdempotencyKeyInvalid()
+        return problem(key_error.status, key_error.code, key_error.title)
     return problem(422, "validation_error", "The request is not valid", errors=errors)
 
 

@@ -14,6 +14,9 @@ from jobrelay.core.states import JobState
 
 
 class SubmitJob(BaseModel):
+    """The generic shape; the OpenAPI document narrows it per registered type (``payload``
+    documented by each type's own schema, ``api.openapi``)."""
+
     model_config = ConfigDict(extra="forbid")
 
     type: str = Field(min_length=1, max_length=200, examples=["catalog.export"])
@@ -123,6 +126,158 @@ class Problem(BaseModel):
     errors: list[dict[str, Any]] | None = Field(
         None, description="Where and what, for a request that failed validation"
     )
+
+
+# --- operators' answers -------------------------------------------------------------------
+# Open models (extra fields allowed and passed through): a report may gain fields without
+# breaking clients that read the ones below.
+
+
+class OpenModel(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class TraceIntent(OpenModel):
+    recorded: bool
+    recorded_at: str | None = Field(description="ISO 8601")
+    client: str
+    idempotency_key: str
+
+
+class TraceOutboxRow(OpenModel):
+    id: int
+    created_at: str | None
+    due_at: str | None
+    published_at: str | None = Field(description="null until the broker confirmed it")
+    publish_attempts: int
+    last_error: str | None
+
+
+class TraceDeliveries(OpenModel):
+    total: int
+    claimed: int
+    duplicate: int
+
+
+class TraceResult(OpenModel):
+    stored_at: str | None
+    attempt: int
+    value: dict[str, Any]
+
+
+class TraceEvent(OpenModel):
+    at: str | None
+    event: str
+    attempt: int
+    detail: str | None
+    error: dict[str, Any] | None = Field(None, description="a failed attempt's error")
+
+
+class TraceView(OpenModel):
+    """What happened to one job: intent, publishing, deliveries, attempts, result, and why it
+    stopped (``jobrelay jobs trace``)."""
+
+    job_id: uuid.UUID
+    type: str
+    intent: TraceIntent
+    outbox: list[TraceOutboxRow]
+    published: int = Field(description="published events (one per confirmed outbox row)")
+    deliveries: TraceDeliveries
+    attempts: int
+    max_attempts: int
+    retries_scheduled: int
+    lease_expiries: int
+    stale_completions_rejected: int
+    replays: int
+    result: TraceResult | None
+    state: JobState
+    why: str
+    last_failure: dict[str, Any] | None = None
+    events: list[TraceEvent]
+
+
+class OutboxStats(OpenModel):
+    unpublished: int
+    due: int
+    oldest_due_age_seconds: float | None
+
+
+class RetryingStats(OpenModel):
+    count: int
+    next_due_at: str | None
+
+
+class StatsView(OpenModel):
+    """``jobrelay stats``: jobs by state, outbox backlog, expired leases, failures by code."""
+
+    jobs_by_state: dict[str, int]
+    outbox: OutboxStats
+    expired_leases: int = Field(description="running jobs whose lease has expired")
+    retrying: RetryingStats
+    quarantined_by_code: dict[str, int]
+    failed_by_code: dict[str, int]
+    published_never_claimed: int
+    published_never_claimed_after_seconds: float
+    redispatched_last_hour: int = Field(
+        description="jobs whose message was provably lost and published again in the last hour"
+    )
+
+
+class QuarantinedMessageView(OpenModel):
+    """A message in the quarantine queue, from its headers (``x-death``) and body."""
+
+    message_id: str | None
+    job_id: str | None
+    type: str | None
+    malformed: str | None = Field(description="why the body is not a job message, or null")
+    reason: str | None = Field(description="the first death's reason: rejected, delivery_limit…")
+    queue: str | None
+    deaths: int
+    died_at: str | None
+
+
+class QuarantinedJobView(OpenModel):
+    job_id: str
+    type: str
+    reason: str | None
+    error: str | None
+    attempts: int
+    max_attempts: int
+    quarantined_at: str | None
+    messages: list[QuarantinedMessageView]
+
+
+class QuarantineReport(OpenModel):
+    """Both sides of the quarantine: the jobs' recorded reasons and the queue's messages."""
+
+    jobs: list[QuarantinedJobView]
+    other_messages: list[QuarantinedMessageView] = Field(
+        description="messages in the quarantine queue of no listed job"
+    )
+    messages_in_queue: int
+    broker: str = Field(
+        "ok",
+        description="ok; or unavailable / busy: the broker's side could not be read, and the "
+        "jobs come from the database alone (their messages are unknown)",
+    )
+
+
+class ReconcileView(BaseModel):
+    """What one forced reconciliation of the quarantine found and did."""
+
+    messages_seen: int
+    reconciled_delivery_limit: int = Field(
+        description="jobs marked quarantined because the broker dead-lettered their message"
+    )
+    removed_surplus: int = Field(description="second copies of a quarantined job's message")
+    removed_stale: int = Field(description="messages of jobs no longer quarantined")
+    messages_in_queue: int
+
+
+class ReplayView(BaseModel):
+    job_id: uuid.UUID
+    status: str = Field(description="replayed")
+    state: JobState | None
 
 
 class Health(BaseModel):

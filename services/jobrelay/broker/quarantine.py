@@ -1,15 +1,20 @@
-"""The quarantine queue seen from the broker: peek at messages, remove some, purge.
+"""The quarantine queue seen from the broker: peek at messages, hold them, remove some, purge.
 
 Peeking uses ``basic.get`` without ack and then closes the channel, which returns every message
-to the queue: nothing is lost if the process dies half-way. Removal acks only the messages of
-the given jobs, on the same principle.
+to the queue: nothing is lost if the process dies half-way. Removal holds the messages the same
+way, acks only the chosen ones, and lets the channel's close return the rest.
+
+Which messages may go (SPEC §8.8: every quarantined job has exactly one message once the system
+is quiet, and nothing removes the message of a later quarantine) is decided by ``plan_sweep``,
+a pure function of the held messages and their jobs' states.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +22,7 @@ import aiormq
 from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
 
 from jobrelay.core.message import Envelope, MalformedMessage
+from jobrelay.core.states import JobState
 from jobrelay.core.topology import (
     QUARANTINE_EXCHANGE,
     QUARANTINE_QUEUE,
@@ -36,6 +42,11 @@ class QuarantinedMessage:
     queue: str | None  # the queue it died in
     deaths: int
     died_at: datetime | None
+
+    @property
+    def outbox_id(self) -> int | None:
+        """The outbox row the dispatcher published this message for (its ``message_id``)."""
+        return outbox_id(self.message_id)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -87,6 +98,12 @@ def _text(value: Any) -> str | None:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def outbox_id(message_id: str | None) -> int | None:
+    if message_id is None or not message_id.isascii() or not message_id.isdigit():
+        return None
+    return int(message_id)
+
+
 def _uuid_or_none(value: str | None) -> uuid.UUID | None:
     try:
         return uuid.UUID(value) if value else None
@@ -112,27 +129,103 @@ async def peek(connection: AbstractConnection, limit: int = PEEK_LIMIT) -> list[
         await channel.close()  # returns every unacked message to the queue
 
 
-async def remove_jobs(connection: AbstractConnection, job_ids: Iterable[uuid.UUID]) -> int:
-    """Ack (delete) the quarantined messages of these jobs; leave every other message."""
-    wanted = set(job_ids)
-    if not wanted:
-        return 0
+@dataclass
+class Held:
+    """Messages taken from the quarantine queue without ack, in queue order."""
+
+    messages: list[AbstractIncomingMessage] = field(default_factory=list)
+    seen: list[QuarantinedMessage] = field(default_factory=list)
+
+    async def ack(self, indexes: Collection[int]) -> int:
+        """Delete these messages (by index); the others go back when the hold ends."""
+        for index in sorted(set(indexes)):
+            await self.messages[index].ack()
+        return len(set(indexes))
+
+
+@asynccontextmanager
+async def hold(connection: AbstractConnection, limit: int = PEEK_LIMIT) -> AsyncIterator[Held]:
+    """Hold every message of the quarantine queue (up to ``limit``) for the block. Closing the
+    channel at the end returns every message not acked, also when the block fails or the
+    process dies."""
     channel = await connection.channel()
-    removed = 0
     try:
         queue = await channel.declare_queue(
             QUARANTINE_QUEUE, durable=True, arguments=quarantine_queue_arguments()
         )
-        for _ in range(PEEK_LIMIT):
+        held = Held()
+        while len(held.messages) < limit:
             message = await queue.get(no_ack=False, fail=False)
             if message is None:
                 break
-            if describe(message).job_id in wanted:
-                await message.ack()
-                removed += 1
-        return removed
+            held.messages.append(message)
+            held.seen.append(describe(message))
+        yield held
     finally:
-        await channel.close()
+        await channel.close()  # returns every unacked message to the queue
+
+
+# --- which messages may go ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    remove: list[int]  # indexes of the held messages to ack (delete)
+    surplus: int  # second copies of a quarantined job's message
+    stale: int  # messages of jobs that are no longer quarantined
+
+    @property
+    def removed(self) -> int:
+        return len(self.remove)
+
+
+def plan_sweep(
+    messages: Sequence[QuarantinedMessage], states: Mapping[uuid.UUID, JobState]
+) -> SweepPlan:
+    """Which held messages go, given their jobs' states read AFTER the messages were taken.
+
+    - A quarantined job keeps exactly one message: the one of the highest outbox id (the
+      latest publish), the first in queue order among equals; the others are surplus (a
+      redelivered copy the consumer dead-lettered, a row published twice).
+    - A job that is not quarantined needs none. A consumer dead-letters a message only after
+      the job's quarantine has committed, so a message already in the queue when its job is
+      seen not quarantined belongs to a quarantine that has since been replayed: it is stale.
+      The message of a later quarantine reaches the queue after that quarantine commits, hence
+      after this read of the states, so it is never among the held messages judged stale.
+    - Except a message the broker dead-lettered on its own (``delivery_limit``) of a live job:
+      reconciliation quarantines its job (or waits while a live lease runs). Of a succeeded or
+      cancelled job it is stale too.
+    - A message that names no job, or a job not in the database, stays for an operator.
+    """
+    remove: list[int] = []
+    surplus = stale = 0
+    keep: dict[uuid.UUID, int] = {}  # quarantined job -> index of the message it keeps
+    for index, message in enumerate(messages):
+        job_id = message.job_id
+        state = states.get(job_id) if job_id is not None else None
+        if job_id is None or state is None:
+            continue
+        if state == JobState.QUARANTINED:
+            kept = keep.setdefault(job_id, index)
+            if kept == index:
+                continue
+            surplus += 1
+            if _rank(message) > _rank(messages[kept]):
+                remove.append(kept)
+                keep[job_id] = index
+            else:
+                remove.append(index)
+            continue
+        live = state in (JobState.QUEUED, JobState.RETRYING, JobState.RUNNING)
+        if message.reason == "delivery_limit" and live:
+            continue
+        stale += 1
+        remove.append(index)
+    return SweepPlan(sorted(remove), surplus, stale)
+
+
+def _rank(message: QuarantinedMessage) -> int:
+    return message.outbox_id if message.outbox_id is not None else -1
 
 
 async def purge(connection: AbstractConnection) -> int:

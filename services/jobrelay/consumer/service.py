@@ -26,7 +26,7 @@ from jobrelay.core.settings import Settings, mask_url, parse_type_queues
 from jobrelay.core.topology import work_queue_name
 from jobrelay.db.execution_store import ExecutionStore
 from jobrelay.db.store import Store
-from jobrelay.handlers.loading import load_registry
+from jobrelay.handlers.loading import registry_for
 
 log = logging.getLogger("jobrelay.consumer")
 
@@ -40,13 +40,20 @@ async def run_consumer(
     concurrency: int | None = None,
     handlers: str | None = None,
 ) -> int:
-    """The ``jobrelay consumer`` command; returns the process exit status."""
+    """The ``jobrelay consumer`` command; returns the process exit status.
+
+    ``handlers`` (``--handlers``) overrides JOBRELAY_HANDLERS."""
     try:
-        registry = load_registry(handlers or settings.handlers)
+        registry = registry_for(settings, handlers)
         routes = parse_type_queues(settings.type_queues)
     except (ConfigurationError, ValueError) as error:
         log.error("cannot start: %s", error, extra={"event": "configuration_error"})
         return 2
+    log.info(
+        "job types: %s",
+        ", ".join(sorted(registry.types)),
+        extra={"event": "job_types", "types": ",".join(sorted(registry.types))},
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

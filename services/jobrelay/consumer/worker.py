@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import logging
 import os
 import random
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from pydantic import BaseModel
 
@@ -32,14 +34,17 @@ from jobrelay.core.errors import (
     TransientError,
     UnknownJobType,
 )
+from jobrelay.core.failures import MESSAGE_MAX_BYTES, Failure, class_name, cut_head, storable
 from jobrelay.core.jobs import Outcome, Quarantine, RetryLater, Succeeded, decide_outcome
+from jobrelay.core.masking import Masker
 from jobrelay.core.message import Envelope, MalformedMessage
-from jobrelay.core.registry import JobContext, JobType, Registry
+from jobrelay.core.registry import AsyncHandler, JobContext, JobType, Registry, SyncHandler
 from jobrelay.core.retry import RetryPolicy
 from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobState
 from jobrelay.db.execution_store import (
     Claimed,
+    Deferred,
     ExecutionStore,
     Finish,
     Refusal,
@@ -133,6 +138,9 @@ class Worker:
         self.lease_seconds = settings.lease_seconds
         self.results_dir = settings.results_dir
         self.policy = RetryPolicy(settings.retry_base_seconds, settings.retry_max_seconds)
+        self.unknown_type_patience = settings.unknown_type_patience_seconds
+        # Masks the service's own passwords (and any token) out of stored failures.
+        self.mask = Masker.from_settings(settings)
         self.metrics = metrics or ConsumerMetrics()
         self.heartbeat_interval = heartbeat_interval or settings.lease_seconds / 3
         # How long a claim or a final write keeps retrying through a database outage before
@@ -193,6 +201,11 @@ class Worker:
                 extra={"event": "malformed_message", "reason": str(error)},
             )
             return Verdict(Disposition.DEAD_LETTER, "malformed")
+        if envelope.type not in self.registry:
+            return await self._defer(envelope, redelivered=redelivered)
+        return await self._claim_and_run(envelope, redelivered=redelivered)
+
+    async def _claim_and_run(self, envelope: Envelope, *, redelivered: bool) -> Verdict:
         token = uuid.uuid4()
         asked = time.monotonic()
         try:
@@ -209,6 +222,41 @@ class Worker:
         if isinstance(claim, Refused):
             return self._refused(envelope, claim, redelivered=redelivered)
         return await self._attempt(claim, lease_deadline=asked + self.lease_seconds)
+
+    async def _defer(self, envelope: Envelope, *, redelivered: bool) -> Verdict:
+        """A type this consumer does not know (a rolling deploy, other handlers): never run,
+        never an attempt; the job comes back later for a consumer that knows it."""
+        extra = {"job_id": str(envelope.job_id), "type": envelope.type[:100]}
+        try:
+            deferral = await self._patiently(
+                lambda: self.store.defer_unknown_type(
+                    envelope.job_id,
+                    job_type=envelope.type,
+                    delay_seconds=self.policy.unknown_type_delay(self.rng),
+                    patience_seconds=self.unknown_type_patience,
+                    detail=f"not known to consumer {self.name}",
+                )
+            )
+        except StoreUnavailable:
+            return STORE_UNAVAILABLE
+        if isinstance(deferral, Deferred):
+            if deferral.quarantined:
+                log.warning(
+                    "job type unknown since %s: quarantined",
+                    deferral.unknown_since.isoformat(),
+                    extra={**extra, "event": "quarantined", "reason": "unknown_job_type"},
+                )
+                return Verdict(Disposition.DEAD_LETTER, "quarantined")
+            log.info(
+                "job type unknown here: deferred to %s",
+                deferral.available_at.isoformat(),
+                extra={**extra, "event": "deferred", "reason": "unknown_job_type"},
+            )
+            return Verdict(Disposition.ACK, "deferred")
+        if deferral.reason is Refusal.OTHER_TYPE:
+            # The message names another type than the job's: the job's own type decides.
+            return await self._claim_and_run(envelope, redelivered=redelivered)
+        return self._refused(envelope, deferral, redelivered=redelivered)
 
     def _refused(self, envelope: Envelope, refused: Refused, *, redelivered: bool) -> Verdict:
         extra = {"job_id": str(envelope.job_id), "event": refused.reason.value}
@@ -237,7 +285,8 @@ class Worker:
         try:
             job_type, payload = self._resolve(job.type, job.payload)
         except (UnknownJobType, InvalidPayload, PermanentError) as error:
-            quarantine = Quarantine(reason_code=error.code, error=str(error)[:500])
+            failure = self._refusal_failure(error)
+            quarantine = Quarantine(error.code, failure.message, failure)
             return await self._conclude(claim, quarantine, job.type, 0.0)
         run = await self._run_under_lease(claim, job_type, payload, lease_deadline)
         if isinstance(run, LeaseLost):
@@ -257,8 +306,19 @@ class Worker:
             now=datetime.now(UTC),
             policy=self.policy,
             rng=self.rng,
+            mask=self.mask,
         )
-        return await self._conclude(claim, outcome, job.type, run.seconds)
+        return await self._conclude(claim, outcome, job.type, run.seconds, run.error)
+
+    def _refusal_failure(self, error: UnknownJobType | InvalidPayload | PermanentError) -> Failure:
+        """Why a claimed job was not run: no traceback (the handler never ran), and for a
+        payload the fields that failed (never their values)."""
+        message = str(error)
+        errors = getattr(error, "extra", {}).get("errors")
+        if errors:
+            message = f"{message}: {json.dumps(errors, ensure_ascii=False)}"
+        message = cut_head(storable(self.mask(message)), MESSAGE_MAX_BYTES)
+        return Failure(class_name(type(error)), message)
 
     def _resolve(self, name: str, raw_payload: Any) -> tuple[JobType, BaseModel]:
         job_type = self.registry.get(name)
@@ -267,7 +327,12 @@ class Worker:
         return job_type, self.registry.validate_payload(name, raw_payload)
 
     async def _conclude(
-        self, claim: Claimed, outcome: Outcome, job_type: str, seconds: float
+        self,
+        claim: Claimed,
+        outcome: Outcome,
+        job_type: str,
+        seconds: float,
+        error: BaseException | None = None,
     ) -> Verdict:
         """The one store call for a decided outcome, shielded from cancellation."""
         job = claim.job
@@ -293,9 +358,14 @@ class Worker:
                 "outcome rejected: the lease is no longer ours",
                 extra={**extra, "event": "stale_completion_rejected"},
             )
+        elif isinstance(outcome, Succeeded):
+            log.info("attempt finished", extra={**extra, "event": verdict.outcome})
         else:
-            log.info(
-                "attempt finished",
+            # The traceback goes with the line (the formatter masks it and cuts it to size).
+            log.warning(
+                "attempt failed: %s",
+                outcome.failure.summary() if outcome.failure else outcome.error,
+                exc_info=error,
                 extra={**extra, "event": verdict.outcome, **_outcome_context(outcome)},
             )
         return verdict
@@ -341,12 +411,17 @@ class Worker:
         started = time.monotonic()
         try:
             async with asyncio.timeout(job_type.timeout_seconds):
-                result = await job_type.handler(context, payload)
+                if job_type.runs_in_thread:
+                    result = await _in_thread(cast(SyncHandler, job_type.handler), context, payload)
+                else:
+                    result = await cast(AsyncHandler, job_type.handler)(context, payload)
             _check_result(result)
-        except TimeoutError:
+        except TimeoutError as timed_out:
             error: BaseException = TransientError(
                 f"handler timed out after {job_type.timeout_seconds:g}s", code="timeout"
             )
+            # Its traceback shows where the handler was waiting when the time ran out.
+            error.__cause__ = timed_out
             return HandlerRun(None, error, time.monotonic() - started)
         except Exception as failure:
             return HandlerRun(None, failure, time.monotonic() - started)
@@ -402,6 +477,43 @@ class Worker:
                     extra={"event": "store_unavailable"},
                 )
                 await asyncio.sleep(pause)
+
+
+async def _in_thread(handler: SyncHandler, context: JobContext, payload: BaseModel) -> Any:
+    """Run a plain `def` handler in a thread of its own and wait for it.
+
+    A thread cannot be interrupted: a timeout, a lost lease or a shutdown stops the wait, and
+    the thread runs on to its end with its result dropped. It is a daemon thread, so that such
+    a thread never keeps a stopping consumer from exiting (a pool's threads would be joined at
+    exit), and it is not taken from the loop's default executor, which DNS lookups share.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+    call = contextvars.copy_context()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if done.done():  # the wait was given up
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)
+
+    def run() -> None:
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            result = call.run(handler, context, payload)
+        except StopIteration as stopped:  # a future cannot hold one
+            error = RuntimeError("the handler raised StopIteration")
+            error.__cause__ = stopped
+        except BaseException as failure:
+            error = failure
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name=f"jobrelay-handler-{context.job_id}", daemon=True).start()
+    return await done
 
 
 def _check_result(result: Any) -> None:

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import random
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from jobrelay.core.errors import HandlerError, PermanentError
+from jobrelay.core.failures import MESSAGE_MAX_BYTES, Failure, cut_head, describe_failure
 from jobrelay.core.retry import RetryPolicy
 from jobrelay.core.states import JobState
 
 IDEMPOTENCY_KEY_MAX = 200
-SAFE_ERROR_MAX = 500
+# ``jobs.last_error``: what the job's owner reads (the code is beside it, in last_error_code).
+SAFE_ERROR_MAX = MESSAGE_MAX_BYTES
 
 
 @dataclass(frozen=True)
@@ -46,14 +49,19 @@ def is_valid_idempotency_key(key: str | None) -> bool:
     )
 
 
-def safe_error_text(error: BaseException) -> str:
-    """A short message fit for ``jobs.last_error``.
+def safe_error_text(error: BaseException, mask: Callable[[str], str] | None = None) -> str:
+    """The message fit for ``jobs.last_error``: known secrets masked, at most 2 KiB.
 
-    Only ``HandlerError`` messages are written by handler authors for this purpose; any other
-    exception may carry a payload or a secret in its text, so only its class name is kept.
+    A ``HandlerError``'s message was written for this purpose and stands alone; any other
+    exception is named by its class before its message (``RuntimeError: …``).
     """
-    text = str(error) or error.code if isinstance(error, HandlerError) else type(error).__name__
-    return text[:SAFE_ERROR_MAX]
+    return _last_error(error, describe_failure(error, mask))
+
+
+def _last_error(error: BaseException, failure: Failure) -> str:
+    if isinstance(error, HandlerError):
+        return failure.message or error.code
+    return cut_head(failure.summary(), SAFE_ERROR_MAX)
 
 
 # --- the outcome of an attempt ------------------------------------------------------------------
@@ -69,12 +77,14 @@ class RetryLater:
     available_at: datetime
     error_code: str
     error: str
+    failure: Failure | None = None  # stored with the attempt's journal entry
 
 
 @dataclass(frozen=True)
 class Quarantine:
     reason_code: str
     error: str
+    failure: Failure | None = None
 
 
 Outcome = Succeeded | RetryLater | Quarantine
@@ -89,17 +99,26 @@ def decide_outcome(
     now: datetime,
     policy: RetryPolicy,
     rng: random.Random | None = None,
+    mask: Callable[[str], str] | None = None,
 ) -> Outcome:
-    """What one finished attempt means, with the clock passed in. The caller stores it once."""
+    """What one finished attempt means, with the clock passed in. The caller stores it once.
+
+    ``mask`` removes known secrets from the error's message and traceback.
+    """
     if error is None:
         return Succeeded(result if result is not None else {})
+    failure = describe_failure(error, mask)
     code = error.code if isinstance(error, HandlerError) else "unexpected_error"
-    text = safe_error_text(error)
+    text = _last_error(error, failure)
     if isinstance(error, PermanentError):
-        return Quarantine(reason_code=code, error=text)
+        return Quarantine(reason_code=code, error=text, failure=failure)
     if attempt >= max_attempts:
         return Quarantine(
-            reason_code="attempts_exhausted", error=f"{code}: {text}"[:SAFE_ERROR_MAX]
+            reason_code="attempts_exhausted",
+            error=cut_head(f"{code}: {text}", SAFE_ERROR_MAX),
+            failure=failure,
         )
     delay = policy.delay(attempt, rng)
-    return RetryLater(available_at=now + timedelta(seconds=delay), error_code=code, error=text)
+    return RetryLater(
+        available_at=now + timedelta(seconds=delay), error_code=code, error=text, failure=failure
+    )

@@ -1,17 +1,20 @@
 """The registry of job types: name, payload schema, handler, attempt limit, timeout.
 
 The API uses it to validate submissions; the consumer uses it to run handlers. A user's own
-registry is loaded with ``--handlers module:registry``.
+registries are loaded with ``--handlers module:registry`` or JOBRELAY_HANDLERS
+(``jobrelay.handlers.loading``). A handler is an ``async def`` or a plain ``def``; the consumer
+runs a plain one in a thread pool.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -35,7 +38,17 @@ class JobContext:
         return f"jobrelay:{self.job_id}"
 
 
-Handler = Callable[[JobContext, Any], Awaitable[dict[str, Any]]]
+AsyncHandler = Callable[[JobContext, Any], Awaitable[dict[str, Any]]]
+SyncHandler = Callable[[JobContext, Any], dict[str, Any]]
+Handler = AsyncHandler | SyncHandler
+H = TypeVar("H", bound=Callable[..., Any])
+
+
+def is_async_handler(handler: Callable[..., Any]) -> bool:
+    """An ``async def`` (or an object whose ``__call__`` is one)."""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None)  # noqa: B004 - the method itself, not callable()
+    )
 
 
 @dataclass(frozen=True)
@@ -46,6 +59,11 @@ class JobType:
     max_attempts: int | None = None  # None: the JOBRELAY_MAX_ATTEMPTS default
     timeout_seconds: float = 300.0
     description: str = ""
+
+    @property
+    def runs_in_thread(self) -> bool:
+        """A plain ``def`` handler: run in a thread so it cannot block the event loop."""
+        return self.handler is not None and not is_async_handler(self.handler)
 
 
 def safe_validation_errors(error: ValidationError) -> list[dict[str, Any]]:
@@ -73,10 +91,13 @@ class Registry:
         *,
         max_attempts: int | None = None,
         timeout_seconds: float = 300.0,
-    ) -> Callable[[Handler], Handler]:
-        """Decorator form: ``@registry.job("x.y", Payload)`` above an async handler."""
+    ) -> Callable[[H], H]:
+        """Decorator form: ``@registry.job("x.y", Payload)`` above an ``async def`` or a plain
+        ``def`` handler ``(context, payload) -> dict``."""
 
-        def decorate(handler: Handler) -> Handler:
+        def decorate(handler: H) -> H:
+            if not callable(handler):
+                raise TypeError(f"the handler of job type {name!r} is not callable")
             self.register(
                 JobType(
                     name=name,

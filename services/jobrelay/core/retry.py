@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+UNKNOWN_TYPE_MAX_DELAY = 60.0
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -22,4 +24,11 @@ class RetryPolicy:
         them grow) while the other half spreads a burst of failures over time.
         """
         ceiling = self.ceiling(attempt)
+        return ceiling / 2 + (rng or random).uniform(0, ceiling / 2)
+
+    def unknown_type_delay(self, rng: random.Random | None = None) -> float:
+        """How long a job whose type a consumer did not know waits before it is offered again:
+        uniform in [c/2, c], c = the maximum retry delay kept within 1 s and a minute, so the
+        new consumers of a rolling deploy get it soon and an old one never spins on it."""
+        ceiling = min(UNKNOWN_TYPE_MAX_DELAY, max(1.0, self.max_seconds))
         return ceiling / 2 + (rng or random).uniform(0, ceiling / 2)

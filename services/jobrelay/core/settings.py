@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -24,6 +24,9 @@ class Settings(BaseSettings):
     poll_interval_seconds: float = Field(1.0, gt=0)
     publish_timeout_seconds: float = Field(10.0, gt=0)
     retention_hours: float = Field(168.0, gt=0)
+    # Self-healing of lost messages (``jobrelay.dispatcher.housekeeping``): a job published
+    # this long ago and never claimed, whose work queue is empty, is published again; 0 = off.
+    redispatch_after_seconds: float = Field(300.0, ge=0)
 
     max_body_bytes: int = Field(65536, ge=1024)
     api_host: str = "127.0.0.1"
@@ -39,11 +42,41 @@ class Settings(BaseSettings):
     # "type=queue,type=queue": route a slow type to its own queue.
     type_queues: str = ""
 
-    handlers: str = "jobrelay.handlers.builtin:registry"
+    # "module:attribute,module:attribute": registries of job types, combined with the built-in
+    # types unless builtins is false (``jobrelay.handlers.loading``).
+    handlers: str = ""
+    builtins: bool = True
+    # A consumer that does not know a job's type puts it back; only once the type has stayed
+    # unknown this long is the job quarantined (unknown_job_type).
+    unknown_type_patience_seconds: float = Field(3600.0, ge=0)
 
     metrics_port: int = Field(0, ge=0, le=65535)
     results_dir: Path = Path("results")
     log_level: str = "INFO"
+
+    @field_validator("database_url")
+    @classmethod
+    def _psycopg_url(cls, url: str) -> str:
+        return normalize_database_url(url)
+
+
+# The driver jobrelay ships with; the schemes people paste (Heroku, libpq, docker images) name
+# the same database without it.
+DATABASE_SCHEME = "postgresql+psycopg"
+_DATABASE_SCHEMES = {"postgres", "postgresql", "postgresql+psycopg"}
+
+
+def normalize_database_url(url: str) -> str:
+    """``postgres://…`` and ``postgresql://…`` as ``postgresql+psycopg://…``; a URL of another
+    database or driver is a ValueError that names the scheme only (never the password)."""
+    scheme, sep, rest = url.strip().partition("://")
+    if not sep or scheme.lower() not in _DATABASE_SCHEMES:
+        shown = scheme.lower() if sep else "none"
+        raise ValueError(
+            f"not a PostgreSQL URL (scheme {shown[:40]!r}); use postgresql+psycopg://, "
+            "postgresql:// or postgres://USER:PASSWORD@HOST:PORT/DATABASE"
+        )
+    return f"{DATABASE_SCHEME}://{rest}"
 
 
 def mask_url(url: str) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from jobrelay.core.failures import public_failure
 from jobrelay.core.jobs import Job
 from jobrelay.core.states import JobEvent, JobState
 
@@ -32,6 +33,7 @@ class EventEntry:
     event: str
     attempt: int
     detail: str | None
+    error: dict[str, Any] | None = None  # a failed attempt's {"class", "message", "traceback"}
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def why_it_stopped(job: Job, result: StoredResult | None) -> str:
+def why_it_stopped(job: Job, result: StoredResult | None, *, deferred: bool = False) -> str:
     if job.state == JobState.SUCCEEDED:
         attempt = result.attempt if result else job.attempts
         return f"succeeded on attempt {attempt} of {job.max_attempts}"
@@ -60,6 +62,11 @@ def why_it_stopped(job: Job, result: StoredResult | None) -> str:
         )
     if job.state == JobState.RUNNING:
         return f"not stopped: running attempt {job.attempts}, lease until {_iso(job.lease_until)}"
+    if deferred:
+        return (
+            "not stopped: deferred, the consumer that received it did not know its type; "
+            f"due again {_iso(job.available_at)}"
+        )
     return "not stopped: queued, waiting for a consumer"
 
 
@@ -70,12 +77,24 @@ def build_trace(
     outbox: list[OutboxEntry],
     events: list[EventEntry],
     result: StoredResult | None,
+    tracebacks: bool = True,
 ) -> dict[str, Any]:
+    """``tracebacks=False``: what the job's owner sees (failures without their traceback)."""
     counts = Counter(event.event for event in events)
     received = next((e for e in events if e.event == JobEvent.RECEIVED), None)
     claims = counts[JobEvent.CLAIMED]
-    exhausted_without_claim = sum(
-        1 for e in events if e.event == JobEvent.QUARANTINED and e.detail == "attempts_exhausted"
+    # Deliveries that ended without a claim: no attempts left, or a type the consumer lacked.
+    unclaimed = sum(
+        1
+        for e in events
+        if e.event == JobEvent.QUARANTINED
+        and (
+            e.detail == "attempts_exhausted" or (e.detail == "unknown_job_type" and e.error is None)
+        )
+    )
+    failures = [e for e in events if e.error is not None]
+    last = next(
+        (e.event for e in reversed(events) if e.event != JobEvent.PUBLISHED), JobEvent.RECEIVED
     )
     return {
         "job_id": str(job.id),
@@ -99,9 +118,13 @@ def build_trace(
         ],
         "published": counts[JobEvent.PUBLISHED],
         "deliveries": {
-            "total": claims + counts[JobEvent.DUPLICATE_DELIVERY] + exhausted_without_claim,
+            "total": claims
+            + counts[JobEvent.DUPLICATE_DELIVERY]
+            + counts[JobEvent.DEFERRED]
+            + unclaimed,
             "claimed": claims,
             "duplicate": counts[JobEvent.DUPLICATE_DELIVERY],
+            "deferred": counts[JobEvent.DEFERRED],
         },
         "attempts": job.attempts,
         "max_attempts": job.max_attempts,
@@ -119,12 +142,24 @@ def build_trace(
             else None
         ),
         "state": job.state.value,
-        "why": why_it_stopped(job, result),
+        "why": why_it_stopped(job, result, deferred=last == JobEvent.DEFERRED),
+        "last_failure": _failure(failures[-1], tracebacks) if failures else None,
         "events": [
-            {"at": _iso(e.at), "event": e.event, "attempt": e.attempt, "detail": e.detail}
+            {
+                "at": _iso(e.at),
+                "event": e.event,
+                "attempt": e.attempt,
+                "detail": e.detail,
+                "error": _failure(e, tracebacks)["error"] if e.error is not None else None,
+            }
             for e in events
         ],
     }
+
+
+def _failure(event: EventEntry, tracebacks: bool) -> dict[str, Any]:
+    error = event.error if tracebacks else public_failure(event.error)
+    return {"at": _iso(event.at), "attempt": event.attempt, "event": event.event, "error": error}
 
 
 def render_trace(trace: dict[str, Any]) -> str:
@@ -146,9 +181,11 @@ def render_trace(trace: dict[str, Any]) -> str:
             f"  outbox #{row['id']:<4} written {row['created_at']}, {state} "
             f"after {row['publish_attempts']} attempt(s){error}"
         )
+    deferred = deliveries.get("deferred", 0)
     lines.append(
         f"  deliveries {deliveries['total']} ({deliveries['claimed']} claimed, "
-        f"{deliveries['duplicate']} duplicate); attempts {trace['attempts']} of "
+        f"{deliveries['duplicate']} duplicate{f', {deferred} deferred' if deferred else ''}); "
+        f"attempts {trace['attempts']} of "
         f"{trace['max_attempts']}; retries {trace['retries_scheduled']}; lease expiries "
         f"{trace['lease_expiries']}; stale completions rejected "
         f"{trace['stale_completions_rejected']}; replays {trace['replays']}"
@@ -166,4 +203,12 @@ def render_trace(trace: dict[str, Any]) -> str:
     for event in trace["events"]:
         detail = f"  {event['detail']}" if event["detail"] else ""
         lines.append(f"    {event['at']}  #{event['attempt']:<2} {event['event']}{detail}")
+        error = event.get("error")
+        if error:
+            message = str(error.get("message") or "").replace("\n", "\n          ")
+            lines.append(f"        {error.get('class')}: {message}")
+    failure = trace.get("last_failure")
+    if failure and failure["error"].get("traceback"):
+        lines.append(f"  last failure (attempt {failure['attempt']}, {failure['at']})")
+        lines.extend(f"    {line}" for line in failure["error"]["traceback"].rstrip().splitlines())
     return "\n".join(lines)

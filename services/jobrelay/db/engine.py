@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from jobrelay.core.errors import StoreUnavailable
@@ -74,6 +75,27 @@ async def translated_errors(url: str) -> AsyncIterator[None]:
     except Exception as error:
         if is_connection_error(error):
             raise StoreUnavailable(
-                f"database unavailable at {mask_url(url)}: {type(error).__name__}"
+                f"database unavailable at {mask_url(url)}: {driver_reason(error, url)}"
             ) from None
         raise
+
+
+def driver_reason(error: BaseException, url: str) -> str:
+    """The driver's own first line (``password authentication failed for user …``,
+    ``Connection refused``), with any password masked; the class name when it says nothing."""
+    original = getattr(error, "orig", None) or error
+    lines = [line.strip() for line in str(original).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(original).__name__
+    reason = mask_url(lines[0])
+    password = _password_of(url)
+    if password and len(password) >= 4:  # a shorter one would mask ordinary words
+        reason = reason.replace(password, "***")
+    return reason[:300]
+
+
+def _password_of(url: str) -> str | None:
+    try:
+        return make_url(url).password
+    except Exception:
+        return None

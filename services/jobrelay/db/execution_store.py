@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from jobrelay.core.failures import Failure
 from jobrelay.core.jobs import Job, Outcome, Quarantine, RetryLater, Succeeded
 from jobrelay.core.states import JobEvent, JobState
 from jobrelay.db import queries as q
@@ -35,6 +37,7 @@ class Refusal(StrEnum):
     UNKNOWN_JOB = "unknown_job"
     EXHAUSTED = "attempts_exhausted"  # quarantined now; the message must dead-letter
     DUPLICATE = "duplicate"  # finished, running under a live lease, or not yet due
+    OTHER_TYPE = "other_type"  # the message named another type than the job's (not deferred)
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,18 @@ class Refused:
 
 
 ClaimResult = Claimed | Refused
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A job whose type the consumer does not know, put back without counting an attempt."""
+
+    quarantined: bool  # the type stayed unknown past the patience: quarantined instead
+    available_at: datetime
+    unknown_since: datetime
+
+
+DeferResult = Deferred | Refused
 
 
 class Finish(StrEnum):
@@ -109,6 +124,47 @@ class ExecutionStore:
         )
         return Refused(Refusal.DUPLICATE, job)
 
+    async def defer_unknown_type(
+        self,
+        job_id: uuid.UUID,
+        *,
+        job_type: str,
+        delay_seconds: float,
+        patience_seconds: float,
+        detail: str,
+    ) -> DeferResult:
+        """Put a due job of an unknown type back (due after ``delay_seconds``, a new outbox row,
+        attempts untouched), or quarantine it once the type stayed unknown past the patience.
+        Neither: say why (and journal a duplicate delivery)."""
+        name = job_type[:100]
+        row = await self.store.fetch_one(
+            q.DEFER_UNKNOWN_TYPE,
+            id=job_id,
+            type=job_type,
+            delay_seconds=delay_seconds,
+            patience_seconds=patience_seconds,
+            detail=detail,
+            deferred_error=f"no consumer that knows job type {name!r} has received it yet",
+            quarantined_error=(
+                f"job type {name!r} stayed unknown to the consumers for over {patience_seconds:g}s"
+            ),
+        )
+        if row is not None:
+            return Deferred(row.patience_over, row.available_at, row.type_unknown_since)
+        async with self.store.transaction() as connection:  # the rare path: why not?
+            current = (
+                await connection.execute(q.JOB_BY_ID, {"id": job_id, "client_id": None})
+            ).first()
+            if current is None:
+                return Refused(Refusal.UNKNOWN_JOB)
+            job = job_from_row(current)
+            if job.type != job_type:
+                return Refused(Refusal.OTHER_TYPE, job)
+            await self._record(
+                connection, job_id, JobEvent.DUPLICATE_DELIVERY, job.attempts, f"job {job.state}"
+            )
+            return Refused(Refusal.DUPLICATE, job)
+
     async def renew(
         self, job_id: uuid.UUID, *, lease_token: uuid.UUID, lease_seconds: float
     ) -> bool:
@@ -163,16 +219,26 @@ def _finish_statement(
     match outcome:
         case Succeeded(result=result):
             return q.COMPLETE_JOB, {**fence, "result": json.dumps(result)}
-        case RetryLater(available_at=available_at, error_code=code, error=error):
+        case RetryLater(available_at=available_at, error_code=code, error=error, failure=failure):
             return q.SCHEDULE_RETRY, {
                 **fence,
                 "available_at": available_at,
                 "error_code": code,
                 "error": error,
+                "failure": _failure_json(failure),
             }
-        case Quarantine(reason_code=code, error=error):
-            return q.QUARANTINE_JOB, {**fence, "error_code": code, "error": error}
+        case Quarantine(reason_code=code, error=error, failure=failure):
+            return q.QUARANTINE_JOB, {
+                **fence,
+                "error_code": code,
+                "error": error,
+                "failure": _failure_json(failure),
+            }
     raise AssertionError(f"unknown outcome {outcome!r}")  # pragma: no cover
+
+
+def _failure_json(failure: Failure | None) -> str | None:
+    return None if failure is None else json.dumps(failure.as_json())
 
 
 def _already_done(trace: Any, attempt: int, outcome: Outcome) -> bool:

@@ -34,19 +34,74 @@ INSERT_CLIENT: TextClause = text(
     """
 )
 
+# The API's caches of token lookups listen on this channel: every statement below that changes
+# which token opens which client notifies it, so a disabled client or a rotated token is refused
+# at once by every API process.
+CLIENTS_CHANNEL = "jobrelay_clients"
+
+# A client's current token, or its previous one until the rotation's grace period ends
+# (``valid_for_seconds``: how long the previous token still works; NULL for the current one).
 CLIENT_BY_TOKEN_HASH: TextClause = text(
     """
-    SELECT id, name, is_admin FROM clients
-    WHERE token_hash = :token_hash AND disabled_at IS NULL
+    SELECT id, name, is_admin,
+           CASE WHEN token_hash = :token_hash THEN NULL
+                ELSE EXTRACT(EPOCH FROM previous_token_expires_at - now())::float8
+           END AS valid_for_seconds
+    FROM clients
+    WHERE disabled_at IS NULL
+      AND (token_hash = :token_hash
+           OR (previous_token_hash = :token_hash AND previous_token_expires_at > now()))
     """
 )
 
-DISABLE_CLIENT: TextClause = text(
-    "UPDATE clients SET disabled_at = now() WHERE name = :name AND disabled_at IS NULL RETURNING id"
+# Disable (:disable true) or enable a client by name. One row per existing client: whether it
+# was disabled before, and whether this statement changed it; no row for an unknown name.
+SET_CLIENT_DISABLED: TextClause = text(
+    f"""
+    WITH target AS (
+        SELECT id, disabled_at IS NOT NULL AS was_disabled
+        FROM clients WHERE name = :name FOR UPDATE
+    ), changed AS (
+        UPDATE clients c
+        SET disabled_at = CASE WHEN CAST(:disable AS boolean) THEN now() END
+        FROM target t
+        WHERE c.id = t.id AND t.was_disabled <> CAST(:disable AS boolean)
+        RETURNING c.id
+    )
+    SELECT t.id, t.was_disabled, EXISTS (SELECT 1 FROM changed) AS changed,
+           pg_notify('{CLIENTS_CHANNEL}', t.id::text)::text AS notified
+    FROM target t
+    """
+)
+
+# A new token for the same client row (its jobs stay its own). With a grace period the old
+# token keeps working until then (SET sees the row's old values: the old hash moves over);
+# without one it stops at once.
+ROTATE_CLIENT_TOKEN: TextClause = text(
+    f"""
+    WITH rotated AS (
+        UPDATE clients
+        SET token_hash = :token_hash,
+            previous_token_hash = CASE WHEN CAST(:grace_seconds AS float8) > 0
+                                       THEN token_hash END,
+            previous_token_expires_at = CASE WHEN CAST(:grace_seconds AS float8) > 0
+                THEN now() + make_interval(secs => CAST(:grace_seconds AS float8)) END
+        WHERE name = :name
+        RETURNING id, disabled_at, previous_token_expires_at
+    )
+    SELECT id, disabled_at, previous_token_expires_at,
+           pg_notify('{CLIENTS_CHANNEL}', id::text)::text AS notified
+    FROM rotated
+    """
 )
 
 LIST_CLIENTS: TextClause = text(
-    "SELECT id, name, is_admin, disabled_at, created_at FROM clients ORDER BY created_at, name"
+    """
+    SELECT id, name, is_admin, disabled_at, created_at,
+           CASE WHEN previous_token_expires_at > now() THEN previous_token_expires_at END
+               AS previous_token_expires_at
+    FROM clients ORDER BY created_at, name
+    """
 )
 
 # --- accept (SPEC §4) -----------------------------------------------------------------------
@@ -93,7 +148,7 @@ JOB_BY_ID: TextClause = text(
 
 JOB_EVENTS: TextClause = text(
     """
-    SELECT e.id, e.at, e.event, e.attempt, e.detail
+    SELECT e.id, e.at, e.event, e.attempt, e.detail, e.error
     FROM job_events e
     WHERE e.job_id = :job_id
     ORDER BY e.id
@@ -308,7 +363,8 @@ CLAIM_JOB: TextClause = text(
     ), claimed AS (
         UPDATE jobs j
         SET state = 'running', attempts = j.attempts + 1, lease_token = :lease_token,
-            lease_until = now() + make_interval(secs => :lease_seconds), updated_at = now()
+            lease_until = now() + make_interval(secs => :lease_seconds), updated_at = now(),
+            type_unknown_since = NULL  -- a consumer that knows the type has it now
         FROM before b
         WHERE j.id = b.id AND j.attempts < j.max_attempts
           AND ((j.state IN ('queued', 'retrying') AND j.available_at <= now())
@@ -394,10 +450,11 @@ SCHEDULE_RETRY: TextClause = text(
     ), new_outbox AS (
         INSERT INTO outbox (job_id, available_at) SELECT id, available_at FROM r
     ), event AS (
-        INSERT INTO job_events (job_id, event, attempt, detail)
+        INSERT INTO job_events (job_id, event, attempt, detail, error)
         SELECT id, 'retry_scheduled', attempts,
                :error_code || ': retry at ' || to_char(available_at AT TIME ZONE 'UTC',
-                                                      'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+                                                      'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+               CAST(:failure AS jsonb)
         FROM r
     )
     SELECT id FROM r
@@ -415,10 +472,53 @@ QUARANTINE_JOB: TextClause = text(
           AND lease_until > now()
         RETURNING id, attempts
     ), event AS (
-        INSERT INTO job_events (job_id, event, attempt, detail)
-        SELECT id, 'quarantined', attempts, :error_code FROM q
+        INSERT INTO job_events (job_id, event, attempt, detail, error)
+        SELECT id, 'quarantined', attempts, :error_code, CAST(:failure AS jsonb) FROM q
     )
     SELECT id FROM q
+    """
+)
+
+# A consumer that does not know the job's type (its message says which) never claims it: one
+# statement puts the job back, due after :delay_seconds with a new outbox row and a `deferred`
+# event, and attempts untouched; or, once the type has stayed unknown past :patience_seconds,
+# quarantines it (unknown_job_type). Guarded like a claim: queued or retrying, and due.
+DEFER_UNKNOWN_TYPE: TextClause = text(
+    """
+    WITH met AS (
+        SELECT id, coalesce(type_unknown_since, now()) AS since,
+               coalesce(type_unknown_since <= now() - make_interval(secs => :patience_seconds),
+                        false) AS patience_over
+        FROM jobs
+        WHERE id = :id AND type = :type AND state IN ('queued', 'retrying')
+          AND available_at <= now()
+        FOR UPDATE
+    ), moved AS (
+        UPDATE jobs j
+        SET state = CASE WHEN m.patience_over THEN 'quarantined' ELSE j.state END,
+            available_at = CASE WHEN m.patience_over THEN j.available_at
+                                ELSE now() + make_interval(secs => :delay_seconds) END,
+            finished_at = CASE WHEN m.patience_over THEN now() END,
+            type_unknown_since = m.since,
+            last_error_code = 'unknown_job_type',
+            last_error = CASE WHEN m.patience_over THEN :quarantined_error
+                              ELSE :deferred_error END,
+            updated_at = now()
+        FROM met m WHERE j.id = m.id
+        RETURNING j.id, j.attempts, j.available_at, j.type_unknown_since, m.patience_over
+    ), new_outbox AS (
+        INSERT INTO outbox (job_id, available_at)
+        SELECT id, available_at FROM moved WHERE NOT patience_over
+    ), event AS (
+        INSERT INTO job_events (job_id, event, attempt, detail)
+        SELECT id, CASE WHEN patience_over THEN 'quarantined' ELSE 'deferred' END, attempts,
+               CASE WHEN patience_over THEN 'unknown_job_type'
+                    ELSE 'unknown_job_type: ' || :detail || '; due again at '
+                         || to_char(available_at AT TIME ZONE 'UTC',
+                                    'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') END
+        FROM moved
+    )
+    SELECT id, attempts, available_at, type_unknown_since, patience_over FROM moved
     """
 )
 
@@ -457,7 +557,7 @@ REPLAY_JOB: TextClause = text(
     WITH r AS (
         UPDATE jobs
         SET state = 'queued', max_attempts = attempts + :budget, available_at = now(),
-            finished_at = NULL, updated_at = now()
+            finished_at = NULL, updated_at = now(), type_unknown_since = NULL
         WHERE id = :id AND state = 'quarantined'
         RETURNING id, attempts, available_at
     ), new_outbox AS (
@@ -491,12 +591,15 @@ OUTBOX_ROWS_OF_JOB: TextClause = text(
 REDISPATCH_STRANDED: TextClause = text(
     f"""
     WITH stranded AS (
-        SELECT j.id FROM jobs j WHERE {_STRANDED}
+        SELECT j.id, j.attempts FROM jobs j WHERE {_STRANDED}
         ORDER BY j.available_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
+    ), new_outbox AS (
+        INSERT INTO outbox (job_id) SELECT id FROM stranded
     )
-    INSERT INTO outbox (job_id) SELECT id FROM stranded
+    INSERT INTO job_events (job_id, event, attempt, detail)
+    SELECT id, 'redispatched', attempts, :detail FROM stranded
     RETURNING job_id
     """
 )
@@ -535,5 +638,59 @@ QUARANTINED_IDS: TextClause = text(
     SELECT id FROM jobs
     WHERE state = 'quarantined' AND (CAST(:code AS text) IS NULL OR last_error_code = :code)
     ORDER BY finished_at
+    """
+)
+
+
+# --- the quarantine's keeper and lost messages (SPEC §7, §8.8) -------------------------------
+
+# Transaction-scoped advisory locks: released by COMMIT, ROLLBACK or a dropped connection, so a
+# crashed holder can never keep one. ``SET_LOCK_TIMEOUT`` bounds the wait of the blocking form.
+SET_LOCK_TIMEOUT: TextClause = text("SELECT set_config('lock_timeout', :timeout, true) AS v")
+ADVISORY_XACT_LOCK: TextClause = text("SELECT pg_advisory_xact_lock(:key)::text AS locked")
+TRY_ADVISORY_XACT_LOCK: TextClause = text("SELECT pg_try_advisory_xact_lock(:key) AS locked")
+
+# The states of the jobs named by the messages in the quarantine queue.
+JOB_STATES: TextClause = text("SELECT id, state FROM jobs WHERE id = ANY(:ids)")
+
+QUARANTINED_COUNT: TextClause = text("SELECT count(*) AS n FROM jobs WHERE state = 'quarantined'")
+
+# Lost messages, healed by the dispatcher: stranded jobs (as above: due, every outbox row
+# published over :older_than_seconds ago, unclaimed since) routed to a work queue the caller
+# has just seen empty — :default_empty for the default queue (every type but :own_types),
+# :empty_own_types for the types bound to their own queue — get a new outbox row and a
+# `redispatched` event. At most :cap times in a row without a claim in between, so that a
+# misconfigured route can never make copies without end.
+HEAL_LOST_MESSAGES: TextClause = text(
+    f"""
+    WITH lost AS (
+        SELECT j.id, j.type, j.attempts FROM jobs j
+        WHERE {_STRANDED}
+          AND ((CAST(:default_empty AS boolean)
+                AND j.type <> ALL(CAST(:own_types AS text[])))
+               OR j.type = ANY(CAST(:empty_own_types AS text[])))
+          AND (SELECT count(*) FROM job_events e
+               WHERE e.job_id = j.id AND e.event = 'redispatched'
+                 AND e.id > coalesce((SELECT max(c.id) FROM job_events c
+                                      WHERE c.job_id = j.id AND c.event = 'claimed'), 0))
+              < :cap
+        ORDER BY j.available_at
+        LIMIT :limit
+        FOR UPDATE OF j SKIP LOCKED
+    ), new_outbox AS (
+        INSERT INTO outbox (job_id) SELECT id FROM lost
+    ), event AS (
+        INSERT INTO job_events (job_id, event, attempt, detail)
+        SELECT id, 'redispatched', attempts, :detail FROM lost
+    )
+    SELECT id AS job_id, type FROM lost
+    """
+)
+
+# For `stats`: how many messages were published again (by the dispatcher or an operator).
+REDISPATCHED_RECENTLY: TextClause = text(
+    """
+    SELECT count(*) AS n FROM job_events
+    WHERE at > now() - interval '1 hour' AND event = 'redispatched'
     """
 )

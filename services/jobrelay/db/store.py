@@ -33,6 +33,18 @@ class Client:
     id: uuid.UUID
     name: str
     is_admin: bool
+    valid_for_seconds: float | None = None
+    """Set when the caller used the previous token of a rotation: how long it still works."""
+
+
+@dataclass(frozen=True)
+class ClientChange:
+    """What enabling, disabling or rotating a client found and did."""
+
+    id: uuid.UUID
+    changed: bool
+    disabled: bool
+    previous_token_expires_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,7 @@ class JobEventRow:
     event: str
     attempt: int
     detail: str | None
+    error: dict[str, Any] | None = None  # a failed attempt's exception (with its traceback)
 
 
 def job_from_row(row: Any) -> Job:
@@ -174,11 +187,45 @@ class Store:
         return None if row is None else row.id
 
     async def client_by_token_hash(self, token_hash: str) -> Client | None:
+        """The enabled client whose current token, or previous token still in its grace
+        period, has this hash."""
         row = await self.fetch_one(q.CLIENT_BY_TOKEN_HASH, token_hash=token_hash)
-        return None if row is None else Client(id=row.id, name=row.name, is_admin=row.is_admin)
+        if row is None:
+            return None
+        return Client(
+            id=row.id, name=row.name, is_admin=row.is_admin, valid_for_seconds=row.valid_for_seconds
+        )
+
+    async def set_client_disabled(self, name: str, *, disabled: bool) -> ClientChange | None:
+        """Disable or enable a client by name; None when there is no such client."""
+        row = await self.fetch_one(q.SET_CLIENT_DISABLED, name=name, disable=disabled)
+        if row is None:
+            return None
+        return ClientChange(
+            id=row.id, changed=row.changed, disabled=row.was_disabled != row.changed
+        )
 
     async def disable_client(self, name: str) -> bool:
-        return await self.fetch_one(q.DISABLE_CLIENT, name=name) is not None
+        """True when an enabled client of that name was disabled."""
+        change = await self.set_client_disabled(name, disabled=True)
+        return change is not None and change.changed
+
+    async def rotate_client_token(
+        self, name: str, token_hash: str, *, grace_seconds: float
+    ) -> ClientChange | None:
+        """Give a client a new token; its previous one works ``grace_seconds`` more (0: stops
+        at once). None when there is no such client."""
+        row = await self.fetch_one(
+            q.ROTATE_CLIENT_TOKEN, name=name, token_hash=token_hash, grace_seconds=grace_seconds
+        )
+        if row is None:
+            return None
+        return ClientChange(
+            id=row.id,
+            changed=True,
+            disabled=row.disabled_at is not None,
+            previous_token_expires_at=row.previous_token_expires_at,
+        )
 
     async def list_clients(self) -> Sequence[Row[Any]]:
         return await self.fetch_all(q.LIST_CLIENTS)
@@ -226,7 +273,7 @@ class Store:
 
     async def job_events(self, job_id: uuid.UUID) -> list[JobEventRow]:
         rows = await self.fetch_all(q.JOB_EVENTS, job_id=job_id)
-        return [JobEventRow(r.id, r.at, r.event, r.attempt, r.detail) for r in rows]
+        return [JobEventRow(r.id, r.at, r.event, r.attempt, r.detail, r.error) for r in rows]
 
     async def list_jobs(
         self,
@@ -269,6 +316,7 @@ class Store:
                     q.PUBLISHED_NEVER_CLAIMED, {"older_than_seconds": never_claimed_after_seconds}
                 )
             ).scalar_one()
+            redispatched = (await connection.execute(q.REDISPATCHED_RECENTLY)).scalar_one()
         counts = {state.value: 0 for state in JobState}
         counts.update({row.state: row.n for row in by_state})
         oldest = backlog.oldest_due_seconds
@@ -288,12 +336,18 @@ class Store:
             "failed_by_code": {row.code: row.n for row in failed},
             "published_never_claimed": never_claimed,
             "published_never_claimed_after_seconds": never_claimed_after_seconds,
+            # Messages published again because they were lost (the dispatcher's self-healing
+            # and `jobs redispatch`), over the last hour.
+            "redispatched_last_hour": redispatched,
         }
 
     # --- operations -------------------------------------------------------------------------
 
-    async def trace(self, job_id: uuid.UUID) -> dict[str, Any] | None:
-        """Everything recorded about one job, summarized (``jobrelay.core.trace``)."""
+    async def trace(self, job_id: uuid.UUID, *, tracebacks: bool = True) -> dict[str, Any] | None:
+        """Everything recorded about one job, summarized (``jobrelay.core.trace``).
+
+        ``tracebacks=False`` for the job's owner: failures show their class and message only.
+        """
         async with self.transaction() as connection:  # one snapshot for a consistent story
             row = (await connection.execute(q.JOB_BY_ID, {"id": job_id, "client_id": None})).first()
             if row is None:
@@ -316,10 +370,11 @@ class Store:
                 )
                 for o in outbox
             ],
-            events=[EventEntry(e.at, e.event, e.attempt, e.detail) for e in events],
+            events=[EventEntry(e.at, e.event, e.attempt, e.detail, e.error) for e in events],
             result=StoredResult(stored.result, stored.attempt, stored.created_at)
             if stored
             else None,
+            tracebacks=tracebacks,
         )
 
     async def replay_job(self, job_id: uuid.UUID, *, budget: int, detail: str) -> bool:
@@ -340,9 +395,9 @@ class Store:
         return row is not None
 
     async def redispatch_stranded(
-        self, *, older_than_seconds: float, limit: int
+        self, *, older_than_seconds: float, limit: int, detail: str = "redispatched by an operator"
     ) -> list[uuid.UUID]:
         rows = await self.fetch_all(
-            q.REDISPATCH_STRANDED, older_than_seconds=older_than_seconds, limit=limit
+            q.REDISPATCH_STRANDED, older_than_seconds=older_than_seconds, limit=limit, detail=detail
         )
         return [row.job_id for row in rows]

@@ -48,6 +48,28 @@ class DispatcherMetrics:
             ["table"],
             registry=self.registry,
         )
+        self.redispatched = Counter(
+            PREFIX + "redispatched",
+            "Jobs published again because their message was provably lost: their work queue "
+            "was empty while they waited, published long ago and never claimed.",
+            ["queue"],
+            registry=self.registry,
+        )
+        self.quarantine_reconciled = Counter(
+            PREFIX + "quarantine_reconciled",
+            "Jobs marked quarantined (delivery_limit) because the broker dead-lettered their "
+            "message on its own.",
+            registry=self.registry,
+        )
+        self.quarantine_removed = Counter(
+            PREFIX + "quarantine_removed_messages",
+            "Messages removed from the quarantine queue: surplus (a second copy of a "
+            "quarantined job's message) or stale (its job is no longer quarantined).",
+            ["reason"],
+            registry=self.registry,
+        )
+        for reason in ("surplus", "stale"):
+            self.quarantine_removed.labels(reason=reason)
         self.listener_connected = Gauge(
             PREFIX + "listener_connected",
             "1 while the LISTEN connection for new outbox rows is up.",

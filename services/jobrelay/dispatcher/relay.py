@@ -6,8 +6,9 @@ with no transaction open; the outcome is a second short statement. Another dispa
 leased rows; a crashed dispatcher's rows come due again when the lease passes, so a crash can
 publish a row twice but never loses one.
 
-Maintenance (rescue of expired job leases, retention, the backlog gauge) runs in its own task so
-a slow sweep never delays relaying.
+Maintenance (rescue of expired job leases, retention, the backlog gauge, and the housekeeping
+of ``jobrelay.dispatcher.housekeeping``: lost messages and the quarantine queue) runs in its own
+task so a slow sweep never delays relaying.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ log = logging.getLogger(__name__)
 
 # One of the two retention statements: (retention_seconds, limit) -> rows deleted.
 DeleteBatch = Callable[[float, int], Awaitable[int]]
+# One round of housekeeping; returns how many new outbox rows it wrote (the relay wakes then).
+Housekeeping = Callable[[], Awaitable[int]]
 
 
 @dataclass(frozen=True)
@@ -76,8 +79,10 @@ class Relay:
         metrics: DispatcherMetrics | None = None,
         *,
         rng: random.Random | None = None,
+        housekeeping: Housekeeping | None = None,
     ) -> None:
         self.store = store
+        self.housekeeping = housekeeping
         self.publisher = publisher
         self.config = config
         self.metrics = metrics or DispatcherMetrics()
@@ -230,7 +235,20 @@ class Relay:
                 log.warning("maintenance skipped: %s", error, extra={"event": "outage"})
             except Exception:
                 log.exception("maintenance failed", extra={"event": "maintenance_failed"})
+            await self._housekeep()
             await self._sleep(self.config.maintenance_interval)
+
+    async def _housekeep(self) -> None:
+        """Guarded on its own: its failures never stop rescues and retention, nor theirs it."""
+        if self.housekeeping is None:
+            return
+        try:
+            if await self.housekeeping():
+                self.wake()  # lost messages got new outbox rows, due now
+        except StoreUnavailable as error:
+            log.warning("housekeeping skipped: %s", error, extra={"event": "outage"})
+        except Exception:
+            log.exception("housekeeping failed", extra={"event": "maintenance_failed"})
 
     async def rescue_expired_leases(self) -> int:
         """Expired `running` jobs back to `queued` with a new outbox row, once per expiry."""

@@ -12,6 +12,7 @@ from jobrelay.broker.publisher import Publisher
 from jobrelay.core.settings import Settings, mask_url, parse_type_queues
 from jobrelay.db.relay_store import RelayStore
 from jobrelay.db.store import Store
+from jobrelay.dispatcher.housekeeping import Housekeeper
 from jobrelay.dispatcher.listener import OutboxListener
 from jobrelay.dispatcher.metrics import DispatcherMetrics
 from jobrelay.dispatcher.relay import Relay, RelayConfig
@@ -40,14 +41,20 @@ class Dispatcher:
         self.store = Store.connect(
             settings.database_url, pool_size=3, application_name="jobrelay-dispatcher"
         )
+        type_queues = parse_type_queues(settings.type_queues)
         self.publisher = Publisher(
             settings.amqp_url,
             publish_timeout=settings.publish_timeout_seconds,
             delivery_limit=settings.delivery_limit,
-            type_queues=parse_type_queues(settings.type_queues),
+            type_queues=type_queues,
         )
+        self.housekeeper = Housekeeper(self.store, settings, self.metrics, type_queues=type_queues)
         self.relay = Relay(
-            RelayStore(self.store), self.publisher, relay_config(settings), self.metrics
+            RelayStore(self.store),
+            self.publisher,
+            relay_config(settings),
+            self.metrics,
+            housekeeping=self.housekeeper.run_once,
         )
         self.listener = OutboxListener(
             settings.database_url, self.relay.wake, on_state=self.metrics.listener_connected.set
@@ -63,6 +70,7 @@ class Dispatcher:
         finally:
             listening.cancel()
             await asyncio.gather(listening, return_exceptions=True)
+            await self.housekeeper.close()
             await self.publisher.close()
             await self.store.close()
 

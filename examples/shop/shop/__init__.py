@@ -1,0 +1,1 @@
+"""A small shop whose background work runs on jobrelay (see ../README.md)."""

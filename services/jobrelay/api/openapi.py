@@ -1,0 +1,191 @@
+"""What the OpenAPI document says beyond the routes' own declarations.
+
+- The problems each operation can answer, by status (``problem_responses``), each one a
+  ``application/problem+json`` body.
+- Routes with a JSON body answer ``415 unsupported_media_type`` to a body not declared JSON
+  (``JsonBodyRoute``), and say so.
+- The submission body documented per registered job type: ``payload`` is the type's own schema,
+  one variant per type, told apart by ``type`` (``document_job_types``).
+"""
+
+from __future__ import annotations
+
+import email.message
+import re
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, ValidationError
+from pydantic.json_schema import models_json_schema
+
+from jobrelay.api import problems
+from jobrelay.api.schemas import Problem
+from jobrelay.core.registry import Registry
+
+PROBLEM_CONTENT: dict[str, Any] = {
+    problems.PROBLEM_CONTENT_TYPE: {"schema": Problem.model_json_schema()}
+}
+_WHEN = {
+    400: "idempotency_key_missing, idempotency_key_invalid, malformed_json or invalid_cursor",
+    401: "unauthorized: a missing, unknown or disabled token",
+    403: "forbidden: an admin endpoint with a client's token",
+    404: "job_not_found: no such job, or another client's",
+    409: "idempotency_conflict, not_cancellable or not_replayable",
+    413: "payload_too_large: the body is over JOBRELAY_MAX_BODY_BYTES",
+    415: "unsupported_media_type: the body is not declared application/json",
+    422: "validation_error, unknown_job_type or invalid_payload",
+    503: "database_unavailable or broker_unavailable: retry (with the same Idempotency-Key)",
+}
+# Errors are sent as application/problem+json only: the schema goes under that media type (a
+# "model" would also document an application/json body that is never sent).
+PROBLEM_RESPONSES: dict[int, dict[str, Any]] = {
+    status: {"description": when, "content": PROBLEM_CONTENT} for status, when in _WHEN.items()
+}
+PROBLEM_RESPONSES[401] = {
+    **PROBLEM_RESPONSES[401],
+    "headers": {"WWW-Authenticate": {"schema": {"type": "string"}, "description": "Bearer"}},
+}
+
+
+def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The ``responses=`` entries of the problems an operation can answer."""
+    return {status: PROBLEM_RESPONSES[status] for status in statuses}
+
+
+# --- 415 for a body that is not declared JSON ---------------------------------------------------
+
+
+def declares_json(content_type: str | None) -> bool:
+    """``application/json`` or ``application/<anything>+json``, parameters allowed."""
+    if not content_type:
+        return False
+    message = email.message.Message()
+    message["content-type"] = content_type
+    subtype = message.get_content_subtype()
+    return message.get_content_maintype() == "application" and (
+        subtype == "json" or subtype.endswith("+json")
+    )
+
+
+class JsonBodyRoute(APIRoute):
+    """A route that reads a JSON body refuses any other body with 415 before reading it (FastAPI
+    would hand the raw bytes to validation, a 422 about a dictionary), and documents the 415."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.body_field is not None:
+            self.responses = {**self.responses, 415: PROBLEM_RESPONSES[415]}
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        if self.body_field is None:
+            return handler
+
+        async def json_only(request: Request) -> Response:
+            content_type = request.headers.get("content-type")
+            if not declares_json(content_type):
+                return problems.problem(
+                    415,
+                    "unsupported_media_type",
+                    "The request body must be JSON",
+                    "send the body with Content-Type: application/json"
+                    if not content_type
+                    else "the body is declared as something else than application/json",
+                )
+            return await handler(request)
+
+        return json_only
+
+
+# --- the submission body, per registered job type -----------------------------------------------
+
+_COMPONENT_NAME = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def install(app: FastAPI, registry: Registry, *, submit_path: str = "/v1/jobs") -> None:
+    """Build the document once, from the routes and then the registry the app was created
+    with."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document_job_types(build(), registry, submit_path)
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def document_job_types(schema: dict[str, Any], registry: Registry, submit_path: str) -> None:
+    """Replace the generic submission body (``payload``: any object) by one variant per type:
+    ``{"type": <its name>, "payload": <its payload schema>, "max_attempts": …}``, a ``oneOf``
+    with a discriminator on ``type``. The API still answers 422 ``unknown_job_type`` and
+    ``invalid_payload`` itself, with its own codes."""
+    job_types = list(registry)
+    operation = schema.get("paths", {}).get(submit_path, {}).get("post")
+    if not job_types or operation is None:
+        return
+    components: dict[str, Any] = schema.setdefault("components", {}).setdefault("schemas", {})
+    generic = components.get("SubmitJob", {})
+    models: list[type[BaseModel]] = []
+    for job_type in job_types:
+        if job_type.payload_model not in models:
+            models.append(job_type.payload_model)
+    refs, definitions = _payload_schemas(models, components)
+    components.update(definitions)
+    variants: dict[str, str] = {}
+    for job_type in job_types:
+        model = job_type.payload_model
+        name = "SubmitJob." + _COMPONENT_NAME.sub("_", job_type.name)
+        components[name] = {
+            "title": f"Submit {job_type.name}",
+            "description": job_type.description or f"A {job_type.name} job",
+            "type": "object",
+            "properties": {
+                "type": {"type": "string", "const": job_type.name},
+                "payload": refs[model],
+                "max_attempts": generic.get("properties", {}).get(
+                    "max_attempts", {"type": "integer", "minimum": 1}
+                ),
+            },
+            "required": ["type", "payload"] if _needs_payload(model) else ["type"],
+            "additionalProperties": False,
+        }
+        variants[job_type.name] = f"#/components/schemas/{name}"
+    operation["requestBody"] = {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "oneOf": [{"$ref": ref} for ref in variants.values()],
+                    "discriminator": {"propertyName": "type", "mapping": variants},
+                }
+            }
+        },
+    }
+
+
+def _payload_schemas(
+    models: list[type[BaseModel]], components: dict[str, Any]
+) -> tuple[dict[type[BaseModel], dict[str, Any]], dict[str, Any]]:
+    """Each model's reference and the definitions to add to the components; under a
+    ``payload.`` prefix if a plain name would collide with a schema of the API itself."""
+    for prefix in ("", "payload."):
+        keys, document = models_json_schema(
+            [(model, "validation") for model in models],
+            ref_template=f"#/components/schemas/{prefix}{{model}}",
+        )
+        definitions = {prefix + key: value for key, value in document.get("$defs", {}).items()}
+        if all(components.get(key, value) == value for key, value in definitions.items()):
+            break
+    refs = {model: keys[(model, "validation")] for model in models}
+    return refs, definitions
+
+
+def _needs_payload(model: type[BaseModel]) -> bool:
+    try:
+        model.model_validate({})
+    except ValidationError:
+        return True
+    return False

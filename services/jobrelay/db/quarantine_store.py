@@ -1,0 +1,122 @@
+"""The database side of the quarantine's keeper and of the self-healing of lost messages.
+
+Two advisory locks serialize what must not interleave across processes:
+
+- ``QUARANTINE_LOCK_KEY`` is held by everything in jobrelay that takes messages out of the
+  quarantine queue without acking them (listing, replaying, purging, the dispatcher's sweep).
+  Such a holder sees the whole queue only while no other holds part of it: a replay that missed
+  a message held by a concurrent listing would leave it behind. The chaos checks take it too.
+- ``HEAL_LOCK_KEY`` makes one dispatcher at a time publish lost messages again, so that two
+  dispatchers that both saw an empty queue do not both add a copy.
+
+Both are transaction-scoped: COMMIT, ROLLBACK or a dropped connection releases them, so a holder
+that crashed never keeps one.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Collection, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import psycopg.errors
+from sqlalchemy import exc as sa_exc
+
+from jobrelay.core.errors import BrokerUnavailable
+from jobrelay.core.states import JobState
+from jobrelay.db import queries as q
+from jobrelay.db.store import Store
+
+QUARANTINE_LOCK_KEY = 7_526_411_283_891_137_001
+HEAL_LOCK_KEY = 7_526_411_283_891_137_002
+# How long an operator's command waits for a sweep or a replay that holds the quarantine.
+LOCK_WAIT_SECONDS = 120.0
+
+
+class QuarantineBusy(BrokerUnavailable):
+    """Another process held the quarantine queue for longer than the wait: try again."""
+
+
+@dataclass(frozen=True)
+class HealedJob:
+    job_id: uuid.UUID
+    type: str
+
+
+class QuarantineStore:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    @asynccontextmanager
+    async def exclusive(self, *, wait_seconds: float | None) -> AsyncIterator[bool]:
+        """Hold the quarantine lock for the block. ``wait_seconds`` None: do not wait, and
+        yield False when another process holds it; else wait that long, then raise
+        ``QuarantineBusy``."""
+        async with self.store.transaction() as connection:
+            if wait_seconds is None:
+                locked = (
+                    await connection.execute(q.TRY_ADVISORY_XACT_LOCK, {"key": QUARANTINE_LOCK_KEY})
+                ).scalar_one()
+            else:
+                await connection.execute(
+                    q.SET_LOCK_TIMEOUT, {"timeout": f"{max(1, int(wait_seconds * 1000))}ms"}
+                )
+                try:
+                    await connection.execute(q.ADVISORY_XACT_LOCK, {"key": QUARANTINE_LOCK_KEY})
+                except sa_exc.OperationalError as error:
+                    if isinstance(error.orig, psycopg.errors.LockNotAvailable):
+                        raise QuarantineBusy(
+                            "the quarantine queue is busy (a replay or a sweep holds it); try again"
+                        ) from None
+                    raise
+                locked = True
+            yield bool(locked)
+
+    async def job_states(self, ids: Collection[uuid.UUID]) -> dict[uuid.UUID, JobState]:
+        if not ids:
+            return {}
+        rows = await self.store.fetch_all(q.JOB_STATES, ids=list(ids))
+        return {row.id: JobState(row.state) for row in rows}
+
+    async def quarantined_count(self) -> int:
+        row = await self.store.fetch_one(q.QUARANTINED_COUNT)
+        return 0 if row is None else int(row.n)
+
+    async def quarantine_delivery_limited(self, job_id: uuid.UUID, *, error: str) -> bool:
+        return await self.store.quarantine_delivery_limited(job_id, error=error)
+
+    async def heal_lost_messages(
+        self,
+        *,
+        older_than_seconds: float,
+        default_empty: bool,
+        own_types: Sequence[str],
+        empty_own_types: Sequence[str],
+        cap: int,
+        limit: int,
+        detail: str,
+    ) -> list[HealedJob] | None:
+        """New outbox rows for the stranded jobs routed to the queues seen empty (see
+        ``queries.HEAL_LOST_MESSAGES``). None when another dispatcher is doing it right now."""
+        async with self.store.transaction() as connection:
+            locked = (
+                await connection.execute(q.TRY_ADVISORY_XACT_LOCK, {"key": HEAL_LOCK_KEY})
+            ).scalar_one()
+            if not locked:
+                return None
+            rows = (
+                await connection.execute(
+                    q.HEAL_LOST_MESSAGES,
+                    {
+                        "older_than_seconds": older_than_seconds,
+                        "default_empty": default_empty,
+                        "own_types": list(own_types),
+                        "empty_own_types": list(empty_own_types),
+                        "cap": cap,
+                        "limit": limit,
+                        "detail": detail,
+                    },
+                )
+            ).all()
+        return [HealedJob(row.job_id, row.type) for row in rows]

@@ -1,0 +1,245 @@
+"""The dispatcher's housekeeping beside relaying (run by ``Relay.run_maintenance``):
+
+1. **The quarantine queue** (SPEC §7, §8.8): messages the broker dead-lettered on its own
+   (``x-delivery-limit``) make their jobs quarantined (``delivery_limit``), and a quarantined
+   job keeps exactly one message (``jobrelay.operations.sweep_quarantine``). A sweep holds the
+   whole queue for a moment, so it runs only when the queue looks inconsistent — its ready
+   count differs from the number of quarantined jobs and that picture changed since the last
+   sweep that found nothing to do — and otherwise every ``FULL_SWEEP_SECONDS``.
+
+2. **Lost messages.** A message confirmed by the broker can still be lost afterwards (a broker
+   whose data was lost, a purged queue); its job then stays ``queued`` for good. The dispatcher
+   publishes such a job again when its message is *provably missing*:
+
+   - the work queue the job is routed to was just seen holding no ready message, and
+   - the job is due, every one of its outbox rows was published (confirmed) more than
+     ``JOBRELAY_REDISPATCH_AFTER_SECONDS`` ago, and no consumer has claimed it since
+     (``queued``/``retrying``; ``jobrelay.db.queries._STRANDED``).
+
+   Why that proves it: a confirmed message is in its queue until a consumer takes it; once
+   delivered, a consumer claims the job within milliseconds (or hands the message back to the
+   queue, where it would be counted). The queue was read empty after the job's last publish (the
+   threshold is far longer than the gap between the two reads), so the job's message was in no
+   queue, and a consumer that had it would have claimed the job long ago. The one case the
+   broker cannot show us is a delivery held unacknowledged by a consumer that is frozen without
+   having claimed it (a SIGSTOPped process, a claim waiting out a database outage — bounded by
+   the consumer's patience, 2 leases): then the copy is a harmless duplicate, which the claim
+   turns into a ``duplicate_delivery``. Keep the threshold well above 2 leases.
+
+   Never doubling a backlog: nothing is published for a queue that holds any ready message,
+   however deep; what an empty queue gets back is exactly the jobs whose messages are missing
+   (in batches of ``HEAL_BATCH``, the next one only once the queue is empty again). Several
+   dispatchers take turns (an advisory lock), and a job is published again at most
+   ``MAX_AUTOMATIC_REDISPATCHES`` times without a claim in between, so even a route that
+   differs between processes cannot multiply messages. Each one is journaled (event
+   ``redispatched``), counted in ``stats`` (``redispatched_last_hour``) and in the metric
+   ``jobrelay_dispatcher_redispatched_total``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+import aio_pika
+import aiormq.exceptions
+from aio_pika.abc import AbstractChannel, AbstractConnection
+
+from jobrelay.core.errors import BrokerUnavailable
+from jobrelay.core.settings import Settings, mask_url
+from jobrelay.core.topology import DEFAULT_QUEUE, QUARANTINE_QUEUE, typed_queue_bindings
+from jobrelay.db.quarantine_store import QuarantineStore
+from jobrelay.db.store import Store
+from jobrelay.dispatcher.metrics import DispatcherMetrics
+from jobrelay.operations import sweep_quarantine
+
+log = logging.getLogger(__name__)
+
+FULL_SWEEP_SECONDS = 60.0
+HEAL_BATCH = 1000
+MAX_AUTOMATIC_REDISPATCHES = 3
+
+# What a lost or refused broker connection raises somewhere in aio-pika or aiormq.
+BROKER_ERRORS = (
+    BrokerUnavailable,
+    aiormq.exceptions.AMQPError,
+    aiormq.exceptions.ChannelInvalidStateError,
+    ConnectionError,
+    OSError,
+    TimeoutError,
+)
+
+
+class Housekeeper:
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        metrics: DispatcherMetrics,
+        *,
+        type_queues: dict[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.keeper = QuarantineStore(store)
+        self.amqp_url = settings.amqp_url
+        self.heal_after = settings.redispatch_after_seconds
+        self.metrics = metrics
+        self.type_queues = dict(type_queues or {})
+        self.clock = clock
+        self.full_sweep_seconds = FULL_SWEEP_SECONDS
+        self._connection: AbstractConnection | None = None
+        self._clean: tuple[int, int] | None = None  # (ready, quarantined) of the last idle sweep
+        self._next_full_sweep = 0.0
+        self._broker_down = False
+        self._outages = 0
+        self._retry_at = 0.0  # after a broker outage, not before (each try logs in aiormq)
+
+    async def run_once(self) -> int:
+        """One round; returns how many jobs got a new outbox row (the relay is woken then).
+        A broker outage skips rounds, with a growing pause (logged once); database outages
+        propagate."""
+        if self.clock() < self._retry_at:
+            return 0
+        try:
+            connection = await self._connect()
+            async with contextlib.AsyncExitStack() as stack:
+                channel = await self._channel(connection)
+                stack.push_async_callback(_close_quietly, channel)
+                await self.tidy_quarantine(connection, channel)
+                healed = await self.heal(channel)
+        except BROKER_ERRORS as error:
+            await self.close()
+            if not self._broker_down:
+                log.warning(
+                    "housekeeping skipped: broker unreachable (%s)",
+                    type(error).__name__,
+                    extra={"event": "outage"},
+                )
+            self._broker_down = True
+            self._outages += 1
+            self._retry_at = self.clock() + min(10.0, 2.0 ** min(self._outages, 4))
+            return 0
+        except Exception:
+            await self.close()  # whatever went wrong, the next round starts afresh
+            raise
+        self._broker_down = False
+        self._outages = 0
+        return healed
+
+    async def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None and not connection.is_closed:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(connection.close(), 5)
+
+    async def _connect(self) -> AbstractConnection:
+        if self._connection is not None and not self._connection.is_closed:
+            return self._connection
+        try:
+            self._connection = await aio_pika.connect(self.amqp_url, timeout=5)
+        except Exception as error:
+            raise BrokerUnavailable(
+                f"broker unavailable at {mask_url(self.amqp_url)}: {type(error).__name__}"
+            ) from None
+        return self._connection
+
+    async def _channel(self, connection: AbstractConnection) -> AbstractChannel:
+        try:
+            return await connection.channel()
+        except Exception as error:  # e.g. RuntimeError: the broker closed the connection
+            raise BrokerUnavailable(
+                f"broker connection lost ({type(error).__name__}); reconnecting"
+            ) from None
+
+    # --- the quarantine -----------------------------------------------------------------------
+
+    async def tidy_quarantine(
+        self, connection: AbstractConnection, channel: AbstractChannel
+    ) -> None:
+        ready = await _ready(channel, QUARANTINE_QUEUE)
+        quarantined = await self.keeper.quarantined_count()
+        now = self.clock()
+        looks_off = ready is None or ready != quarantined
+        picture = (ready if ready is not None else -1, quarantined)
+        if now < self._next_full_sweep and (not looks_off or picture == self._clean):
+            return
+        result = await sweep_quarantine(self.store, connection, wait_seconds=None)
+        if result is None:
+            return  # another process holds the queue: next round
+        self._next_full_sweep = now + self.full_sweep_seconds
+        self._clean = None if result.changed else picture
+        if not result.changed:
+            return
+        self.metrics.quarantine_reconciled.inc(result.reconciled)
+        self.metrics.quarantine_removed.labels(reason="surplus").inc(result.surplus)
+        self.metrics.quarantine_removed.labels(reason="stale").inc(result.stale)
+        log.info(
+            "quarantine tidied: %d job(s) reconciled (delivery_limit), %d surplus and %d stale "
+            "message(s) removed",
+            result.reconciled,
+            result.surplus,
+            result.stale,
+            extra={"event": "quarantine_swept"},
+        )
+
+    # --- lost messages ------------------------------------------------------------------------
+
+    async def heal(self, channel: AbstractChannel) -> int:
+        """Publish again the jobs whose messages are provably missing (module docstring)."""
+        if self.heal_after <= 0:
+            return 0
+        default_empty = await _ready(channel, DEFAULT_QUEUE) == 0
+        empty_queues = [DEFAULT_QUEUE] if default_empty else []
+        empty_own_types: list[str] = []
+        for queue, job_types in typed_queue_bindings(self.type_queues).items():
+            if queue == DEFAULT_QUEUE:
+                if default_empty:
+                    empty_own_types += job_types
+            elif await _ready(channel, queue) == 0:
+                empty_queues.append(queue)
+                empty_own_types += job_types
+        if not empty_queues:
+            return 0
+        healed = await self.keeper.heal_lost_messages(
+            older_than_seconds=self.heal_after,
+            default_empty=default_empty,
+            own_types=sorted(self.type_queues),
+            empty_own_types=sorted(set(empty_own_types)),
+            cap=MAX_AUTOMATIC_REDISPATCHES,
+            limit=HEAL_BATCH,
+            detail=(
+                f"published again by the dispatcher: its work queue was empty while the job, "
+                f"published over {self.heal_after:g}s ago, was never claimed"
+            ),
+        )
+        if not healed:
+            return 0
+        routes = typed_queue_bindings(self.type_queues)
+        for job in healed:
+            queue = next((q for q, types in routes.items() if job.type in types), DEFAULT_QUEUE)
+            self.metrics.redispatched.labels(queue=queue).inc()
+            log.warning(
+                "message lost: job published again",
+                extra={"event": "redispatched", "job_id": str(job.job_id), "type": job.type},
+            )
+        return len(healed)
+
+
+async def _ready(channel: AbstractChannel, queue: str) -> int | None:
+    """Ready messages in a queue (a passive declare answers from the queue itself); None when
+    the queue does not exist (its channel is then closed by the broker: the caller's round
+    ends, and the next opens a new one)."""
+    try:
+        declared = await channel.declare_queue(queue, passive=True)
+    except aio_pika.exceptions.ChannelNotFoundEntity:
+        return None
+    return int(declared.declaration_result.message_count or 0)
+
+
+async def _close_quietly(channel: AbstractChannel) -> None:
+    with contextlib.suppress(Exception):
+        await channel.close()

@@ -1,0 +1,378 @@
+"""Issue 10, findings 4, 5, 7 and the chaos failure (9): the quarantine from both sides.
+
+SPEC §8.8: a replay, a redispatch or a reconciliation never removes or hides the quarantine
+message of a later quarantine of the same job, and every quarantined job has exactly one message
+in the quarantine queue once the system is quiet. Real processes (dispatcher, consumer, CLI)
+against real PostgreSQL and RabbitMQ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+
+import aio_pika
+import httpx
+
+from jobrelay.consumer.metrics import ConsumerMetrics
+from jobrelay.consumer.worker import Worker
+from jobrelay.core.message import Envelope
+from jobrelay.core.settings import Settings
+from jobrelay.core.topology import DEFAULT_QUEUE, QUARANTINE_EXCHANGE, QUARANTINE_QUEUE
+from jobrelay.db.execution_store import ExecutionStore
+from jobrelay.db.store import Store
+from jobrelay.operations import Operations
+from tests.conftest import api_client, auth
+from tests.support.consumer_kit import (
+    broker,
+    mark_outbox_published,
+    publish_jobs,
+    registry,
+    scalar,
+)
+from tests.support.system import (
+    cli,
+    cli_json,
+    eventually,
+    fast_settings,
+    message_count,
+    running_system,
+)
+
+ALWAYS_PERMANENT: dict[str, object] = {
+    "type": "demo.fail",
+    "payload": {"mode": "permanent", "times": 1000},
+}
+UNREACHABLE_BROKER = "amqp://guest:guest@127.0.0.1:1/"
+
+
+async def submit(api: httpx.AsyncClient, token: str, body: Mapping[str, object]) -> uuid.UUID:
+    response = await api.post("/v1/jobs", json=body, headers=auth(token, uuid.uuid4().hex))
+    assert response.status_code == 202, response.text
+    return uuid.UUID(response.json()["id"])
+
+
+def operations(store: Store, settings: Settings) -> Operations:
+    return Operations(store, settings, registry)
+
+
+async def states(store: Store, ids: list[uuid.UUID]) -> set[str]:
+    found = set()
+    for job_id in ids:
+        job = await store.get_job(job_id)
+        assert job is not None
+        found.add(job.state.value)
+    return found
+
+
+async def all_quarantined(store: Store, ids: list[uuid.UUID]) -> bool:
+    return await states(store, ids) == {"quarantined"}
+
+
+async def messages_per_job(store: Store, settings: Settings) -> Counter[uuid.UUID | None]:
+    """Job id -> messages in the quarantine queue (read under the quarantine lock)."""
+    return Counter(m.job_id for m in await operations(store, settings).messages())
+
+
+async def one_message_each(store: Store, settings: Settings, ids: list[uuid.UUID]) -> bool:
+    return await messages_per_job(store, settings) == Counter(ids)
+
+
+async def dead_letter_copy(settings: Settings, job_id: uuid.UUID, message_id: str) -> None:
+    """A job's message in the quarantine queue, as the consumer's nack would have put it."""
+    async with broker(settings) as channel:
+        exchange = await channel.get_exchange(QUARANTINE_EXCHANGE)
+        await exchange.publish(
+            aio_pika.Message(
+                Envelope(job_id, "demo.fail").encode(),
+                delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                content_type="application/json",
+                message_id=message_id,
+                correlation_id=str(job_id),
+                headers={"x-first-death-reason": "rejected", "x-first-death-queue": DEFAULT_QUEUE},
+            ),
+            routing_key=DEFAULT_QUEUE,
+        )
+
+
+# --- finding 4 ----------------------------------------------------------------------------------
+
+
+async def test_finding4_concurrent_replays_never_remove_the_message_of_a_later_quarantine(
+    api: httpx.AsyncClient,
+    alice: str,
+    store: Store,
+    settings: Settings,
+    amqp_url: str,
+    tmp_path: Path,
+) -> None:
+    # Four replays at once of jobs that fail permanently every time: each replay's consumer
+    # run quarantines the job again within milliseconds, while the other replays still remove
+    # messages. Before the fix a replay removed every message of its jobs, including the one
+    # of the quarantine that happened in between: quarantined, "no message in the queue".
+    system = fast_settings(settings, amqp_url)
+    with running_system(system, tmp_path):
+        ids = [await submit(api, alice, ALWAYS_PERMANENT) for _ in range(3)]
+        await eventually(lambda: all_quarantined(store, ids), what="the first quarantine")
+        for _ in range(6):
+            await asyncio.gather(*(operations(store, system).replay(ids) for _ in range(4)))
+            await eventually(
+                lambda: all_quarantined(store, ids), what="the quarantine after the replays"
+            )
+        await eventually(lambda: _depth_is(amqp_url, DEFAULT_QUEUE, 0), what="no work left")
+        await eventually(
+            lambda: one_message_each(store, system, ids),
+            within=20,
+            what="exactly one quarantine message per quarantined job",
+        )
+        listed = cli_json(system, "quarantine", "list")
+    assert {entry["job_id"] for entry in listed["jobs"]} == {str(job_id) for job_id in ids}
+    assert all(len(entry["messages"]) == 1 for entry in listed["jobs"])
+    assert listed["other_messages"] == [] and listed["messages_in_queue"] == 3
+    replays = [e for job_id in ids for e in await store.job_events(job_id) if e.event == "replayed"]
+    assert len(replays) >= 6 * len(ids)
+
+
+# --- finding 5 ----------------------------------------------------------------------------------
+
+
+async def test_finding5_list_with_code_or_limit_never_calls_a_quarantined_job_not_quarantined(
+    api: httpx.AsyncClient,
+    alice: str,
+    admin: str,
+    store: Store,
+    settings: Settings,
+    amqp_url: str,
+    tmp_path: Path,
+) -> None:
+    system = fast_settings(settings, amqp_url)
+    with running_system(system, tmp_path):
+        permanent = [await submit(api, alice, ALWAYS_PERMANENT) for _ in range(2)]
+        exhausted = await submit(
+            api,
+            alice,
+            {"type": "demo.fail", "payload": {"mode": "transient", "times": 9}, "max_attempts": 1},
+        )
+        ids = [*permanent, exhausted]
+        await eventually(lambda: all_quarantined(store, ids), what="three quarantines")
+        await eventually(lambda: one_message_each(store, system, ids), what="their messages")
+
+    by_code = cli_json(system, "quarantine", "list", "--code", "attempts_exhausted")
+    limited = cli_json(system, "quarantine", "list", "--limit", "1")
+    readable = cli(system, "quarantine", "list", "--code", "permanent_error")
+    async with api_client(system, store) as admin_api:
+        via_api = (
+            await admin_api.get("/v1/admin/quarantine", params={"limit": 1}, headers=auth(admin))
+        ).json()
+
+    assert [entry["job_id"] for entry in by_code["jobs"]] == [str(exhausted)]
+    assert len(limited["jobs"]) == 1 and len(via_api["jobs"]) == 1
+    for report in (by_code, limited, via_api):
+        assert report["other_messages"] == [], report["other_messages"]
+        assert report["messages_in_queue"] == 3 and report["broker"] == "ok"
+    assert readable.returncode == 0, readable.stderr
+    assert "not quarantined" not in readable.stdout
+    assert {str(job_id) for job_id in permanent} <= set(readable.stdout.split())
+
+    # A message whose job is really not quarantined is still told apart, by its job's state.
+    stray = uuid.uuid4()
+    await dead_letter_copy(system, stray, "99")
+    shown = cli(system, "quarantine", "list", "--limit", "1")
+    assert f"job {stray} does not exist" in shown.stdout
+    assert shown.stdout.count("message 99:") == 1 and "not quarantined" not in shown.stdout
+
+
+# --- finding 7 ----------------------------------------------------------------------------------
+
+
+async def test_finding7_the_quarantine_is_listed_from_the_database_when_the_broker_is_down(
+    api: httpx.AsyncClient,
+    alice: str,
+    admin: str,
+    store: Store,
+    settings: Settings,
+    amqp_url: str,
+    tmp_path: Path,
+) -> None:
+    system = fast_settings(settings, amqp_url)
+    with running_system(system, tmp_path):
+        job_id = await submit(api, alice, ALWAYS_PERMANENT)
+        await eventually(lambda: all_quarantined(store, [job_id]), what="the quarantine")
+    no_broker = system.model_copy(update={"amqp_url": UNREACHABLE_BROKER})
+
+    listed = cli(no_broker, "quarantine", "list")
+    as_json = cli(no_broker, "quarantine", "list", "--json")
+    # The `api` fixture's settings point at no broker at all.
+    answer = await api.get("/v1/admin/quarantine", headers=auth(admin))
+
+    assert listed.returncode == 0, listed.stderr
+    assert f"{job_id}" in listed.stdout and "permanent_error" in listed.stdout
+    assert "messages unknown" in listed.stdout
+    notes = [line for line in listed.stderr.splitlines() if line.startswith("jobrelay:")]
+    assert len(notes) == 1 and "broker is unreachable: showing the database side only" in notes[0]
+    assert as_json.returncode == 0 and '"broker": "unavailable"' in as_json.stdout
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["broker"] == "unavailable"
+    assert [entry["job_id"] for entry in body["jobs"]] == [str(job_id)]
+
+
+async def test_finding7_reading_the_quarantine_writes_nothing_the_dispatcher_reconciles(
+    api: httpx.AsyncClient,
+    alice: str,
+    admin: str,
+    store: Store,
+    settings: Settings,
+    amqp_url: str,
+    tmp_path: Path,
+) -> None:
+    # Two jobs whose messages the broker dead-lettered on its own (x-delivery-limit 1).
+    system = fast_settings(settings, amqp_url, delivery_limit=1)
+    with running_system(system, tmp_path / "relay", consumers=0):
+        first = await submit(api, alice, {"type": "demo.sleep", "payload": {"seconds": 0}})
+        second = await submit(api, alice, {"type": "demo.sleep", "payload": {"seconds": 0}})
+        await eventually(lambda: _depth_is(amqp_url, DEFAULT_QUEUE, 2), what="the messages")
+    await _return_until_dead_lettered(amqp_url, 2)
+    await eventually(lambda: _depth_is(amqp_url, QUARANTINE_QUEUE, 2), what="their deaths")
+
+    # A GET is a read: the jobs stay queued, their messages are shown as not quarantined.
+    async with api_client(system, store) as admin_api:
+        read = (await admin_api.get("/v1/admin/quarantine", headers=auth(admin))).json()
+        listed = cli_json(system, "quarantine", "list")
+        assert await states(store, [first, second]) == {"queued"}
+        assert read["jobs"] == [] and listed["jobs"] == []
+        assert {m["job_state"] for m in read["other_messages"]} == {"queued"}
+        assert {m["reason"] for m in listed["other_messages"]} == {"delivery_limit"}
+
+        # An operator can force it: POST /v1/admin/quarantine/reconcile (or the CLI's).
+        forced = await admin_api.post("/v1/admin/quarantine/reconcile", headers=auth(admin))
+        assert forced.status_code == 200, forced.text
+        assert forced.json()["reconciled_delivery_limit"] == 2
+    assert await states(store, [first, second]) == {"quarantined"}
+    again = cli_json(system, "quarantine", "reconcile")
+    assert again["reconciled_delivery_limit"] == 0 and again["messages_in_queue"] == 2
+
+    # Without anyone asking, the dispatcher's maintenance does the same.
+    with running_system(system, tmp_path / "again", consumers=0):
+        third = await submit(api, alice, {"type": "demo.sleep", "payload": {"seconds": 0}})
+        await eventually(lambda: _depth_is(amqp_url, DEFAULT_QUEUE, 1), what="its message")
+        await _return_until_dead_lettered(amqp_url, 1)
+        await eventually(
+            lambda: all_quarantined(store, [third]), what="the dispatcher's reconciliation"
+        )
+    job = await store.get_job(third)
+    assert job is not None and job.last_error_code == "delivery_limit"
+    assert await one_message_each(store, system, [first, second, third])
+
+
+# --- finding 9 (the chaos failure) --------------------------------------------------------------
+
+
+async def test_finding9_the_dispatcher_leaves_exactly_one_message_per_quarantined_job(
+    store: Store, settings: Settings, amqp_url: str, tmp_path: Path
+) -> None:
+    # The chaos trace (seed 20240601): the job's outbox row was published twice (the first
+    # confirm was lost); copy 1 was claimed and quarantined, copy 2 came as a duplicate whose
+    # ack was lost, and its redelivery was dead-lettered too: two messages for one job.
+    system = fast_settings(settings, amqp_url, lease_seconds=2.0)
+    job = (
+        await store.accept_job(
+            client_id=await _client(store),
+            idempotency_key="chaos",
+            job_type="demo.fail",
+            payload={"mode": "permanent", "times": 1000},
+            max_attempts=3,
+        )
+    ).job
+    await mark_outbox_published(store)
+    await publish_jobs(system, [(job.id, "demo.fail"), (job.id, "demo.fail")])
+    worker = Worker(ExecutionStore(store), registry, system, ConsumerMetrics())
+    async with broker(system) as channel:
+        queue = await channel.declare_queue(DEFAULT_QUEUE, passive=True)
+        first = await queue.get(no_ack=False)
+        assert (await worker.handle(first)).outcome == "quarantined"
+        second = await queue.get(no_ack=False)
+        assert (await worker.handle(AckLost(second))).outcome == "duplicate"
+    async with broker(system) as channel:
+        queue = await channel.declare_queue(DEFAULT_QUEUE, passive=True)
+        redelivery = await queue.get(no_ack=False)
+        assert second.body == redelivery.body and redelivery.redelivered
+        assert (await worker.handle(redelivery)).disposition == "dead_letter"
+    # And stale leftovers: a message of a job that succeeded since, and one of no job at all.
+    succeeded = (
+        await store.accept_job(
+            client_id=await _client(store),
+            idempotency_key="done",
+            job_type="demo.sleep",
+            payload={"seconds": 0},
+            max_attempts=3,
+        )
+    ).job
+    await mark_outbox_published(store)
+    await scalar(
+        store,
+        "UPDATE jobs SET state = 'succeeded', finished_at = now() WHERE id = :id RETURNING id",
+        id=succeeded.id,
+    )
+    await dead_letter_copy(system, succeeded.id, "5")
+    stray = uuid.uuid4()
+    await dead_letter_copy(system, stray, "6")
+    await eventually(lambda: _depth_is(amqp_url, QUARANTINE_QUEUE, 4), what="4 messages")
+
+    with running_system(system, tmp_path, consumers=0):
+        await eventually(
+            lambda: _counts_are(store, system, {job.id: 1, stray: 1}),
+            within=20,
+            what="one message for the quarantined job, none for the succeeded one",
+        )
+    kept = [m for m in await operations(store, system).messages() if m.job_id == job.id]
+    assert [m.reason for m in kept] == ["rejected"]
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+async def _depth_is(amqp_url: str, queue: str, expected: int) -> bool:
+    return await message_count(amqp_url, queue) == expected
+
+
+async def _counts_are(store: Store, settings: Settings, expected: dict[uuid.UUID, int]) -> bool:
+    return dict(await messages_per_job(store, settings)) == expected
+
+
+async def _return_until_dead_lettered(amqp_url: str, count: int) -> None:
+    """Take each message and return it (nack, requeue) until the broker's limit drops it."""
+    connection = await aio_pika.connect(amqp_url)
+    async with connection:
+        channel = await connection.channel()
+        queue = await channel.declare_queue(DEFAULT_QUEUE, passive=True)
+        for _ in range(10 * count):
+            message = await queue.get(no_ack=False, fail=False)
+            if message is None:
+                return
+            await message.nack(requeue=True)
+    raise AssertionError("the broker never dead-lettered the messages")
+
+
+async def _client(store: Store) -> uuid.UUID:
+    client_id = await store.create_client(uuid.uuid4().hex[:12], uuid.uuid4().hex, is_admin=False)
+    assert client_id is not None
+    return client_id
+
+
+class AckLost:
+    """A delivery whose ack never reaches the broker (the channel closes first)."""
+
+    def __init__(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        self.body = message.body
+        self.redelivered = message.redelivered
+        self.channel = message.channel
+
+    async def ack(self, multiple: bool = False) -> None:
+        await self.channel.close()
+
+    async def nack(self, multiple: bool = False, requeue: bool = True) -> None:
+        await self.channel.close()

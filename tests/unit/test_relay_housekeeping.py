@@ -1,0 +1,49 @@
+"""The relay's maintenance runs the housekeeping hook (lost messages, the quarantine) every round,
+wakes the relay when it wrote outbox rows, and survives its failures."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+from jobrelay.core.errors import StoreUnavailable
+from jobrelay.dispatcher.fakes import FakePublisher, InMemoryOutbox
+from jobrelay.dispatcher.relay import Relay, RelayConfig
+
+CONFIG = RelayConfig(poll_interval=30, maintenance_interval=0.01)
+
+
+async def test_housekeeping_runs_every_round_survives_failures_and_wakes_the_relay() -> None:
+    calls: list[str] = []
+    answers: list[int | Exception] = [
+        StoreUnavailable("database unavailable (fake)"),
+        RuntimeError("a bug"),
+        0,
+        2,
+    ]
+
+    async def housekeeping() -> int:
+        answer = answers[len(calls)] if len(calls) < len(answers) else 0
+        calls.append(type(answer).__name__)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    relay = Relay(
+        InMemoryOutbox(),
+        FakePublisher(),
+        CONFIG,
+        rng=random.Random(1),
+        housekeeping=housekeeping,
+    )
+    maintenance = asyncio.create_task(relay.run_maintenance())
+    try:
+        for _ in range(200):
+            if len(calls) >= 4:
+                break
+            await asyncio.sleep(0.01)
+        assert calls[:4] == ["StoreUnavailable", "RuntimeError", "int", "int"]
+        assert relay.wakeup.is_set(), "new outbox rows wake the relay"
+    finally:
+        relay.stop()
+        await asyncio.wait_for(maintenance, 5)

@@ -39,7 +39,7 @@ from jobrelay.core.jobs import Outcome, Quarantine, RetryLater, Succeeded, decid
 from jobrelay.core.masking import Masker
 from jobrelay.core.message import Envelope, MalformedMessage
 from jobrelay.core.registry import AsyncHandler, JobContext, JobType, Registry, SyncHandler
-from jobrelay.core.retry import RetryPolicy
+from jobrelay.core.retry import RetryPolicy, backoff
 from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobState
 from jobrelay.db.execution_store import (
@@ -113,11 +113,10 @@ class Backoff:
 
     def before_requeue(self) -> float:
         """The pause before a delivery is handed back because the database stayed away."""
-        return self.rng.uniform(self.cap / 2, self.cap)
+        return backoff(1, self.cap, self.cap, self.rng)
 
     def pause(self, failures: int) -> float:
-        ceiling = min(self.cap, self.base * 2.0 ** max(0, failures - 1))
-        return ceiling / 2 + self.rng.uniform(0, ceiling / 2)
+        return backoff(failures, self.base, self.cap, self.rng)
 
 
 class Worker:

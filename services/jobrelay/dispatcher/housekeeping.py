@@ -49,6 +49,7 @@ import aiormq.exceptions
 from aio_pika.abc import AbstractChannel, AbstractConnection
 
 from jobrelay.core.errors import BrokerUnavailable
+from jobrelay.core.retry import backoff
 from jobrelay.core.settings import Settings, mask_url
 from jobrelay.core.topology import DEFAULT_QUEUE, QUARANTINE_QUEUE, typed_queue_bindings
 from jobrelay.db.quarantine_store import QuarantineStore
@@ -121,7 +122,7 @@ class Housekeeper:
                 )
             self._broker_down = True
             self._outages += 1
-            self._retry_at = self.clock() + min(10.0, 2.0 ** min(self._outages, 4))
+            self._retry_at = self.clock() + backoff(self._outages + 1, 1.0, 10.0)
             return 0
         except Exception:
             await self.close()  # whatever went wrong, the next round starts afresh

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from jobrelay.core.errors import BrokerUnavailable, StoreUnavailable
+from jobrelay.core.retry import backoff
 from jobrelay.dispatcher.metrics import DispatcherMetrics
 from jobrelay.dispatcher.ports import MessagePublisher, OutboxStore, PublishOutcome
 
@@ -57,10 +58,8 @@ def publish_retry_delay(
     publish_attempts: int, config: RelayConfig, rng: random.Random | None = None
 ) -> float:
     """Delay before a failed row is tried again: exponential in its attempts, capped, jittered
-    within [ceiling/2, ceiling] so a burst of failures spreads out."""
-    exponent = max(0, publish_attempts - 1)
-    ceiling = min(config.retry_max_seconds, config.retry_base_seconds * 2.0 ** min(exponent, 32))
-    return ceiling / 2 + (rng or random).uniform(0, ceiling / 2)
+    so a burst of failures spreads out."""
+    return backoff(publish_attempts, config.retry_base_seconds, config.retry_max_seconds, rng)
 
 
 @dataclass
@@ -213,11 +212,9 @@ class Relay:
             await asyncio.wait_for(self.stopping.wait(), seconds)
 
     def _outage_delay(self, outages: int) -> float:
-        ceiling = min(
-            self.config.outage_max_seconds,
-            self.config.outage_base_seconds * 2.0 ** min(outages, 32),
+        return backoff(
+            outages + 1, self.config.outage_base_seconds, self.config.outage_max_seconds, self.rng
         )
-        return ceiling / 2 + self.rng.uniform(0, ceiling / 2)
 
     # --- maintenance -------------------------------------------------------------------------
 

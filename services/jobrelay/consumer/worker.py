@@ -34,6 +34,7 @@ from jobrelay.core.errors import (
     TransientError,
     UnknownJobType,
 )
+from jobrelay.core.execution import Claimed, Deferred, ExecutionStore, Finish, Refusal, Refused
 from jobrelay.core.failures import MESSAGE_MAX_BYTES, Failure, class_name, cut_head, storable
 from jobrelay.core.jobs import Outcome, Quarantine, RetryLater, Succeeded, decide_outcome
 from jobrelay.core.masking import Masker
@@ -42,14 +43,6 @@ from jobrelay.core.registry import AsyncHandler, JobContext, JobType, Registry, 
 from jobrelay.core.retry import RetryPolicy, backoff
 from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobState
-from jobrelay.db.execution_store import (
-    Claimed,
-    Deferred,
-    ExecutionStore,
-    Finish,
-    Refusal,
-    Refused,
-)
 
 log = logging.getLogger("jobrelay.consumer")
 T = TypeVar("T")
@@ -131,6 +124,8 @@ class Worker:
         store_patience: float | None = None,
         rng: random.Random | None = None,
         name: str | None = None,
+        clock: Callable[[], datetime] | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -146,7 +141,10 @@ class Worker:
         # the delivery is requeued instead.
         self.store_patience = store_patience or max(10.0, 2 * settings.lease_seconds)
         self.rng = rng
-        self.backoff = Backoff(rng=rng)
+        self.backoff = backoff or Backoff(rng=rng)
+        # The time an outcome is decided at (a retry's due time); the store's own times are the
+        # database's.
+        self.clock = clock or _utc_now
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
 
     # --- the one place a delivery is settled ------------------------------------------------
@@ -302,7 +300,7 @@ class Worker:
             max_attempts=job.max_attempts,
             result=run.result,
             error=run.error,
-            now=datetime.now(UTC),
+            now=self.clock(),
             policy=self.policy,
             rng=self.rng,
             mask=self.mask,
@@ -476,6 +474,10 @@ class Worker:
                     extra={"event": "store_unavailable"},
                 )
                 await asyncio.sleep(pause)
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
 
 
 async def _in_thread(handler: SyncHandler, context: JobContext, payload: BaseModel) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -33,22 +34,114 @@ class JobEvent(StrEnum):
     REDISPATCHED = "redispatched"  # its message was provably missing and was published again
 
 
-# Every allowed move, written once. The SQL statements guard on the same source states.
+class Lease(StrEnum):
+    """What a transition out of `running` asks of the job's lease."""
+
+    ANY = "any"
+    LIVE = "live"  # unexpired (``lease_until`` after now)
+    EXPIRED = "expired"  # its holder crashed or hung
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One named move of a job, written once: ``db/queries.py`` guards its statements on these
+    fields (``STATE_WRITES`` there says which statement makes which move), and the in-memory
+    store of ``consumer/fakes.py`` follows the same rules."""
+
+    name: str
+    source: frozenset[JobState]
+    target: JobState | None  # None: the state is kept (only the due time moves)
+    journal: tuple[JobEvent, ...]  # the entries it writes to ``job_events``, in order
+    fenced: bool = False  # only the holder of the claim's lease token may make it
+    lease: Lease = Lease.ANY  # asked of the lease when the job is `running`
+
+    def allows(self, state: JobState, *, lease_expired: bool) -> bool:
+        """May a job in ``state`` take this move (its lease token already checked)?"""
+        if state not in self.source:
+            return False
+        if state is not JobState.RUNNING or self.lease is Lease.ANY:
+            return True
+        return lease_expired == (self.lease is Lease.EXPIRED)
+
+
+_WAITING = frozenset({JobState.QUEUED, JobState.RETRYING})
+_RUNNING = frozenset({JobState.RUNNING})
+_WAITING_OR_ABANDONED = _WAITING | _RUNNING  # running only under an expired lease
+
+CLAIM = Transition("claim", _WAITING, JobState.RUNNING, (JobEvent.CLAIMED,))
+RECLAIM = Transition(
+    "reclaim",
+    _RUNNING,
+    JobState.RUNNING,
+    (JobEvent.LEASE_EXPIRED, JobEvent.CLAIMED),
+    lease=Lease.EXPIRED,
+)
+COMPLETE = Transition(
+    "complete", _RUNNING, JobState.SUCCEEDED, (JobEvent.SUCCEEDED,), fenced=True, lease=Lease.LIVE
+)
+RETRY = Transition(
+    "retry", _RUNNING, JobState.RETRYING, (JobEvent.RETRY_SCHEDULED,), fenced=True, lease=Lease.LIVE
+)
+QUARANTINE = Transition(
+    "quarantine",
+    _RUNNING,
+    JobState.QUARANTINED,
+    (JobEvent.QUARANTINED,),
+    fenced=True,
+    lease=Lease.LIVE,
+)
+# No attempts left: quarantined instead of claimed (SPEC §6, step 1).
+EXHAUST = Transition(
+    "exhaust",
+    _WAITING_OR_ABANDONED,
+    JobState.QUARANTINED,
+    (JobEvent.QUARANTINED,),
+    lease=Lease.EXPIRED,
+)
+# The broker dead-lettered the job's message on its own (x-delivery-limit).
+DELIVERY_LIMIT = Transition(
+    "delivery_limit",
+    _WAITING_OR_ABANDONED,
+    JobState.QUARANTINED,
+    (JobEvent.QUARANTINED,),
+    lease=Lease.EXPIRED,
+)
+# A consumer that does not know the type puts the job back, due later; past the patience the
+# same statement quarantines it instead (UNKNOWN_TYPE).
+DEFER = Transition("defer", _WAITING, None, (JobEvent.DEFERRED,))
+UNKNOWN_TYPE = Transition("unknown_type", _WAITING, JobState.QUARANTINED, (JobEvent.QUARANTINED,))
+# A stopping consumer gives its job back; the attempt stays counted.
+RELEASE = Transition("release", _RUNNING, JobState.QUEUED, (JobEvent.LEASE_EXPIRED,), fenced=True)
+RESCUE = Transition(
+    "rescue", _RUNNING, JobState.QUEUED, (JobEvent.LEASE_EXPIRED,), lease=Lease.EXPIRED
+)
+CANCEL = Transition("cancel", _WAITING, JobState.CANCELLED, (JobEvent.CANCELLED,))
+REPLAY = Transition(
+    "replay", frozenset({JobState.QUARANTINED}), JobState.QUEUED, (JobEvent.REPLAYED,)
+)
+
+ALL_TRANSITIONS: tuple[Transition, ...] = (
+    CLAIM,
+    RECLAIM,
+    COMPLETE,
+    RETRY,
+    QUARANTINE,
+    EXHAUST,
+    DELIVERY_LIMIT,
+    DEFER,
+    UNKNOWN_TYPE,
+    RELEASE,
+    RESCUE,
+    CANCEL,
+    REPLAY,
+)
+
+# Every allowed move between two states, derived from the transitions above.
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    JobState.QUEUED: frozenset({JobState.RUNNING, JobState.CANCELLED}),
-    JobState.RETRYING: frozenset({JobState.RUNNING, JobState.CANCELLED}),
-    JobState.RUNNING: frozenset(
-        {
-            JobState.SUCCEEDED,
-            JobState.RETRYING,
-            JobState.QUARANTINED,
-            JobState.QUEUED,  # rescue after an expired lease
-            JobState.RUNNING,  # re-claim of an expired lease by another worker
-        }
-    ),
-    JobState.QUARANTINED: frozenset({JobState.QUEUED}),  # operator replay
-    JobState.SUCCEEDED: frozenset(),
-    JobState.CANCELLED: frozenset(),
+    state: frozenset(
+        t.target for t in ALL_TRANSITIONS if state in t.source and t.target is not None
+    )
+    for state in JobState
 }
 
 TERMINAL_STATES: frozenset[JobState] = frozenset(

@@ -1,4 +1,6 @@
 """The consumer's side of the database (SPEC §6): claim, renew, finish — each one statement.
+It implements the ``ExecutionStore`` port of ``core/execution.py`` (whose values it answers
+with, and re-exports).
 
 Every write that reports on a job is fenced by the lease token of the claim that made it, so a
 worker whose lease expired and was taken over can never complete, retry or quarantine the job.
@@ -8,69 +10,32 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
-from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from jobrelay.core.execution import (
+    Claimed,
+    ClaimResult,
+    Deferred,
+    DeferResult,
+    Finish,
+    Refusal,
+    Refused,
+)
 from jobrelay.core.failures import Failure
-from jobrelay.core.jobs import Job, Outcome, Quarantine, RetryLater, Succeeded
+from jobrelay.core.jobs import Outcome, Quarantine, RetryLater, Succeeded
 from jobrelay.core.states import JobEvent, JobState
 from jobrelay.db import queries as q
 from jobrelay.db.store import Store, job_from_row
-
-
-@dataclass(frozen=True)
-class Claimed:
-    job: Job
-    lease_token: uuid.UUID
-    reclaimed: bool
-    """True when the job was `running` under an expired lease (its holder crashed or hung)."""
-
-
-class Refusal(StrEnum):
-    """Why a delivery did not claim its job."""
-
-    UNKNOWN_JOB = "unknown_job"
-    EXHAUSTED = "attempts_exhausted"  # quarantined now; the message must dead-letter
-    DUPLICATE = "duplicate"  # finished, running under a live lease, or not yet due
-    OTHER_TYPE = "other_type"  # the message named another type than the job's (not deferred)
-
-
-@dataclass(frozen=True)
-class Refused:
-    reason: Refusal
-    job: Job | None = None
-
-
-ClaimResult = Claimed | Refused
-
-
-@dataclass(frozen=True)
-class Deferred:
-    """A job whose type the consumer does not know, put back without counting an attempt."""
-
-    quarantined: bool  # the type stayed unknown past the patience: quarantined instead
-    available_at: datetime
-    unknown_since: datetime
-
-
-DeferResult = Deferred | Refused
-
-
-class Finish(StrEnum):
-    WRITTEN = "written"
-    ALREADY = "already"  # an earlier try of this very write committed; its answer was lost
-    STALE = "stale"  # the lease is no longer ours: nothing written but the journal entry
-
 
 _EXHAUSTED_TEXT = "no attempts left: earlier attempts crashed or lost their lease"
 
 
 class ExecutionStore:
+    """``core.execution.ExecutionStore`` on PostgreSQL."""
+
     def __init__(self, store: Store) -> None:
         self.store = store
 

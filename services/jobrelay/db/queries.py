@@ -14,12 +14,64 @@ from __future__ import annotations
 
 from sqlalchemy import TextClause, text
 
+from jobrelay.core.states import (
+    CANCEL,
+    CLAIM,
+    COMPLETE,
+    DEFER,
+    DELIVERY_LIMIT,
+    EXHAUST,
+    QUARANTINE,
+    RECLAIM,
+    RELEASE,
+    REPLAY,
+    RESCUE,
+    RETRY,
+    UNKNOWN_TYPE,
+    JobState,
+    Lease,
+    Transition,
+)
+
 # The columns of the job view, used by every statement that returns a job.
 _JOB_COLUMNS = """
     j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, j.state,
     j.attempts, j.max_attempts, j.available_at, j.lease_token, j.lease_until,
     j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at
 """
+
+
+# --- the guards of state changes, built from the transitions of ``core/states.py`` ---------------
+
+
+def _state_in(states: frozenset[JobState]) -> str:
+    listed = ", ".join(f"'{state}'" for state in JobState if state in states)
+    return f"state IN ({listed})"
+
+
+_RUNNING_WITH_LEASE = {
+    Lease.ANY: f"state = '{JobState.RUNNING}'",
+    Lease.LIVE: f"(state = '{JobState.RUNNING}' AND lease_until > now())",
+    Lease.EXPIRED: f"(state = '{JobState.RUNNING}' AND lease_until < now())",
+}
+# A running job whose holder crashed or hung.
+_LEASE_EXPIRED = _RUNNING_WITH_LEASE[Lease.EXPIRED]
+
+
+def _guard(transition: Transition) -> str:
+    """The WHERE condition a statement making ``transition`` puts on the job's row (the
+    columns unqualified): its source states, the lease it asks of a running job, the token."""
+    waiting = transition.source - {JobState.RUNNING}
+    parts = [_state_in(waiting)] if waiting else []
+    if JobState.RUNNING in transition.source:
+        parts.append(_RUNNING_WITH_LEASE[transition.lease])
+    condition = parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
+    return f"lease_token = :lease_token AND {condition}" if transition.fenced else condition
+
+
+# Every move to `quarantined` clears the lease and finishes the job; the code is the caller's.
+_QUARANTINE_SET = f"""state = '{JobState.QUARANTINED}', lease_token = NULL, lease_until = NULL,
+            last_error = :error, finished_at = now(), updated_at = now()"""
 
 PING: TextClause = text("SELECT 1 AS ok")
 
@@ -172,11 +224,11 @@ LIST_JOBS: TextClause = text(
 )
 
 CANCEL_JOB: TextClause = text(
-    """
+    f"""
     WITH cancelled AS (
-        UPDATE jobs SET state = 'cancelled', finished_at = now(), updated_at = now()
+        UPDATE jobs SET state = '{CANCEL.target}', finished_at = now(), updated_at = now()
         WHERE id = :id AND (CAST(:client_id AS uuid) IS NULL OR client_id = :client_id)
-          AND state IN ('queued', 'retrying')
+          AND {_guard(CANCEL)}
         RETURNING id, attempts
     ), event AS (
         INSERT INTO job_events (job_id, event, attempt, detail)
@@ -200,9 +252,7 @@ OUTBOX_BACKLOG: TextClause = text(
     """
 )
 
-EXPIRED_LEASES: TextClause = text(
-    "SELECT count(*) AS n FROM jobs WHERE state = 'running' AND lease_until < now()"
-)
+EXPIRED_LEASES: TextClause = text(f"SELECT count(*) AS n FROM jobs WHERE {_LEASE_EXPIRED}")
 
 RETRYING_SUMMARY: TextClause = text(
     """
@@ -242,6 +292,13 @@ _STRANDED = """
 PUBLISHED_NEVER_CLAIMED: TextClause = text(f"SELECT count(*) AS n FROM jobs j WHERE {_STRANDED}")
 
 # --- relay (SPEC §5) ------------------------------------------------------------------------
+
+# A statement trigger on the outbox (migration 0001) notifies this channel on every insert. The
+# dispatcher's listening connection (``jobrelay.db.listener``) runs these two on psycopg itself:
+# LISTEN once per connection, the ping after a quiet period to notice a half-open connection.
+OUTBOX_CHANNEL = "jobrelay_outbox"
+LISTEN_OUTBOX = f"LISTEN {OUTBOX_CHANNEL}"
+LISTENER_PING = "SELECT 1"
 
 # Lease a batch of due rows: lock them briefly, push their available_at past the publish
 # timeout, and commit at once. The broker round trip happens with no transaction open; another
@@ -307,16 +364,16 @@ OLDEST_DUE_OUTBOX_AGE: TextClause = text(
 # Back to `queued` with a new outbox row and one `lease_expired` event. The row lock and the
 # re-checked WHERE make it happen once per expiry however many dispatchers run.
 RESCUE_EXPIRED_LEASES: TextClause = text(
-    """
+    f"""
     WITH expired AS (
         SELECT id FROM jobs
-        WHERE state = 'running' AND lease_until < now()
+        WHERE {_guard(RESCUE)}
         ORDER BY lease_until
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
     ), rescued AS (
         UPDATE jobs j
-        SET state = 'queued', lease_token = NULL, lease_until = NULL,
+        SET state = '{RESCUE.target}', lease_token = NULL, lease_until = NULL,
             available_at = now(), updated_at = now()
         FROM expired e WHERE j.id = e.id
         RETURNING j.id, j.attempts
@@ -359,17 +416,16 @@ DELETE_OLD_EVENTS: TextClause = text(
 CLAIM_JOB: TextClause = text(
     f"""
     WITH before AS (
-        SELECT id, state FROM jobs WHERE id = :id FOR UPDATE
+        SELECT id, state AS previous_state FROM jobs WHERE id = :id FOR UPDATE
     ), claimed AS (
         UPDATE jobs j
-        SET state = 'running', attempts = j.attempts + 1, lease_token = :lease_token,
+        SET state = '{CLAIM.target}', attempts = j.attempts + 1, lease_token = :lease_token,
             lease_until = now() + make_interval(secs => :lease_seconds), updated_at = now(),
             type_unknown_since = NULL  -- a consumer that knows the type has it now
         FROM before b
         WHERE j.id = b.id AND j.attempts < j.max_attempts
-          AND ((j.state IN ('queued', 'retrying') AND j.available_at <= now())
-               OR (j.state = 'running' AND j.lease_until < now()))
-        RETURNING {_JOB_COLUMNS}, b.state AS previous_state
+          AND (({_guard(CLAIM)} AND available_at <= now()) OR {_guard(RECLAIM)})
+        RETURNING {_JOB_COLUMNS}, b.previous_state
     ), new_events AS (
         -- One INSERT, so the journal reads in order: the expiry first, then the new claim.
         INSERT INTO job_events (job_id, event, attempt, detail)
@@ -384,14 +440,11 @@ CLAIM_JOB: TextClause = text(
 
 # A job that cannot be claimed because it has no attempts left is quarantined here.
 QUARANTINE_EXHAUSTED: TextClause = text(
-    """
+    f"""
     WITH q AS (
         UPDATE jobs
-        SET state = 'quarantined', lease_token = NULL, lease_until = NULL,
-            last_error_code = 'attempts_exhausted', last_error = :error,
-            finished_at = now(), updated_at = now()
-        WHERE id = :id AND attempts >= max_attempts
-          AND (state IN ('queued', 'retrying') OR (state = 'running' AND lease_until < now()))
+        SET {_QUARANTINE_SET}, last_error_code = 'attempts_exhausted'
+        WHERE id = :id AND attempts >= max_attempts AND {_guard(EXHAUST)}
         RETURNING id, attempts
     ), event AS (
         INSERT INTO job_events (job_id, event, attempt, detail)
@@ -418,13 +471,12 @@ RENEW_LEASE: TextClause = text(
 
 # Success: result, state and journal in one statement, only while the lease is ours and alive.
 COMPLETE_JOB: TextClause = text(
-    """
+    f"""
     WITH done AS (
         UPDATE jobs
-        SET state = 'succeeded', lease_token = NULL, lease_until = NULL,
+        SET state = '{COMPLETE.target}', lease_token = NULL, lease_until = NULL,
             finished_at = now(), updated_at = now()
-        WHERE id = :id AND lease_token = :lease_token AND state = 'running'
-          AND lease_until > now()
+        WHERE id = :id AND {_guard(COMPLETE)}
         RETURNING id, attempts
     ), stored AS (
         INSERT INTO job_results (job_id, result, attempt)
@@ -438,14 +490,13 @@ COMPLETE_JOB: TextClause = text(
 )
 
 SCHEDULE_RETRY: TextClause = text(
-    """
+    f"""
     WITH r AS (
         UPDATE jobs
-        SET state = 'retrying', lease_token = NULL, lease_until = NULL,
+        SET state = '{RETRY.target}', lease_token = NULL, lease_until = NULL,
             available_at = :available_at, last_error_code = :error_code, last_error = :error,
             updated_at = now()
-        WHERE id = :id AND lease_token = :lease_token AND state = 'running'
-          AND lease_until > now()
+        WHERE id = :id AND {_guard(RETRY)}
         RETURNING id, attempts, available_at
     ), new_outbox AS (
         INSERT INTO outbox (job_id, available_at) SELECT id, available_at FROM r
@@ -462,14 +513,11 @@ SCHEDULE_RETRY: TextClause = text(
 )
 
 QUARANTINE_JOB: TextClause = text(
-    """
+    f"""
     WITH q AS (
         UPDATE jobs
-        SET state = 'quarantined', lease_token = NULL, lease_until = NULL,
-            last_error_code = :error_code, last_error = :error,
-            finished_at = now(), updated_at = now()
-        WHERE id = :id AND lease_token = :lease_token AND state = 'running'
-          AND lease_until > now()
+        SET {_QUARANTINE_SET}, last_error_code = :error_code
+        WHERE id = :id AND {_guard(QUARANTINE)}
         RETURNING id, attempts
     ), event AS (
         INSERT INTO job_events (job_id, event, attempt, detail, error)
@@ -484,18 +532,17 @@ QUARANTINE_JOB: TextClause = text(
 # event, and attempts untouched; or, once the type has stayed unknown past :patience_seconds,
 # quarantines it (unknown_job_type). Guarded like a claim: queued or retrying, and due.
 DEFER_UNKNOWN_TYPE: TextClause = text(
-    """
+    f"""
     WITH met AS (
         SELECT id, coalesce(type_unknown_since, now()) AS since,
                coalesce(type_unknown_since <= now() - make_interval(secs => :patience_seconds),
                         false) AS patience_over
         FROM jobs
-        WHERE id = :id AND type = :type AND state IN ('queued', 'retrying')
-          AND available_at <= now()
+        WHERE id = :id AND type = :type AND {_guard(DEFER)} AND available_at <= now()
         FOR UPDATE
     ), moved AS (
         UPDATE jobs j
-        SET state = CASE WHEN m.patience_over THEN 'quarantined' ELSE j.state END,
+        SET state = CASE WHEN m.patience_over THEN '{UNKNOWN_TYPE.target}' ELSE j.state END,
             available_at = CASE WHEN m.patience_over THEN j.available_at
                                 ELSE now() + make_interval(secs => :delay_seconds) END,
             finished_at = CASE WHEN m.patience_over THEN now() END,
@@ -524,12 +571,12 @@ DEFER_UNKNOWN_TYPE: TextClause = text(
 
 # Shutdown gives a running job back: `queued` again (its message is requeued), attempt counted.
 RELEASE_LEASE: TextClause = text(
-    """
+    f"""
     WITH released AS (
         UPDATE jobs
-        SET state = 'queued', lease_token = NULL, lease_until = NULL, available_at = now(),
-            updated_at = now()
-        WHERE id = :id AND lease_token = :lease_token AND state = 'running'
+        SET state = '{RELEASE.target}', lease_token = NULL, lease_until = NULL,
+            available_at = now(), updated_at = now()
+        WHERE id = :id AND {_guard(RELEASE)}
         RETURNING id, attempts
     ), event AS (
         INSERT INTO job_events (job_id, event, attempt, detail)
@@ -553,12 +600,12 @@ ATTEMPT_TRACE: TextClause = text(
 
 # A fresh budget: max_attempts = attempts + the type's limit, so attempt numbers stay unique.
 REPLAY_JOB: TextClause = text(
-    """
+    f"""
     WITH r AS (
         UPDATE jobs
-        SET state = 'queued', max_attempts = attempts + :budget, available_at = now(),
+        SET state = '{REPLAY.target}', max_attempts = attempts + :budget, available_at = now(),
             finished_at = NULL, updated_at = now(), type_unknown_since = NULL
-        WHERE id = :id AND state = 'quarantined'
+        WHERE id = :id AND {_guard(REPLAY)}
         RETURNING id, attempts, available_at
     ), new_outbox AS (
         INSERT INTO outbox (job_id, available_at) SELECT id, available_at FROM r
@@ -608,14 +655,11 @@ REDISPATCH_STRANDED: TextClause = text(
 # quarantined so that it shows up, and can be replayed, like any other. A job that is running
 # under a live lease, or already finished, is left alone.
 QUARANTINE_DELIVERY_LIMITED: TextClause = text(
-    """
+    f"""
     WITH q AS (
         UPDATE jobs
-        SET state = 'quarantined', lease_token = NULL, lease_until = NULL,
-            last_error_code = 'delivery_limit', last_error = :error,
-            finished_at = now(), updated_at = now()
-        WHERE id = :id
-          AND (state IN ('queued', 'retrying') OR (state = 'running' AND lease_until < now()))
+        SET {_QUARANTINE_SET}, last_error_code = 'delivery_limit'
+        WHERE id = :id AND {_guard(DELIVERY_LIMIT)}
         RETURNING id, attempts
     ), event AS (
         INSERT INTO job_events (job_id, event, attempt, detail)
@@ -694,3 +738,20 @@ REDISPATCHED_RECENTLY: TextClause = text(
     WHERE at > now() - interval '1 hour' AND event = 'redispatched'
     """
 )
+
+
+# --- which statement makes which move (checked against the SQL by tests/unit/test_transitions.py)
+
+STATE_WRITES: dict[str, tuple[Transition, ...]] = {
+    "CANCEL_JOB": (CANCEL,),
+    "RESCUE_EXPIRED_LEASES": (RESCUE,),
+    "CLAIM_JOB": (CLAIM, RECLAIM),
+    "QUARANTINE_EXHAUSTED": (EXHAUST,),
+    "COMPLETE_JOB": (COMPLETE,),
+    "SCHEDULE_RETRY": (RETRY,),
+    "QUARANTINE_JOB": (QUARANTINE,),
+    "DEFER_UNKNOWN_TYPE": (DEFER, UNKNOWN_TYPE),
+    "RELEASE_LEASE": (RELEASE,),
+    "REPLAY_JOB": (REPLAY,),
+    "QUARANTINE_DELIVERY_LIMITED": (DELIVERY_LIMIT,),
+}

@@ -1,0 +1,293 @@
+"""An in-memory ``ExecutionStore`` (``core/execution.py``) for the worker's unit tests.
+
+It follows the transitions of ``core/states.py`` as the SQL of ``db/queries.py`` does: every
+move is checked against its transition's source states and lease, a fenced one against the
+lease token, and journaled with the transition's events. Its clock is injected; setting
+``reachable`` to False makes every call raise ``StoreUnavailable``, like a database that is away.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from jobrelay.core.errors import StoreUnavailable
+from jobrelay.core.execution import (
+    Claimed,
+    ClaimResult,
+    Deferred,
+    DeferResult,
+    ExecutionStore,
+    Finish,
+    Refusal,
+    Refused,
+)
+from jobrelay.core.jobs import Job, Outcome, Quarantine, RetryLater, Succeeded
+from jobrelay.core.states import (
+    CLAIM,
+    COMPLETE,
+    DEFER,
+    EXHAUST,
+    QUARANTINE,
+    RECLAIM,
+    RELEASE,
+    RETRY,
+    UNKNOWN_TYPE,
+    JobEvent,
+    JobState,
+    Transition,
+)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One line of a job's journal."""
+
+    job_id: uuid.UUID
+    event: JobEvent
+    attempt: int
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class StoredResult:
+    result: dict[str, Any]
+    attempt: int
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class InMemoryExecutionStore:
+    def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
+        self.clock = clock or _utc_now
+        self.jobs: dict[uuid.UUID, Job] = {}
+        self.results: dict[uuid.UUID, StoredResult] = {}
+        self.journal: list[Entry] = []
+        self.outbox: list[tuple[uuid.UUID, datetime]] = []  # (job id, due at)
+        self.unknown_since: dict[uuid.UUID, datetime] = {}
+        self.reachable = True
+
+    # --- for tests ----------------------------------------------------------------------------
+
+    def add(
+        self,
+        job_type: str,
+        payload: Any = None,
+        *,
+        state: JobState = JobState.QUEUED,
+        attempts: int = 0,
+        max_attempts: int = 3,
+    ) -> Job:
+        now = self.clock()
+        job = Job(
+            id=uuid.uuid4(),
+            client_id=uuid.uuid4(),
+            idempotency_key=f"key-{len(self.jobs)}",
+            type=job_type,
+            payload=payload if payload is not None else {},
+            state=state,
+            attempts=attempts,
+            max_attempts=max_attempts,
+            available_at=now,
+            created_at=now,
+            updated_at=now,
+        )
+        self.jobs[job.id] = job
+        return job
+
+    def take_over(self, job_id: uuid.UUID) -> uuid.UUID:
+        """Another worker re-claims the job under a new token, as after an expired lease."""
+        token = uuid.uuid4()
+        job = self.jobs[job_id]
+        self.jobs[job_id] = dataclasses.replace(
+            job, attempts=job.attempts + 1, lease_token=token, lease_until=self._later(30)
+        )
+        return token
+
+    def events(self, job_id: uuid.UUID) -> list[JobEvent]:
+        return [entry.event for entry in self.journal if entry.job_id == job_id]
+
+    # --- the port -------------------------------------------------------------------------------
+
+    async def claim(
+        self,
+        job_id: uuid.UUID,
+        *,
+        lease_token: uuid.UUID,
+        lease_seconds: float,
+        detail: str | None = None,
+    ) -> ClaimResult:
+        self._reach()
+        job = self.jobs.get(job_id)
+        if job is None:
+            return Refused(Refusal.UNKNOWN_JOB)
+        if job.attempts < job.max_attempts:
+            due = job.available_at <= self.clock()
+            for transition in (CLAIM, RECLAIM):
+                if (transition is RECLAIM or due) and self._allows(transition, job, None):
+                    self.unknown_since.pop(job_id, None)
+                    claimed = self._move(
+                        job,
+                        transition,
+                        attempts=job.attempts + 1,
+                        lease_token=lease_token,
+                        lease_until=self._later(lease_seconds),
+                        detail=detail,
+                    )
+                    return Claimed(claimed, lease_token, reclaimed=transition is RECLAIM)
+        if job.state is JobState.RUNNING and job.lease_token == lease_token:
+            return Claimed(job, lease_token, reclaimed=False)  # our own earlier claim
+        if job.attempts >= job.max_attempts and self._allows(EXHAUST, job, None):
+            self._quarantine(job, EXHAUST, "attempts_exhausted", "no attempts left")
+            return Refused(Refusal.EXHAUSTED, job)
+        self._record(job, JobEvent.DUPLICATE_DELIVERY, job.attempts, f"job {job.state}")
+        return Refused(Refusal.DUPLICATE, job)
+
+    async def defer_unknown_type(
+        self,
+        job_id: uuid.UUID,
+        *,
+        job_type: str,
+        delay_seconds: float,
+        patience_seconds: float,
+        detail: str,
+    ) -> DeferResult:
+        self._reach()
+        job = self.jobs.get(job_id)
+        if job is None:
+            return Refused(Refusal.UNKNOWN_JOB)
+        now = self.clock()
+        if job.type == job_type and job.available_at <= now and self._allows(DEFER, job, None):
+            known_since = self.unknown_since.get(job_id)
+            since = known_since or now
+            self.unknown_since[job_id] = since
+            if known_since is not None and known_since <= now - timedelta(seconds=patience_seconds):
+                self._quarantine(job, UNKNOWN_TYPE, "unknown_job_type", "type stayed unknown")
+                return Deferred(True, job.available_at, since)
+            due = self._later(delay_seconds)
+            self._move(job, DEFER, available_at=due, last_error_code="unknown_job_type")
+            self.outbox.append((job_id, due))
+            return Deferred(False, due, since)
+        if job.type != job_type:
+            return Refused(Refusal.OTHER_TYPE, job)
+        self._record(job, JobEvent.DUPLICATE_DELIVERY, job.attempts, f"job {job.state}")
+        return Refused(Refusal.DUPLICATE, job)
+
+    async def renew(
+        self, job_id: uuid.UUID, *, lease_token: uuid.UUID, lease_seconds: float
+    ) -> bool:
+        self._reach()
+        job = self.jobs.get(job_id)
+        if job is None or not self._allows(COMPLETE, job, lease_token):  # held and alive
+            return False
+        self.jobs[job_id] = dataclasses.replace(job, lease_until=self._later(lease_seconds))
+        return True
+
+    async def finish(
+        self, job_id: uuid.UUID, *, lease_token: uuid.UUID, attempt: int, outcome: Outcome
+    ) -> Finish:
+        self._reach()
+        job = self.jobs[job_id]
+        if self._written(job, lease_token, outcome):
+            return Finish.WRITTEN
+        if self._already_done(job, attempt, outcome):
+            return Finish.ALREADY
+        self._record(job, JobEvent.STALE_COMPLETION_REJECTED, attempt, "lease no longer held")
+        return Finish.STALE
+
+    async def release(self, job_id: uuid.UUID, *, lease_token: uuid.UUID, detail: str) -> bool:
+        self._reach()
+        job = self.jobs.get(job_id)
+        if job is None or not self._allows(RELEASE, job, lease_token):
+            return False
+        self._move(job, RELEASE, available_at=self.clock(), detail=detail)
+        self.outbox.append((job_id, self.clock()))
+        return True
+
+    # --- the rules --------------------------------------------------------------------------
+
+    def _reach(self) -> None:
+        if not self.reachable:
+            raise StoreUnavailable("the database is away (in-memory store)")
+
+    def _later(self, seconds: float) -> datetime:
+        return self.clock() + timedelta(seconds=seconds)
+
+    def _allows(self, transition: Transition, job: Job, lease_token: uuid.UUID | None) -> bool:
+        if transition.fenced and (lease_token is None or job.lease_token != lease_token):
+            return False
+        expired = job.lease_until is not None and job.lease_until < self.clock()
+        return transition.allows(job.state, lease_expired=expired)
+
+    def _move(
+        self, job: Job, transition: Transition, *, detail: str | None = None, **changes: Any
+    ) -> Job:
+        """Make an allowed move: the new state, the changes, the transition's journal."""
+        target = transition.target if transition.target is not None else job.state
+        if target is not JobState.RUNNING:
+            changes = {"lease_token": None, "lease_until": None, **changes}
+        moved = dataclasses.replace(job, state=target, updated_at=self.clock(), **changes)
+        self.jobs[job.id] = moved
+        for event in transition.journal:
+            attempt = job.attempts if event is JobEvent.LEASE_EXPIRED else moved.attempts
+            self._record(moved, event, attempt, detail)
+        return moved
+
+    def _quarantine(self, job: Job, transition: Transition, code: str, error: str) -> None:
+        self._move(
+            job,
+            transition,
+            detail=code,
+            last_error_code=code,
+            last_error=error,
+            finished_at=self.clock(),
+        )
+
+    def _written(self, job: Job, lease_token: uuid.UUID, outcome: Outcome) -> bool:
+        match outcome:
+            case Succeeded(result=result):
+                if not self._allows(COMPLETE, job, lease_token):
+                    return False
+                self._move(job, COMPLETE, finished_at=self.clock())
+                self.results[job.id] = StoredResult(result, job.attempts)
+            case RetryLater(available_at=available_at, error_code=code, error=error):
+                if not self._allows(RETRY, job, lease_token):
+                    return False
+                self._move(
+                    job,
+                    RETRY,
+                    available_at=available_at,
+                    last_error_code=code,
+                    last_error=error,
+                    detail=code,
+                )
+                self.outbox.append((job.id, available_at))
+            case Quarantine(reason_code=code, error=error):
+                if not self._allows(QUARANTINE, job, lease_token):
+                    return False
+                self._quarantine(job, QUARANTINE, code, error)
+        return True
+
+    def _already_done(self, job: Job, attempt: int, outcome: Outcome) -> bool:
+        match outcome:
+            case Succeeded():
+                stored = self.results.get(job.id)
+                return stored is not None and stored.attempt == attempt
+            case RetryLater():
+                return job.state is JobState.RETRYING and job.attempts == attempt
+            case Quarantine():
+                return job.state is JobState.QUARANTINED and job.attempts == attempt
+        return False  # pragma: no cover
+
+    def _record(self, job: Job, event: JobEvent, attempt: int, detail: str | None) -> None:
+        self.journal.append(Entry(job.id, event, attempt, detail))
+
+
+if TYPE_CHECKING:  # it is a whole ExecutionStore
+    _port: ExecutionStore = InMemoryExecutionStore()

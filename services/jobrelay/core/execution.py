@@ -1,0 +1,106 @@
+"""The consumer's port to the job store (SPEC §6): the values a claim, a deferral and a final
+write answer with, and the ``ExecutionStore`` protocol the worker depends on.
+
+``db/execution_store.py`` implements it on PostgreSQL; ``consumer/fakes.py`` in memory, for
+the worker's unit tests. Both follow the transitions of ``core/states.py``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Protocol
+
+from jobrelay.core.jobs import Job, Outcome
+
+
+@dataclass(frozen=True)
+class Claimed:
+    job: Job
+    lease_token: uuid.UUID
+    reclaimed: bool
+    """True when the job was `running` under an expired lease (its holder crashed or hung)."""
+
+
+class Refusal(StrEnum):
+    """Why a delivery did not claim its job."""
+
+    UNKNOWN_JOB = "unknown_job"
+    EXHAUSTED = "attempts_exhausted"  # quarantined now; the message must dead-letter
+    DUPLICATE = "duplicate"  # finished, running under a live lease, or not yet due
+    OTHER_TYPE = "other_type"  # the message named another type than the job's (not deferred)
+
+
+@dataclass(frozen=True)
+class Refused:
+    reason: Refusal
+    job: Job | None = None
+
+
+ClaimResult = Claimed | Refused
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A job whose type the consumer does not know, put back without counting an attempt."""
+
+    quarantined: bool  # the type stayed unknown past the patience: quarantined instead
+    available_at: datetime
+    unknown_since: datetime
+
+
+DeferResult = Deferred | Refused
+
+
+class Finish(StrEnum):
+    WRITTEN = "written"
+    ALREADY = "already"  # an earlier try of this very write committed; its answer was lost
+    STALE = "stale"  # the lease is no longer ours: nothing written but the journal entry
+
+
+class ExecutionStore(Protocol):
+    """What the worker asks of the store. Every method raises ``StoreUnavailable`` (from
+    ``core/errors.py``) when the store cannot be reached."""
+
+    async def claim(
+        self,
+        job_id: uuid.UUID,
+        *,
+        lease_token: uuid.UUID,
+        lease_seconds: float,
+        detail: str | None = None,
+    ) -> ClaimResult:
+        """Claim the job for one attempt, or say why not (quarantining a job with no attempts
+        left). Again with the same token after a lost answer: claimed."""
+        ...
+
+    async def defer_unknown_type(
+        self,
+        job_id: uuid.UUID,
+        *,
+        job_type: str,
+        delay_seconds: float,
+        patience_seconds: float,
+        detail: str,
+    ) -> DeferResult:
+        """Put a due job of a type this consumer does not know back, due after
+        ``delay_seconds`` (attempts untouched), or quarantine it past the patience."""
+        ...
+
+    async def renew(
+        self, job_id: uuid.UUID, *, lease_token: uuid.UUID, lease_seconds: float
+    ) -> bool:
+        """Extend the lease; False when it is no longer ours (expired or taken over)."""
+        ...
+
+    async def finish(
+        self, job_id: uuid.UUID, *, lease_token: uuid.UUID, attempt: int, outcome: Outcome
+    ) -> Finish:
+        """Carry out a decided outcome once, fenced by the lease token."""
+        ...
+
+    async def release(self, job_id: uuid.UUID, *, lease_token: uuid.UUID, detail: str) -> bool:
+        """Give a running job back (shutdown): `queued` again, the attempt still counted."""
+        ...

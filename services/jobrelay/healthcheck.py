@@ -56,19 +56,13 @@ def check_database(url: str, timeout: float) -> str:
 
 
 async def _check_broker(url: str, queue: str | None, seconds: float) -> str:
-    import aio_pika
+    from jobrelay.broker.connection import connect_broker
+    from jobrelay.core.errors import BrokerUnavailable
 
     try:
-        connection = await asyncio.wait_for(
-            aio_pika.connect(
-                url,
-                timeout=seconds,
-                client_properties={"connection_name": "jobrelay-healthcheck"},
-            ),
-            seconds,
-        )
-    except Exception as error:
-        raise Unhealthy(f"broker unavailable at {mask_url(url)} ({type(error).__name__})") from None
+        connection = await connect_broker(url, seconds=seconds, name="jobrelay-healthcheck")
+    except BrokerUnavailable as error:
+        raise Unhealthy(str(error)) from None
     try:
         async with asyncio.timeout(seconds):
             channel = await connection.channel()

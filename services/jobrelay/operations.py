@@ -30,14 +30,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import aio_pika
 from aio_pika.abc import AbstractConnection
 
 from jobrelay.broker import quarantine
+from jobrelay.broker.connection import connect_broker
 from jobrelay.broker.quarantine import QuarantinedMessage
 from jobrelay.core.errors import BrokerUnavailable, UnknownJobType
 from jobrelay.core.registry import Registry
-from jobrelay.core.settings import Settings, mask_url
+from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobState
 from jobrelay.db.quarantine_store import LOCK_WAIT_SECONDS, QuarantineBusy, QuarantineStore
 from jobrelay.db.store import Store
@@ -116,12 +116,7 @@ class Operations:
 
     @asynccontextmanager
     async def broker(self) -> AsyncIterator[AbstractConnection]:
-        try:
-            connection = await aio_pika.connect(self.settings.amqp_url, timeout=10)
-        except Exception as error:
-            raise BrokerUnavailable(
-                f"broker unavailable at {mask_url(self.settings.amqp_url)}: {type(error).__name__}"
-            ) from None
+        connection = await connect_broker(self.settings.amqp_url, seconds=10, name="jobrelay-ops")
         try:
             yield connection
         finally:

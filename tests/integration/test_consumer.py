@@ -50,7 +50,7 @@ from tests.support.consumer_kit import (
     work_queue_count,
     x_death,
 )
-from tests.support.relay_stub import relay_stub
+from tests.support.relay import running_relay
 
 
 @contextlib.asynccontextmanager
@@ -396,7 +396,7 @@ async def test_a_permanent_error_is_quarantined_after_one_attempt(
     cfg: Settings, store: Store, client_id: uuid.UUID
 ) -> None:
     job_id = await submit(store, client_id, "demo.fail", {"mode": "permanent", "times": 1})
-    async with relay_stub(cfg, store), running_consumer(cfg):
+    async with running_relay(cfg, store), running_consumer(cfg):
         await wait_state(store, job_id, "quarantined")
         [message] = await eventually(lambda: quarantined_messages(cfg), what="dead letter")
     row = await job_row(store, job_id)

@@ -27,7 +27,7 @@ from tests.support.consumer_kit import (
     work_queue_count,
 )
 from tests.support.processes import Service, free_port, service_env
-from tests.support.relay_stub import relay_stub
+from tests.support.relay import running_relay
 
 HANDLERS = "tests.support.consumer_kit:registry"
 
@@ -70,7 +70,7 @@ async def test_a_consumer_killed_right_after_its_claim_leaves_the_job_running_un
 ) -> None:
     client_id = await new_client(store)
     job_id = await submit(store, client_id, "test.count", {"first_attempt_sleeps": 60})
-    async with relay_stub(cfg, store):
+    async with running_relay(cfg, store):
         first = consumer_process(cfg, tmp_path / "first.log")
         try:
             await eventually(
@@ -126,7 +126,7 @@ async def test_postgres_restarted_in_the_middle_of_1000_jobs_every_job_succeeds_
     service = consumer_process(cfg, tmp_path / "consumer.log", "--concurrency", "16")
     try:
         await wait_consuming(service)
-        async with relay_stub(cfg, store):
+        async with running_relay(cfg, store):
             await eventually(
                 lambda: _succeeded_at_least(store, 150), within=60, what="a first part done"
             )
@@ -181,7 +181,7 @@ async def test_broker_connections_cut_mid_run_every_job_still_succeeds_once(
     service = consumer_process(cfg, tmp_path / "consumer.log", "--concurrency", "8")
     try:
         await wait_consuming(service)
-        async with relay_stub(cfg, store):
+        async with running_relay(cfg, store):
             await eventually(lambda: _succeeded_at_least(store, 50), what="a first part done")
             faults.close_all_broker_connections()
             await eventually(
@@ -204,7 +204,7 @@ async def test_sigterm_lets_in_flight_jobs_finish_and_gives_the_rest_back(
     service = consumer_process(cfg, tmp_path / "consumer.log", "--concurrency", "4")
     try:
         await wait_consuming(service)
-        async with relay_stub(cfg, store, rescue=False):
+        async with running_relay(cfg, store, rescue=False):
             await eventually(
                 lambda: scalar(store, "SELECT count(*) = 3 FROM jobs WHERE state = 'running'"),
                 what="three jobs in flight",

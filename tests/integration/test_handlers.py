@@ -43,7 +43,7 @@ from tests.support.consumer_kit import (
     work_queue_count,
 )
 from tests.support.processes import run_cli, service_env
-from tests.support.relay_stub import relay_stub
+from tests.support.relay import running_relay
 from tests.support.servers import Servers
 from tests.support.waiting import eventually
 
@@ -389,7 +389,7 @@ async def test_during_a_rolling_deploy_a_job_waits_for_a_consumer_that_knows_its
 ) -> None:
     cfg = cfg.model_copy(update={"amqp_url": amqp_url})
     job_id = await submit(store, await new_client(store), "handlers.plain", {})
-    async with relay_stub(cfg, store):
+    async with running_relay(cfg, store):
         async with running_consumer(cfg, builtin.registry):  # the old release only
             await eventually(
                 lambda: _deferred_twice(store, job_id), what="the job to be deferred twice"

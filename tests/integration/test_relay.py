@@ -12,9 +12,9 @@ from sqlalchemy import text
 
 from jobrelay.core import topology as names
 from jobrelay.core.settings import Settings
+from jobrelay.db.listener import APPLICATION_NAME
 from jobrelay.db.relay_store import RelayStore
 from jobrelay.db.store import Store
-from jobrelay.dispatcher.listener import APPLICATION_NAME
 from tests.support.outbox import (
     count_published,
     count_unpublished,
@@ -355,6 +355,8 @@ async def test_retention_deletes_old_published_rows_and_old_events_of_finished_j
 
 
 class _NoPublisher:
+    ready = False
+
     async def connect(self) -> None:
         raise AssertionError("retention must not publish")
 

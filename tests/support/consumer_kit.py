@@ -17,12 +17,12 @@ from sqlalchemy import text
 from jobrelay.broker.topology import declare_topology
 from jobrelay.consumer.service import Consumer
 from jobrelay.core.errors import TransientError
+from jobrelay.core.message import CONTENT_TYPE, Envelope
 from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.settings import Settings, parse_type_queues
 from jobrelay.core.topology import QUARANTINE_QUEUE, work_queue_name
 from jobrelay.db.store import Store
 from jobrelay.handlers import builtin
-from tests.support.relay_stub import publish
 from tests.support.waiting import eventually
 
 # --- a registry of test job types (also loadable: --handlers tests.support.consumer_kit:registry)
@@ -144,6 +144,20 @@ async def broker(settings: Settings) -> AsyncIterator[aio_pika.abc.AbstractChann
         yield channel
     finally:
         await connection.close()
+
+
+async def publish(channel: aio_pika.abc.AbstractChannel, job_id: Any, job_type: str) -> None:
+    """A job's message straight onto the broker, as the relay would send it (no outbox row)."""
+    exchange = await channel.get_exchange("jobrelay.jobs")
+    await exchange.publish(
+        aio_pika.Message(
+            Envelope(job_id, job_type).encode(),
+            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            content_type=CONTENT_TYPE,
+            correlation_id=str(job_id),
+        ),
+        routing_key=job_type,
+    )
 
 
 async def publish_jobs(settings: Settings, jobs: list[tuple[uuid.UUID, str]]) -> None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable, Sequence
 
+from jobrelay.core.relay import UNROUTABLE, OutboxRow, PublishOutcome
 from jobrelay.dispatcher.fakes import FakePublisher, InMemoryOutbox
-from jobrelay.dispatcher.ports import UNROUTABLE
 from jobrelay.dispatcher.relay import Relay, RelayConfig, publish_retry_delay
 
 CONFIG = RelayConfig(batch_size=3, lease_seconds=10, poll_interval=0.01, maintenance_interval=0.01)
@@ -94,3 +95,66 @@ async def test_stop_returns_from_run_while_it_waits_for_work() -> None:
     await asyncio.sleep(0.05)
     relay.stop()
     await asyncio.wait_for(task, 1)
+
+
+class GatedPublisher(FakePublisher):
+    """Holds each batch's confirms until the test releases that batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[list[int]] = []
+        self.gates: list[asyncio.Event] = []
+
+    async def publish_batch(self, rows: Sequence[OutboxRow]) -> list[PublishOutcome]:
+        self.batches.append([row.id for row in rows])
+        gate = asyncio.Event()
+        self.gates.append(gate)
+        await gate.wait()
+        return await super().publish_batch(rows)
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    for _ in range(200):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("condition not reached")
+
+
+async def test_the_next_batch_is_leased_while_the_previous_one_waits_for_its_confirms() -> None:
+    outbox, publisher = InMemoryOutbox(), GatedPublisher()
+    rows = [outbox.add() for _ in range(9)]
+    relay = make_relay(outbox, publisher)
+    task = asyncio.create_task(relay.run())
+    await _until(lambda: len(publisher.batches) == 2)
+    await asyncio.sleep(0.05)
+    assert publisher.batches == [[1, 2, 3], [4, 5, 6]], "two batches in flight, never three"
+    assert not any(row.published for row in rows), "nothing is marked before its confirm"
+
+    publisher.gates[0].set()
+    await _until(lambda: len(publisher.batches) == 3)
+    assert [row.published for row in rows] == [True] * 3 + [False] * 6
+
+    relay.stop()  # the batches in flight still finish
+    publisher.gates[1].set()
+    publisher.gates[2].set()
+    await asyncio.wait_for(task, 2)
+    assert all(row.published for row in rows) and len(publisher.batches) == 3
+
+
+async def test_a_failure_in_one_of_two_batches_in_flight_leaves_only_its_rows_unpublished() -> None:
+    outbox, publisher = InMemoryOutbox(), GatedPublisher()
+    rows = [outbox.add() for _ in range(3)] + [outbox.add("unroutable") for _ in range(2)]
+    publisher.failures["unroutable"] = UNROUTABLE
+    relay = make_relay(outbox, publisher)
+    task = asyncio.create_task(relay.run())
+    await _until(lambda: len(publisher.batches) == 2)
+    publisher.gates[1].set()  # the second batch's answers come first
+    await asyncio.sleep(0.05)
+    assert not any(row.published for row in rows), "recorded in order, after the first batch"
+    publisher.gates[0].set()
+    await _until(lambda: rows[4].last_error is not None)
+    relay.stop()
+    await asyncio.wait_for(task, 2)
+    assert [row.published for row in rows] == [True, True, True, False, False]
+    assert all(row.last_error == "unroutable: fake" for row in rows[3:])

@@ -19,11 +19,10 @@ import aio_pika
 import aiormq.exceptions
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
 
+from jobrelay.broker.connection import connect_broker, unavailable
 from jobrelay.broker.topology import declare_topology
-from jobrelay.core.errors import BrokerUnavailable
 from jobrelay.core.message import CONTENT_TYPE, Envelope
-from jobrelay.core.settings import mask_url
-from jobrelay.dispatcher.ports import (
+from jobrelay.core.relay import (
     CHANNEL_ERROR,
     CONNECTION_LOST,
     NACKED,
@@ -33,6 +32,7 @@ from jobrelay.dispatcher.ports import (
     OutboxRow,
     PublishOutcome,
 )
+from jobrelay.core.settings import mask_url
 
 log = logging.getLogger(__name__)
 
@@ -100,32 +100,33 @@ class Publisher:
         if self.ready:
             return
         await self._forget()
+        connection = await connect_broker(
+            self.url, seconds=self.connect_timeout, name="jobrelay-dispatcher"
+        )
         try:
-            async with asyncio.timeout(self.connect_timeout * 2):
-                connection = await aio_pika.connect(self.url, timeout=self.connect_timeout)
-                try:
-                    channel = await connection.channel(
-                        publisher_confirms=True, on_return_raises=True
-                    )
-                    exchange = await declare_topology(
-                        channel, delivery_limit=self.delivery_limit, type_queues=self.type_queues
-                    )
-                except BaseException:
-                    with contextlib.suppress(Exception):
-                        await connection.close()
-                    raise
-        except Exception as error:
-            raise BrokerUnavailable(
-                f"broker unavailable at {mask_url(self.url)}: {type(error).__name__}"
-            ) from None
+            async with asyncio.timeout(self.connect_timeout):
+                channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+                exchange = await declare_topology(
+                    channel, delivery_limit=self.delivery_limit, type_queues=self.type_queues
+                )
+        except BaseException as error:
+            with contextlib.suppress(Exception):
+                await connection.close()
+            if isinstance(error, Exception):
+                raise unavailable(self.url, error) from None
+            raise
         self._connection, self._channel, self._exchange = connection, channel, exchange
         log.info("broker connected", extra={"event": "broker_connected"})
 
     async def publish_batch(self, rows: Sequence[OutboxRow]) -> list[PublishOutcome]:
-        """Start every publish, then wait for all confirms; one outcome per row, in order."""
+        """Start every publish, then wait for all confirms; one outcome per row, in order.
+
+        The relay keeps up to two batches in flight on the one channel: a batch that finds its
+        connection broken forgets it only if it is still the current one, never a newer one
+        that the other batch's ``connect()`` opened meanwhile."""
         if not rows:
             return []
-        exchange = self._exchange
+        exchange, connection = self._exchange, self._connection
         if exchange is None or not self.ready:
             return [PublishOutcome(row, CONNECTION_LOST, "not connected") for row in rows]
         results = await asyncio.gather(
@@ -149,7 +150,8 @@ class Publisher:
                 outcomes.append(PublishOutcome(row, reason, detail))
             else:
                 outcomes.append(PublishOutcome(row))
-        if any(outcome.reason in (CONNECTION_LOST, CHANNEL_ERROR) for outcome in outcomes):
+        broken = any(outcome.reason in (CONNECTION_LOST, CHANNEL_ERROR) for outcome in outcomes)
+        if broken and self._connection is connection:
             await self._forget()
         return outcomes
 

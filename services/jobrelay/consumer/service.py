@@ -13,10 +13,10 @@ import logging
 import signal
 from typing import Any
 
-import aio_pika
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
 from jobrelay.broker import quarantine
+from jobrelay.broker.connection import connect_broker_robust
 from jobrelay.broker.topology import declare_topology, declare_work_queue
 from jobrelay.consumer.metrics import ConsumerMetrics
 from jobrelay.consumer.worker import Delivery, Worker
@@ -183,10 +183,8 @@ class Consumer:
         pause = 0.5
         while not stop.is_set():
             try:
-                return await aio_pika.connect_robust(
-                    self.settings.amqp_url,
-                    timeout=10,
-                    client_properties={"connection_name": "jobrelay-consumer"},
+                return await connect_broker_robust(
+                    self.settings.amqp_url, seconds=10, name="jobrelay-consumer"
                 )
             except Exception as error:
                 log.warning(

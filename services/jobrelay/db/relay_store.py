@@ -10,13 +10,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
+from jobrelay.core.relay import OutboxRow
 from jobrelay.db import queries as q
 from jobrelay.db.store import Store
-from jobrelay.dispatcher.ports import OutboxRow
 
 
 class RelayStore:
-    """Implements ``jobrelay.dispatcher.relay.OutboxStore`` on PostgreSQL."""
+    """Implements ``jobrelay.core.relay.OutboxStore`` on PostgreSQL."""
 
     def __init__(self, store: Store) -> None:
         self.store = store

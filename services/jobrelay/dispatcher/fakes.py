@@ -1,4 +1,5 @@
-"""In-memory implementations of the relay's ports, for fast tests of the loop's decisions."""
+"""In-memory implementations of the relay's ports (``jobrelay.core.relay``), for fast tests
+of the loop's decisions."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from jobrelay.core.errors import BrokerUnavailable, StoreUnavailable
-from jobrelay.dispatcher.ports import OutboxRow, PublishOutcome
+from jobrelay.core.relay import OutboxRow, PublishOutcome
 
 
 @dataclass
@@ -96,6 +97,10 @@ class FakePublisher:
     reachable: bool = True
     published: list[OutboxRow] = field(default_factory=list)
     connects: int = 0
+
+    @property
+    def ready(self) -> bool:
+        return self.reachable and self.connects > 0
 
     async def connect(self) -> None:
         self.connects += 1

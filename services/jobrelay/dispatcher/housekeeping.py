@@ -48,9 +48,10 @@ import aio_pika
 import aiormq.exceptions
 from aio_pika.abc import AbstractChannel, AbstractConnection
 
+from jobrelay.broker.connection import connect_broker
 from jobrelay.core.errors import BrokerUnavailable
 from jobrelay.core.retry import backoff
-from jobrelay.core.settings import Settings, mask_url
+from jobrelay.core.settings import Settings
 from jobrelay.core.topology import DEFAULT_QUEUE, QUARANTINE_QUEUE, typed_queue_bindings
 from jobrelay.db.quarantine_store import QuarantineStore
 from jobrelay.db.store import Store
@@ -140,12 +141,9 @@ class Housekeeper:
     async def _connect(self) -> AbstractConnection:
         if self._connection is not None and not self._connection.is_closed:
             return self._connection
-        try:
-            self._connection = await aio_pika.connect(self.amqp_url, timeout=5)
-        except Exception as error:
-            raise BrokerUnavailable(
-                f"broker unavailable at {mask_url(self.amqp_url)}: {type(error).__name__}"
-            ) from None
+        self._connection = await connect_broker(
+            self.amqp_url, seconds=5, name="jobrelay-dispatcher-housekeeping"
+        )
         return self._connection
 
     async def _channel(self, connection: AbstractConnection) -> AbstractChannel:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from jobrelay.dispatcher.ports import FAILURE_REASONS
+from jobrelay.core.relay import FAILURE_REASONS
 
 PREFIX = "jobrelay_dispatcher_"
 

@@ -6,6 +6,10 @@ with no transaction open; the outcome is a second short statement. Another dispa
 leased rows; a crashed dispatcher's rows come due again when the lease passes, so a crash can
 publish a row twice but never loses one.
 
+How it keeps the broker busy: at most two batches are in flight. While one batch waits for its
+confirms, the next is leased and published; then the first one's outcome is recorded. Every row
+is still marked published only after its own confirm, and ``stop()`` lets both finish.
+
 Maintenance (rescue of expired job leases, retention, the backlog gauge, and the housekeeping
 of ``jobrelay.dispatcher.housekeeping``: lost messages and the quarantine queue) runs in its own
 task so a slow sweep never delays relaying.
@@ -21,9 +25,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from jobrelay.core.errors import BrokerUnavailable, StoreUnavailable
+from jobrelay.core.relay import MessagePublisher, OutboxRow, OutboxStore, PublishOutcome
 from jobrelay.core.retry import backoff
 from jobrelay.dispatcher.metrics import DispatcherMetrics
-from jobrelay.dispatcher.ports import MessagePublisher, OutboxStore, PublishOutcome
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +73,15 @@ class BatchResult:
     failed: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass
+class InFlight:
+    """A leased batch whose publishes are on their way: ``confirms`` gives one outcome a row."""
+
+    rows: list[OutboxRow]
+    confirms: asyncio.Task[list[PublishOutcome]]
+    full: bool
+
+
 class Relay:
     def __init__(
         self,
@@ -88,13 +101,15 @@ class Relay:
         self.rng = rng or random.Random()
         self.wakeup = asyncio.Event()
         self.stopping = asyncio.Event()
+        self._publishing: set[asyncio.Task[list[PublishOutcome]]] = set()
+        self._outages = 0
 
     def wake(self) -> None:
         """Called by the listener on NOTIFY: new rows may be due."""
         self.wakeup.set()
 
     def stop(self) -> None:
-        """Finish the current batch, then return from ``run``."""
+        """Finish the batches in flight, then return from ``run``."""
         self.stopping.set()
         self.wakeup.set()
 
@@ -102,13 +117,25 @@ class Relay:
 
     async def relay_batch(self) -> BatchResult:
         """Lease, publish and record one batch. Raises StoreUnavailable / BrokerUnavailable."""
+        batch = await self.start_batch()
+        return BatchResult() if batch is None else await self.finish_batch(batch)
+
+    async def start_batch(self) -> InFlight | None:
+        """Lease a batch and start publishing it; None when nothing is due."""
         await self.publisher.connect()  # no lease is taken while the broker is unreachable
         rows = await self.store.lease_batch(self.config.batch_size, self.config.lease_seconds)
-        result = BatchResult(leased=len(rows))
         if not rows:
-            return result
+            return None
         self.metrics.batch_size.observe(len(rows))
-        outcomes = await self.publisher.publish_batch(rows)
+        confirms = asyncio.create_task(self.publisher.publish_batch(rows), name="relay-publish")
+        self._publishing.add(confirms)
+        confirms.add_done_callback(self._publishing.discard)
+        return InFlight(rows, confirms, full=len(rows) >= self.config.batch_size)
+
+    async def finish_batch(self, batch: InFlight) -> BatchResult:
+        """Wait for the batch's confirms and record them: published, or failed with a backoff."""
+        outcomes = await batch.confirms
+        result = BatchResult(leased=len(batch.rows))
         confirmed = [outcome.row.id for outcome in outcomes if outcome.confirmed]
         failures = [outcome for outcome in outcomes if not outcome.confirmed]
         if confirmed:
@@ -166,32 +193,61 @@ class Relay:
     async def run(self) -> None:
         """Relay until ``stop()``; outages of either server are waited out, never fatal."""
         maintenance = asyncio.create_task(self.run_maintenance(), name="dispatcher-maintenance")
-        outages = 0
+        in_flight: InFlight | None = None
         try:
-            while not self.stopping.is_set():
-                self.wakeup.clear()
-                try:
-                    result = await self.relay_batch()
-                except (StoreUnavailable, BrokerUnavailable) as error:
-                    delay = self._outage_delay(outages)
-                    outages += 1
-                    log.warning(
-                        "%s; retrying in %.1fs",
-                        error,
-                        delay,
-                        extra={"event": "outage", "reason": error.code},
-                    )
-                    await self._sleep(delay)
-                    continue
-                if outages:
-                    log.info("relaying again", extra={"event": "recovered"})
-                    outages = 0
+            while not (self.stopping.is_set() and in_flight is None):
+                in_flight, result = await self._step(in_flight)
+                if in_flight is not None or result is None or self.stopping.is_set():
+                    continue  # a batch in flight to record, or an outage just waited out
                 if result.leased >= self.config.batch_size and not result.failed:
                     continue  # a full batch: there is probably more
                 await self._wait_for_work()
         finally:
+            for task in self._publishing:
+                task.cancel()
             maintenance.cancel()
-            await asyncio.gather(maintenance, return_exceptions=True)
+            await asyncio.gather(maintenance, *self._publishing, return_exceptions=True)
+
+    async def _step(self, in_flight: InFlight | None) -> tuple[InFlight | None, BatchResult | None]:
+        """Lease and publish the next batch when ``in_flight`` is full (or absent), then record
+        ``in_flight``'s outcome. Returns the batch now in flight and the recorded result: an
+        empty one when nothing was due, None after an outage (already waited out)."""
+        started: InFlight | None = None
+        outage: StoreUnavailable | BrokerUnavailable | None = None
+        if not self.stopping.is_set() and self._lease_ahead(in_flight):
+            self.wakeup.clear()
+            try:
+                started = await self.start_batch()
+            except (StoreUnavailable, BrokerUnavailable) as error:
+                outage = error
+        result: BatchResult | None = BatchResult()
+        if in_flight is not None:
+            try:
+                result = await self.finish_batch(in_flight)
+            except (StoreUnavailable, BrokerUnavailable) as error:
+                outage = outage or error  # its rows come due again when their lease passes
+        if outage is not None:
+            await self._wait_out(outage)
+            return started, None
+        if self._outages:
+            log.info("relaying again", extra={"event": "recovered"})
+            self._outages = 0
+        return started, result
+
+    def _lease_ahead(self, in_flight: InFlight | None) -> bool:
+        """Nothing in flight, or a full batch on a live connection (with a broken one, its
+        confirms are failing and connecting again would only delay recording them)."""
+        if in_flight is None:
+            return True
+        return in_flight.full and self.publisher.ready
+
+    async def _wait_out(self, error: StoreUnavailable | BrokerUnavailable) -> None:
+        delay = self._outage_delay(self._outages)
+        self._outages += 1
+        log.warning(
+            "%s; retrying in %.1fs", error, delay, extra={"event": "outage", "reason": error.code}
+        )
+        await self._sleep(delay)
 
     async def _wait_for_work(self) -> None:
         """Until NOTIFY, the next row's due time, the poll interval or stop, whichever first."""

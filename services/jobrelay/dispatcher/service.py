@@ -10,10 +10,10 @@ import signal
 
 from jobrelay.broker.publisher import Publisher
 from jobrelay.core.settings import Settings, mask_url, parse_type_queues
+from jobrelay.db.listener import OutboxListener
 from jobrelay.db.relay_store import RelayStore
 from jobrelay.db.store import Store
 from jobrelay.dispatcher.housekeeping import Housekeeper
-from jobrelay.dispatcher.listener import OutboxListener
 from jobrelay.dispatcher.metrics import DispatcherMetrics
 from jobrelay.dispatcher.relay import Relay, RelayConfig
 

@@ -1,8 +1,9 @@
-"""The narrow ports between the relay loop and its adapters, and the values that cross them.
+"""The relay's ports (SPEC §5) and the values that cross them: pure, no I/O library.
 
+The relay loop (``jobrelay.dispatcher.relay``) depends on these;
 ``jobrelay.db.relay_store.RelayStore`` and ``jobrelay.broker.publisher.Publisher`` implement them
-on PostgreSQL and RabbitMQ; ``jobrelay.dispatcher.fakes`` implements them in memory for unit
-tests of the loop's decisions.
+on PostgreSQL and RabbitMQ, and ``jobrelay.dispatcher.fakes`` in memory for unit tests of the
+loop's decisions. Adapters import this module, never a service.
 """
 
 from __future__ import annotations
@@ -72,11 +73,18 @@ class OutboxStore(Protocol):
 
 
 class MessagePublisher(Protocol):
+    @property
+    def ready(self) -> bool:
+        """True while a confirming channel is open: ``connect()`` would return at once."""
+        ...
+
     async def connect(self) -> None:
         """Make sure a confirming channel is open; raises ``BrokerUnavailable``."""
 
     async def publish_batch(self, rows: Sequence[OutboxRow]) -> list[PublishOutcome]:
-        """Publish every row (pipelined) and return one outcome per row, in order."""
+        """Publish every row (pipelined) and return one outcome per row, in order. Two calls
+        may run at once (the relay leases and publishes a batch while the previous one waits
+        for its confirms)."""
         ...
 
     async def close(self) -> None: ...

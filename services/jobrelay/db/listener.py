@@ -1,8 +1,8 @@
-"""Wake the relay on new outbox rows: PostgreSQL LISTEN/NOTIFY on its own connection.
+"""New outbox rows as a callback: PostgreSQL LISTEN/NOTIFY on a connection of its own.
 
-The outbox has a statement trigger doing ``pg_notify('jobrelay_outbox', '')``. Notifications
-sent while this connection is down are lost; the relay's poll covers that, and every
-(re)connect wakes the relay once in case something was missed.
+The outbox has a statement trigger notifying ``queries.OUTBOX_CHANNEL``. Notifications sent
+while this connection is down are lost; the caller polls too (the dispatcher's relay does), and
+every (re)connect calls ``on_notify`` once in case something was missed.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from collections.abc import Callable
 import psycopg
 
 from jobrelay.core.settings import mask_url
+from jobrelay.db import queries as q
 from jobrelay.db.engine import libpq_url
 
 log = logging.getLogger(__name__)
 
-CHANNEL = "jobrelay_outbox"
 APPLICATION_NAME = "jobrelay-dispatcher-listen"
 
 
@@ -64,7 +64,7 @@ class OutboxListener:
             self.url, autocommit=True, application_name=APPLICATION_NAME, connect_timeout=5
         )
         async with connection:
-            await connection.execute("LISTEN jobrelay_outbox")  # CHANNEL
+            await connection.execute(q.LISTEN_OUTBOX)
             self.on_state(True)
             log.info("listening for new outbox rows", extra={"event": "listener_connected"})
             self.on_notify()  # anything sent while we were away
@@ -73,4 +73,4 @@ class OutboxListener:
                     self.on_notify()
                 # A quiet period: make sure the connection is still alive (a half-open TCP
                 # connection would otherwise wait forever).
-                await connection.execute("SELECT 1")
+                await connection.execute(q.LISTENER_PING)

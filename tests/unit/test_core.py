@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import uuid
 from pathlib import Path
 
@@ -111,6 +112,15 @@ def test_an_envelope_round_trips_and_garbage_is_refused_with_a_safe_reason() -> 
         with pytest.raises(MalformedMessage) as error:
             Envelope.decode(body)
         assert b"nope" not in str(error.value).encode()
+
+
+@pytest.mark.parametrize("job_type", ["demo\u0000sleep", "demo\nsleep", "x" * 201])
+def test_an_envelope_whose_type_no_registry_name_can_be_is_malformed(job_type: str) -> None:
+    """Found by the garbage fuzzer: a NUL in the type reached the unknown-type deferral, whose
+    statement PostgreSQL refused, and the delivery was requeued until the broker gave up."""
+    body = json.dumps({"version": 1, "type": job_type, "job_id": str(uuid.uuid4())}).encode()
+    with pytest.raises(MalformedMessage, match="invalid type"):
+        Envelope.decode(body)
 
 
 def test_urls_are_masked_for_logs() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 MESSAGE_VERSION = 1
 CONTENT_TYPE = "application/json"
+MAX_TYPE_LENGTH = 200
 
 
 class MalformedMessage(ValueError):
@@ -39,7 +40,14 @@ class Envelope:
         if version != MESSAGE_VERSION:
             raise MalformedMessage("unsupported or missing version")
         job_type = document.get("type")
-        if not isinstance(job_type, str) or not job_type:
+        # A type is a registry name: printable text that PostgreSQL can store and compare
+        # (a NUL in it would fail every statement that looks the job up by type).
+        if (
+            not isinstance(job_type, str)
+            or not job_type
+            or len(job_type) > MAX_TYPE_LENGTH
+            or not job_type.isprintable()
+        ):
             raise MalformedMessage("missing or invalid type")
         raw_id = document.get("job_id")
         if not isinstance(raw_id, str):

@@ -1,9 +1,14 @@
-"""Accepted jobs per second over HTTP, beside raw job+outbox inserts on the same database.
+"""Accepted jobs per second over HTTP, beside two baselines measured in the same run.
 
-    python scripts/servers.py run -- python benchmarks/submit.py [--jobs 6000] [--clients 32]
+    python scripts/servers.py run -- python -m benchmarks.submit [--jobs 6000] [--clients 32]
 
-Both sides write the same rows (a job, its outbox row, its `received` event) into the same
-PostgreSQL; the API also authenticates, validates, checks idempotency and answers over HTTP.
+- Raw job+outbox inserts: the same rows (a job, its outbox row, its `received` event) into the
+  same PostgreSQL with psycopg; the API also authenticates, validates, checks idempotency and
+  answers over HTTP.
+- Celery's ``apply_async`` with publisher confirms (``confirm_publish``): what "accepted" costs
+  a Celery producer that wants to know the broker has the message, from as many threads as the
+  API has connections, on the benchmark's RabbitMQ.
+
 The load generator speaks minimal HTTP/1.1 over keep-alive sockets so that it costs little CPU
 beside the API on a 2-core machine.
 """
@@ -13,6 +18,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import threading
 import time
 import uuid
 
@@ -59,6 +66,37 @@ async def raw_inserts(url: str, client_id: uuid.UUID, jobs: int, connections: in
     started = time.perf_counter()
     await asyncio.gather(*(worker(i) for i in range(connections)))
     return per_connection * connections / (time.perf_counter() - started)
+
+
+def celery_confirmed_publishes(amqp_url: str, jobs: int, threads: int) -> float:
+    """Jobs/s of Celery ``apply_async`` with publisher confirms, ``threads`` producers at once
+    (each waits for its publish's confirm, as an accepted submission waits for its COMMIT)."""
+    from benchmarks import celery_app
+
+    app = celery_app.app
+    app.conf.broker_url = amqp_url
+    app.conf.broker_transport_options = {"confirm_publish": True}
+    app.conf.broker_pool_limit = threads
+    per_thread = jobs // threads
+    start = threading.Barrier(threads + 1)
+
+    def producer() -> None:
+        with app.producer_or_acquire() as pooled:
+            start.wait()
+            for _ in range(per_thread):
+                celery_app.noop.apply_async((0.0,), producer=pooled)
+
+    workers = [threading.Thread(target=producer) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    start.wait()
+    started = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    elapsed = time.perf_counter() - started
+    with app.connection_for_write() as connection:
+        connection.default_channel.queue_purge(celery_app.QUEUE)
+    return per_thread * threads / elapsed
 
 
 async def http_submissions(
@@ -117,7 +155,9 @@ async def main() -> None:
     parser.add_argument("--connections", type=int, default=8, help="raw insert connections")
     parser.add_argument("--workers", type=int, default=2, help="API worker processes")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--celery-threads", type=int, default=32, help="apply_async producers")
     args = parser.parse_args()
+    amqp_url = os.environ.get("JOBRELAY_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 
     admin_url = admin_database_url()
     url = scratch_database(admin_url)
@@ -135,9 +175,14 @@ async def main() -> None:
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz")
         await http_submissions(port, token, 400, 8)  # warm up
-        api_rates, raw_rates, all_latencies = [], [], []
+        api_rates, raw_rates, celery_rates, all_latencies = [], [], [], []
         for _ in range(args.rounds):
             raw_rates.append(await raw_inserts(url, client_id, args.jobs, args.connections))
+            celery_rates.append(
+                await asyncio.to_thread(
+                    celery_confirmed_publishes, amqp_url, args.jobs, args.celery_threads
+                )
+            )
             rate, latencies, statuses = await http_submissions(port, token, args.jobs, args.clients)
             if set(statuses) != {202}:
                 raise SystemExit(f"unexpected statuses from the API: {statuses}")
@@ -148,7 +193,7 @@ async def main() -> None:
         api.wait(10)
         drop_database(admin_url, url)
 
-    api_rate, raw_rate = median(api_rates), median(raw_rates)
+    api_rate, raw_rate, celery_rate = median(api_rates), median(raw_rates), median(celery_rates)
     print(
         f"submit benchmark: {args.jobs} jobs x {args.rounds} rounds, "
         f"{args.clients} HTTP connections, {args.workers} API workers"
@@ -156,6 +201,10 @@ async def main() -> None:
     print(
         f"  raw job+outbox+event inserts ({args.connections} psycopg connections): "
         f"{raw_rate:8.0f} jobs/s  (rounds: {', '.join(f'{r:.0f}' for r in raw_rates)})"
+    )
+    print(
+        f"  Celery apply_async, confirmed ({args.celery_threads} threads):      "
+        f"{celery_rate:8.0f} jobs/s  (rounds: {', '.join(f'{r:.0f}' for r in celery_rates)})"
     )
     print(
         f"  API POST /v1/jobs accepted (202):                 "
@@ -166,6 +215,7 @@ async def main() -> None:
         f"p99 {percentile(all_latencies, 0.99) * 1000:.1f} ms"
     )
     print(f"  ratio API / raw: {api_rate / raw_rate:.2f}")
+    print(f"  ratio API / Celery apply_async (confirmed): {api_rate / celery_rate:.2f}")
 
 
 if __name__ == "__main__":

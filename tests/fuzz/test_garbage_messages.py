@@ -86,7 +86,10 @@ header_values = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(min_value=-(2**63), max_value=2**63 - 1)
-    | st.floats(width=32, allow_nan=False)  # sent as AMQP single-precision
+    # Sent as AMQP single-precision. No NaN or infinity: RabbitMQ 3.10's frame parser has no
+    # clause for them and closes the *publishing* connection (INTERNAL_ERROR), so such a
+    # message never reaches a queue and there is nothing for a consumer to survive.
+    | st.floats(width=32, allow_nan=False, allow_infinity=False)
     | st.text(max_size=40)
     | st.binary(max_size=40).map(bytearray),
     lambda children: (

@@ -1,0 +1,122 @@
+"""``make run`` as a developer uses it: the demo client and its token survive a restart.
+
+scripts/run.sh runs here against servers of its own (a scratch ``JOBRELAY_SERVERS_DIR``), is
+stopped as Ctrl-C would stop it, the servers are stopped keeping their data (``make down``), and
+the second run must hand out the same token, which the API accepts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.processes import ROOT, free_port, wait_for
+
+TOKEN_LINE = re.compile(r"export JOBRELAY_TOKEN=(\S+)")
+
+
+@pytest.fixture
+def scratch() -> Iterator[dict[str, str]]:
+    # Not pytest's tmp_path: PostgreSQL runs as the postgres OS user, who must traverse it.
+    folder = Path(tempfile.mkdtemp(prefix="jobrelay-make-run-"))
+    folder.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRELAY_")}
+    env |= {
+        "PYTHON": sys.executable,
+        "JOBRELAY_SERVERS_DIR": str(folder / "servers"),
+        "JOBRELAY_DEMO_TOKEN_FILE": str(folder / "demo-token"),
+        "JOBRELAY_RESULTS_DIR": str(folder / "results"),
+        "JOBRELAY_API_PORT": str(free_port()),
+    }
+    yield env
+    subprocess.run(
+        [sys.executable, "scripts/servers.py", "down", "--delete-data"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_once(env: dict[str, str], log: Path) -> str:
+    """Start ``make run``'s script, wait for its token and a live API, stop it; the token."""
+    with open(log, "wb") as output:
+        process = subprocess.Popen(
+            ["bash", "scripts/run.sh"],
+            cwd=ROOT,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        base = f"http://127.0.0.1:{env['JOBRELAY_API_PORT']}"
+        wait_for(
+            lambda: TOKEN_LINE.search(log.read_text()) or process.poll() is not None,
+            120,
+            0.2,
+            what="make run to print its token",
+        )
+        match = TOKEN_LINE.search(log.read_text())
+        assert match, log.read_text()
+        token = match.group(1)
+        wait_for(lambda: status(base, token) == 200, 60, 0.2, what="the API to accept it")
+        return token
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGINT)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+
+
+def status(base: str, token: str) -> int:
+    request = urllib.request.Request(
+        base + "/v1/jobs", headers={"Authorization": f"Bearer {token}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=2) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+    except OSError:
+        return 0
+
+
+def test_make_run_keeps_its_demo_client_and_token_across_a_restart(
+    scratch: dict[str, str], tmp_path: Path
+) -> None:
+    first = run_once(scratch, tmp_path / "run-1.log")
+    down = subprocess.run(
+        [sys.executable, "scripts/servers.py", "down"],
+        cwd=ROOT,
+        env=scratch,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert down.returncode == 0, down.stderr
+    time.sleep(0.5)
+
+    second = run_once(scratch, tmp_path / "run-2.log")
+
+    assert second == first
+    assert "again" in (tmp_path / "run-2.log").read_text()
+    assert (Path(scratch["JOBRELAY_DEMO_TOKEN_FILE"]).stat().st_mode & 0o777) == 0o600

@@ -1,32 +1,25 @@
 """Bearer-token authentication with a cache, so a hot client costs no query per request.
 
-The cache is trusted only while this process LISTENs on the channel that every change of a
-client's tokens notifies (``queries.CLIENTS_CHANNEL``: disable, enable, rotate): a notification
-empties it, so a disabled client or a rotated token is refused at once by every API process.
-While that connection is down, every request is looked up in the database.
+The cache is trusted only while this process LISTENs (``db/listener.py``) on the channel that
+every change of a client's tokens notifies (``queries.CLIENTS_CHANNEL``: disable, enable,
+rotate): a notification empties it, so a disabled client or a rotated token is refused at once
+by every API process. While that connection is down, every request is looked up.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import time
-
-import psycopg
 
 from jobrelay.core.errors import Forbidden, Unauthorized
 from jobrelay.core.fingerprint import token_hash
-from jobrelay.db.engine import libpq_url
-from jobrelay.db.queries import CLIENTS_CHANNEL
+from jobrelay.db.listener import API_APPLICATION_NAME, Listener
+from jobrelay.db.queries import LISTEN_CLIENTS
 from jobrelay.db.store import Client, Store
-
-log = logging.getLogger("jobrelay.api")
 
 # A safety net only: notifications empty the cache at once.
 CACHE_SECONDS = 5.0
 CACHE_MAX_ENTRIES = 10_000
 MAX_TOKEN_LENGTH = 512
-LISTEN_APPLICATION_NAME = "jobrelay-api-listen"
 
 
 class Authenticator:
@@ -72,40 +65,16 @@ class Authenticator:
             self._cache[digest] = (now + ttl, client)
         return client
 
-    async def listen(
-        self, database_url: str, *, health_check_seconds: float = 30.0, max_backoff: float = 5.0
-    ) -> None:
-        """Keep the cache trustworthy until cancelled: LISTEN, empty the cache on every
-        notification, reconnect with backoff (looking every request up meanwhile)."""
-        failures = 0
-        while True:
-            try:
-                connection = await psycopg.AsyncConnection.connect(
-                    libpq_url(database_url),
-                    autocommit=True,
-                    application_name=LISTEN_APPLICATION_NAME,
-                    connect_timeout=5,
-                )
-                async with connection:
-                    await connection.execute(f"LISTEN {CLIENTS_CHANNEL}")
-                    self.invalidate()
-                    self.listening = True
-                    failures = 0
-                    while True:
-                        async for _notify in connection.notifies(timeout=health_check_seconds):
-                            self.invalidate()
-                        await connection.execute("SELECT 1")  # a half-open connection fails here
-            except (psycopg.Error, OSError) as error:
-                self.listening = False
-                self.invalidate()
-                delay = min(max_backoff, 0.1 * 2**failures)
-                failures += 1
-                log.warning(
-                    "token cache: lost the database connection it listens on (%s); "
-                    "looking every token up until it is back",
-                    type(error).__name__,
-                    extra={"event": "auth_listener_lost"},
-                )
-                await asyncio.sleep(delay)
-            finally:
-                self.listening = False
+    async def listen(self, database_url: str) -> None:
+        """Keep the cache trustworthy until cancelled: every notification empties it, and
+        while the listening connection is down every request is looked up."""
+        await Listener(
+            database_url,
+            self.invalidate,
+            listen=LISTEN_CLIENTS,
+            application_name=API_APPLICATION_NAME,
+            on_state=self._set_listening,
+        ).run()
+
+    def _set_listening(self, listening: bool) -> None:
+        self.listening = listening

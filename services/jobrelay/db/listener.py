@@ -1,8 +1,11 @@
-"""New outbox rows as a callback: PostgreSQL LISTEN/NOTIFY on a connection of its own.
+"""PostgreSQL LISTEN/NOTIFY as a callback, on a connection of its own.
 
-The outbox has a statement trigger notifying ``queries.OUTBOX_CHANNEL``. Notifications sent
-while this connection is down are lost; the caller polls too (the dispatcher's relay does), and
-every (re)connect calls ``on_notify`` once in case something was missed.
+Two channels are listened to: ``queries.OUTBOX_CHANNEL`` (a statement trigger on the outbox:
+new rows wake the dispatcher) and ``queries.CLIENTS_CHANNEL`` (every change of a client's
+tokens: the API's token cache empties). Notifications sent while the connection is down are
+lost: every (re)connect calls ``on_notify`` once in case something was missed, and ``on_state``
+tells the caller when it cannot rely on notifications (the relay polls too; the API then looks
+every token up).
 """
 
 from __future__ import annotations
@@ -20,19 +23,24 @@ from jobrelay.db.engine import libpq_url
 log = logging.getLogger(__name__)
 
 APPLICATION_NAME = "jobrelay-dispatcher-listen"
+API_APPLICATION_NAME = "jobrelay-api-listen"
 
 
-class OutboxListener:
+class Listener:
     def __init__(
         self,
         database_url: str,
         on_notify: Callable[[], None],
         *,
+        listen: str = q.LISTEN_OUTBOX,
+        application_name: str = APPLICATION_NAME,
         on_state: Callable[[bool], None] | None = None,
         health_check_seconds: float = 30.0,
         max_backoff_seconds: float = 5.0,
     ) -> None:
         self.url = libpq_url(database_url)
+        self.listen = listen
+        self.application_name = application_name
         self.on_notify = on_notify
         self.on_state = on_state or (lambda _connected: None)
         self.health_check_seconds = health_check_seconds
@@ -46,12 +54,14 @@ class OutboxListener:
                 await self._listen_once()
             except (psycopg.Error, OSError) as error:
                 self.on_state(False)
+                self.on_notify()  # whatever the caller holds may have changed meanwhile
                 delay = min(self.max_backoff_seconds, 0.1 * 2**failures)
                 failures += 1
                 log.warning(
-                    "listener connection lost (%s) at %s; reconnecting in %.1fs",
+                    "listener connection lost (%s) at %s (%s); reconnecting in %.1fs",
                     type(error).__name__,
                     mask_url(self.url),
+                    self.listen,
                     delay,
                     extra={"event": "listener_lost"},
                 )
@@ -61,12 +71,12 @@ class OutboxListener:
 
     async def _listen_once(self) -> None:
         connection = await psycopg.AsyncConnection.connect(
-            self.url, autocommit=True, application_name=APPLICATION_NAME, connect_timeout=5
+            self.url, autocommit=True, application_name=self.application_name, connect_timeout=5
         )
         async with connection:
-            await connection.execute(q.LISTEN_OUTBOX)
+            await connection.execute(self.listen)
             self.on_state(True)
-            log.info("listening for new outbox rows", extra={"event": "listener_connected"})
+            log.info(self.listen, extra={"event": "listener_connected"})
             self.on_notify()  # anything sent while we were away
             while True:
                 async for _notify in connection.notifies(timeout=self.health_check_seconds):

@@ -90,6 +90,7 @@ INSERT_CLIENT: TextClause = text(
 # which token opens which client notifies it, so a disabled client or a rotated token is refused
 # at once by every API process.
 CLIENTS_CHANNEL = "jobrelay_clients"
+LISTEN_CLIENTS = f"LISTEN {CLIENTS_CHANNEL}"
 
 # A client's current token, or its previous one until the rotation's grace period ends
 # (``valid_for_seconds``: how long the previous token still works; NULL for the current one).

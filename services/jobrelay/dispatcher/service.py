@@ -10,7 +10,7 @@ import signal
 
 from jobrelay.broker.publisher import Publisher
 from jobrelay.core.settings import Settings, mask_url, parse_type_queues
-from jobrelay.db.listener import OutboxListener
+from jobrelay.db.listener import Listener
 from jobrelay.db.relay_store import RelayStore
 from jobrelay.db.store import Store
 from jobrelay.dispatcher.housekeeping import Housekeeper
@@ -56,7 +56,7 @@ class Dispatcher:
             self.metrics,
             housekeeping=self.housekeeper.run_once,
         )
-        self.listener = OutboxListener(
+        self.listener = Listener(
             settings.database_url, self.relay.wake, on_state=self.metrics.listener_connected.set
         )
 

@@ -85,7 +85,7 @@ def _problems(name: str, sql: str, transitions: tuple[Transition, ...]) -> list[
     if _targets(sql) != declared_targets:
         problems.append(f"{name} writes {_targets(sql)}, declared {declared_targets}")
     guard = _guard_text(sql)
-    fenced = bool(re.search(r"\blease_token\s*=\s*:lease_token\b", guard))
+    fenced = bool(re.search(r"\blease_token\s*=\s*(?::lease_token|a\.asked_token)\b", guard))
     if fenced != any(t.fenced for t in transitions):
         problems.append(f"{name} fenced by the lease token: {fenced}, declared the opposite")
     for lease, test in (
@@ -117,9 +117,9 @@ def test_a_guard_on_other_states_than_declared_is_caught() -> None:
 
 
 def test_a_fenced_write_without_its_token_is_caught() -> None:
-    sql = q.COMPLETE_JOB.text.replace("lease_token = :lease_token AND", "")
-    assert sql != q.COMPLETE_JOB.text
-    assert _problems("COMPLETE_JOB", sql, q.STATE_WRITES["COMPLETE_JOB"])
+    sql = q.COMPLETE_JOBS.text.replace("lease_token = a.asked_token AND", "")
+    assert sql != q.COMPLETE_JOBS.text
+    assert _problems("COMPLETE_JOBS", sql, q.STATE_WRITES["COMPLETE_JOBS"])
 
 
 def test_every_transition_is_made_by_exactly_one_statement() -> None:

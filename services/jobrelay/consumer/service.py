@@ -100,7 +100,8 @@ class Consumer:
             pool_size=self.concurrency + 2,
             application_name="jobrelay-consumer",
         )
-        self.worker = Worker(ExecutionStore(store), self.registry, settings, self.metrics)
+        execution = ExecutionStore(store)
+        self.worker = Worker(execution, self.registry, settings, self.metrics)
         if settings.metrics_port:
             self.metrics.serve(settings.metrics_port)
         connection = await self._connect(stop)
@@ -147,6 +148,7 @@ class Consumer:
             await self._drain()
         finally:
             await _close(connection)  # unacked deliveries go back to the queue
+            await execution.close()
             await store.close()
         log.info("stopped", extra={"event": "consumer_stopped"})
         return 0

@@ -2,6 +2,10 @@
 It implements the ``ExecutionStore`` port of ``core/execution.py`` (whose values it answers
 with, and re-exports).
 
+Claims and completions are group commits (``db/group_commit.py``): the deliveries a consumer
+has in flight together share one statement, one round trip and one commit, each row fenced by
+its own lease token. A row the statement did not move takes the rare path alone.
+
 Every write that reports on a job is fenced by the lease token of the claim that made it, so a
 worker whose lease expired and was taken over can never complete, retry or quarantine the job.
 """
@@ -10,6 +14,8 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import TextClause
@@ -28,16 +34,61 @@ from jobrelay.core.failures import Failure
 from jobrelay.core.jobs import Outcome, Quarantine, RetryLater, Succeeded
 from jobrelay.core.states import JobEvent, JobState
 from jobrelay.db import queries as q
+from jobrelay.db.group_commit import GroupCommit
 from jobrelay.db.store import Store, job_from_row
 
 _EXHAUSTED_TEXT = "no attempts left: earlier attempts crashed or lost their lease"
 
 
-class ExecutionStore:
-    """``core.execution.ExecutionStore`` on PostgreSQL."""
+@dataclass(frozen=True)
+class _ClaimRequest:
+    job_id: uuid.UUID
+    lease_token: uuid.UUID
+    lease_seconds: float
+    detail: str | None
 
-    def __init__(self, store: Store) -> None:
+
+@dataclass(frozen=True)
+class _CompleteRequest:
+    job_id: uuid.UUID
+    lease_token: uuid.UUID
+    result: str  # JSON
+
+
+class ExecutionStore:
+    """``core.execution.ExecutionStore`` on PostgreSQL.
+
+    ``group_size``: the most claims, or completions, one statement carries; ``groups``: how many
+    such statements run at once (each on a pooled connection); ``linger_seconds``: how long a
+    lone request waits for company (0: requests of the same event-loop turn share a group, and
+    those made while groups run form the next)."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        group_size: int = 64,
+        groups: int = 2,
+        linger_seconds: float = 0.0,
+    ) -> None:
         self.store = store
+        self._claims = GroupCommit(
+            self._claim_group,
+            max_size=group_size,
+            max_running=groups,
+            linger_seconds=linger_seconds,
+        )
+        self._completions = GroupCommit(
+            self._complete_group,
+            max_size=group_size,
+            max_running=groups,
+            linger_seconds=linger_seconds,
+        )
+
+    async def close(self) -> None:
+        """Wait for the groups in flight."""
+        await self._claims.close()
+        await self._completions.close()
 
     async def claim(
         self,
@@ -52,14 +103,7 @@ class ExecutionStore:
         Calling it again with the same token after a lost answer is safe: a job already running
         under this token is reported as claimed.
         """
-        # The claim and its journal entries are one statement: autocommit, one round trip.
-        row = await self.store.fetch_one(
-            q.CLAIM_JOB,
-            id=job_id,
-            lease_token=lease_token,
-            lease_seconds=lease_seconds,
-            detail=detail,
-        )
+        row = await self._claims.submit(_ClaimRequest(job_id, lease_token, lease_seconds, detail))
         if row is not None:
             return Claimed(
                 job_from_row(row), lease_token, reclaimed=row.previous_state == JobState.RUNNING
@@ -67,6 +111,31 @@ class ExecutionStore:
         # The rare path: find out why, and act on it, in one transaction.
         async with self.store.transaction() as connection:
             return await self._refusal(connection, job_id, lease_token)
+
+    async def _claim_group(self, requests: Sequence[_ClaimRequest]) -> list[Any | None]:
+        """One statement claims every job of the group it can (autocommit: one round trip);
+        each request gets its row, or None when its job was not claimed under its token."""
+        rows = await self.store.fetch_all(
+            q.CLAIM_JOBS,
+            ids=[r.job_id for r in requests],
+            lease_tokens=[r.lease_token for r in requests],
+            lease_seconds=[r.lease_seconds for r in requests],
+            details=[r.detail for r in requests],
+        )
+        claimed = {(row.id, row.lease_token): row for row in rows}
+        return [claimed.get((r.job_id, r.lease_token)) for r in requests]
+
+    async def _complete_group(self, requests: Sequence[_CompleteRequest]) -> list[bool]:
+        """One statement stores the results of every job of the group still held under its
+        token; each request learns whether its row was written."""
+        rows = await self.store.fetch_all(
+            q.COMPLETE_JOBS,
+            ids=[r.job_id for r in requests],
+            lease_tokens=[r.lease_token for r in requests],
+            results=[r.result for r in requests],
+        )
+        written = {row.id for row in rows}
+        return [r.job_id in written for r in requests]
 
     async def _refusal(
         self, connection: AsyncConnection, job_id: uuid.UUID, lease_token: uuid.UUID
@@ -143,9 +212,7 @@ class ExecutionStore:
         self, job_id: uuid.UUID, *, lease_token: uuid.UUID, attempt: int, outcome: Outcome
     ) -> Finish:
         """Carry out a decided outcome in one transaction, fenced by the lease token."""
-        statement, params = _finish_statement(job_id, lease_token, outcome)
-        # State, result, outbox row and journal are one statement: autocommit, one round trip.
-        if await self.store.fetch_one(statement, **params) is not None:
+        if await self._write(job_id, lease_token, outcome):
             return Finish.WRITTEN
         async with self.store.transaction() as connection:  # the rare path: why not?
             trace = (await connection.execute(q.ATTEMPT_TRACE, {"id": job_id})).first()
@@ -159,6 +226,15 @@ class ExecutionStore:
                 f"{_outcome_name(outcome)} by attempt {attempt} rejected: lease no longer held",
             )
             return Finish.STALE
+
+    async def _write(self, job_id: uuid.UUID, lease_token: uuid.UUID, outcome: Outcome) -> bool:
+        """State, result or retry, outbox row and journal: one statement, fenced by the token.
+        Completions go as a group; retries and quarantines, rarer, each alone."""
+        if isinstance(outcome, Succeeded):
+            request = _CompleteRequest(job_id, lease_token, json.dumps(outcome.result))
+            return await self._completions.submit(request)
+        statement, params = _failure_statement(job_id, lease_token, outcome)
+        return await self.store.fetch_one(statement, **params) is not None
 
     async def release(self, job_id: uuid.UUID, *, lease_token: uuid.UUID, detail: str) -> bool:
         """Give a running job back (shutdown): `queued` again, the attempt still counted."""
@@ -177,13 +253,11 @@ class ExecutionStore:
         )
 
 
-def _finish_statement(
-    job_id: uuid.UUID, lease_token: uuid.UUID, outcome: Outcome
+def _failure_statement(
+    job_id: uuid.UUID, lease_token: uuid.UUID, outcome: RetryLater | Quarantine
 ) -> tuple[TextClause, dict[str, Any]]:
     fence = {"id": job_id, "lease_token": lease_token}
     match outcome:
-        case Succeeded(result=result):
-            return q.COMPLETE_JOB, {**fence, "result": json.dumps(result)}
         case RetryLater(available_at=available_at, error_code=code, error=error, failure=failure):
             return q.SCHEDULE_RETRY, {
                 **fence,

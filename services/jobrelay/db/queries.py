@@ -58,15 +58,16 @@ _RUNNING_WITH_LEASE = {
 _LEASE_EXPIRED = _RUNNING_WITH_LEASE[Lease.EXPIRED]
 
 
-def _guard(transition: Transition) -> str:
+def _guard(transition: Transition, token: str = ":lease_token") -> str:
     """The WHERE condition a statement making ``transition`` puts on the job's row (the
-    columns unqualified): its source states, the lease it asks of a running job, the token."""
+    columns unqualified): its source states, the lease it asks of a running job, the token
+    (a parameter, or the column of a group's requests that holds each row's own token)."""
     waiting = transition.source - {JobState.RUNNING}
     parts = [_state_in(waiting)] if waiting else []
     if JobState.RUNNING in transition.source:
         parts.append(_RUNNING_WITH_LEASE[transition.lease])
     condition = parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
-    return f"lease_token = :lease_token AND {condition}" if transition.fenced else condition
+    return f"lease_token = {token} AND {condition}" if transition.fenced else condition
 
 
 # Every move to `quarantined` clears the lease and finishes the job; the code is the caller's.
@@ -412,28 +413,40 @@ DELETE_OLD_EVENTS: TextClause = text(
 
 # --- execution (SPEC §6) --------------------------------------------------------------------
 
+# The consumer's hot path runs as group commits (``db/group_commit.py``): one statement claims,
+# or completes, the jobs of every delivery that arrived together, each row fenced on its own.
+# The requests come as parallel arrays; a row the statement cannot move is simply not returned,
+# and its caller alone finds out why. Rows are locked in id order, so two groups that share a
+# job (duplicate deliveries) wait for each other instead of deadlocking.
+
 # Claim: due queued/retrying, or running with an expired lease, and attempts left. The previous
-# state comes back so a re-claim of an expired lease is journaled as such.
-CLAIM_JOB: TextClause = text(
+# state comes back so a re-claim of an expired lease is journaled as such. Two requests for one
+# job in a group: one wins (its token is returned), the other is refused as a duplicate.
+CLAIM_JOBS: TextClause = text(
     f"""
-    WITH before AS (
-        SELECT id, state AS previous_state FROM jobs WHERE id = :id FOR UPDATE
+    WITH asked AS (
+        SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:lease_tokens AS uuid[]),
+                             CAST(:lease_seconds AS float8[]), CAST(:details AS text[]))
+                      AS a(job_id, asked_token, asked_seconds, asked_detail)
+    ), before AS (
+        SELECT id, state AS previous_state FROM jobs
+        WHERE id IN (SELECT job_id FROM asked) ORDER BY id FOR UPDATE
     ), claimed AS (
         UPDATE jobs j
-        SET state = '{CLAIM.target}', attempts = j.attempts + 1, lease_token = :lease_token,
-            lease_until = now() + make_interval(secs => :lease_seconds), updated_at = now(),
+        SET state = '{CLAIM.target}', attempts = j.attempts + 1, lease_token = a.asked_token,
+            lease_until = now() + make_interval(secs => a.asked_seconds), updated_at = now(),
             type_unknown_since = NULL  -- a consumer that knows the type has it now
-        FROM before b
+        FROM before b JOIN asked a ON a.job_id = b.id
         WHERE j.id = b.id AND j.attempts < j.max_attempts
           AND (({_guard(CLAIM)} AND available_at <= now()) OR {_guard(RECLAIM)})
-        RETURNING {_JOB_COLUMNS}, b.previous_state
+        RETURNING {_JOB_COLUMNS}, b.previous_state, a.asked_detail
     ), new_events AS (
         -- One INSERT, so the journal reads in order: the expiry first, then the new claim.
         INSERT INTO job_events (job_id, event, attempt, detail)
         SELECT id, 'lease_expired', attempts - 1, 'lease expired; re-claimed by a consumer'
         FROM claimed WHERE previous_state = 'running'
         UNION ALL
-        SELECT id, 'claimed', attempts, :detail FROM claimed
+        SELECT id, 'claimed', attempts, asked_detail FROM claimed
     )
     SELECT * FROM claimed
     """
@@ -470,18 +483,26 @@ RENEW_LEASE: TextClause = text(
     """
 )
 
-# Success: result, state and journal in one statement, only while the lease is ours and alive.
-COMPLETE_JOB: TextClause = text(
+# Success: result, state and journal in one statement, only while each row's lease is ours and
+# alive; the ids of the rows written come back.
+COMPLETE_JOBS: TextClause = text(
     f"""
-    WITH done AS (
-        UPDATE jobs
+    WITH asked AS (
+        SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:lease_tokens AS uuid[]),
+                             CAST(:results AS text[]))
+                      AS a(job_id, asked_token, result)
+    ), locked AS (
+        SELECT id FROM jobs WHERE id IN (SELECT job_id FROM asked) ORDER BY id FOR UPDATE
+    ), done AS (
+        UPDATE jobs j
         SET state = '{COMPLETE.target}', lease_token = NULL, lease_until = NULL,
             finished_at = now(), updated_at = now()
-        WHERE id = :id AND {_guard(COMPLETE)}
-        RETURNING id, attempts
+        FROM locked l JOIN asked a ON a.job_id = l.id
+        WHERE j.id = l.id AND {_guard(COMPLETE, token="a.asked_token")}
+        RETURNING j.id, j.attempts, a.result
     ), stored AS (
         INSERT INTO job_results (job_id, result, attempt)
-        SELECT id, CAST(:result AS jsonb), attempts FROM done
+        SELECT id, CAST(result AS jsonb), attempts FROM done
     ), event AS (
         INSERT INTO job_events (job_id, event, attempt)
         SELECT id, 'succeeded', attempts FROM done
@@ -746,9 +767,9 @@ REDISPATCHED_RECENTLY: TextClause = text(
 STATE_WRITES: dict[str, tuple[Transition, ...]] = {
     "CANCEL_JOB": (CANCEL,),
     "RESCUE_EXPIRED_LEASES": (RESCUE,),
-    "CLAIM_JOB": (CLAIM, RECLAIM),
+    "CLAIM_JOBS": (CLAIM, RECLAIM),
     "QUARANTINE_EXHAUSTED": (EXHAUST,),
-    "COMPLETE_JOB": (COMPLETE,),
+    "COMPLETE_JOBS": (COMPLETE,),
     "SCHEDULE_RETRY": (RETRY,),
     "QUARANTINE_JOB": (QUARANTINE,),
     "DEFER_UNKNOWN_TYPE": (DEFER, UNKNOWN_TYPE),

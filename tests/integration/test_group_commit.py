@@ -1,0 +1,109 @@
+"""Group commit on real PostgreSQL: the claims and completions that arrive together share one
+statement, and every row of a group is still fenced by its own lease token — one stale row
+never fails or completes its neighbours (README, "Running jobs: consumers")."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from jobrelay.core.jobs import Succeeded
+from jobrelay.db.execution_store import Claimed, ExecutionStore, Finish, Refusal, Refused
+from jobrelay.db.store import Store
+from tests.support.consumer_kit import events, new_client, rows, submit
+
+
+async def _jobs(store: Store, n: int) -> list[uuid.UUID]:
+    client_id = await new_client(store)
+    return [await submit(store, client_id, "test.count", {"n": str(i)}) for i in range(n)]
+
+
+async def test_claims_made_together_share_one_statement_each_under_its_own_token(
+    store: Store,
+) -> None:
+    jobs = await _jobs(store, 12)
+    executions = ExecutionStore(store)
+    tokens = [uuid.uuid4() for _ in jobs]
+    claims = await asyncio.gather(
+        *(
+            executions.claim(job, lease_token=token, lease_seconds=30, detail="consumer t")
+            for job, token in zip(jobs, tokens, strict=True)
+        )
+    )
+    assert [(c.job.id, c.lease_token) for c in claims if isinstance(c, Claimed)] == list(
+        zip(jobs, tokens, strict=True)
+    )
+    assert executions._claims.groups == 1
+    stored = await rows(
+        store, "SELECT id, lease_token, attempts FROM jobs WHERE id = ANY(:ids)", ids=jobs
+    )
+    assert {(r.id, r.lease_token, r.attempts) for r in stored} == {
+        (job, token, 1) for job, token in zip(jobs, tokens, strict=True)
+    }
+    for job in jobs:
+        assert await events(store, job) == [("received", 0), ("claimed", 1)]
+
+
+async def test_one_stale_row_neither_fails_nor_completes_its_neighbours(store: Store) -> None:
+    jobs = await _jobs(store, 6)
+    executions = ExecutionStore(store)
+    claims = [
+        await executions.claim(job, lease_token=uuid.uuid4(), lease_seconds=30) for job in jobs
+    ]
+    assert all(isinstance(c, Claimed) for c in claims)
+    tokens = [c.lease_token for c in claims if isinstance(c, Claimed)]
+    stale = jobs[2]
+    tokens[2] = uuid.uuid4()  # a worker whose lease was taken over reports in the same group
+    finishes = await asyncio.gather(
+        *(
+            executions.finish(job, lease_token=token, attempt=1, outcome=Succeeded({"n": i}))
+            for i, (job, token) in enumerate(zip(jobs, tokens, strict=True))
+        )
+    )
+    assert finishes == [Finish.WRITTEN] * 2 + [Finish.STALE] + [Finish.WRITTEN] * 3
+    assert executions._completions.groups == 1
+    states = dict(
+        (r.id, r.state)
+        for r in await rows(store, "SELECT id, state FROM jobs WHERE id = ANY(:ids)", ids=jobs)
+    )
+    assert states == {job: ("running" if job == stale else "succeeded") for job in jobs}
+    results = await rows(
+        store, "SELECT job_id, result FROM job_results WHERE job_id = ANY(:ids)", ids=jobs
+    )
+    assert sorted((r.job_id, r.result["n"]) for r in results) == sorted(
+        (job, i) for i, job in enumerate(jobs) if job != stale
+    )
+    assert ("stale_completion_rejected", 1) in await events(store, stale)
+
+
+async def test_two_deliveries_of_one_job_in_one_group_have_one_owner(store: Store) -> None:
+    (job,) = await _jobs(store, 1)
+    executions = ExecutionStore(store)
+    claims = await asyncio.gather(
+        *(executions.claim(job, lease_token=uuid.uuid4(), lease_seconds=30) for _ in range(2))
+    )
+    assert executions._claims.groups == 1
+    assert sorted(type(c).__name__ for c in claims) == ["Claimed", "Refused"]
+    refused = next(c for c in claims if isinstance(c, Refused))
+    assert refused.reason is Refusal.DUPLICATE
+    assert (await events(store, job)).count(("claimed", 1)) == 1
+
+
+async def test_groups_of_two_consumers_sharing_jobs_do_not_deadlock(store: Store) -> None:
+    jobs = await _jobs(store, 40)
+    first, second = ExecutionStore(store), ExecutionStore(store)
+    # Each consumer claims every job, in opposite orders: the rows are locked in id order.
+    claims = await asyncio.gather(
+        *(
+            s.claim(job, lease_token=uuid.uuid4(), lease_seconds=30)
+            for s in (first,)
+            for job in jobs
+        ),
+        *(
+            s.claim(job, lease_token=uuid.uuid4(), lease_seconds=30)
+            for s in (second,)
+            for job in reversed(jobs)
+        ),
+    )
+    owners = [c for c in claims if isinstance(c, Claimed)]
+    assert sorted(c.job.id for c in owners) == sorted(jobs)

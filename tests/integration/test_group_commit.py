@@ -6,11 +6,25 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 from jobrelay.core.jobs import Succeeded
+from jobrelay.core.settings import Settings
 from jobrelay.db.execution_store import Claimed, ExecutionStore, Finish, Refusal, Refused
 from jobrelay.db.store import Store
-from tests.support.consumer_kit import events, new_client, rows, submit
+from tests.support.consumer_kit import (
+    events,
+    eventually,
+    mark_outbox_published,
+    new_client,
+    publish_jobs,
+    quarantined_messages,
+    rows,
+    running_consumer,
+    scalar,
+    submit,
+    work_queue_count,
+)
 
 
 async def _jobs(store: Store, n: int) -> list[uuid.UUID]:
@@ -107,3 +121,41 @@ async def test_groups_of_two_consumers_sharing_jobs_do_not_deadlock(store: Store
     )
     owners = [c for c in claims if isinstance(c, Claimed)]
     assert sorted(c.job.id for c in owners) == sorted(jobs)
+
+
+# --- acks in groups, on a real broker ------------------------------------------------------
+
+
+async def test_a_consumer_acks_in_groups_and_every_message_is_settled_once(
+    settings: Settings, amqp_url: str, store: Store
+) -> None:
+    cfg = settings.model_copy(update={"amqp_url": amqp_url})
+    client_id = await new_client(store)
+    jobs = [
+        (await submit(store, client_id, job_type, {"tag": str(i)}), job_type)
+        for i in range(80)
+        # Every 10th fails permanently: its nack (to the quarantine) sits between acks.
+        for job_type in ["test.unstorable_result" if i % 10 == 3 else "test.count"]
+    ]
+    await mark_outbox_published(store)
+    await publish_jobs(cfg, jobs)
+    async with running_consumer(cfg, concurrency=16) as consumer:
+        await eventually(
+            lambda: scalar(
+                store,
+                "SELECT count(*) = 80 FROM jobs WHERE state IN ('succeeded', 'quarantined')",
+            ),
+            what="every job to end",
+        )
+        await eventually(lambda: _settled(consumer, 72), what="the acks to be sent", within=10)
+        (groups,) = [g for _, g in consumer.acks._groups.values()]
+        assert groups.frames < groups.acks  # some frames acked several deliveries
+    # Nothing was left unacked (it would be back in the queue now that the consumer is gone),
+    # and each quarantined job's message went to the quarantine, once.
+    assert await work_queue_count(cfg) == 0
+    assert len(await quarantined_messages(cfg)) == 8
+    assert await scalar(store, "SELECT count(*) FROM job_results") == 72
+
+
+async def _settled(consumer: Any, acks: int) -> bool:
+    return sum(g.acks for _, g in consumer.acks._groups.values()) == acks

@@ -16,6 +16,7 @@ from typing import Any
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
 from jobrelay.broker import quarantine
+from jobrelay.broker.acks import AckRouter, GroupAcked
 from jobrelay.broker.connection import connect_broker_robust
 from jobrelay.broker.topology import declare_topology, declare_work_queue
 from jobrelay.consumer.metrics import ConsumerMetrics
@@ -90,6 +91,7 @@ class Consumer:
         self.type_queues = type_queues or {}
         self.metrics = metrics or ConsumerMetrics()
         self.tasks: set[asyncio.Task[Any]] = set()
+        self.acks = AckRouter()
         self.worker: Worker | None = None
         self.consuming = False
 
@@ -156,9 +158,11 @@ class Consumer:
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
         # Our own task, not aio-pika's: a broker reconnect must not cancel a running handler.
         assert self.worker is not None
-        delivery: Delivery = message
+        settled_by: Delivery = message
         if not quarantine.broker_can_dead_letter(message):
-            delivery = quarantine.DeadLetterByHand(message, self.queue_name)
+            settled_by = quarantine.DeadLetterByHand(message, self.queue_name)
+        # Registered on arrival, in the broker's order: acks then go out in groups.
+        delivery = GroupAcked(message, self.acks.groups_for(message), settled_by)
         task = asyncio.create_task(self.worker.handle(delivery))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)

@@ -18,6 +18,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from jobrelay.core.execution import Delivery
+
 
 class Acknowledgeable(Protocol):
     """What ``AckGroups`` needs of a broker delivery (aio-pika's IncomingMessage fits)."""
@@ -96,25 +98,11 @@ class AckGroups:
             self.acks += 1
 
 
-class Settleable(Protocol):
-    """A delivery as the worker settles it (``consumer/worker.py``'s ``Delivery``)."""
-
-    @property
-    def body(self) -> bytes: ...
-
-    @property
-    def redelivered(self) -> bool | None: ...
-
-    async def ack(self, multiple: bool = False) -> None: ...
-
-    async def nack(self, multiple: bool = False, requeue: bool = True) -> None: ...
-
-
 class GroupAcked:
     """A delivery whose ack goes with its channel's group and whose nack goes alone (through
     ``delivery``, which may dead-letter by hand)."""
 
-    def __init__(self, message: Acknowledgeable, groups: AckGroups, delivery: Settleable) -> None:
+    def __init__(self, message: Acknowledgeable, groups: AckGroups, delivery: Delivery) -> None:
         self.message = message
         self.groups = groups
         self.delivery = delivery

@@ -20,8 +20,9 @@ from jobrelay.broker.acks import AckRouter, GroupAcked
 from jobrelay.broker.connection import connect_broker_robust
 from jobrelay.broker.topology import declare_topology, declare_work_queue
 from jobrelay.consumer.metrics import ConsumerMetrics
-from jobrelay.consumer.worker import Delivery, Worker
+from jobrelay.consumer.worker import Worker
 from jobrelay.core.errors import ConfigurationError
+from jobrelay.core.execution import Delivery
 from jobrelay.core.registry import Registry
 from jobrelay.core.settings import Settings, mask_url, parse_type_queues
 from jobrelay.core.topology import work_queue_name

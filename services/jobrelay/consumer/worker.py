@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 
@@ -34,7 +34,15 @@ from jobrelay.core.errors import (
     TransientError,
     UnknownJobType,
 )
-from jobrelay.core.execution import Claimed, Deferred, ExecutionStore, Finish, Refusal, Refused
+from jobrelay.core.execution import (
+    Claimed,
+    Deferred,
+    Delivery,
+    ExecutionStore,
+    Finish,
+    Refusal,
+    Refused,
+)
 from jobrelay.core.failures import MESSAGE_MAX_BYTES, Failure, class_name, cut_head, storable
 from jobrelay.core.jobs import Outcome, Quarantine, RetryLater, Succeeded, decide_outcome
 from jobrelay.core.masking import Masker
@@ -46,20 +54,6 @@ from jobrelay.core.states import JobState
 
 log = logging.getLogger("jobrelay.consumer")
 T = TypeVar("T")
-
-
-class Delivery(Protocol):
-    """What the worker needs of a broker delivery (aio-pika's IncomingMessage fits)."""
-
-    @property
-    def body(self) -> bytes: ...
-
-    @property
-    def redelivered(self) -> bool | None: ...
-
-    async def ack(self, multiple: bool = False) -> None: ...
-
-    async def nack(self, multiple: bool = False, requeue: bool = True) -> None: ...
 
 
 class Disposition(StrEnum):

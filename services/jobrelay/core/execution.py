@@ -1,5 +1,5 @@
-"""The consumer's port to the job store (SPEC §6): the values a claim, a deferral and a final
-write answer with, and the ``ExecutionStore`` protocol the worker depends on.
+"""The consumer's ports (SPEC §6): the broker ``Delivery`` it settles; the job store's values a
+claim, a deferral and a final write answer with, and the ``ExecutionStore`` protocol.
 
 ``db/execution_store.py`` implements it on PostgreSQL; ``consumer/fakes.py`` in memory, for
 the worker's unit tests. Both follow the transitions of ``core/states.py``.
@@ -58,6 +58,21 @@ class Finish(StrEnum):
     WRITTEN = "written"
     ALREADY = "already"  # an earlier try of this very write committed; its answer was lost
     STALE = "stale"  # the lease is no longer ours: nothing written but the journal entry
+
+
+class Delivery(Protocol):
+    """What the worker needs of a broker delivery (aio-pika's IncomingMessage fits; so do the
+    wrappers of ``broker/acks.py`` and ``broker/quarantine.py``)."""
+
+    @property
+    def body(self) -> bytes: ...
+
+    @property
+    def redelivered(self) -> bool | None: ...
+
+    async def ack(self, multiple: bool = False) -> None: ...
+
+    async def nack(self, multiple: bool = False, requeue: bool = True) -> None: ...
 
 
 class ExecutionStore(Protocol):

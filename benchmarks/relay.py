@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 import aio_pika
 from sqlalchemy import text
 
+from jobrelay import eventloop
 from jobrelay.broker.publisher import build_message
 from jobrelay.broker.topology import declare_topology
 from jobrelay.core import topology as names
@@ -195,4 +196,5 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    # The dispatcher's own event loop (uvloop), for the raw baseline as for the relay.
+    sys.exit(eventloop.run(main()))

@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from jobrelay import eventloop
 from jobrelay.core.durations import parse_duration
 from jobrelay.core.errors import ConfigurationError, JobrelayError, StoreUnavailable
 from jobrelay.core.fingerprint import token_hash
@@ -80,18 +81,6 @@ def _first_line(error: BaseException) -> str:
 
 def _run(coroutine: Coroutine[Any, Any, int]) -> int:
     return asyncio.run(coroutine)
-
-
-def _run_service(coroutine: Coroutine[Any, Any, int]) -> int:
-    """Run a long-lived service (dispatcher, consumer) on uvloop where it is installed (Linux
-    and macOS; see pyproject.toml): per socket write and task switch it costs a fraction of
-    the stock event loop, which is where most of a relay's CPU went (README, "Performance")."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - Windows, PyPy
-        return asyncio.run(coroutine)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(coroutine)
 
 
 def _print_json(value: Any) -> None:
@@ -162,7 +151,7 @@ def cmd_dispatcher(args: argparse.Namespace) -> int:
 
     settings = settings_from_env()
     configure_logging("dispatcher", settings.log_level, Masker.from_settings(settings))
-    return _run_service(run_dispatcher(settings))
+    return eventloop.run(run_dispatcher(settings))
 
 
 def cmd_consumer(args: argparse.Namespace) -> int:
@@ -175,7 +164,7 @@ def cmd_consumer(args: argparse.Namespace) -> int:
     concurrency = args.concurrency or settings.consumer_concurrency
     if concurrency < 1:
         raise CliError("--concurrency must be at least 1")
-    return _run_service(
+    return eventloop.run(
         run_consumer(settings, queue=args.queue, concurrency=concurrency, handlers=args.handlers)
     )
 

@@ -5,12 +5,17 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import urllib.parse
+import uuid
 
 import aio_pika
 import pytest
 from sqlalchemy import text
 
+from chaos.proxy import Mode, Proxy
+from jobrelay.broker.publisher import Publisher
 from jobrelay.core import topology as names
+from jobrelay.core.relay import TIMEOUT, OutboxRow
 from jobrelay.core.settings import Settings
 from jobrelay.db.listener import APPLICATION_NAME
 from jobrelay.db.relay_store import RelayStore
@@ -385,3 +390,37 @@ async def test_metrics_are_served_over_http_when_a_port_is_set(
     assert "jobrelay_dispatcher_oldest_due_unpublished_age_seconds" in page
     assert "jobrelay_dispatcher_batch_size_count" in page
     assert "jobrelay_dispatcher_rescued_leases_total" in page
+
+
+async def test_publishes_the_broker_never_confirms_time_out_together_and_leave_nothing_running(
+    amqp_url: str,
+) -> None:
+    """One deadline covers the batch: through a proxy that swallows every byte, each publish
+    ends as a timeout after ``publish_timeout`` (none hangs, none outlives the batch)."""
+    url = urllib.parse.urlsplit(amqp_url)
+    proxy = Proxy("broker", url.hostname or "127.0.0.1", url.port or 5672)
+    port = proxy.start()
+    publisher = Publisher(
+        url._replace(netloc=f"{url.username}:{url.password}@127.0.0.1:{port}").geturl(),
+        publish_timeout=0.5,
+        delivery_limit=50,
+    )
+    try:
+        await publisher.connect()
+        rows = [OutboxRow(n, uuid.uuid4(), "demo.sleep", 0) for n in range(20)]
+        assert all(o.confirmed for o in await publisher.publish_batch(rows[:2]))
+        proxy.set_mode(Mode.BLACKHOLE)
+        started = time.monotonic()
+        outcomes = await publisher.publish_batch(rows)
+        assert time.monotonic() - started < 3
+        assert [o.reason for o in outcomes] == [TIMEOUT] * len(rows)
+        assert [o.row for o in outcomes] == rows
+        leftovers = [
+            t
+            for t in asyncio.all_tasks() - {asyncio.current_task()}
+            if "publish" in getattr(t.get_coro(), "__qualname__", "").lower()
+        ]
+        assert leftovers == []
+    finally:
+        proxy.close()
+        await publisher.close()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence, Set
 from typing import Any
 
 import aio_pika
@@ -129,27 +129,23 @@ class Publisher:
         exchange, connection = self._exchange, self._connection
         if exchange is None or not self.ready:
             return [PublishOutcome(row, CONNECTION_LOST, "not connected") for row in rows]
-        results = await asyncio.gather(
-            *(
-                exchange.publish(
-                    build_message(row),
-                    routing_key=row.type,
-                    mandatory=True,
-                    timeout=self.publish_timeout,
-                )
-                for row in rows
-            ),
-            return_exceptions=True,
-        )
-        outcomes: list[PublishOutcome] = []
-        for row, result in zip(rows, results, strict=True):
-            if isinstance(result, BaseException):
-                if not isinstance(result, Exception):  # CancelledError and the like
-                    raise result
-                reason, detail = classify(result)
-                outcomes.append(PublishOutcome(row, reason, detail))
-            else:
-                outcomes.append(PublishOutcome(row))
+        # One deadline for the batch, not one per publish: a timer (and, on Python 3.11, a
+        # task) per message cost more than the publish itself.
+        publishes = [
+            asyncio.ensure_future(
+                exchange.publish(build_message(row), routing_key=row.type, mandatory=True)
+            )
+            for row in rows
+        ]
+        try:
+            _, late = await asyncio.wait(publishes, timeout=self.publish_timeout)
+        except BaseException:  # cancelled (the relay stopping): none of them outlives the batch
+            await _cancelled(publishes)
+            raise
+        await _cancelled(late)
+        outcomes = [
+            _outcome(row, publish, late) for row, publish in zip(rows, publishes, strict=True)
+        ]
         broken = any(outcome.reason in (CONNECTION_LOST, CHANNEL_ERROR) for outcome in outcomes)
         if broken and self._connection is connection:
             await self._forget()
@@ -164,3 +160,25 @@ class Publisher:
         if connection is not None and not connection.is_closed:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(connection.close(), self.connect_timeout)
+
+
+def _outcome(
+    row: OutboxRow, publish: asyncio.Future[Any], late: Set[asyncio.Future[Any]]
+) -> PublishOutcome:
+    """A publish's outcome: confirmed, or why not."""
+    if publish in late:
+        return PublishOutcome(row, *classify(TimeoutError()))
+    error = publish.exception()
+    if error is None:
+        return PublishOutcome(row)
+    if not isinstance(error, Exception):  # pragma: no cover - a cancel from outside
+        raise error
+    return PublishOutcome(row, *classify(error))
+
+
+async def _cancelled(publishes: Iterable[asyncio.Future[Any]]) -> None:
+    pending = [publish for publish in publishes if not publish.done()]
+    for publish in pending:
+        publish.cancel()
+    if pending:
+        await asyncio.wait(pending)

@@ -348,6 +348,7 @@ async def queue_messages(amqp_url: str, queue: str) -> int:
 async def jobrelay_throughput(ctx: Context, jobs: int, *, profile: bool = False) -> Throughput:
     await reset_jobs(ctx)
     await preload(ctx, jobs)
+    commits_before = await transactions(ctx)
     started = time.perf_counter()
     groups = start_jobrelay(ctx)
     meter = CpuMeter({name: [p.pid for p in group] for name, group in groups.items()})
@@ -383,6 +384,7 @@ async def jobrelay_throughput(ctx: Context, jobs: int, *, profile: bool = False)
                 profiler.wait(ctx.args.profile_seconds + 30)
             except subprocess.TimeoutExpired:
                 profiler.kill()
+    commits = await transactions(ctx) - commits_before
     [row] = await sql(ctx, WINDOW)
     n, first, last, results, events, published, relaying = row
     result = Throughput("jobrelay", n, wall, float(first), float(last))
@@ -392,9 +394,20 @@ async def jobrelay_throughput(ctx: Context, jobs: int, *, profile: bool = False)
         f"stored: {results:,} results, {events:,} journal events "
         f"({events / max(n, 1):.1f}/job), {published:,} outbox rows published "
         f"(first to last in {float(relaying or 0):.2f}s); "
-        f"{left} messages left in the queue"
+        f"{left} messages left in the queue; "
+        f"{commits / max(n, 1):.2f} PostgreSQL transactions per job (group commit shares them)"
     )
     return result
+
+
+async def transactions(ctx: Context) -> int:
+    """Committed transactions of the benchmark's database so far (every service's, and the
+    progress poll's, about 20 a second). Read after the services exited, which flushes their
+    statistics."""
+    [(count,)] = await sql(
+        ctx, "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+    )
+    return int(count)
 
 
 # --- Celery --------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 
 from prometheus_client import Counter, Histogram
@@ -18,6 +19,20 @@ SUBMISSIONS = Counter(
     "Job submissions by job type and outcome (created, existing, conflict)",
     ["type", "outcome"],
 )
+
+
+# ``labels()`` takes the metric's lock and rebuilds its key on every call, and every request
+# records one sample (every submission two): the labelled children are looked up once per label
+# set instead. The caches are bounded (a client chooses the method), the metrics' children not
+# affected: an evicted child is looked up again.
+@functools.lru_cache(maxsize=1024)
+def request_seconds(route: str, method: str, status: int) -> Histogram:
+    return REQUESTS.labels(route, method, str(status))
+
+
+@functools.lru_cache(maxsize=1024)
+def submissions(job_type: str, outcome: str) -> Counter:
+    return SUBMISSIONS.labels(job_type, outcome)
 
 
 class RequestMetricsMiddleware:
@@ -41,6 +56,4 @@ class RequestMetricsMiddleware:
             await self.app(scope, receive, record_status)
         finally:
             route = getattr(scope.get("route"), "path", "unmatched")
-            REQUESTS.labels(route, scope["method"], str(status)).observe(
-                time.perf_counter() - started
-            )
+            request_seconds(route, scope["method"], status).observe(time.perf_counter() - started)

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import email.message
+import functools
 import re
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -57,8 +58,14 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 # --- 415 for a body that is not declared JSON ---------------------------------------------------
 
 
+@functools.lru_cache(maxsize=256)
 def declares_json(content_type: str | None) -> bool:
-    """``application/json`` or ``application/<anything>+json``, parameters allowed."""
+    """``application/json`` or ``application/<anything>+json``, parameters allowed.
+
+    Cached: parsing the header with ``email.message`` cost more than the rest of the 415 check
+    on every submission, and clients send the same few values again and again (the cache keeps
+    at most 256 of them, whatever clients send).
+    """
     if not content_type:
         return False
     message = email.message.Message()

@@ -12,7 +12,14 @@ def canonical_json(value: Any) -> str:
 
 
 def request_hash(job_type: str, payload: Any) -> str:
-    document = canonical_json({"type": job_type, "payload": payload})
+    return request_hash_of_json(job_type, canonical_json(payload))
+
+
+def request_hash_of_json(job_type: str, payload_json: str) -> str:
+    """``request_hash`` from the payload's canonical JSON, which the accept path also stores:
+    the payload is serialized once. The document is ``canonical_json`` of
+    ``{"type": job_type, "payload": payload}``, spelled out ("payload" sorts before "type")."""
+    document = f'{{"payload":{payload_json},"type":{canonical_json(job_type)}}}'
     return hashlib.sha256(document.encode()).hexdigest()
 
 

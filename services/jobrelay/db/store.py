@@ -6,7 +6,6 @@ Each public method is one short transaction. Connection failures surface as
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -20,7 +19,7 @@ from sqlalchemy import Row, TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
-from jobrelay.core.fingerprint import request_hash
+from jobrelay.core.fingerprint import canonical_json, request_hash_of_json
 from jobrelay.core.jobs import Job
 from jobrelay.core.states import JobState
 from jobrelay.core.trace import EventEntry, OutboxEntry, StoredResult, build_trace
@@ -241,22 +240,37 @@ class Store:
         payload: Any,
         max_attempts: int,
     ) -> AcceptResult:
-        fingerprint = request_hash(job_type, payload)
+        payload_json = canonical_json(payload)  # serialized once: stored and fingerprinted
+        fingerprint = request_hash_of_json(job_type, payload_json)
+        job_id = uuid.uuid4()
         # Two statements, each atomic: the insert of job + outbox + event, then (only when the
         # key existed) a read of the existing job. ON CONFLICT waits for a concurrent insert of
         # the same key to commit, so the read always finds it.
         inserted = await self.fetch_one(
             q.ACCEPT_JOB,
-            id=uuid.uuid4(),
+            id=job_id,
             client_id=client_id,
             idempotency_key=idempotency_key,
             request_hash=fingerprint,
             type=job_type,
-            payload=json.dumps(payload),
+            payload=payload_json,
             max_attempts=max_attempts,
         )
         if inserted is not None:
-            return AcceptResult(job=job_from_row(inserted), created=True, conflict=False)
+            job = Job(
+                id=job_id,
+                client_id=client_id,
+                idempotency_key=idempotency_key,
+                type=job_type,
+                payload=payload,
+                state=JobState.QUEUED,
+                attempts=0,
+                max_attempts=max_attempts,
+                available_at=inserted.available_at,
+                created_at=inserted.created_at,
+                updated_at=inserted.updated_at,
+            )
+            return AcceptResult(job=job, created=True, conflict=False)
         existing = await self.fetch_one(
             q.JOB_BY_KEY, client_id=client_id, idempotency_key=idempotency_key
         )

@@ -214,6 +214,36 @@ async def test_a_lease_lost_during_the_heartbeat_reports_no_success(setup: Setup
     assert JobEvent.SUCCEEDED not in setup.store.events(job.id)
 
 
+class CountingRenewals(InMemoryExecutionStore):
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(clock)
+        self.renewals = 0
+
+    async def renew(
+        self, job_id: uuid.UUID, *, lease_token: uuid.UUID, lease_seconds: float
+    ) -> bool:
+        self.renewals += 1
+        return await super().renew(job_id, lease_token=lease_token, lease_seconds=lease_seconds)
+
+
+@pytest.mark.parametrize(("sleeps", "renewed"), [(0.0, False), (0.1, True)])
+async def test_a_handler_ending_before_the_first_renewal_is_never_renewed_a_longer_one_is(
+    setup: Setup, sleeps: float, renewed: bool
+) -> None:
+    store = CountingRenewals(setup.clock)
+    setup.store = store
+
+    @setup.registry.job("t.sleeps", Empty)
+    async def sleeper(context: JobContext, payload: Empty) -> dict[str, Any]:
+        await asyncio.sleep(sleeps)
+        return {}
+
+    job = store.add("t.sleeps")
+    verdict = await setup.worker(heartbeat_interval=0.02).handle(delivery_for(job.id, "t.sleeps"))
+    assert verdict.outcome == "succeeded"
+    assert (store.renewals > 0) is renewed
+
+
 async def test_the_database_away_requeues_the_delivery_after_a_pause(setup: Setup) -> None:
     job = setup.store.add("t.ok")
     setup.store.reachable = False

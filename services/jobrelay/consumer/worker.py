@@ -380,20 +380,28 @@ class Worker:
         )
         started = time.monotonic()
         handler = asyncio.create_task(self._call_handler(job_type, context, payload))
-        heartbeat = asyncio.create_task(self._heartbeat(claim, lease_deadline))
+        heartbeat: asyncio.Task[str] | None = None
         try:
-            await asyncio.wait({handler, heartbeat}, return_when=asyncio.FIRST_COMPLETED)
+            # Most handlers end before the first renewal is due: their heartbeat never starts.
+            await asyncio.wait({handler}, timeout=self._first_renewal_in(lease_deadline))
+            if not handler.done():
+                heartbeat = asyncio.create_task(self._heartbeat(claim, lease_deadline))
+                await asyncio.wait({handler, heartbeat}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             # Shutdown past its grace period: stop the handler and give the job back, so the
             # requeued message can claim it at once instead of waiting for the lease to expire.
-            await _cancel(handler, heartbeat)
+            await _cancel(handler, *([heartbeat] if heartbeat else []))
             await _shielded(self._release(claim))
             raise
-        if heartbeat.done():  # the heartbeat only ends when the lease is gone
+        if heartbeat is not None and heartbeat.done():  # it only ends when the lease is gone
             await _cancel(handler)
             return LeaseLost(heartbeat.result(), time.monotonic() - started)
-        await _cancel(heartbeat)
+        if heartbeat is not None:
+            await _cancel(heartbeat)
         return handler.result()
+
+    def _first_renewal_in(self, deadline: float) -> float:
+        return max(0.0, min(self.heartbeat_interval, deadline - time.monotonic()))
 
     async def _call_handler(
         self, job_type: JobType, context: JobContext, payload: BaseModel
@@ -422,8 +430,8 @@ class Worker:
         """Renew the lease every interval; return (ending the attempt) once it cannot be kept."""
         job_id, token = claim.job.id, claim.lease_token
         interval = self.heartbeat_interval
+        # Started when the first renewal is due (``_run_under_lease``): renew at once.
         while True:
-            await asyncio.sleep(max(0.01, min(interval, deadline - time.monotonic())))
             asked = time.monotonic()
             try:
                 async with asyncio.timeout(max(0.1, min(interval, deadline - asked))):
@@ -434,11 +442,12 @@ class Worker:
                 self.metrics.store_errors.inc()
                 if time.monotonic() >= deadline:
                     return "unreachable"
-                continue
-            if not renewed:
-                return "taken"
-            deadline = asked + self.lease_seconds
-            self.metrics.lease_renewals.inc()
+            else:
+                if not renewed:
+                    return "taken"
+                deadline = asked + self.lease_seconds
+                self.metrics.lease_renewals.inc()
+            await asyncio.sleep(max(0.01, min(interval, deadline - time.monotonic())))
 
     async def _release(self, claim: Claimed) -> None:
         # Unreachable database: the lease expires on its own and the dispatcher rescues the job.

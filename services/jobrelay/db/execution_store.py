@@ -68,7 +68,7 @@ class ExecutionStore:
         store: Store,
         *,
         group_size: int = 64,
-        groups: int = 2,
+        groups: int = 1,
         linger_seconds: float = 0.0,
     ) -> None:
         self.store = store

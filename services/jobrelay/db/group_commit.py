@@ -29,7 +29,7 @@ class GroupCommit(Generic[Request, Answer]):
         run: Callable[[Sequence[Request]], Awaitable[Sequence[Answer]]],
         *,
         max_size: int = 64,
-        max_running: int = 2,
+        max_running: int = 1,
         linger_seconds: float = 0.0,
     ) -> None:
         """``max_running``: groups in flight at once (each holds a pooled connection); requests

@@ -12,34 +12,49 @@ from jobrelay.broker.acks import AckGroups, AckRouter, GroupAcked
 
 
 class Channel:
+    """Records frames as the broker receives them, and refuses as RabbitMQ does an ack of a
+    tag that is no longer unacked (it closes the channel with PRECONDITION_FAILED)."""
+
     def __init__(self) -> None:
         self.frames: list[tuple[str, int, bool]] = []  # (ack/nack, tag, multiple)
+        self.unacked: set[int] = set()
         self.is_closed = False
         self.broken = False
 
+    def receive(self, kind: str, tag: int, multiple: bool) -> None:
+        if tag not in self.unacked:
+            raise AssertionError(f"PRECONDITION_FAILED - unknown delivery tag {tag}")
+        self.unacked -= {t for t in self.unacked if t <= tag} if multiple else {tag}
+        self.frames.append((kind, tag, multiple))
+
 
 class Message:
-    def __init__(self, channel: Channel, tag: int) -> None:
+    def __init__(self, channel: Channel, tag: int, write_seconds: float = 0.0) -> None:
         self.channel = channel
         self.delivery_tag = tag
         self.body = b"{}"
         self.redelivered = False
+        self.write_seconds = write_seconds
+        channel.unacked.add(tag)
 
     async def ack(self, multiple: bool = False) -> None:
         if self.channel.broken:
             raise ConnectionError("channel closed")
-        await asyncio.sleep(0)  # a frame write yields to the loop
-        self.channel.frames.append(("ack", self.delivery_tag, multiple))
+        await asyncio.sleep(self.write_seconds)  # a frame write yields to the loop
+        self.channel.receive("ack", self.delivery_tag, multiple)
 
     async def nack(self, multiple: bool = False, requeue: bool = True) -> None:
         await asyncio.sleep(0.01)
-        self.channel.frames.append(("nack", self.delivery_tag, multiple))
+        self.channel.receive("nack", self.delivery_tag, multiple)
 
 
-def deliveries(n: int) -> tuple[Channel, AckGroups, list[GroupAcked]]:
+def deliveries(
+    n: int, write_seconds: dict[int, float] | None = None
+) -> tuple[Channel, AckGroups, list[GroupAcked]]:
     channel = Channel()
     groups = AckGroups()
-    messages: list[Any] = [Message(channel, tag) for tag in range(1, n + 1)]
+    slow = write_seconds or {}
+    messages: list[Any] = [Message(channel, tag, slow.get(tag, 0.0)) for tag in range(1, n + 1)]
     return channel, groups, [GroupAcked(m, groups, m) for m in messages]
 
 
@@ -66,6 +81,15 @@ async def test_a_delivery_being_nacked_is_never_covered_by_a_multiple_ack() -> N
     await nack
     assert ("ack", 3, True) not in channel.frames
     assert sorted(channel.frames) == [("ack", 1, False), ("ack", 3, False), ("nack", 2, False)]
+
+
+async def test_a_multiple_ack_never_covers_a_single_ack_still_being_written() -> None:
+    channel, _, ds = deliveries(3, write_seconds={2: 0.02})
+    alone = asyncio.create_task(ds[1].ack())  # 1 and 3 in flight: 2 goes alone, slowly
+    await asyncio.sleep(0.005)
+    await asyncio.gather(ds[0].ack(), ds[2].ack(), alone)
+    assert channel.unacked == set()
+    assert channel.frames[0] == ("ack", 2, False)
 
 
 async def test_after_a_nack_the_next_acks_group_again() -> None:

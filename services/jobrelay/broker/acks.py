@@ -41,6 +41,10 @@ class AckGroups:
         # tags ascend in the order deliveries arrive on a channel.
         self._outstanding: dict[int, tuple[Acknowledgeable, bool]] = {}
         self._flush: asyncio.Future[None] | None = None
+        # One flush writes its frames at a time: a flush that computed its run while another's
+        # single ack was still unwritten could cover that delivery with its multiple ack, and the
+        # broker closes the channel on an ack of a tag already acked.
+        self._sending = asyncio.Lock()
         self.frames = 0  # ack frames sent, for tests
         self.acks = 0
 
@@ -75,6 +79,10 @@ class AckGroups:
         task.add_done_callback(lambda done: _settle_future(flush, done))
 
     async def _send(self) -> None:
+        async with self._sending:
+            await self._send_frames()
+
+    async def _send_frames(self) -> None:
         run_end: Acknowledgeable | None = None
         run_length = 0
         for delivery, to_ack in self._outstanding.values():

@@ -207,7 +207,7 @@ async def test_a_completion_whose_commit_landed_but_whose_answer_was_lost_is_ack
 ) -> None:
     job_id = await submit(store, await new_client(store), "test.count", {"tag": "once"})
     delivery = StandInDelivery(job_id, "test.count")
-    lost_answers.arm(q.COMPLETE_JOBS)
+    lost_answers.arm(q.FINISH_JOBS)
 
     verdict = await worker(store, cfg).handle(delivery)
 
@@ -228,7 +228,7 @@ async def test_a_completion_lost_for_longer_than_the_patience_is_requeued_and_th
 ) -> None:
     job_id = await submit(store, await new_client(store), "test.count", {"tag": "once"})
     first = StandInDelivery(job_id, "test.count")
-    lost_answers.arm(q.COMPLETE_JOBS, times=10**6)  # every answer lost, for the whole patience
+    lost_answers.arm(q.FINISH_JOBS, times=10**6)  # every answer lost, for the whole patience
     verdict = await worker(store, cfg, store_patience=0.3).handle(first)
 
     # The worker gave up waiting for an answer: the message must survive.
@@ -254,7 +254,7 @@ async def test_a_completion_lost_for_longer_than_the_patience_is_requeued_and_th
     [
         (
             {"mode": "transient", "times": 1},
-            q.SCHEDULE_RETRY,
+            q.FINISH_JOBS,
             "retried",
             "retrying",
             "retry_scheduled",
@@ -262,7 +262,7 @@ async def test_a_completion_lost_for_longer_than_the_patience_is_requeued_and_th
         ),
         (
             {"mode": "permanent", "times": 1},
-            q.QUARANTINE_JOB,
+            q.FINISH_JOBS,
             "quarantined",
             "quarantined",
             "quarantined",
@@ -336,7 +336,7 @@ async def test_through_the_broker_a_lost_completion_answer_leaves_one_result_and
 ) -> None:
     client_id = await new_client(store)
     jobs = [await submit(store, client_id, "test.count", {"tag": str(n)}) for n in range(5)]
-    lost_answers.arm(q.COMPLETE_JOBS, times=len(jobs))
+    lost_answers.arm(q.FINISH_JOBS, times=len(jobs))
     await mark_outbox_published(store)
     async with running_consumer(cfg):
         await publish_jobs(cfg, [(job_id, "test.count") for job_id in jobs])

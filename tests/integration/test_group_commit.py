@@ -75,7 +75,7 @@ async def test_one_stale_row_neither_fails_nor_completes_its_neighbours(store: S
         )
     )
     assert finishes == [Finish.WRITTEN] * 2 + [Finish.STALE] + [Finish.WRITTEN] * 3
-    assert executions._completions.groups == 1
+    assert executions._finishes.groups == 1
     states = dict(
         (r.id, r.state)
         for r in await rows(store, "SELECT id, state FROM jobs WHERE id = ANY(:ids)", ids=jobs)

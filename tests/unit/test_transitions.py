@@ -24,7 +24,16 @@ _UPDATE_JOBS = re.compile(r"\bUPDATE\s+jobs(?:\s+\w+)?\s+SET\s+(.*?)\s+(?:FROM|W
 _SET_STATE = re.compile(r"(?:^|,)\s*state\s*=\s*(CASE\b.*?\bEND|'\w+')", re.S)
 _STATE_TEST = re.compile(r"\b(?:\w+\.)?state\s*(?:=\s*'(\w+)'|IN\s*\(([^)]*)\))")
 _LITERAL = re.compile(r"'(\w+)'")
+_CHOSEN = re.compile(r"\b(?:THEN|ELSE)\s+'(\w+)'")
 _JOURNAL = re.compile(r"\bSELECT\s+[\w.]+\s*,\s*(CASE\b.*?\bEND|'\w+')", re.S)
+
+
+def _values(expression: str) -> list[str]:
+    """The values an expression can take: a literal, or a CASE's THEN and ELSE literals (its
+    WHEN literals are what it tests, not what it writes)."""
+    if expression.startswith("CASE"):
+        return _CHOSEN.findall(expression)
+    return _LITERAL.findall(expression)
 
 
 def _state_writers() -> dict[str, str]:
@@ -47,7 +56,7 @@ def _targets(sql: str) -> set[JobState | None]:
     for set_list in _set_lists(sql):
         for match in _SET_STATE.finditer(set_list):
             expression = match.group(1)
-            targets |= {JobState(value) for value in _LITERAL.findall(expression)}
+            targets |= {JobState(value) for value in _values(expression)}
             if re.search(r"\bELSE\s+(?:\w+\.)?state\b", expression):
                 targets.add(None)
     return targets
@@ -72,7 +81,7 @@ def _journal(sql: str) -> set[JobEvent]:
     for part in sql.split("INSERT INTO job_events")[1:]:
         part = part.split("INSERT INTO")[0]
         for match in _JOURNAL.finditer(part):
-            events |= {JobEvent(value) for value in _LITERAL.findall(match.group(1))}
+            events |= {JobEvent(value) for value in _values(match.group(1))}
     return events
 
 
@@ -117,9 +126,23 @@ def test_a_guard_on_other_states_than_declared_is_caught() -> None:
 
 
 def test_a_fenced_write_without_its_token_is_caught() -> None:
-    sql = q.COMPLETE_JOBS.text.replace("lease_token = a.asked_token AND", "")
-    assert sql != q.COMPLETE_JOBS.text
-    assert _problems("COMPLETE_JOBS", sql, q.STATE_WRITES["COMPLETE_JOBS"])
+    sql = q.FINISH_JOBS.text.replace("lease_token = a.asked_token AND", "")
+    assert sql != q.FINISH_JOBS.text
+    assert _problems("FINISH_JOBS", sql, q.STATE_WRITES["FINISH_JOBS"])
+
+
+def test_a_finish_that_journals_other_events_than_declared_is_caught() -> None:
+    sql = q.FINISH_JOBS.text.replace("THEN 'retry_scheduled'", "THEN 'claimed'")
+    assert sql != q.FINISH_JOBS.text
+    assert _problems("FINISH_JOBS", sql, q.STATE_WRITES["FINISH_JOBS"])
+
+
+def test_every_exit_of_a_worker_from_running_is_one_statement() -> None:
+    worker_exits = {"complete", "retry", "quarantine"}
+    makers = {
+        name for name, made in q.STATE_WRITES.items() if {t.name for t in made} & worker_exits
+    }
+    assert makers == {"FINISH_JOBS"}
 
 
 def test_every_transition_is_made_by_exactly_one_statement() -> None:

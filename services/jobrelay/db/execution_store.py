@@ -2,9 +2,10 @@
 It implements the ``ExecutionStore`` port of ``core/execution.py`` (whose values it answers
 with, and re-exports).
 
-Claims and completions are group commits (``db/group_commit.py``): the deliveries a consumer
+Claims and final writes are group commits (``db/group_commit.py``): the deliveries a consumer
 has in flight together share one statement, one round trip and one commit, each row fenced by
-its own lease token. A row the statement did not move takes the rare path alone.
+its own lease token. A row the statement did not move takes the rare path alone. Every exit of
+a worker from `running` (success, retry, quarantine) is the one guarded ``FINISH_JOBS``.
 
 Every write that reports on a job is fenced by the lease token of the claim that made it, so a
 worker whose lease expired and was taken over can never complete, retry or quarantine the job.
@@ -16,9 +17,9 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from jobrelay.core.execution import (
@@ -49,10 +50,43 @@ class _ClaimRequest:
 
 
 @dataclass(frozen=True)
-class _CompleteRequest:
+class _FinishRequest:
+    """One row of ``FINISH_JOBS``: a decided outcome, the fields it does not use left None."""
+
     job_id: uuid.UUID
     lease_token: uuid.UUID
-    result: str  # JSON
+    target: JobState
+    result: str | None = None  # JSON
+    retry_at: datetime | None = None
+    error_code: str | None = None
+    error: str | None = None
+    failure: str | None = None  # JSON
+
+    @classmethod
+    def of(cls, job_id: uuid.UUID, lease_token: uuid.UUID, outcome: Outcome) -> _FinishRequest:
+        match outcome:
+            case Succeeded(result=result):
+                return cls(job_id, lease_token, JobState.SUCCEEDED, result=json.dumps(result))
+            case RetryLater(available_at=at, error_code=code, error=error, failure=failure):
+                return cls(
+                    job_id,
+                    lease_token,
+                    JobState.RETRYING,
+                    retry_at=at,
+                    error_code=code,
+                    error=error,
+                    failure=_failure_json(failure),
+                )
+            case Quarantine(reason_code=code, error=error, failure=failure):
+                return cls(
+                    job_id,
+                    lease_token,
+                    JobState.QUARANTINED,
+                    error_code=code,
+                    error=error,
+                    failure=_failure_json(failure),
+                )
+        raise AssertionError(f"unknown outcome {outcome!r}")  # pragma: no cover
 
 
 class ExecutionStore:
@@ -78,8 +112,8 @@ class ExecutionStore:
             max_running=groups,
             linger_seconds=linger_seconds,
         )
-        self._completions = GroupCommit(
-            self._complete_group,
+        self._finishes = GroupCommit(
+            self._finish_group,
             max_size=group_size,
             max_running=groups,
             linger_seconds=linger_seconds,
@@ -88,7 +122,7 @@ class ExecutionStore:
     async def close(self) -> None:
         """Wait for the groups in flight."""
         await self._claims.close()
-        await self._completions.close()
+        await self._finishes.close()
 
     async def claim(
         self,
@@ -125,17 +159,22 @@ class ExecutionStore:
         claimed = {(row.id, row.lease_token): row for row in rows}
         return [claimed.get((r.job_id, r.lease_token)) for r in requests]
 
-    async def _complete_group(self, requests: Sequence[_CompleteRequest]) -> list[bool]:
-        """One statement stores the results of every job of the group still held under its
-        token; each request learns whether its row was written."""
+    async def _finish_group(self, requests: Sequence[_FinishRequest]) -> list[bool]:
+        """One statement carries out every decided outcome of the group whose lease is still
+        held; each request learns whether its row was moved."""
         rows = await self.store.fetch_all(
-            q.COMPLETE_JOBS,
+            q.FINISH_JOBS,
             ids=[r.job_id for r in requests],
             lease_tokens=[r.lease_token for r in requests],
+            targets=[r.target.value for r in requests],
             results=[r.result for r in requests],
+            retry_at=[r.retry_at for r in requests],
+            error_codes=[r.error_code for r in requests],
+            errors=[r.error for r in requests],
+            failures=[r.failure for r in requests],
         )
-        written = {row.id for row in rows}
-        return [r.job_id in written for r in requests]
+        moved = {row.id for row in rows}
+        return [r.job_id in moved for r in requests]
 
     async def _refusal(
         self, connection: AsyncConnection, job_id: uuid.UUID, lease_token: uuid.UUID
@@ -228,13 +267,9 @@ class ExecutionStore:
             return Finish.STALE
 
     async def _write(self, job_id: uuid.UUID, lease_token: uuid.UUID, outcome: Outcome) -> bool:
-        """State, result or retry, outbox row and journal: one statement, fenced by the token.
-        Completions go as a group; retries and quarantines, rarer, each alone."""
-        if isinstance(outcome, Succeeded):
-            request = _CompleteRequest(job_id, lease_token, json.dumps(outcome.result))
-            return await self._completions.submit(request)
-        statement, params = _failure_statement(job_id, lease_token, outcome)
-        return await self.store.fetch_one(statement, **params) is not None
+        """State, result or retry (a new outbox row), error and journal: one statement for the
+        group, fenced by each row's token (``FINISH_JOBS``)."""
+        return await self._finishes.submit(_FinishRequest.of(job_id, lease_token, outcome))
 
     async def release(self, job_id: uuid.UUID, *, lease_token: uuid.UUID, detail: str) -> bool:
         """Give a running job back (shutdown): `queued` again, the attempt still counted."""
@@ -251,29 +286,6 @@ class ExecutionStore:
             q.RECORD_EVENT,
             {"job_id": job_id, "event": event.value, "attempt": attempt, "detail": detail},
         )
-
-
-def _failure_statement(
-    job_id: uuid.UUID, lease_token: uuid.UUID, outcome: RetryLater | Quarantine
-) -> tuple[TextClause, dict[str, Any]]:
-    fence = {"id": job_id, "lease_token": lease_token}
-    match outcome:
-        case RetryLater(available_at=available_at, error_code=code, error=error, failure=failure):
-            return q.SCHEDULE_RETRY, {
-                **fence,
-                "available_at": available_at,
-                "error_code": code,
-                "error": error,
-                "failure": _failure_json(failure),
-            }
-        case Quarantine(reason_code=code, error=error, failure=failure):
-            return q.QUARANTINE_JOB, {
-                **fence,
-                "error_code": code,
-                "error": error,
-                "failure": _failure_json(failure),
-            }
-    raise AssertionError(f"unknown outcome {outcome!r}")  # pragma: no cover
 
 
 def _failure_json(failure: Failure | None) -> str | None:

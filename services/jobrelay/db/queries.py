@@ -70,6 +70,15 @@ def _guard(transition: Transition, token: str = ":lease_token") -> str:
     return f"lease_token = {token} AND {condition}" if transition.fenced else condition
 
 
+def _shared_guard(transitions: tuple[Transition, ...], token: str) -> str:
+    """The one guard of a statement that makes any of ``transitions``, row by row: they must
+    agree on source states, lease and fence, or one statement cannot make them all."""
+    guards = {_guard(transition, token) for transition in transitions}
+    if len(guards) != 1:
+        raise ValueError(f"{[t.name for t in transitions]} are guarded differently: {guards}")
+    return guards.pop()
+
+
 # Every move to `quarantined` clears the lease and finishes the job; the code is the caller's.
 _QUARANTINE_SET = f"""state = '{JobState.QUARANTINED}', lease_token = NULL, lease_until = NULL,
             last_error = :error, finished_at = now(), updated_at = now()"""
@@ -485,69 +494,59 @@ RENEW_LEASE: TextClause = text(
     """
 )
 
-# Success: result, state and journal in one statement, only while each row's lease is ours and
-# alive; the ids of the rows written come back.
-COMPLETE_JOBS: TextClause = text(
+# Every exit of a worker from `running`, for a group of jobs: each row's decided outcome (its
+# :targets entry: succeeded, retrying or quarantined) with its state, result or retry (a new
+# outbox row), error and journal entry, all in one statement, and only while that row's lease is
+# the worker's and alive. The ids of the rows moved come back; a row not moved (a stale lease)
+# is looked into by its own caller. Arrays unused by an outcome hold NULL for its row.
+FINISH_JOBS: TextClause = text(
     f"""
     WITH asked AS (
         SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:lease_tokens AS uuid[]),
-                             CAST(:results AS text[]))
-                      AS a(job_id, asked_token, result)
+                             CAST(:targets AS text[]), CAST(:results AS text[]),
+                             CAST(:retry_at AS timestamptz[]), CAST(:error_codes AS text[]),
+                             CAST(:errors AS text[]), CAST(:failures AS text[]))
+                      AS a(job_id, asked_token, target, result, retry_at, error_code, error,
+                           failure)
     ), locked AS (
         SELECT id FROM jobs WHERE id IN (SELECT job_id FROM asked) ORDER BY id FOR UPDATE
-    ), done AS (
+    ), moved AS (
         UPDATE jobs j
-        SET state = '{COMPLETE.target}', lease_token = NULL, lease_until = NULL,
-            finished_at = now(), updated_at = now()
+        SET state = CASE a.target WHEN '{COMPLETE.target}' THEN '{COMPLETE.target}'
+                                  WHEN '{RETRY.target}' THEN '{RETRY.target}'
+                                  WHEN '{QUARANTINE.target}' THEN '{QUARANTINE.target}' END,
+            lease_token = NULL, lease_until = NULL,
+            available_at = coalesce(a.retry_at, j.available_at),
+            last_error_code = coalesce(a.error_code, j.last_error_code),
+            last_error = coalesce(a.error, j.last_error),
+            finished_at = CASE WHEN a.target <> '{RETRY.target}' THEN now() END,
+            updated_at = now()
         FROM locked l JOIN asked a ON a.job_id = l.id
-        WHERE j.id = l.id AND {_guard(COMPLETE, token="a.asked_token")}
-        RETURNING j.id, j.attempts, a.result
+        WHERE j.id = l.id AND {_shared_guard((COMPLETE, RETRY, QUARANTINE), "a.asked_token")}
+        RETURNING j.id, j.attempts, j.available_at, a.target, a.result, a.error_code, a.failure
     ), stored AS (
         INSERT INTO job_results (job_id, result, attempt)
-        SELECT id, CAST(result AS jsonb), attempts FROM done
-    ), event AS (
-        INSERT INTO job_events (job_id, event, attempt)
-        SELECT id, 'succeeded', attempts FROM done
-    )
-    SELECT id FROM done
-    """
-)
-
-SCHEDULE_RETRY: TextClause = text(
-    f"""
-    WITH r AS (
-        UPDATE jobs
-        SET state = '{RETRY.target}', lease_token = NULL, lease_until = NULL,
-            available_at = :available_at, last_error_code = :error_code, last_error = :error,
-            updated_at = now()
-        WHERE id = :id AND {_guard(RETRY)}
-        RETURNING id, attempts, available_at
+        SELECT id, CAST(result AS jsonb), attempts FROM moved
+        WHERE target = '{COMPLETE.target}'
     ), new_outbox AS (
-        INSERT INTO outbox (job_id, available_at) SELECT id, available_at FROM r
+        INSERT INTO outbox (job_id, available_at)
+        SELECT id, available_at FROM moved WHERE target = '{RETRY.target}'
     ), event AS (
         INSERT INTO job_events (job_id, event, attempt, detail, error)
-        SELECT id, 'retry_scheduled', attempts,
-               :error_code || ': retry at ' || to_char(available_at AT TIME ZONE 'UTC',
-                                                      'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-               CAST(:failure AS jsonb)
-        FROM r
+        SELECT id, CASE target WHEN '{COMPLETE.target}' THEN 'succeeded'
+                               WHEN '{RETRY.target}' THEN 'retry_scheduled'
+                               WHEN '{QUARANTINE.target}' THEN 'quarantined' END,
+               attempts,
+               CASE target
+                   WHEN '{RETRY.target}' THEN
+                       error_code || ': retry at '
+                       || to_char(available_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+                   WHEN '{QUARANTINE.target}' THEN error_code
+               END,
+               CAST(failure AS jsonb)
+        FROM moved
     )
-    SELECT id FROM r
-    """
-)
-
-QUARANTINE_JOB: TextClause = text(
-    f"""
-    WITH q AS (
-        UPDATE jobs
-        SET {_QUARANTINE_SET}, last_error_code = :error_code
-        WHERE id = :id AND {_guard(QUARANTINE)}
-        RETURNING id, attempts
-    ), event AS (
-        INSERT INTO job_events (job_id, event, attempt, detail, error)
-        SELECT id, 'quarantined', attempts, :error_code, CAST(:failure AS jsonb) FROM q
-    )
-    SELECT id FROM q
+    SELECT id FROM moved
     """
 )
 
@@ -771,9 +770,7 @@ STATE_WRITES: dict[str, tuple[Transition, ...]] = {
     "RESCUE_EXPIRED_LEASES": (RESCUE,),
     "CLAIM_JOBS": (CLAIM, RECLAIM),
     "QUARANTINE_EXHAUSTED": (EXHAUST,),
-    "COMPLETE_JOBS": (COMPLETE,),
-    "SCHEDULE_RETRY": (RETRY,),
-    "QUARANTINE_JOB": (QUARANTINE,),
+    "FINISH_JOBS": (COMPLETE, RETRY, QUARANTINE),
     "DEFER_UNKNOWN_TYPE": (DEFER, UNKNOWN_TYPE),
     "RELEASE_LEASE": (RELEASE,),
     "REPLAY_JOB": (REPLAY,),

@@ -78,7 +78,8 @@ from tests.support.servers import create_vhost, delete_vhost, vhost_amqp_url
 NOOP_TYPE = "demo.sleep"
 NOOP_PAYLOAD = {"seconds": 0}
 
-# The rows the API's accept statement writes (services/db/queries.py ACCEPT_JOB), n at once.
+# The rows the API's accept statement writes (ACCEPT_JOB in services/jobrelay/db/queries.py),
+# n at once.
 PRELOAD = """
 WITH j AS (
     INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload, max_attempts)

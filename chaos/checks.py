@@ -1,15 +1,15 @@
 """Quiescence and the invariants, read from PostgreSQL, RabbitMQ, the results directory and the
-services' logs (SPEC §8).
+services' logs (docs/invariants.md).
 
 Every accepted job must end succeeded, quarantined (exactly the permanent ones) or cancelled,
 with at most one result and at most one side effect; no key may make a second job; nothing may
 stay unpublished or in a work queue; the quarantine queue must hold one message per quarantined
 job and nothing else.
 
-One allowance, from SPEC §3: an attempt lost to a crash or an expired lease still counts, so a
-job whose attempts all ran out that way is quarantined ``attempts_exhausted``. That is correct
-behaviour, counted as ``exhausted_by_faults``; a quarantine the journal does not explain that
-way is a violation.
+One allowance (docs/states.md: ``attempts`` counts every claim): an attempt lost to a crash or
+an expired lease still counts, so a job whose attempts all ran out that way is quarantined
+``attempts_exhausted``. That is correct behaviour, counted as ``exhausted_by_faults``; a
+quarantine the journal does not explain that way is a violation.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def quarantined_ids(database_url: str) -> set[str]:
 
 
 def quarantine_consistent(quarantined: set[str], found: Counter[str], malformed: int) -> bool:
-    """Exactly one message per quarantined job and no other (SPEC §8.8)."""
+    """Exactly one message per quarantined job and no other (docs/invariants.md, 8)."""
     return not malformed and set(found) == quarantined and all(n == 1 for n in found.values())
 
 

@@ -237,8 +237,8 @@ class Run:
         """Seconds until the quarantine queue holds exactly one message per quarantined job
         and nothing else; None on timeout. Races under faults can leave a second copy (a
         redelivery dead-lettered again) or a stale message (a nack that arrived after its job
-        moved on): the dispatchers' maintenance removes them by itself (SPEC §8.8), and this
-        waits for it — it never tidies the queue on the dispatchers' behalf."""
+        moved on): the dispatchers' maintenance removes them by itself (docs/invariants.md, 8),
+        and this waits for it — it never tidies the queue on the dispatchers' behalf."""
         assert self.scratch is not None
         began = time.monotonic()
         last = ""

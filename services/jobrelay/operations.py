@@ -2,9 +2,9 @@
 PostgreSQL and the dead-lettered messages in RabbitMQ. Used by the CLI, the admin API and (the
 sweep) the dispatcher's maintenance.
 
-SPEC §8.8: a replay, a redispatch or a reconciliation never removes the quarantine message of a
-later quarantine of the same job, and every quarantined job has exactly one message once the
-system is quiet. How:
+The invariant kept here (docs/invariants.md, invariant 8): a replay, a redispatch or a
+reconciliation never removes the quarantine message of a later quarantine of the same job, and
+every quarantined job has exactly one message once the system is quiet. How:
 
 - Everything that takes messages out of the quarantine queue without acking them holds the
   quarantine lock (``jobrelay.db.quarantine_store``), so each holder sees the whole queue.

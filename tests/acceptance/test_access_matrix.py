@@ -1,5 +1,5 @@
-"""Who may call what (SPEC §4): every endpoint × (no token, wrong token, the job's client, another
-client, an admin), with the status each must get.
+"""Who may call what: every endpoint × (no token, wrong token, the job's client, another client,
+an admin), with the status each must get.
 
 Another client's job is 404 with the same body as a job that does not exist — never 403, which
 would confirm that the id exists. Admin endpoints are 401 without a valid token and 403 with a

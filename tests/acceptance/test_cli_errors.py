@@ -1,4 +1,4 @@
-"""Issue 10, finding 7: errors that hid their cause, with the CLI run as a user runs it.
+"""Errors that once hid their cause, with the CLI run as a user runs it.
 
 - ``jobrelay stats`` against a server that refuses the password said ``OperationalError``; it
   names the driver's cause, the URL it used (password masked) and the variable that sets it.

@@ -1,4 +1,4 @@
-"""Issue 10, finding 9: clients and their tokens, through the CLI and a running API process.
+"""Clients and their tokens, through the CLI and a running API process.
 
 ``jobrelay clients list [--json] | enable NAME | disable NAME | rotate NAME [--grace D]``. A
 rotation keeps the client row and its jobs and prints the new token once; the old token is

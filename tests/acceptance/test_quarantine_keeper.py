@@ -1,9 +1,14 @@
-"""Issue 10, findings 4, 5, 7 and the chaos failure (9): the quarantine from both sides.
+"""The quarantine from both sides: the jobs in PostgreSQL and their messages in RabbitMQ.
 
-SPEC §8.8: a replay, a redispatch or a reconciliation never removes or hides the quarantine
-message of a later quarantine of the same job, and every quarantined job has exactly one message
-in the quarantine queue once the system is quiet. Real processes (dispatcher, consumer, CLI)
-against real PostgreSQL and RabbitMQ.
+The invariant (docs/invariants.md, 8): a replay, a redispatch or a reconciliation never removes
+or hides the quarantine message of a later quarantine of the same job, and every quarantined job
+has exactly one message in the quarantine queue once the system is quiet. Real processes
+(dispatcher, consumer, CLI) against real PostgreSQL and RabbitMQ.
+
+The tests are named after the review findings they pin down: finding 4, concurrent replays and
+a later quarantine; finding 5, a listing filtered by code or limit; finding 7, the quarantine
+read without the broker, and reading it writes nothing; finding 9, two messages for one job,
+found by the chaos runner.
 """
 
 from __future__ import annotations
@@ -98,7 +103,7 @@ async def dead_letter_copy(settings: Settings, job_id: uuid.UUID, message_id: st
         )
 
 
-# --- finding 4 ----------------------------------------------------------------------------------
+# --- finding 4: concurrent replays and a later quarantine ---------------------------------------
 
 
 async def test_finding4_concurrent_replays_never_remove_the_message_of_a_later_quarantine(
@@ -136,7 +141,7 @@ async def test_finding4_concurrent_replays_never_remove_the_message_of_a_later_q
     assert len(replays) >= 6 * len(ids)
 
 
-# --- finding 5 ----------------------------------------------------------------------------------
+# --- finding 5: a filtered or limited listing ---------------------------------------------------
 
 
 async def test_finding5_list_with_code_or_limit_never_calls_a_quarantined_job_not_quarantined(
@@ -185,7 +190,7 @@ async def test_finding5_list_with_code_or_limit_never_calls_a_quarantined_job_no
     assert shown.stdout.count("message 99:") == 1 and "not quarantined" not in shown.stdout
 
 
-# --- finding 7 ----------------------------------------------------------------------------------
+# --- finding 7: reading the quarantine without the broker, and writing nothing ------------------
 
 
 async def test_finding7_the_quarantine_is_listed_from_the_database_when_the_broker_is_down(
@@ -268,14 +273,15 @@ async def test_finding7_reading_the_quarantine_writes_nothing_the_dispatcher_rec
     assert await one_message_each(store, system, [first, second, third])
 
 
-# --- finding 9 (the chaos failure) --------------------------------------------------------------
+# --- finding 9: two messages for one job, found by the chaos runner -----------------------------
 
 
 async def test_finding9_the_dispatcher_leaves_exactly_one_message_per_quarantined_job(
     store: Store, settings: Settings, amqp_url: str, tmp_path: Path
 ) -> None:
-    # The chaos trace (seed 20240601): the job's outbox row was published twice (the first
-    # confirm was lost); copy 1 was claimed and quarantined, copy 2 came as a duplicate whose
+    # The chaos trace (``python -m chaos --seed 20240601``, the seed that
+    # tests/chaos/test_short_profile.py runs): the job's outbox row was published twice (the
+    # first confirm was lost); copy 1 was claimed and quarantined, copy 2 came as a duplicate whose
     # ack was lost, and its redelivery was dead-lettered too: two messages for one job.
     system = fast_settings(settings, amqp_url, lease_seconds=2.0)
     job = (

@@ -1,4 +1,5 @@
-"""Issue 10, finding 6: a message lost after its confirm is healed by the dispatcher.
+"""A message lost after its confirm is healed by the dispatcher (review finding 6, hence the
+tests' names; docs/failure-points.md).
 
 A broker that lost its data, or a purged queue, leaves jobs `queued` with nothing left to
 deliver them. The dispatcher publishes such a job again once its message is provably missing

@@ -1,6 +1,6 @@
-"""Issue 10, finding 9: ``make down`` deleted the servers' data (and so the demo client and
-every job of ``make run``). ``scripts/servers.py down`` now stops and keeps it; ``down
---delete-data`` (``make down DELETE=1``) deletes it and says what it deletes.
+"""``make down`` once deleted the servers' data (and so the demo client and every job of
+``make run``). ``scripts/servers.py down`` now stops and keeps it; ``down --delete-data``
+(``make down DELETE=1``) deletes it and says what it deletes.
 
 On a servers directory with data and nothing running, so no server is started or stopped here
 (``make test`` and ``make run`` exercise the real ones).

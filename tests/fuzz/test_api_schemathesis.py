@@ -1,4 +1,4 @@
-"""Schemathesis against the API's own OpenAPI document (SPEC §4, §8.7).
+"""Schemathesis against the API's own OpenAPI document.
 
 Every operation is called with generated data — valid and invalid — under a real store on a
 fresh test database and a real broker vhost: no answer is a 5xx, and every answer (status code,

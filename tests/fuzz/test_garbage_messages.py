@@ -1,5 +1,6 @@
-"""Garbage on the work queue (SPEC §6 step 1, §8.7): hypothesis-generated bodies, headers and
-properties published to ``jobrelay.jobs`` while a consumer runs.
+"""Garbage on the work queue (docs/failure-points.md, "Poison messages and garbage bodies"):
+hypothesis-generated bodies, headers and properties published to ``jobrelay.jobs`` while a
+consumer runs.
 
 Every message must end in exactly one of two places: the quarantine queue (dead-lettered by the
 consumer with reason ``rejected``, never by the broker's delivery limit after a crash loop), or
@@ -221,7 +222,8 @@ def draw_messages(known: list[uuid.UUID], count: int) -> list[Garbage]:
 
 
 def names_a_known_job(body: bytes, known: set[uuid.UUID]) -> bool:
-    """Per SPEC §5: {"job_id": "<uuid>", "type": "<non-empty>", "version": 1} of a known job."""
+    """An envelope (``core/message.py``): {"job_id": "<uuid>", "type": "<non-empty>",
+    "version": 1}, of a known job."""
     try:
         document = json.loads(body)
     except (ValueError, RecursionError):

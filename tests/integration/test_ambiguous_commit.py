@@ -1,5 +1,5 @@
-"""The ambiguous commit (issue 6): the database committed, but the answer never reached the caller,
-who sees a connection error and cannot tell "it landed" from "it did not".
+"""The ambiguous commit (docs/failure-points.md): the database committed, but the answer never
+reached the caller, who sees a connection error and cannot tell "it landed" from "it did not".
 
 At the API, the client retries with its Idempotency-Key and gets the one job. At the consumer,
 the completion is retried (or the message redelivered) and nothing runs or is stored twice: the

@@ -1,8 +1,8 @@
-"""Issue 10: what the API declares is what it does.
+"""What the API declares is what it does.
 
-Finding 7: a body not declared JSON (no ``Content-Type``, or another one) got a 422 about "a
-valid dictionary"; it is a 415 ``unsupported_media_type`` problem, declared in the document.
-Finding 10: the document has a bearer security scheme on the /v1 operations, a required
+A body not declared JSON (no ``Content-Type``, or another one) once got a 422 about "a valid
+dictionary"; it is a 415 ``unsupported_media_type`` problem, declared in the document.
+The document has a bearer security scheme on the /v1 operations, a required
 ``Idempotency-Key`` (still answered with its own 400 codes), typed trace/stats/quarantine/replay
 answers, the submission body per registered job type, and on each operation only the statuses
 it can answer. (``tests/fuzz/test_api_schemathesis.py`` holds every answer to the document.)
@@ -26,7 +26,7 @@ from tests.support.consumer_kit import rows
 
 GOOD = {"type": "catalog.export", "payload": {"course": "JavaScript"}}
 
-# --- finding 7: 415 -----------------------------------------------------------------------------
+# --- a body not declared JSON: 415 --------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -74,7 +74,7 @@ async def test_an_idempotency_key_too_long_for_the_header_is_still_the_400_probl
     assert (too_long.status_code, too_long.json()["code"]) == (400, "idempotency_key_invalid")
 
 
-# --- finding 10: the document -------------------------------------------------------------------
+# --- the OpenAPI document -----------------------------------------------------------------------
 
 
 @pytest.fixture

@@ -1,8 +1,8 @@
 """The consumer against real PostgreSQL and RabbitMQ: claim, lease, fencing, outcomes, quarantine.
 
 Worker-level tests drive one delivery at a time (a stand-in delivery records the ack/nack) so the
-seed's crash and stale-worker experiments are deterministic; the others run a whole consumer in
-the test's event loop, with a small test relay publishing retry rows.
+crash and stale-worker scenarios (docs/failure-points.md) are deterministic; the others run a
+whole consumer in the test's event loop, with a small test relay publishing retry rows.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ from tests.support.relay import running_relay
 
 @contextlib.asynccontextmanager
 async def running_dispatcher(cfg: Settings) -> AsyncIterator[None]:
-    """The product's dispatcher (issue 3), in the test's event loop."""
+    """The product's dispatcher (``jobrelay.dispatcher.service.Dispatcher``), in the test's event
+    loop."""
     dispatcher = Dispatcher(cfg)
     task = asyncio.create_task(dispatcher.run())
     try:
@@ -166,7 +167,7 @@ async def test_a_published_job_runs_to_one_stored_result_and_its_message_is_acke
     assert await work_queue_count(cfg) == 0
 
 
-# --- seed 002: leases and the stale worker ----------------------------------------------------
+# --- leases and the stale worker --------------------------------------------------------------
 
 
 async def test_a_job_whose_consumer_died_after_the_claim_stays_running_until_the_lease_expires_then_attempt_2_completes(  # noqa: E501
@@ -318,7 +319,7 @@ async def test_two_concurrent_claims_of_one_job_have_exactly_one_owner(
         assert (await events(store, job_id)).count(("claimed", 1)) == 1
 
 
-# --- seed 004: died after storing the result, before the ack -------------------------------
+# --- died after storing the result, before the ack -----------------------------------------
 
 
 async def test_a_consumer_that_died_after_storing_the_result_but_before_the_ack_is_not_run_again(

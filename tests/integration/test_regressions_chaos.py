@@ -1,4 +1,5 @@
-"""Regressions found by the chaos runner (issue 6), each at the point where it was found."""
+"""Regressions found by the chaos runner (``chaos/``, ``python -m chaos``), each at the point
+where it was found."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ async def test_a_quarantine_whose_nack_was_lost_still_dead_letters_its_message(
     # Found by `python -m chaos --profile short --seed 6`: a proxy reset closed the consumer's
     # channel between the quarantine's COMMIT and its nack(requeue=False); the broker delivered
     # the message again, the claim saw a quarantined job, and the redelivery was acked as a
-    # duplicate, so the quarantine queue never held the job's message (SPEC §8.5).
+    # duplicate, so the quarantine queue never held the job's message (docs/invariants.md, 8).
     job_id = await submit(store, await new_client(store), "demo.fail", ALWAYS_PERMANENT)
     await mark_outbox_published(store)
     await publish_jobs(cfg, [(job_id, "demo.fail")])

@@ -1,4 +1,5 @@
-"""The relay against real PostgreSQL and RabbitMQ (SPEC §5), dispatchers running in-process."""
+"""The relay against real PostgreSQL and RabbitMQ (docs/life-of-a-job.md), dispatchers running
+in-process."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Issue 10, finding 7: a ``postgres://`` or ``postgresql://`` URL (what Heroku, libpq and most
-images hand out) was a 30-line ``NoSuchModuleError`` traceback; Settings now takes them."""
+"""A ``postgres://`` or ``postgresql://`` URL (what Heroku, libpq and most images hand out) was
+once a 30-line ``NoSuchModuleError`` traceback; Settings now takes them."""
 
 from __future__ import annotations
 

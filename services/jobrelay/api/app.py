@@ -193,8 +193,8 @@ def _add_job_routes(app: FastAPI) -> None:
                 max_length=1000,
                 description="1–200 visible ASCII characters, scoped to the client; a missing "
                 "or invalid key is answered 400 idempotency_key_missing / _invalid",
-                # Documented as the contract says; a missing key becomes the 400 problem in
-                # api/problems.py, an invalid one below.
+                # Documented as the key really is (docs/invariants.md, 5); a missing key becomes
+                # the 400 problem in api/problems.py, an invalid one below.
                 json_schema_extra={"minLength": 1, "maxLength": 200, "pattern": "^[!-~]+$"},
             ),
         ],

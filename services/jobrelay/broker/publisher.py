@@ -1,4 +1,5 @@
-"""Publish outbox rows to RabbitMQ with publisher confirms and returns as errors (SPEC §5).
+"""Publish outbox rows to RabbitMQ with publisher confirms and returns as errors
+(docs/life-of-a-job.md; the failures: docs/failure-points.md).
 
 One plain (not robust) connection with one confirming channel. When it breaks, every publish in
 flight fails with "connection_lost" (the outcome is unknown: the row stays unpublished and a

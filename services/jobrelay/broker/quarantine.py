@@ -4,9 +4,9 @@ Peeking uses ``basic.get`` without ack and then closes the channel, which return
 to the queue: nothing is lost if the process dies half-way. Removal holds the messages the same
 way, acks only the chosen ones, and lets the channel's close return the rest.
 
-Which messages may go (SPEC §8.8: every quarantined job has exactly one message once the system
-is quiet, and nothing removes the message of a later quarantine) is decided by ``plan_sweep``,
-a pure function of the held messages and their jobs' states.
+Which messages may go (docs/invariants.md, invariant 8: every quarantined job has exactly one
+message once the system is quiet, and nothing removes the message of a later quarantine) is
+decided by ``plan_sweep``, a pure function of the held messages and their jobs' states.
 """
 
 from __future__ import annotations

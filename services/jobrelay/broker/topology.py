@@ -1,4 +1,5 @@
-"""Declare the broker topology idempotently (SPEC §6). Every process does this at start."""
+"""Declare the broker topology idempotently (names and arguments: ``core/topology.py``). The
+dispatcher's publisher (on every connect) and every consumer (at start) do this."""
 
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""The consumer service: leased, fenced execution of jobs (SPEC §6)."""
+"""The consumer service: leased, fenced execution of jobs (docs/life-of-a-job.md)."""

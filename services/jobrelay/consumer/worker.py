@@ -1,5 +1,5 @@
-"""One delivery, start to end (SPEC §6): decode, claim, run under a heartbeat, decide, store
-once, and only then ack or nack — in one place, after processing.
+"""One delivery, start to end (docs/life-of-a-job.md, step 3): decode, claim, run under a
+heartbeat, decide, store once, and only then ack or nack — in one place, after processing.
 
 The database is the judge of who owns a job: every report is fenced by the claim's lease token,
 and the broker only hears about an outcome after PostgreSQL committed it.

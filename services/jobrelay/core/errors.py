@@ -138,9 +138,3 @@ class InvalidPayload(RequestError):
     code = "invalid_payload"
     status = 422
     title = "The payload does not match the job type's schema"
-
-
-class ClientExists(RequestError):
-    code = "client_exists"
-    status = 409
-    title = "A client with this name already exists"

@@ -1,5 +1,6 @@
-"""The consumer's ports (SPEC §6): the broker ``Delivery`` it settles; the job store's values a
-claim, a deferral and a final write answer with, and the ``ExecutionStore`` protocol.
+"""The consumer's ports (docs/architecture.md): the broker ``Delivery`` it settles; the job
+store's values a claim, a deferral and a final write answer with, and the ``ExecutionStore``
+protocol.
 
 ``db/execution_store.py`` implements it on PostgreSQL; ``consumer/fakes.py`` in memory, for
 the worker's unit tests. Both follow the transitions of ``core/states.py``.

@@ -1,4 +1,4 @@
-"""The message envelope the dispatcher publishes and the consumer reads (SPEC §5)."""
+"""The message envelope the dispatcher publishes and the consumer reads (docs/life-of-a-job.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The relay's ports (SPEC §5) and the values that cross them: pure, no I/O library.
+"""The relay's ports (docs/architecture.md) and the values that cross them: pure, no I/O
+library.
 
 The relay loop (``jobrelay.dispatcher.relay``) depends on these;
 ``jobrelay.db.relay_store.RelayStore`` and ``jobrelay.broker.publisher.Publisher`` implement them

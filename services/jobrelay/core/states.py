@@ -1,4 +1,4 @@
-"""Job states and the one table of allowed transitions (SPEC §3)."""
+"""Job states and the one table of allowed transitions (docs/states.md)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ class JobEvent(StrEnum):
     PUBLISHED = "published"
     CLAIMED = "claimed"
     DUPLICATE_DELIVERY = "duplicate_delivery"
+    # Never written (renewals are not journaled); kept because the job_events CHECK constraint
+    # of the migrations (0001, 0002) and of db/tables.py lists it.
     LEASE_RENEWED = "lease_renewed"
     LEASE_EXPIRED = "lease_expired"
     STALE_COMPLETION_REJECTED = "stale_completion_rejected"
@@ -90,7 +92,7 @@ QUARANTINE = Transition(
     fenced=True,
     lease=Lease.LIVE,
 )
-# No attempts left: quarantined instead of claimed (SPEC §6, step 1).
+# No attempts left: quarantined instead of claimed (the consumer's claim, docs/life-of-a-job.md).
 EXHAUST = Transition(
     "exhaust",
     _WAITING_OR_ABANDONED,

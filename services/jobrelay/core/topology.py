@@ -1,4 +1,4 @@
-"""Broker names and queue arguments, as pure functions (SPEC §6).
+"""Broker names and queue arguments, as pure functions (docs/life-of-a-job.md).
 
 Routing: the dispatcher publishes to the topic exchange ``jobrelay.jobs`` with the job type as
 routing key. A type configured to run on its own queue is bound there by its exact name; every

@@ -1,6 +1,6 @@
 """The story of one job, from its rows: what ``jobrelay jobs trace`` and the API answer.
 
-Seed 004's readiness criterion: from one job id, tell whether the intent was recorded, when the
+What a trace must tell from one job id alone: whether the intent was recorded, when the
 outbox was published, how many deliveries and attempts there were, which result was stored and
 why the job stopped. This module only summarizes plain values; the store fetches them.
 """

@@ -1,6 +1,6 @@
-"""The consumer's side of the database (SPEC §6): claim, renew, finish — each one statement.
-It implements the ``ExecutionStore`` port of ``core/execution.py`` (whose values it answers
-with, and re-exports).
+"""The consumer's side of the database (docs/life-of-a-job.md): claim, renew, finish — each one
+statement. It implements the ``ExecutionStore`` port of ``core/execution.py`` (whose values it
+answers with, and re-exports).
 
 Claims and final writes are group commits (``db/group_commit.py``): the deliveries a consumer
 has in flight together share one statement, one round trip and one commit, each row fenced by

@@ -1,7 +1,7 @@
 """Every SQL statement jobrelay runs, by name.
 
 Rules kept here so call sites never build SQL from strings:
-- every state change is guarded on the state(s) it expects (SPEC §3), and on the lease token
+- every state change is guarded on the state(s) it expects (docs/states.md), and on the lease token
   when a worker reports on a job;
 - a transition and its journal entry (and outbox row, and result) are written by one statement,
   so they commit or fail together;
@@ -167,7 +167,7 @@ LIST_CLIENTS: TextClause = text(
     """
 )
 
-# --- accept (SPEC §4) -----------------------------------------------------------------------
+# --- accept (docs/life-of-a-job.md, "1. Accept") --------------------------------------------
 
 # One statement writes the job, its outbox row and the `received` event: they commit together
 # or not at all. ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to finish,
@@ -291,7 +291,7 @@ FAILED_BY_CODE: TextClause = text(
 
 # Stranded: due long ago, every outbox row published before the threshold, and still waiting
 # for a consumer. Its message may have been lost (a purged queue, a broker that lost it); the
-# same condition drives `jobrelay jobs redispatch` (SPEC §7).
+# same condition drives `jobrelay jobs redispatch` and the dispatcher's healing of lost messages.
 _STRANDED = """
     j.state IN ('queued', 'retrying')
     AND j.available_at < now() - make_interval(secs => :older_than_seconds)
@@ -304,7 +304,7 @@ _STRANDED = """
 
 PUBLISHED_NEVER_CLAIMED: TextClause = text(f"SELECT count(*) AS n FROM jobs j WHERE {_STRANDED}")
 
-# --- relay (SPEC §5) ------------------------------------------------------------------------
+# --- relay (docs/life-of-a-job.md, "2. Relay") ----------------------------------------------
 
 # A statement trigger on the outbox (migration 0001) notifies this channel on every insert. The
 # dispatcher's listening connection (``jobrelay.db.listener``) runs these two on psycopg itself:
@@ -422,7 +422,7 @@ DELETE_OLD_EVENTS: TextClause = text(
     """
 )
 
-# --- execution (SPEC §6) --------------------------------------------------------------------
+# --- execution (docs/life-of-a-job.md, "3. Claim, run, finish, ack") ------------------------
 
 # The consumer's hot path runs as group commits (``db/group_commit.py``): one statement claims,
 # or completes, the jobs of every delivery that arrived together, each row fenced on its own.
@@ -619,7 +619,7 @@ ATTEMPT_TRACE: TextClause = text(
     """
 )
 
-# --- operations (SPEC §7) -------------------------------------------------------------------
+# --- operations (docs/life-of-a-job.md, "Quarantine and replay") ----------------------------
 
 # A fresh budget: max_attempts = attempts + the type's limit, so attempt numbers stay unique.
 REPLAY_JOB: TextClause = text(
@@ -709,7 +709,7 @@ QUARANTINED_IDS: TextClause = text(
 )
 
 
-# --- the quarantine's keeper and lost messages (SPEC §7, §8.8) -------------------------------
+# --- the quarantine's keeper and lost messages (docs/invariants.md, invariant 8) -------------
 
 # Transaction-scoped advisory locks: released by COMMIT, ROLLBACK or a dropped connection, so a
 # crashed holder can never keep one. ``SET_LOCK_TIMEOUT`` bounds the wait of the blocking form.

@@ -204,11 +204,6 @@ class Store:
             id=row.id, changed=row.changed, disabled=row.was_disabled != row.changed
         )
 
-    async def disable_client(self, name: str) -> bool:
-        """True when an enabled client of that name was disabled."""
-        change = await self.set_client_disabled(name, disabled=True)
-        return change is not None and change.changed
-
     async def rotate_client_token(
         self, name: str, token_hash: str, *, grace_seconds: float
     ) -> ClientChange | None:

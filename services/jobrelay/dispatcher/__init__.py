@@ -1,1 +1,1 @@
-"""The dispatcher: relays the outbox to RabbitMQ with publisher confirms (SPEC §5)."""
+"""The dispatcher: relays the outbox to RabbitMQ with publisher confirms (docs/life-of-a-job.md)."""

@@ -1,11 +1,12 @@
 """The dispatcher's housekeeping beside relaying (run by ``Relay.run_maintenance``):
 
-1. **The quarantine queue** (SPEC §7, §8.8): messages the broker dead-lettered on its own
-   (``x-delivery-limit``) make their jobs quarantined (``delivery_limit``), and a quarantined
-   job keeps exactly one message (``jobrelay.operations.sweep_quarantine``). A sweep holds the
-   whole queue for a moment, so it runs only when the queue looks inconsistent — its ready
-   count differs from the number of quarantined jobs and that picture changed since the last
-   sweep that found nothing to do — and otherwise every ``FULL_SWEEP_SECONDS``.
+1. **The quarantine queue** (docs/invariants.md, invariant 8): messages the broker
+   dead-lettered on its own (``x-delivery-limit``) make their jobs quarantined
+   (``delivery_limit``), and a quarantined job keeps exactly one message
+   (``jobrelay.operations.sweep_quarantine``). A sweep holds the whole queue for a moment, so it
+   runs only when the queue looks inconsistent — its ready count differs from the number of
+   quarantined jobs and that picture changed since the last sweep that found nothing to do — and
+   otherwise every ``FULL_SWEEP_SECONDS``.
 
 2. **Lost messages.** A message confirmed by the broker can still be lost afterwards (a broker
    whose data was lost, a purged queue); its job then stays ``queued`` for good. The dispatcher

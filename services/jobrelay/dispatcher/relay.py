@@ -1,4 +1,5 @@
-"""The relay loop (SPEC §5): lease due outbox rows, publish them, record the broker's answer.
+"""The relay loop (docs/life-of-a-job.md): lease due outbox rows, publish them, record the
+broker's answer.
 
 How transactions stay short: leasing is one committed statement that pushes the rows'
 ``available_at`` past the publish deadline (``lease_seconds``); the broker round trip happens

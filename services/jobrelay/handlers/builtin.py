@@ -1,4 +1,4 @@
-"""The built-in job types: ``catalog.export``, ``demo.sleep``, ``demo.fail`` (SPEC §6)."""
+"""The built-in job types: ``catalog.export``, ``demo.sleep``, ``demo.fail``."""
 
 from __future__ import annotations
 

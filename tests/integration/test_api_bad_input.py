@@ -63,6 +63,20 @@ CASES = [
         "validation_error",
     ),
     (
+        "max_attempts true (not a count)",
+        lambda t: auth(t, "k"),
+        {"json": GOOD | {"max_attempts": True}},
+        422,
+        "validation_error",
+    ),
+    (
+        "max_attempts a string",
+        lambda t: auth(t, "k"),
+        {"json": GOOD | {"max_attempts": "3"}},
+        422,
+        "validation_error",
+    ),
+    (
         "unknown job type",
         lambda t: auth(t, "k"),
         {"json": {"type": "nope.nothing", "payload": {}}},

@@ -21,7 +21,8 @@ class SubmitJob(BaseModel):
 
     type: str = Field(min_length=1, max_length=200, examples=["catalog.export"])
     payload: dict[str, Any] = Field(default_factory=dict, examples=[{"course": "JavaScript"}])
-    max_attempts: int | None = Field(None, ge=1, le=100)
+    # Strict: JSON true is not an attempt count (lax mode would read it as 1).
+    max_attempts: int | None = Field(None, ge=1, le=100, strict=True)
 
     @field_validator("payload")
     @classmethod

@@ -5,39 +5,58 @@ from __future__ import annotations
 import functools
 import time
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-REQUESTS = Histogram(
-    "jobrelay_api_request_seconds",
-    "API request latency by route template, method and status",
-    ["route", "method", "status"],
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
-)
-SUBMISSIONS = Counter(
-    "jobrelay_api_submissions_total",
-    "Job submissions by job type and outcome (created, existing, conflict)",
-    ["type", "outcome"],
-)
 
+class ApiMetrics:
+    """The API's Prometheus metrics, in a registry of their own that the app holds: two apps
+    in one process (tests) never share counts, and ``/metrics`` serves exactly these, with the
+    process and runtime collectors the default registry would have added."""
 
-# ``labels()`` takes the metric's lock and rebuilds its key on every call, and every request
-# records one sample (every submission two): the labelled children are looked up once per label
-# set instead. The caches are bounded (a client chooses the method), the metrics' children not
-# affected: an evicted child is looked up again.
-@functools.lru_cache(maxsize=1024)
-def request_seconds(route: str, method: str, status: int) -> Histogram:
-    return REQUESTS.labels(route, method, str(status))
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        self.requests = Histogram(
+            "jobrelay_api_request_seconds",
+            "API request latency by route template, method and status",
+            ["route", "method", "status"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=self.registry,
+        )
+        self.submissions_total = Counter(
+            "jobrelay_api_submissions_total",
+            "Job submissions by job type and outcome (created, existing, conflict)",
+            ["type", "outcome"],
+            registry=self.registry,
+        )
+        # ``labels()`` takes the metric's lock and rebuilds its key on every call, and every
+        # request records one sample (every submission two): the labelled children are looked
+        # up once per label set instead. The caches are bounded (a client chooses the method);
+        # an evicted child is looked up again, its counts untouched.
+        self.request_seconds = functools.lru_cache(maxsize=1024)(self._request_seconds)
+        self.submissions = functools.lru_cache(maxsize=1024)(self._submissions)
 
+    def _request_seconds(self, route: str, method: str, status: int) -> Histogram:
+        return self.requests.labels(route, method, str(status))
 
-@functools.lru_cache(maxsize=1024)
-def submissions(job_type: str, outcome: str) -> Counter:
-    return SUBMISSIONS.labels(job_type, outcome)
+    def _submissions(self, job_type: str, outcome: str) -> Counter:
+        return self.submissions_total.labels(job_type, outcome)
 
 
 class RequestMetricsMiddleware:
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, metrics: ApiMetrics) -> None:
         self.app = app
+        self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -56,4 +75,6 @@ class RequestMetricsMiddleware:
             await self.app(scope, receive, record_status)
         finally:
             route = getattr(scope.get("route"), "path", "unmatched")
-            request_seconds(route, scope["method"], status).observe(time.perf_counter() - started)
+            self.metrics.request_seconds(route, scope["method"], status).observe(
+                time.perf_counter() - started
+            )

@@ -1,0 +1,58 @@
+"""``/healthz``, ``/readyz`` and ``/metrics``: public, for probes and scrapers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from jobrelay.api import openapi
+from jobrelay.api.metrics import ApiMetrics
+from jobrelay.api.schemas import Health
+from jobrelay.broker.health import check_broker
+from jobrelay.core.errors import BrokerUnavailable, StoreUnavailable
+from jobrelay.core.settings import Settings
+
+router = APIRouter(route_class=openapi.JsonBodyRoute)
+
+
+@router.get("/healthz", response_model=Health, summary="The process is alive")
+async def healthz() -> Health:
+    return Health(status="ok")
+
+
+@router.get(
+    "/readyz",
+    response_model=Health,
+    responses={503: {"model": Health}},
+    summary="The database and the broker are reachable",
+)
+async def readyz(request: Request) -> Any:
+    settings: Settings = request.app.state.settings
+    checks: dict[str, str] = {}
+    try:
+        await request.app.state.store.ping()
+        checks["database"] = "ok"
+    except StoreUnavailable:
+        checks["database"] = "unavailable"
+    try:
+        await check_broker(settings.amqp_url)
+        checks["broker"] = "ok"
+    except BrokerUnavailable:
+        checks["broker"] = "unavailable"
+    ready = all(value == "ok" for value in checks.values())
+    body = Health(status="ok" if ready else "unavailable", checks=checks)
+    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
+async def metrics(request: Request) -> Response:
+    owned: ApiMetrics = request.app.state.metrics
+    return Response(generate_latest(owned.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,230 @@
+"""``/v1/jobs``: submit, list, read, trace and cancel the caller's own jobs."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import uuid
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request, Response
+
+from jobrelay.api import openapi
+from jobrelay.api.deps import (
+    LOCATION_HEADER,
+    NO_NUL,
+    OWN_JOB_PROBLEMS,
+    ClientDep,
+    StoreDep,
+)
+from jobrelay.api.metrics import ApiMetrics
+from jobrelay.api.openapi import problem_responses
+from jobrelay.api.schemas import (
+    EventList,
+    EventView,
+    JobPage,
+    JobView,
+    SubmitJob,
+    TraceView,
+    job_location,
+)
+from jobrelay.core.errors import (
+    IdempotencyConflict,
+    IdempotencyKeyInvalid,
+    InvalidCursor,
+    JobNotFound,
+    NotCancellable,
+)
+from jobrelay.core.jobs import Job, is_valid_idempotency_key
+from jobrelay.core.registry import Registry
+from jobrelay.core.settings import Settings
+from jobrelay.core.states import JobState
+from jobrelay.db.store import Client, Store
+
+log = logging.getLogger("jobrelay.api")
+
+# A route that reads a JSON body answers 415 to any other body (api/openapi.py).
+router = APIRouter(route_class=openapi.JsonBodyRoute)
+
+
+async def _own_job(store: Store, job_id: uuid.UUID, client: Client) -> Job:
+    """The caller's job; another client's job is as unknown as a missing one (404, not 403)."""
+    job = await store.get_job(job_id, client_id=client.id)
+    if job is None:
+        raise JobNotFound()
+    return job
+
+
+def _encode_cursor(created_at: datetime, job_id: uuid.UUID) -> str:
+    return base64.urlsafe_b64encode(f"{created_at.isoformat()}|{job_id}".encode()).decode()
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        created_at, _, job_id = base64.urlsafe_b64decode(cursor.encode()).decode().partition("|")
+        return datetime.fromisoformat(created_at), uuid.UUID(job_id)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise InvalidCursor() from None
+
+
+@router.post(
+    "/v1/jobs",
+    status_code=202,
+    response_model=JobView,
+    responses={
+        202: {
+            "description": "Accepted: recorded with its outbox row",
+            "headers": LOCATION_HEADER,
+        },
+        200: {
+            "model": JobView,
+            "description": "The key was used before for the same request: that job, now",
+            "headers": LOCATION_HEADER,
+        },
+        **problem_responses(400, 401, 409, 413, 422, 503),
+    },
+    summary="Submit a job (idempotent by Idempotency-Key)",
+)
+async def submit_job(
+    body: SubmitJob,
+    request: Request,
+    client: ClientDep,
+    idempotency_key: Annotated[
+        str,
+        Header(
+            max_length=1000,
+            description="1–200 visible ASCII characters, scoped to the client; a missing "
+            "or invalid key is answered 400 idempotency_key_missing / _invalid",
+            # Documented as the key really is (docs/invariants.md, 5); a missing key becomes
+            # the 400 problem in api/problems.py, an invalid one below.
+            json_schema_extra={"minLength": 1, "maxLength": 200, "pattern": "^[!-~]+$"},
+        ),
+    ],
+) -> Response:
+    if not is_valid_idempotency_key(idempotency_key):
+        raise IdempotencyKeyInvalid()
+    registry: Registry = request.app.state.registry
+    registry.validate_payload(body.type, body.payload)
+    settings: Settings = request.app.state.settings
+    max_attempts = body.max_attempts or registry.max_attempts_for(body.type, settings.max_attempts)
+    # From the app's state rather than a StoreDep: one dependency fewer to solve on the
+    # hot path.
+    store: Store = request.app.state.store
+    metrics: ApiMetrics = request.app.state.metrics
+    accepted = await store.accept_job(
+        client_id=client.id,
+        idempotency_key=idempotency_key,
+        job_type=body.type,
+        payload=body.payload,
+        max_attempts=max_attempts,
+    )
+    if accepted.conflict:
+        metrics.submissions(body.type, "conflict").inc()
+        raise IdempotencyConflict(
+            "the key was used for another type or payload", job_id=str(accepted.job.id)
+        )
+    outcome = "created" if accepted.created else "existing"
+    metrics.submissions(body.type, outcome).inc()
+    log.info(
+        "job accepted" if accepted.created else "job submitted again with the same key",
+        extra={
+            "job_id": str(accepted.job.id),
+            "type": body.type,
+            "attempt": 0,
+            "event": "received" if accepted.created else "idempotent_repeat",
+        },
+    )
+    # Serialized once here rather than re-validated through response_model: this is the
+    # hot path, and the model above is still what the OpenAPI document describes.
+    return Response(
+        JobView.of(accepted.job).model_dump_json(),
+        status_code=202 if accepted.created else 200,
+        media_type="application/json",
+        headers={"Location": job_location(accepted.job.id)},
+    )
+
+
+@router.get(
+    "/v1/jobs",
+    response_model=JobPage,
+    responses=problem_responses(400, 401, 422, 503),
+    summary="List your own jobs, newest first",
+)
+async def list_jobs(
+    client: ClientDep,
+    store: StoreDep,
+    state: JobState | None = None,
+    type: Annotated[str | None, Query(max_length=200, pattern=NO_NUL)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=200, pattern=NO_NUL)] = None,
+) -> JobPage:
+    after = _decode_cursor(cursor) if cursor else None
+    jobs = await store.list_jobs(
+        client_id=client.id,
+        state=state.value if state else None,
+        job_type=type,
+        limit=limit,
+        after=after,
+    )
+    next_cursor = _encode_cursor(jobs[-1].created_at, jobs[-1].id) if len(jobs) == limit else None
+    return JobPage(items=[JobView.of(job) for job in jobs], next_cursor=next_cursor)
+
+
+@router.get(
+    "/v1/jobs/{job_id}",
+    response_model=JobView,
+    responses=OWN_JOB_PROBLEMS,
+    summary="One of your jobs, with its result once succeeded",
+)
+async def get_job(job_id: uuid.UUID, client: ClientDep, store: StoreDep) -> JobView:
+    return JobView.of(await _own_job(store, job_id, client))
+
+
+@router.get(
+    "/v1/jobs/{job_id}/events",
+    response_model=EventList,
+    responses=OWN_JOB_PROBLEMS,
+    summary="The job's transition journal",
+)
+async def job_events(job_id: uuid.UUID, client: ClientDep, store: StoreDep) -> EventList:
+    await _own_job(store, job_id, client)
+    events = await store.job_events(job_id)
+    return EventList(
+        job_id=job_id,
+        events=[
+            EventView(at=e.at, event=e.event, attempt=e.attempt, detail=e.detail) for e in events
+        ],
+    )
+
+
+@router.get(
+    "/v1/jobs/{job_id}/trace",
+    response_model=TraceView,
+    responses=OWN_JOB_PROBLEMS,
+    summary="What happened to your job: intent, publishing, deliveries, attempts, result",
+)
+async def job_trace(job_id: uuid.UUID, client: ClientDep, store: StoreDep) -> dict[str, Any]:
+    await _own_job(store, job_id, client)
+    # The owner sees a failure's class and message; tracebacks are for operators.
+    trace = await store.trace(job_id, tracebacks=False)
+    if trace is None:
+        raise JobNotFound()
+    return trace
+
+
+@router.post(
+    "/v1/jobs/{job_id}/cancel",
+    response_model=JobView,
+    responses=problem_responses(401, 404, 409, 413, 422, 503),
+    summary="Cancel a queued or retrying job",
+)
+async def cancel_job(job_id: uuid.UUID, client: ClientDep, store: StoreDep) -> JobView:
+    cancelled = await store.cancel_job(job_id, client_id=client.id, detail="cancelled by client")
+    job = await store.get_job(job_id, client_id=client.id)
+    if job is None:
+        raise JobNotFound()
+    if not cancelled:
+        raise NotCancellable(f"the job is {job.state.value}", state=job.state.value)
+    return JobView.of(job)

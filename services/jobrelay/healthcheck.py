@@ -16,7 +16,6 @@ Prints one line (``healthy: ...`` or ``unhealthy: ...``, passwords masked) and e
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import urllib.request
@@ -127,34 +126,3 @@ def run_checks(settings: Settings, *, queue: str | None, timeout: float) -> tupl
         except Unhealthy as error:
             return False, f"unhealthy: {error}"
     return True, "healthy: " + ", ".join(passed)
-
-
-def cmd_healthcheck(args: argparse.Namespace) -> int:
-    from jobrelay.cli import settings_from_env
-
-    healthy, line = run_checks(settings_from_env(), queue=args.queue, timeout=args.timeout)
-    print(mask_url(line), flush=True)
-    return 0 if healthy else 1
-
-
-def register(commands: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
-    """Adds ``jobrelay healthcheck`` to the CLI's sub-commands."""
-    parser = add(
-        commands,
-        "healthcheck",
-        cmd_healthcheck,
-        "check the database, the broker and this service's metrics endpoint (containers)",
-    )
-    parser.epilog = f"example: {EXAMPLE}"
-    parser.add_argument(
-        "--queue",
-        default=None,
-        help="also require this work queue to exist with a consumer (a consumer's check)",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=5.0,
-        metavar="SECONDS",
-        help="per check (default 5)",
-    )

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import ast
 import json
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -24,33 +22,7 @@ from jobrelay.core.states import (
 )
 from jobrelay.handlers.builtin import registry
 
-CORE = Path(__file__).resolve().parents[2] / "services" / "jobrelay" / "core"
-IO_LIBRARIES = {
-    "sqlalchemy",
-    "psycopg",
-    "aio_pika",
-    "aiormq",
-    "fastapi",
-    "starlette",
-    "uvicorn",
-    "httpx",
-    "prometheus_client",
-    "alembic",
-}
-
-
-def test_the_core_imports_no_io_library() -> None:
-    for path in CORE.glob("*.py"):
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                modules = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                modules = [node.module or ""]
-            else:
-                continue
-            for module in modules:
-                assert module.split(".")[0] not in IO_LIBRARIES, f"{path.name} imports {module}"
+# The core's import rule (no I/O library) is checked in test_imports.py.
 
 
 def test_the_transition_table_matches_the_spec() -> None:

@@ -1,109 +1,31 @@
-"""The operator's commands: ``jobs trace``, ``jobs redispatch`` and ``quarantine ...``."""
+"""``jobrelay quarantine list | show | replay | purge | reconcile``: quarantined jobs and their
+dead-lettered messages."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
-import uuid
-from collections.abc import Callable, Coroutine
 from typing import Any
 
-from jobrelay.core.durations import parse_duration
+from jobrelay.cli.common import (
+    CliError,
+    Subcommands,
+    add_command,
+    job_id,
+    job_ids,
+    progress,
+    run_with_operations,
+)
 from jobrelay.core.trace import render_trace
 
 EXAMPLES = {
-    "trace": "jobrelay jobs trace 5b0c9f6e-...  (or --json for tools)",
-    "redispatch": "jobrelay jobs redispatch --older-than 15m",
     "list": "jobrelay quarantine list --code attempts_exhausted",
     "show": "jobrelay quarantine show 5b0c9f6e-...",
     "replay": "jobrelay quarantine replay 5b0c9f6e-... 7d1e...  or  replay --all --code C",
     "purge": "jobrelay quarantine purge --yes",
     "reconcile": "jobrelay quarantine reconcile",
 }
-
-
-def _cli() -> Any:
-    from jobrelay import cli
-
-    return cli
-
-
-def _run_ops(work: Callable[[Any], Coroutine[Any, Any, int]]) -> int:
-    cli = _cli()
-    settings = cli.settings_from_env()
-
-    async def main() -> int:
-        from jobrelay.db.store import Store
-        from jobrelay.handlers.loading import registry_for
-        from jobrelay.operations import Operations
-
-        store = Store.connect(settings.database_url, pool_size=2, application_name="jobrelay-cli")
-        try:
-            return await work(Operations(store, settings, registry_for(settings)))
-        finally:
-            await store.close()
-
-    return asyncio.run(main())
-
-
-def _progress(label: str) -> Callable[[int, int], None]:
-    def show(done: int, total: int) -> None:
-        if sys.stderr.isatty():
-            print(f"\r{label}: {done}/{total}", end="", file=sys.stderr, flush=True)
-
-    return show
-
-
-def _ids(raw: list[str]) -> list[uuid.UUID]:
-    cli = _cli()
-    return [cli._job_id(value) for value in raw]
-
-
-# --- jobs trace / redispatch ---------------------------------------------------------------------
-
-
-def cmd_trace(args: argparse.Namespace) -> int:
-    (job_id,) = _ids([args.id])
-
-    async def work(ops: Any) -> int:
-        trace = await ops.store.trace(job_id)
-        if trace is None:
-            raise _cli().CliError(f"no job {job_id}")
-        print(json.dumps(trace, indent=2, default=str) if args.json else render_trace(trace))
-        return 0
-
-    return _run_ops(work)
-
-
-def cmd_redispatch(args: argparse.Namespace) -> int:
-    try:
-        older_than = parse_duration(args.older_than)
-    except ValueError as error:
-        raise _cli().CliError(str(error)) from None
-
-    async def work(ops: Any) -> int:
-        count = await ops.redispatch(
-            older_than_seconds=older_than, progress=_progress("redispatched")
-        )
-        if sys.stderr.isatty():
-            print(file=sys.stderr)
-        summary = {"redispatched": count, "older_than_seconds": older_than}
-        if args.json:
-            print(json.dumps(summary))
-        else:
-            print(
-                f"redispatched {count} job(s) published over {args.older_than} ago and never "
-                "claimed; the dispatcher publishes them again"
-            )
-        return 0
-
-    return _run_ops(work)
-
-
-# --- quarantine ---------------------------------------------------------------------------------
-
 
 BROKER_NOTES = {
     "unavailable": "the broker is unreachable",
@@ -162,7 +84,7 @@ def cmd_quarantine_list(args: argparse.Namespace) -> int:
         )
         return 0
 
-    return _run_ops(work)
+    return run_with_operations(work)
 
 
 def cmd_quarantine_reconcile(args: argparse.Namespace) -> int:
@@ -179,16 +101,16 @@ def cmd_quarantine_reconcile(args: argparse.Namespace) -> int:
         )
         return 0
 
-    return _run_ops(work)
+    return run_with_operations(work)
 
 
 def cmd_quarantine_show(args: argparse.Namespace) -> int:
-    (job_id,) = _ids([args.id])
+    wanted = job_id(args.id)
 
     async def work(ops: Any) -> int:
-        shown = await ops.show(job_id)
+        shown = await ops.show(wanted)
         if shown is None:
-            raise _cli().CliError(f"no job {job_id}")
+            raise CliError(f"no job {wanted}")
         _broker_note(shown["broker"])
         if args.json:
             print(json.dumps(shown, indent=2, default=str))
@@ -204,23 +126,22 @@ def cmd_quarantine_show(args: argparse.Namespace) -> int:
             )
         return 0
 
-    return _run_ops(work)
+    return run_with_operations(work)
 
 
 def cmd_quarantine_replay(args: argparse.Namespace) -> int:
-    cli = _cli()
     if bool(args.ids) == bool(args.all):
-        raise cli.CliError("give job ids, or --all (optionally with --code C)")
+        raise CliError("give job ids, or --all (optionally with --code C)")
     if args.code and not args.all:
-        raise cli.CliError("--code goes with --all")
-    ids = _ids(args.ids) if args.ids else []
+        raise CliError("--code goes with --all")
+    ids = job_ids(args.ids) if args.ids else []
 
     async def work(ops: Any) -> int:
-        progress = _progress("replayed")
+        show_progress = progress("replayed")
         if args.all:
-            outcomes = await ops.replay_all(code=args.code, progress=progress)
+            outcomes = await ops.replay_all(code=args.code, progress=show_progress)
         else:
-            outcomes = await ops.replay(ids, progress=progress)
+            outcomes = await ops.replay(ids, progress=show_progress)
         if sys.stderr.isatty():
             print(file=sys.stderr)
         replayed = sum(1 for o in outcomes if o.status == "replayed")
@@ -238,12 +159,12 @@ def cmd_quarantine_replay(args: argparse.Namespace) -> int:
         missing = any(o.status == "not_found" for o in outcomes)
         return 1 if missing else 0
 
-    return _run_ops(work)
+    return run_with_operations(work)
 
 
 def cmd_quarantine_purge(args: argparse.Namespace) -> int:
     if not args.yes:
-        raise _cli().CliError("purge deletes every message in jobrelay.quarantine; add --yes")
+        raise CliError("purge deletes every message in jobrelay.quarantine; add --yes")
 
     async def work(ops: Any) -> int:
         count = await ops.purge()
@@ -253,78 +174,60 @@ def cmd_quarantine_purge(args: argparse.Namespace) -> int:
         )
         return 0
 
-    return _run_ops(work)
+    return run_with_operations(work)
 
 
-# --- parser -------------------------------------------------------------------------------------
-
-
-def register(commands: Any, job_commands: Any, add: Callable[..., argparse.ArgumentParser]) -> None:
-    trace = add(
-        job_commands,
-        "trace",
-        cmd_trace,
-        "what happened to one job: intent, publishing, deliveries, attempts, result, why",
-    )
-    trace.epilog = f"example: {EXAMPLES['trace']}"
-    trace.add_argument("id")
-    trace.add_argument("--json", action="store_true")
-
-    redispatch = add(
-        job_commands,
-        "redispatch",
-        cmd_redispatch,
-        "publish again jobs published long ago but never claimed",
-    )
-    redispatch.epilog = f"example: {EXAMPLES['redispatch']}"
-    redispatch.add_argument("--older-than", default="10m", help="e.g. 90s, 15m, 2h (default 10m)")
-    redispatch.add_argument("--json", action="store_true")
-
+def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
     quarantine = commands.add_parser(
         "quarantine",
         help="inspect and replay quarantined jobs and their dead-lettered messages",
         epilog=f"example: {EXAMPLES['list']}",
     )
     actions = quarantine.add_subparsers(dest="quarantine_command", required=True, metavar="ACTION")
-    listing = add(
+    listing = add_command(
         actions,
         "list",
         cmd_quarantine_list,
         "quarantined jobs with reasons, and the messages in jobrelay.quarantine",
+        EXAMPLES["list"],
     )
-    listing.epilog = f"example: {EXAMPLES['list']}"
     listing.add_argument("--code", help="only this reason code")
     listing.add_argument("--limit", type=int, default=100)
     listing.add_argument("--json", action="store_true")
-    show = add(actions, "show", cmd_quarantine_show, "one job's trace and quarantined messages")
-    show.epilog = f"example: {EXAMPLES['show']}"
+    show = add_command(
+        actions,
+        "show",
+        cmd_quarantine_show,
+        "one job's trace and quarantined messages",
+        EXAMPLES["show"],
+    )
     show.add_argument("id")
     show.add_argument("--json", action="store_true")
-    replay = add(
+    replay = add_command(
         actions,
         "replay",
         cmd_quarantine_replay,
         "queue quarantined jobs again with a fresh attempt budget",
+        EXAMPLES["replay"],
     )
-    replay.epilog = f"example: {EXAMPLES['replay']}"
     replay.add_argument("ids", nargs="*", metavar="ID")
     replay.add_argument("--all", action="store_true", help="every quarantined job")
     replay.add_argument("--code", help="with --all: only this reason code")
     replay.add_argument("--json", action="store_true")
-    purge = add(
+    purge = add_command(
         actions,
         "purge",
         cmd_quarantine_purge,
         "delete the messages in jobrelay.quarantine (jobs stay replayable)",
+        EXAMPLES["purge"],
     )
-    purge.epilog = f"example: {EXAMPLES['purge']}"
     purge.add_argument("--yes", action="store_true", help="really delete them")
-    reconcile = add(
+    reconcile = add_command(
         actions,
         "reconcile",
         cmd_quarantine_reconcile,
         "now, what the dispatcher does by itself: quarantine the jobs the broker dead-lettered "
         "(delivery_limit), keep one message per quarantined job, drop stale ones",
+        EXAMPLES["reconcile"],
     )
-    reconcile.epilog = f"example: {EXAMPLES['reconcile']}"
     reconcile.add_argument("--json", action="store_true")

@@ -1,0 +1,44 @@
+"""The ``jobrelay`` command: services, migrations, clients, submissions and inspection.
+
+Every error prints one line to stderr and exits non-zero; nothing prints a traceback for a
+mistake a user can make.
+
+This module only assembles the parser; each command group lives in a module of its own
+(``services``, ``clients``, ``submit``, ``jobs``, ``quarantine``, ``healthcheck``, ``stats``)
+that imports ``common`` and jobrelay's packages, never another command module.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from jobrelay.cli import clients, healthcheck, jobs, quarantine, services, stats, submit
+from jobrelay.cli.common import exit_status
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jobrelay",
+        description="Durable background jobs: transactional outbox, PostgreSQL, RabbitMQ.",
+        epilog='example: jobrelay submit catalog.export --payload \'{"course": "JavaScript"}\''
+        "\nconfiguration comes from JOBRELAY_* environment variables (see the README)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # The order here is the order of ``jobrelay --help``.
+    services.register(commands)  # migrate, api, dispatcher, consumer
+    clients.register(commands)
+    submit.register(commands)
+    jobs.register(commands)  # show, trace, redispatch
+    quarantine.register(commands)
+    healthcheck.register(commands)
+    stats.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return exit_status(args.handler, args)

@@ -1,0 +1,219 @@
+"""``jobrelay clients create | list | disable | enable | rotate``: API clients and their tokens."""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import sys
+from typing import Any
+
+from jobrelay.cli.common import (
+    CliError,
+    Subcommands,
+    add_command,
+    print_json,
+    run,
+    settings_from_env,
+    with_store,
+)
+from jobrelay.core.durations import parse_duration
+from jobrelay.core.fingerprint import token_hash
+
+EXAMPLES = {
+    "clients create": "jobrelay clients create shop-backend --admin",
+    "clients list": "jobrelay clients list --json",
+    "clients disable": "jobrelay clients disable shop-backend",
+    "clients enable": "jobrelay clients enable shop-backend",
+    "clients rotate": "jobrelay clients rotate shop-backend --grace 1h",
+}
+
+MAX_GRACE_SECONDS = 30 * 86400.0
+
+
+def new_token() -> str:
+    """A bearer token: 256 random bits; only its SHA-256 is stored."""
+    return "jr_" + secrets.token_urlsafe(32)
+
+
+def cmd_clients_create(args: argparse.Namespace) -> int:
+    settings = settings_from_env()
+    name = args.name.strip()
+    if not 1 <= len(name) <= 100:
+        raise CliError("a client name is 1 to 100 characters")
+    token = new_token()
+
+    async def work(store: Any) -> int:
+        client_id = await store.create_client(name, token_hash(token), is_admin=args.admin)
+        if client_id is None:
+            raise CliError(f"a client named {name!r} already exists")
+        if args.json:
+            print_json({"id": str(client_id), "name": name, "admin": args.admin, "token": token})
+        else:
+            role = "admin client" if args.admin else "client"
+            print(f"created {role} {name!r} ({client_id})", file=sys.stderr)
+            print("its token (shown once, store it now):", file=sys.stderr)
+            print(token)
+        return 0
+
+    return run(with_store(settings, work))
+
+
+def cmd_clients_list(args: argparse.Namespace) -> int:
+    settings = settings_from_env()
+
+    async def work(store: Any) -> int:
+        rows = await store.list_clients()
+        items = [
+            {
+                "id": str(r.id),
+                "name": r.name,
+                "admin": r.is_admin,
+                "disabled": r.disabled_at is not None,
+                "created_at": r.created_at.isoformat(),
+                "disabled_at": r.disabled_at.isoformat() if r.disabled_at else None,
+                "previous_token_expires_at": (
+                    r.previous_token_expires_at.isoformat() if r.previous_token_expires_at else None
+                ),
+            }
+            for r in rows
+        ]
+        if args.json:
+            print_json(items)
+            return 0
+        if not items:
+            print("no clients yet (create one: jobrelay clients create NAME)", file=sys.stderr)
+            return 0
+        width = max(len(item["name"]) for item in items)
+        for item in items:
+            role = "admin " if item["admin"] else "client"
+            state = "disabled" if item["disabled"] else "enabled "
+            grace = item["previous_token_expires_at"]
+            note = f"  previous token works until {grace}" if grace else ""
+            print(
+                f"{item['name']:<{width}}  {role}  {state}  {item['id']}  "
+                f"created {item['created_at']}{note}"
+            )
+        return 0
+
+    return run(with_store(settings, work))
+
+
+def _set_disabled(args: argparse.Namespace, *, disabled: bool) -> int:
+    settings = settings_from_env()
+
+    async def work(store: Any) -> int:
+        change = await store.set_client_disabled(args.name, disabled=disabled)
+        if change is None:
+            raise CliError(f"no client named {args.name!r} (see: jobrelay clients list)")
+        if not change.changed:
+            print(f"client {args.name!r} was already {'disabled' if disabled else 'enabled'}")
+        elif disabled:
+            print(f"client {args.name!r} disabled: its token is refused from now on")
+        else:
+            print(f"client {args.name!r} enabled: its token works again")
+        return 0
+
+    return run(with_store(settings, work))
+
+
+def cmd_clients_disable(args: argparse.Namespace) -> int:
+    return _set_disabled(args, disabled=True)
+
+
+def cmd_clients_enable(args: argparse.Namespace) -> int:
+    return _set_disabled(args, disabled=False)
+
+
+def cmd_clients_rotate(args: argparse.Namespace) -> int:
+    settings = settings_from_env()
+    try:
+        grace = parse_duration(args.grace) if args.grace else 0.0
+    except ValueError as error:
+        raise CliError(f"--grace: {error}") from None
+    if grace > MAX_GRACE_SECONDS:
+        raise CliError("--grace is at most 30d")
+    token = new_token()
+
+    async def work(store: Any) -> int:
+        change = await store.rotate_client_token(args.name, token_hash(token), grace_seconds=grace)
+        if change is None:
+            raise CliError(f"no client named {args.name!r} (see: jobrelay clients list)")
+        expires = change.previous_token_expires_at
+        if args.json:
+            print_json(
+                {
+                    "id": str(change.id),
+                    "name": args.name,
+                    "token": token,
+                    "previous_token_expires_at": expires.isoformat() if expires else None,
+                }
+            )
+            return 0
+        print(f"rotated the token of client {args.name!r} ({change.id})", file=sys.stderr)
+        if expires:
+            print(f"the previous token keeps working until {expires.isoformat()}", file=sys.stderr)
+        else:
+            print("the previous token is refused from now on", file=sys.stderr)
+        if change.disabled:
+            print("note: the client is disabled (jobrelay clients enable NAME)", file=sys.stderr)
+        print("its new token (shown once, store it now):", file=sys.stderr)
+        print(token)
+        return 0
+
+    return run(with_store(settings, work))
+
+
+def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
+    clients = commands.add_parser(
+        "clients",
+        help="manage API clients and their tokens",
+        epilog=f"example: {EXAMPLES['clients create']}",
+    )
+    client_commands = clients.add_subparsers(
+        dest="clients_command", required=True, metavar="ACTION"
+    )
+    create = add_command(
+        client_commands,
+        "create",
+        cmd_clients_create,
+        "create a client and print its token once",
+        EXAMPLES["clients create"],
+    )
+    create.add_argument("name")
+    create.add_argument("--admin", action="store_true", help="may use the /v1/admin endpoints")
+    create.add_argument("--json", action="store_true")
+    listing = add_command(
+        client_commands, "list", cmd_clients_list, "list clients", EXAMPLES["clients list"]
+    )
+    listing.add_argument("--json", action="store_true")
+    disable = add_command(
+        client_commands,
+        "disable",
+        cmd_clients_disable,
+        "refuse a client's token (its jobs stay; enable gives it back)",
+        EXAMPLES["clients disable"],
+    )
+    disable.add_argument("name")
+    enable = add_command(
+        client_commands,
+        "enable",
+        cmd_clients_enable,
+        "accept a disabled client's token again",
+        EXAMPLES["clients enable"],
+    )
+    enable.add_argument("name")
+    rotate = add_command(
+        client_commands,
+        "rotate",
+        cmd_clients_rotate,
+        "give a client a new token (printed once); its jobs stay its own",
+        EXAMPLES["clients rotate"],
+    )
+    rotate.add_argument("name")
+    rotate.add_argument(
+        "--grace",
+        metavar="DURATION",
+        default=None,
+        help="how long the previous token keeps working, e.g. 10m or 1h (default: it stops now)",
+    )
+    rotate.add_argument("--json", action="store_true")

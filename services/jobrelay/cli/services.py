@@ -1,0 +1,150 @@
+"""``jobrelay migrate``, ``api``, ``dispatcher`` and ``consumer``: the schema and the services.
+
+Each command imports its service lazily, so that the others start without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from jobrelay import eventloop
+from jobrelay.cli.common import (
+    CliError,
+    Subcommands,
+    add_command,
+    first_line,
+    settings_from_env,
+)
+from jobrelay.core.errors import JobrelayError
+from jobrelay.core.settings import mask_url
+
+EXAMPLES = {
+    "migrate": "jobrelay migrate",
+    "api": "JOBRELAY_API_PORT=8000 jobrelay api",
+    "dispatcher": "JOBRELAY_METRICS_PORT=9101 jobrelay dispatcher",
+    "consumer": "jobrelay consumer --queue default --concurrency 8 --handlers myapp.jobs:registry",
+}
+
+HANDLERS_HELP = (
+    "comma-separated module:registry list of your job types, added to the built-in ones "
+    "(overrides JOBRELAY_HANDLERS; the current directory is importable)"
+)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from jobrelay.db import migrations
+
+    settings = settings_from_env()
+    try:
+        migrations.wait_for_database(settings.database_url, timeout_seconds=args.wait)
+        migrations.upgrade(settings.database_url, args.revision)
+    except JobrelayError:
+        raise
+    except Exception as error:
+        raise CliError(
+            f"migration failed against {mask_url(settings.database_url)}: {type(error).__name__}"
+            f": {mask_url(first_line(error))[:300]}"
+        ) from None
+    print(f"database at {mask_url(settings.database_url)} is at revision {args.revision}")
+    return 0
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from jobrelay.core.masking import Masker
+    from jobrelay.handlers.loading import registry_for
+    from jobrelay.logs import configure_logging
+
+    settings = settings_from_env()
+    configure_logging("api", settings.log_level, Masker.from_settings(settings))
+    if args.handlers is not None:
+        # Worker processes build their app from the environment (jobrelay.api.main).
+        os.environ["JOBRELAY_HANDLERS"] = args.handlers
+        settings = settings.model_copy(update={"handlers": args.handlers})
+    registry = registry_for(settings)  # fails here, in one line, before any worker starts
+    host = args.host or settings.api_host
+    port = args.port if args.port is not None else settings.api_port
+    if settings.api_workers > 1:
+        uvicorn.run(
+            "jobrelay.api.main:app",
+            host=host,
+            port=port,
+            workers=settings.api_workers,
+            log_config=None,
+            access_log=False,
+        )
+        return 0
+    from jobrelay.api.app import create_app
+
+    app = create_app(settings, registry=registry)
+    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False)
+    return 0
+
+
+def cmd_dispatcher(args: argparse.Namespace) -> int:
+    from jobrelay.core.masking import Masker
+    from jobrelay.dispatcher.service import run_dispatcher
+    from jobrelay.logs import configure_logging
+
+    settings = settings_from_env()
+    configure_logging("dispatcher", settings.log_level, Masker.from_settings(settings))
+    return eventloop.run(run_dispatcher(settings))
+
+
+def cmd_consumer(args: argparse.Namespace) -> int:
+    from jobrelay.consumer.service import run_consumer
+    from jobrelay.core.masking import Masker
+    from jobrelay.logs import configure_logging
+
+    settings = settings_from_env()
+    configure_logging("consumer", settings.log_level, Masker.from_settings(settings))
+    concurrency = args.concurrency or settings.consumer_concurrency
+    if concurrency < 1:
+        raise CliError("--concurrency must be at least 1")
+    return eventloop.run(
+        run_consumer(settings, queue=args.queue, concurrency=concurrency, handlers=args.handlers)
+    )
+
+
+def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
+    migrate = add_command(
+        commands,
+        "migrate",
+        cmd_migrate,
+        "upgrade the database schema (alembic)",
+        EXAMPLES["migrate"],
+    )
+    migrate.add_argument("revision", nargs="?", default="head")
+    migrate.add_argument(
+        "--wait",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long to wait for the database to take connections (default 60)",
+    )
+
+    api = add_command(commands, "api", cmd_api, "run the HTTP API", EXAMPLES["api"])
+    api.add_argument("--host", default=None)
+    api.add_argument("--port", type=int, default=None)
+    api.add_argument("--handlers", default=None, help=HANDLERS_HELP)
+
+    add_command(
+        commands,
+        "dispatcher",
+        cmd_dispatcher,
+        "relay the outbox to RabbitMQ",
+        EXAMPLES["dispatcher"],
+    )
+    consumer = add_command(
+        commands, "consumer", cmd_consumer, "run jobs from a work queue", EXAMPLES["consumer"]
+    )
+    consumer.add_argument("--queue", default="default", help="work queue (default: default)")
+    consumer.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="jobs run at once = prefetch (default: JOBRELAY_CONSUMER_CONCURRENCY)",
+    )
+    consumer.add_argument("--handlers", default=None, help=HANDLERS_HELP)

@@ -90,6 +90,31 @@ async def test_one_stale_row_neither_fails_nor_completes_its_neighbours(store: S
     assert ("stale_completion_rejected", 1) in await events(store, stale)
 
 
+async def test_a_stale_report_and_the_owners_on_one_job_in_one_group_are_told_apart(
+    store: Store,
+) -> None:
+    (job,) = await _jobs(store, 1)
+    executions = ExecutionStore(store)
+    old = await executions.claim(job, lease_token=uuid.uuid4(), lease_seconds=0.2)
+    assert isinstance(old, Claimed)
+    await asyncio.sleep(0.3)  # its holder hangs past its lease: another worker takes the job
+    owner = await executions.claim(job, lease_token=uuid.uuid4(), lease_seconds=30)
+    assert isinstance(owner, Claimed) and owner.job.attempts == 2
+    stale, current = await asyncio.gather(
+        executions.finish(
+            job, lease_token=old.lease_token, attempt=1, outcome=Succeeded({"by": 1})
+        ),
+        executions.finish(
+            job, lease_token=owner.lease_token, attempt=2, outcome=Succeeded({"by": 2})
+        ),
+    )
+    assert executions._finishes.groups == 1
+    assert (stale, current) == (Finish.STALE, Finish.WRITTEN)
+    results = await rows(store, "SELECT result FROM job_results WHERE job_id = :id", id=job)
+    assert [r.result for r in results] == [{"by": 2}]
+    assert ("stale_completion_rejected", 1) in await events(store, job)
+
+
 async def test_two_deliveries_of_one_job_in_one_group_have_one_owner(store: Store) -> None:
     (job,) = await _jobs(store, 1)
     executions = ExecutionStore(store)

@@ -173,8 +173,8 @@ class ExecutionStore:
             errors=[r.error for r in requests],
             failures=[r.failure for r in requests],
         )
-        moved = {row.id for row in rows}
-        return [r.job_id in moved for r in requests]
+        moved = {(row.id, row.asked_token) for row in rows}
+        return [(r.job_id, r.lease_token) in moved for r in requests]
 
     async def _refusal(
         self, connection: AsyncConnection, job_id: uuid.UUID, lease_token: uuid.UUID

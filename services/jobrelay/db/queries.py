@@ -497,8 +497,9 @@ RENEW_LEASE: TextClause = text(
 # Every exit of a worker from `running`, for a group of jobs: each row's decided outcome (its
 # :targets entry: succeeded, retrying or quarantined) with its state, result or retry (a new
 # outbox row), error and journal entry, all in one statement, and only while that row's lease is
-# the worker's and alive. The ids of the rows moved come back; a row not moved (a stale lease)
-# is looked into by its own caller. Arrays unused by an outcome hold NULL for its row.
+# the worker's and alive. The rows moved come back as (id, asked_token): two reports on one job in
+# a group (a stale worker's and the owner's) are told apart by token. A row not moved (a stale
+# lease) is looked into by its own caller. Arrays unused by an outcome hold NULL for its row.
 FINISH_JOBS: TextClause = text(
     f"""
     WITH asked AS (
@@ -523,7 +524,8 @@ FINISH_JOBS: TextClause = text(
             updated_at = now()
         FROM locked l JOIN asked a ON a.job_id = l.id
         WHERE j.id = l.id AND {_shared_guard((COMPLETE, RETRY, QUARANTINE), "a.asked_token")}
-        RETURNING j.id, j.attempts, j.available_at, a.target, a.result, a.error_code, a.failure
+        RETURNING j.id, j.attempts, j.available_at, a.asked_token, a.target, a.result,
+                  a.error_code, a.failure
     ), stored AS (
         INSERT INTO job_results (job_id, result, attempt)
         SELECT id, CAST(result AS jsonb), attempts FROM moved
@@ -546,7 +548,7 @@ FINISH_JOBS: TextClause = text(
                CAST(failure AS jsonb)
         FROM moved
     )
-    SELECT id FROM moved
+    SELECT id, asked_token FROM moved
     """
 )
 

@@ -112,3 +112,18 @@ async def test_linger_lets_a_lone_request_wait_for_company() -> None:
 def test_a_group_holds_at_least_one_request() -> None:
     with pytest.raises(ValueError):
         GroupCommit(Statement(), max_size=0)
+
+
+async def test_a_caller_cancelled_before_its_group_starts_is_not_run_for() -> None:
+    statement = Statement()
+    statement.release.clear()
+    group = GroupCommit(statement, max_running=1)
+    first = asyncio.create_task(group.submit(1))
+    await asyncio.sleep(0.01)
+    gone = asyncio.create_task(group.submit(2))
+    stays = asyncio.create_task(group.submit(3))
+    await asyncio.sleep(0.01)
+    gone.cancel()
+    statement.release.set()
+    assert (await first, await stays) == (2, 6)
+    assert statement.groups == [[1], [3]]

@@ -71,6 +71,11 @@ class GroupCommit(Generic[Request, Answer]):
         if self._scheduled is not None:
             self._scheduled.cancel()
             self._scheduled = None
+        # A caller cancelled before its group started is not run for: a claim nobody waits for
+        # would hold the job until its lease expired.
+        self._waiting = [
+            (request, future) for request, future in self._waiting if not future.done()
+        ]
         while self._waiting and self._running < self.max_running:
             group, self._waiting = self._waiting[: self.max_size], self._waiting[self.max_size :]
             self._running += 1

@@ -1,14 +1,21 @@
-"""``uvicorn jobrelay.api.main:app`` entry point (used when JOBRELAY_API_WORKERS > 1).
+"""``uvicorn --factory jobrelay.api.main:build_app``: the app of each API worker process (used
+when JOBRELAY_API_WORKERS > 1).
 
-Each worker process builds its app from the environment, JOBRELAY_HANDLERS included
-(``jobrelay api --handlers`` sets it for them).
+Each worker builds its app from the environment when it starts, JOBRELAY_HANDLERS included
+(``jobrelay api --handlers`` sets it for them); importing this module reads nothing.
 """
+
+from __future__ import annotations
+
+from fastapi import FastAPI
 
 from jobrelay.api.app import create_app
 from jobrelay.core.masking import Masker
 from jobrelay.core.settings import Settings
 from jobrelay.logs import configure_logging
 
-_settings = Settings()
-configure_logging("api", _settings.log_level, Masker.from_settings(_settings))
-app = create_app(_settings)
+
+def build_app() -> FastAPI:
+    settings = Settings()
+    configure_logging("api", settings.log_level, Masker.from_settings(settings))
+    return create_app(settings)

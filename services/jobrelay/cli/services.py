@@ -68,7 +68,8 @@ def cmd_api(args: argparse.Namespace) -> int:
     port = args.port if args.port is not None else settings.api_port
     if settings.api_workers > 1:
         uvicorn.run(
-            "jobrelay.api.main:app",
+            "jobrelay.api.main:build_app",
+            factory=True,
             host=host,
             port=port,
             workers=settings.api_workers,

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from jobrelay.cli.output import render_trace
 from jobrelay.core.errors import ConfigurationError, PermanentError
 from jobrelay.core.failures import describe_failure, public_failure
 from jobrelay.core.jobs import Job
@@ -24,7 +25,7 @@ from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.retry import RetryPolicy
 from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobState
-from jobrelay.core.trace import EventEntry, build_trace, render_trace
+from jobrelay.core.trace import EventEntry, build_trace
 from jobrelay.handlers import builtin
 from jobrelay.handlers.loading import load_registry, registry_for
 from jobrelay.logs import JsonFormatter

@@ -16,7 +16,7 @@ from jobrelay.cli.common import (
     settings_from_env,
     with_store,
 )
-from jobrelay.core.durations import parse_duration
+from jobrelay.cli.output import parse_duration
 from jobrelay.core.fingerprint import token_hash
 
 EXAMPLES = {

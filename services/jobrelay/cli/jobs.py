@@ -19,8 +19,7 @@ from jobrelay.cli.common import (
     settings_from_env,
     with_store,
 )
-from jobrelay.core.durations import parse_duration
-from jobrelay.core.trace import render_trace
+from jobrelay.cli.output import parse_duration, render_trace
 
 EXAMPLES = {
     "jobs show": "jobrelay jobs show 3f2b...-uuid",

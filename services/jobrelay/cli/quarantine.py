@@ -17,7 +17,7 @@ from jobrelay.cli.common import (
     progress,
     run_with_operations,
 )
-from jobrelay.core.trace import render_trace
+from jobrelay.cli.output import render_trace
 
 EXAMPLES = {
     "list": "jobrelay quarantine list --code attempts_exhausted",

@@ -1,0 +1,70 @@
+"""How the CLI shows things to a person: a job's trace as lines, durations typed by hand."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``90``, ``90s``, ``15m``, ``2h`` or ``1d``; ValueError with a readable
+    message when ``text`` is not a duration."""
+    match = _DURATION.match(text.lower())
+    if match is None:
+        raise ValueError(f"{text!r} is not a duration like 90s, 15m, 2h or 1d")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def render_trace(trace: dict[str, Any]) -> str:
+    """The trace as lines a person reads top to bottom."""
+    intent = trace["intent"]
+    deliveries = trace["deliveries"]
+    lines = [
+        f"job {trace['job_id']} ({trace['type']})",
+        f"  intent     recorded {intent['recorded_at']} for client {intent['client']!r}, "
+        f"key {intent['idempotency_key']!r}",
+    ]
+    for row in trace["outbox"]:
+        if row["published_at"]:
+            state = f"published {row['published_at']}"
+        else:
+            state = f"NOT published yet, next try {row['due_at']}"
+        error = f", last error: {row['last_error']}" if row["last_error"] else ""
+        lines.append(
+            f"  outbox #{row['id']:<4} written {row['created_at']}, {state} "
+            f"after {row['publish_attempts']} attempt(s){error}"
+        )
+    deferred = deliveries.get("deferred", 0)
+    lines.append(
+        f"  deliveries {deliveries['total']} ({deliveries['claimed']} claimed, "
+        f"{deliveries['duplicate']} duplicate{f', {deferred} deferred' if deferred else ''}); "
+        f"attempts {trace['attempts']} of "
+        f"{trace['max_attempts']}; retries {trace['retries_scheduled']}; lease expiries "
+        f"{trace['lease_expiries']}; stale completions rejected "
+        f"{trace['stale_completions_rejected']}; replays {trace['replays']}"
+    )
+    result = trace["result"]
+    if result:
+        lines.append(
+            f"  result     stored {result['stored_at']} by attempt {result['attempt']}: "
+            f"{result['value']}"
+        )
+    else:
+        lines.append("  result     none stored")
+    lines.append(f"  state      {trace['state']}: {trace['why']}")
+    lines.append("  journal")
+    for event in trace["events"]:
+        detail = f"  {event['detail']}" if event["detail"] else ""
+        lines.append(f"    {event['at']}  #{event['attempt']:<2} {event['event']}{detail}")
+        error = event.get("error")
+        if error:
+            message = str(error.get("message") or "").replace("\n", "\n          ")
+            lines.append(f"        {error.get('class')}: {message}")
+    failure = trace.get("last_failure")
+    if failure and failure["error"].get("traceback"):
+        lines.append(f"  last failure (attempt {failure['attempt']}, {failure['at']})")
+        lines.extend(f"    {line}" for line in failure["error"]["traceback"].rstrip().splitlines())
+    return "\n".join(lines)

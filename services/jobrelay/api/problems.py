@@ -12,16 +12,48 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jobrelay.core.errors import (
     BrokerUnavailable,
+    Forbidden,
+    IdempotencyConflict,
     IdempotencyKeyInvalid,
     IdempotencyKeyMissing,
+    InvalidCursor,
+    InvalidPayload,
+    JobNotFound,
+    NotCancellable,
+    NotReplayable,
     RequestError,
     StoreUnavailable,
+    Unauthorized,
+    UnknownJobType,
 )
 
 PROBLEM_TYPE_BASE = "https://jobrelay.dev/problems/"
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 
 log = logging.getLogger("jobrelay.api")
+
+# The HTTP status of each of the core's request errors (the core knows nothing of HTTP);
+# tests/unit/test_problems.py checks that every request error has one.
+STATUSES: dict[type[RequestError], int] = {
+    IdempotencyKeyInvalid: 400,
+    IdempotencyKeyMissing: 400,
+    InvalidCursor: 400,
+    Unauthorized: 401,
+    Forbidden: 403,
+    JobNotFound: 404,
+    IdempotencyConflict: 409,
+    NotCancellable: 409,
+    NotReplayable: 409,
+    UnknownJobType: 422,
+    InvalidPayload: 422,
+}
+
+
+def status_of(error: RequestError) -> int:
+    for kind in type(error).__mro__:
+        if kind in STATUSES:
+            return STATUSES[kind]
+    return 400
 
 
 def problem(
@@ -54,7 +86,7 @@ def _validation_errors(error: RequestValidationError) -> list[dict[str, Any]]:
 
 async def on_request_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestError)
-    return problem(error.status, error.code, error.title, error.detail, **error.extra)
+    return problem(status_of(error), error.code, error.title, error.detail, **error.extra)
 
 
 async def on_validation_error(request: Request, error: Exception) -> JSONResponse:
@@ -67,7 +99,7 @@ async def on_validation_error(request: Request, error: Exception) -> JSONRespons
     if key_errors:
         missing = any(item["type"] == "missing" for item in key_errors)
         key_error = IdempotencyKeyMissing() if missing else IdempotencyKeyInvalid()
-        return problem(key_error.status, key_error.code, key_error.title)
+        return problem(status_of(key_error), key_error.code, key_error.title)
     return problem(422, "validation_error", "The request is not valid", errors=errors)
 
 

@@ -63,9 +63,10 @@ class ConfigurationError(JobrelayError):
 
 
 class RequestError(JobrelayError):
-    """A caller's mistake. ``status`` is the HTTP status the API answers with."""
+    """A caller's mistake. ``title`` says what is wrong in one line (the default detail); how
+    an interface answers it is the interface's business (the API's statuses: ``api/problems.py``).
+    """
 
-    status = 400
     title = "Bad request"
 
     def __init__(self, detail: str = "", **extra: object) -> None:
@@ -76,65 +77,54 @@ class RequestError(JobrelayError):
 
 class Unauthorized(RequestError):
     code = "unauthorized"
-    status = 401
     title = "Missing or invalid bearer token"
 
 
 class Forbidden(RequestError):
     code = "forbidden"
-    status = 403
     title = "This operation needs an admin token"
 
 
 class JobNotFound(RequestError):
     code = "job_not_found"
-    status = 404
     title = "No such job"
 
 
 class IdempotencyKeyInvalid(RequestError):
     code = "idempotency_key_invalid"
-    status = 400
     title = "Idempotency-Key must be 1 to 200 visible ASCII characters"
 
 
 class IdempotencyKeyMissing(RequestError):
     code = "idempotency_key_missing"
-    status = 400
     title = "The Idempotency-Key header is required"
 
 
 class InvalidCursor(RequestError):
     code = "invalid_cursor"
-    status = 400
     title = "The cursor is not one this API handed out"
 
 
 class IdempotencyConflict(RequestError):
     code = "idempotency_conflict"
-    status = 409
     title = "This Idempotency-Key was already used for a different request"
 
 
 class NotCancellable(RequestError):
     code = "not_cancellable"
-    status = 409
     title = "Only queued or retrying jobs can be cancelled"
 
 
 class NotReplayable(RequestError):
     code = "not_replayable"
-    status = 409
     title = "Only quarantined jobs can be replayed"
 
 
 class UnknownJobType(RequestError):
     code = "unknown_job_type"
-    status = 422
     title = "Unknown job type"
 
 
 class InvalidPayload(RequestError):
     code = "invalid_payload"
-    status = 422
     title = "The payload does not match the job type's schema"

@@ -7,7 +7,7 @@ Each public method is one short transaction. Connection failures surface as
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,6 +34,19 @@ class Client:
     is_admin: bool
     valid_for_seconds: float | None = None
     """Set when the caller used the previous token of a rotation: how long it still works."""
+
+
+@dataclass(frozen=True)
+class ClientListing:
+    """A client as ``jobrelay clients list`` shows it (never its token or hash)."""
+
+    id: uuid.UUID
+    name: str
+    is_admin: bool
+    created_at: datetime
+    disabled_at: datetime | None
+    previous_token_expires_at: datetime | None
+    """While a rotation's grace period runs: when the previous token stops working."""
 
 
 @dataclass(frozen=True)
@@ -221,8 +234,19 @@ class Store:
             previous_token_expires_at=row.previous_token_expires_at,
         )
 
-    async def list_clients(self) -> Sequence[Row[Any]]:
-        return await self.fetch_all(q.LIST_CLIENTS)
+    async def list_clients(self) -> list[ClientListing]:
+        """Every client, oldest first."""
+        return [
+            ClientListing(
+                id=row.id,
+                name=row.name,
+                is_admin=row.is_admin,
+                created_at=row.created_at,
+                disabled_at=row.disabled_at,
+                previous_token_expires_at=row.previous_token_expires_at,
+            )
+            for row in await self.fetch_all(q.LIST_CLIENTS)
+        ]
 
     # --- accept -----------------------------------------------------------------------------
 

@@ -92,7 +92,7 @@ class _FinishRequest:
 class ExecutionStore:
     """``core.execution.ExecutionStore`` on PostgreSQL.
 
-    ``group_size``: the most claims, or completions, one statement carries; ``groups``: how many
+    ``group_size``: the most claims, or final writes, one statement carries; ``groups``: how many
     such statements run at once (each on a pooled connection); ``linger_seconds``: how long a
     lone request waits for company (0: requests of the same event-loop turn share a group, and
     those made while groups run form the next)."""

@@ -425,7 +425,7 @@ DELETE_OLD_EVENTS: TextClause = text(
 # --- execution (docs/life-of-a-job.md, "3. Claim, run, finish, ack") ------------------------
 
 # The consumer's hot path runs as group commits (``db/group_commit.py``): one statement claims,
-# or completes, the jobs of every delivery that arrived together, each row fenced on its own.
+# or finishes, the jobs of every delivery that arrived together, each row fenced on its own.
 # The requests come as parallel arrays; a row the statement cannot move is simply not returned,
 # and its caller alone finds out why. Rows are locked in id order, so two groups that share a
 # job (duplicate deliveries) wait for each other instead of deadlocking.

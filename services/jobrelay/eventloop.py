@@ -1,9 +1,9 @@
-"""The event loop the long-lived services run on."""
+"""The event loop the long-lived services run on, and what they share about tasks on it."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -20,3 +20,12 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(coroutine)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(coroutine)
+
+
+async def cancel_and_wait(tasks: Iterable[asyncio.Future[Any]]) -> None:
+    """Cancel the tasks not done yet and wait until each has ended; their errors are theirs."""
+    pending = [task for task in tasks if not task.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.wait(pending)

@@ -99,16 +99,6 @@ async def test_a_cancelled_caller_leaves_its_group_running_for_the_others() -> N
     assert statement.groups == [[1, 2]]
 
 
-async def test_linger_lets_a_lone_request_wait_for_company() -> None:
-    statement = Statement()
-    group = GroupCommit(statement, linger_seconds=0.05)
-    first = asyncio.create_task(group.submit(1))
-    await asyncio.sleep(0.01)
-    second = asyncio.create_task(group.submit(2))
-    assert (await first, await second) == (2, 4)
-    assert statement.groups == [[1, 2]]
-
-
 def test_a_group_holds_at_least_one_request() -> None:
     with pytest.raises(ValueError):
         GroupCommit(Statement(), max_size=0)

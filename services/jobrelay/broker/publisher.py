@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Sequence, Set
+from collections.abc import Sequence, Set
 from typing import Any
 
 import aio_pika
@@ -34,6 +34,7 @@ from jobrelay.core.relay import (
     PublishOutcome,
 )
 from jobrelay.core.settings import mask_url
+from jobrelay.eventloop import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -141,9 +142,9 @@ class Publisher:
         try:
             _, late = await asyncio.wait(publishes, timeout=self.publish_timeout)
         except BaseException:  # cancelled (the relay stopping): none of them outlives the batch
-            await _cancelled(publishes)
+            await cancel_and_wait(publishes)
             raise
-        await _cancelled(late)
+        await cancel_and_wait(late)
         outcomes = [
             _outcome(row, publish, late) for row, publish in zip(rows, publishes, strict=True)
         ]
@@ -175,11 +176,3 @@ def _outcome(
     if not isinstance(error, Exception):  # pragma: no cover - a cancel from outside
         raise error
     return PublishOutcome(row, *classify(error))
-
-
-async def _cancelled(publishes: Iterable[asyncio.Future[Any]]) -> None:
-    pending = [publish for publish in publishes if not publish.done()]
-    for publish in pending:
-        publish.cancel()
-    if pending:
-        await asyncio.wait(pending)

@@ -51,6 +51,7 @@ from jobrelay.core.registry import AsyncHandler, JobContext, JobType, Registry, 
 from jobrelay.core.retry import RetryPolicy, backoff
 from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobState
+from jobrelay.eventloop import cancel_and_wait
 
 log = logging.getLogger("jobrelay.consumer")
 T = TypeVar("T")
@@ -390,14 +391,14 @@ class Worker:
         except asyncio.CancelledError:
             # Shutdown past its grace period: stop the handler and give the job back, so the
             # requeued message can claim it at once instead of waiting for the lease to expire.
-            await _cancel(handler, *([heartbeat] if heartbeat else []))
+            await cancel_and_wait([handler, *([heartbeat] if heartbeat else [])])
             await _shielded(self._release(claim))
             raise
         if heartbeat is not None and heartbeat.done():  # it only ends when the lease is gone
-            await _cancel(handler)
+            await cancel_and_wait([handler])
             return LeaseLost(heartbeat.result(), time.monotonic() - started)
         if heartbeat is not None:
-            await _cancel(heartbeat)
+            await cancel_and_wait([heartbeat])
         return handler.result()
 
     def _first_renewal_in(self, deadline: float) -> float:
@@ -571,9 +572,3 @@ async def _shielded(coroutine: Awaitable[T]) -> T:
     except asyncio.CancelledError:
         await asyncio.wait({task})
         raise
-
-
-async def _cancel(*tasks: asyncio.Task[Any]) -> None:
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)

@@ -90,34 +90,15 @@ class _FinishRequest:
 
 
 class ExecutionStore:
-    """``core.execution.ExecutionStore`` on PostgreSQL.
+    """``core.execution.ExecutionStore`` on PostgreSQL; claims and final writes go in groups
+    of at most ``GROUP_SIZE``, one group of each in flight (``db/group_commit.py``)."""
 
-    ``group_size``: the most claims, or final writes, one statement carries; ``groups``: how many
-    such statements run at once (each on a pooled connection); ``linger_seconds``: how long a
-    lone request waits for company (0: requests of the same event-loop turn share a group, and
-    those made while groups run form the next)."""
+    GROUP_SIZE = 64
 
-    def __init__(
-        self,
-        store: Store,
-        *,
-        group_size: int = 64,
-        groups: int = 1,
-        linger_seconds: float = 0.0,
-    ) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
-        self._claims = GroupCommit(
-            self._claim_group,
-            max_size=group_size,
-            max_running=groups,
-            linger_seconds=linger_seconds,
-        )
-        self._finishes = GroupCommit(
-            self._finish_group,
-            max_size=group_size,
-            max_running=groups,
-            linger_seconds=linger_seconds,
-        )
+        self._claims = GroupCommit(self._claim_group, max_size=self.GROUP_SIZE)
+        self._finishes = GroupCommit(self._finish_group, max_size=self.GROUP_SIZE)
 
     async def close(self) -> None:
         """Wait for the groups in flight."""

@@ -30,24 +30,20 @@ class GroupCommit(Generic[Request, Answer]):
         *,
         max_size: int = 64,
         max_running: int = 1,
-        linger_seconds: float = 0.0,
     ) -> None:
         """``max_running``: groups in flight at once (each holds a pooled connection); requests
-        made while that many run wait and form the next group. ``linger_seconds``: how long a
-        group waits for company before it starts when nothing else runs (0: the next turn of
-        the event loop)."""
+        made while that many run wait and form the next group. One is the default: a second
+        group in flight halves the groups (README, "Running jobs: consumers")."""
         if max_size < 1 or max_running < 1:
             raise ValueError("a group holds at least one request, and at least one group runs")
         self._run = run
         self.max_size = max_size
         self.max_running = max_running
-        self.linger_seconds = linger_seconds
         self._waiting: list[tuple[Request, asyncio.Future[Answer]]] = []
         self._running = 0
         self._scheduled: asyncio.Handle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self.groups = 0  # how many statements ran, for tests and metrics
-        self.requests = 0
+        self.groups = 0  # how many statements ran, for tests
 
     async def submit(self, request: Request) -> Answer:
         """Run ``request`` in the next group and return its answer (or raise its group's
@@ -56,16 +52,9 @@ class GroupCommit(Generic[Request, Answer]):
         self._waiting.append((request, future))
         if len(self._waiting) >= self.max_size:
             self._start_groups()
-        elif self._scheduled is None:
-            self._schedule()
+        elif self._scheduled is None:  # the others of this turn of the loop join it
+            self._scheduled = asyncio.get_running_loop().call_soon(self._start_groups)
         return await future
-
-    def _schedule(self) -> None:
-        loop = asyncio.get_running_loop()
-        if self.linger_seconds > 0 and self._running == 0:
-            self._scheduled = loop.call_later(self.linger_seconds, self._start_groups)
-        else:
-            self._scheduled = loop.call_soon(self._start_groups)
 
     def _start_groups(self) -> None:
         if self._scheduled is not None:
@@ -103,7 +92,6 @@ class GroupCommit(Generic[Request, Answer]):
         finally:
             self._running -= 1
             self.groups += 1
-            self.requests += len(group)
             if self._waiting and self._scheduled is None:
                 self._start_groups()
 

@@ -39,6 +39,7 @@ from jobrelay.core.errors import BrokerUnavailable, UnknownJobType
 from jobrelay.core.registry import Registry
 from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobState
+from jobrelay.core.trace import trace_document
 from jobrelay.db.quarantine_store import LOCK_WAIT_SECONDS, QuarantineBusy, QuarantineStore
 from jobrelay.db.store import Store
 
@@ -189,7 +190,7 @@ class Operations:
             return None
         messages, broker = await self._messages_if_reachable()
         shown = [m.as_dict() for m in messages or [] if m.job_id == job_id]
-        return {"trace": trace, "messages": shown, "broker": broker}
+        return {"trace": trace_document(trace), "messages": shown, "broker": broker}
 
     # --- acting -------------------------------------------------------------------------------
 

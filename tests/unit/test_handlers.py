@@ -19,13 +19,13 @@ from pydantic import BaseModel
 from jobrelay.cli.output import render_trace
 from jobrelay.core.errors import ConfigurationError, PermanentError
 from jobrelay.core.failures import describe_failure, public_failure
-from jobrelay.core.jobs import Job
+from jobrelay.core.jobs import Job, JournalEntry
 from jobrelay.core.masking import Masker
 from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.retry import RetryPolicy
 from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobState
-from jobrelay.core.trace import EventEntry, build_trace
+from jobrelay.core.trace import JobTrace, trace_document
 from jobrelay.handlers import builtin
 from jobrelay.handlers.loading import load_registry, registry_for
 from jobrelay.logs import JsonFormatter
@@ -283,28 +283,26 @@ def test_the_trace_shows_failures_with_tracebacks_to_operators_and_without_to_ow
     at = datetime(2024, 5, 1, tzinfo=UTC)
     error = describe_failure(raised(RuntimeError("no"))).as_json()
     events = [
-        EventEntry(at, "received", 0, None),
-        EventEntry(at, "deferred", 0, "unknown_job_type: not known to consumer c1"),
-        EventEntry(at, "claimed", 1, None),
-        EventEntry(at, "retry_scheduled", 1, "unexpected_error: retry at …", error),
+        JournalEntry(at, "received", 0, None),
+        JournalEntry(at, "deferred", 0, "unknown_job_type: not known to consumer c1"),
+        JournalEntry(at, "claimed", 1, None),
+        JournalEntry(at, "retry_scheduled", 1, "unexpected_error: retry at …", error),
     ]
-    job = a_job()
-    full = build_trace(job, client_name="alice", outbox=[], events=events, result=None)
+    trace = JobTrace(a_job(), "alice", outbox=[], events=events, result=None)
+    full = trace_document(trace)
     assert full["deliveries"] == {"total": 2, "claimed": 1, "duplicate": 0, "deferred": 1}
     assert full["last_failure"]["error"]["traceback"] == error["traceback"]
     assert full["events"][3]["error"] == error
     shown = render_trace(full)
     assert "RuntimeError: no" in shown and "Traceback (most recent call last)" in shown
 
-    owner = build_trace(
-        job, client_name="alice", outbox=[], events=events, result=None, tracebacks=False
-    )
+    owner = trace_document(trace, tracebacks=False)
     assert owner["last_failure"]["error"] == {"class": "RuntimeError", "message": "no"}
     assert "Traceback" not in json.dumps(owner)
     assert public_failure(None) is None
 
-    deferred = build_trace(
-        a_job(JobState.QUEUED), client_name="a", outbox=[], events=events[:2], result=None
+    deferred = trace_document(
+        JobTrace(a_job(JobState.QUEUED), "a", outbox=[], events=events[:2], result=None)
     )
     assert deferred["why"].startswith("not stopped: deferred")
 

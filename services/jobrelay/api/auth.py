@@ -17,11 +17,12 @@ from fastapi import Request
 from fastapi.security import HTTPBearer
 from fastapi.security.base import SecurityBase
 
+from jobrelay.core.clients import Client
 from jobrelay.core.errors import Forbidden, Unauthorized
 from jobrelay.core.fingerprint import token_hash
 from jobrelay.db.listener import API_APPLICATION_NAME, Listener
 from jobrelay.db.queries import LISTEN_CLIENTS
-from jobrelay.db.store import Client, Store
+from jobrelay.db.store import Store
 
 # A safety net only: notifications empty the cache at once.
 CACHE_SECONDS = 5.0

@@ -3,13 +3,21 @@ operations) and the responses several of them declare."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 
 from jobrelay.api.auth import BearerClient
 from jobrelay.api.openapi import problem_responses
-from jobrelay.db.store import Client, Store
+from jobrelay.core.clients import Client
+from jobrelay.core.errors import InvalidCursor, JobNotFound
+from jobrelay.core.jobs import Job
+from jobrelay.db.store import Store
 from jobrelay.operations import Operations
 
 # Each operation lists the problems it can answer (api/openapi.py): every /v1 call can be 401
@@ -41,3 +49,49 @@ OpsDep = Annotated[Operations, Depends(_operations)]
 # The document's bearer security scheme and the token lookup, in one dependency (api/auth.py).
 ClientDep = Annotated[Client, Depends(BearerClient())]
 AdminDep = Annotated[Client, Depends(BearerClient(admin=True))]
+
+
+async def _own_job(job_id: uuid.UUID, client: ClientDep, store: StoreDep) -> Job:
+    """The caller's job; another client's job is as unknown as a missing one (404, not 403)."""
+    job = await store.get_job(job_id, client_id=client.id)
+    if job is None:
+        raise JobNotFound()
+    return job
+
+
+OwnJobDep = Annotated[Job, Depends(_own_job)]
+
+
+@dataclass(frozen=True)
+class Page:
+    """Keyset paging, newest first: ``after`` is the (created_at, id) of the previous page's
+    last job, carried in an opaque cursor."""
+
+    limit: int
+    after: tuple[datetime, uuid.UUID] | None
+
+    def next_cursor(self, jobs: list[Job]) -> str | None:
+        if len(jobs) < self.limit:
+            return None
+        last = jobs[-1]
+        return base64.urlsafe_b64encode(
+            f"{last.created_at.isoformat()}|{last.id}".encode()
+        ).decode()
+
+
+def _page(
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=200, pattern=NO_NUL)] = None,
+) -> Page:
+    return Page(limit, _decode_cursor(cursor) if cursor else None)
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        created_at, _, job_id = base64.urlsafe_b64decode(cursor.encode()).decode().partition("|")
+        return datetime.fromisoformat(created_at), uuid.UUID(job_id)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise InvalidCursor() from None
+
+
+PageDep = Annotated[Page, Depends(_page)]

@@ -6,7 +6,6 @@ import functools
 import time
 
 from prometheus_client import (
-    CollectorRegistry,
     Counter,
     GCCollector,
     Histogram,
@@ -15,29 +14,29 @@ from prometheus_client import (
 )
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from jobrelay.metrics import ProcessMetrics
 
-class ApiMetrics:
+
+class ApiMetrics(ProcessMetrics):
     """The API's Prometheus metrics, in a registry of their own that the app holds: two apps
     in one process (tests) never share counts, and ``/metrics`` serves exactly these, with the
     process and runtime collectors the default registry would have added."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+        super().__init__()
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
-        self.requests = Histogram(
+        self.requests = self.histogram(
             "jobrelay_api_request_seconds",
             "API request latency by route template, method and status",
             ["route", "method", "status"],
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
-            registry=self.registry,
         )
-        self.submissions_total = Counter(
+        self.submissions_total = self.counter(
             "jobrelay_api_submissions_total",
             "Job submissions by job type and outcome (created, existing, conflict)",
             ["type", "outcome"],
-            registry=self.registry,
         )
         # ``labels()`` takes the metric's lock and rebuilds its key on every call, and every
         # request records one sample (every submission two): the labelled children are looked

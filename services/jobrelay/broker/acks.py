@@ -18,7 +18,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from jobrelay.core.execution import Delivery
+from jobrelay.core.execution import Delivery, ForwardingDelivery
 
 
 class Acknowledgeable(Protocol):
@@ -106,29 +106,21 @@ class AckGroups:
             self.acks += 1
 
 
-class GroupAcked:
+class GroupAcked(ForwardingDelivery):
     """A delivery whose ack goes with its channel's group and whose nack goes alone (through
     ``delivery``, which may dead-letter by hand)."""
 
     def __init__(self, message: Acknowledgeable, groups: AckGroups, delivery: Delivery) -> None:
+        super().__init__(delivery)
         self.message = message
         self.groups = groups
-        self.delivery = delivery
         groups.received(message)
-
-    @property
-    def body(self) -> bytes:
-        return self.delivery.body
-
-    @property
-    def redelivered(self) -> bool | None:
-        return self.delivery.redelivered
 
     async def ack(self, multiple: bool = False) -> None:
         await self.groups.ack(self.message)
 
     async def nack(self, multiple: bool = False, requeue: bool = True) -> None:
-        await self.groups.settle_alone(self.message, lambda: self.delivery.nack(requeue=requeue))
+        await self.groups.settle_alone(self.message, lambda: self.inner.nack(requeue=requeue))
 
 
 class AckRouter:

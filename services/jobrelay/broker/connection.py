@@ -8,7 +8,8 @@ through ``connect_broker``, so a refused connection reads the same everywhere.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import aio_pika
 from aio_pika.abc import AbstractConnection, AbstractRobustConnection
@@ -16,18 +17,14 @@ from aio_pika.abc import AbstractConnection, AbstractRobustConnection
 from jobrelay.core.errors import BrokerUnavailable
 from jobrelay.core.settings import mask_url
 
+Opened = TypeVar("Opened", bound=AbstractConnection)
+
 
 async def connect_broker(
     url: str, *, seconds: float = 5.0, name: str | None = None
 ) -> AbstractConnection:
     """A plain connection, opened within ``seconds``; raises ``BrokerUnavailable``."""
-    properties = _client_properties(name)
-    try:
-        return await asyncio.wait_for(
-            aio_pika.connect(url, timeout=seconds, client_properties=properties), seconds
-        )
-    except Exception as error:
-        raise unavailable(url, error) from None
+    return await _open(aio_pika.connect, url, seconds, name)
 
 
 async def connect_broker_robust(
@@ -35,10 +32,15 @@ async def connect_broker_robust(
 ) -> AbstractRobustConnection:
     """A robust connection (later drops reconnect by themselves), opened within
     ``seconds``; raises ``BrokerUnavailable``."""
-    properties = _client_properties(name)
+    return await _open(aio_pika.connect_robust, url, seconds, name)
+
+
+async def _open(
+    connect: Callable[..., Awaitable[Opened]], url: str, seconds: float, name: str | None
+) -> Opened:
     try:
         return await asyncio.wait_for(
-            aio_pika.connect_robust(url, timeout=seconds, client_properties=properties), seconds
+            connect(url, timeout=seconds, client_properties=_client_properties(name)), seconds
         )
     except Exception as error:
         raise unavailable(url, error) from None

@@ -21,6 +21,7 @@ from typing import Any
 import aiormq
 from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
 
+from jobrelay.core.execution import ForwardingDelivery
 from jobrelay.core.message import Envelope, MalformedMessage
 from jobrelay.core.states import JobState
 from jobrelay.core.topology import (
@@ -258,26 +259,16 @@ def broker_can_dead_letter(message: AbstractIncomingMessage) -> bool:
     return "x-death" not in (message.headers or {})
 
 
-class DeadLetterByHand:
+class DeadLetterByHand(ForwardingDelivery):
     """A delivery whose ``nack(requeue=False)`` publishes a copy to the quarantine exchange,
     without the untrusted death headers, and acks the original only after the broker confirmed
     the copy (the consumer's channel is in confirm mode). The copy is marked as a dead letter
     of ``queue`` with reason ``rejected``, as the broker would have marked it."""
 
     def __init__(self, message: AbstractIncomingMessage, queue: str) -> None:
+        super().__init__(message)
         self.message = message
         self.queue = queue
-
-    @property
-    def body(self) -> bytes:
-        return self.message.body
-
-    @property
-    def redelivered(self) -> bool | None:
-        return self.message.redelivered
-
-    async def ack(self, multiple: bool = False) -> None:
-        await self.message.ack(multiple=multiple)
 
     async def nack(self, multiple: bool = False, requeue: bool = True) -> None:
         if requeue:

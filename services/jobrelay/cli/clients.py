@@ -5,19 +5,22 @@ from __future__ import annotations
 import argparse
 import secrets
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from jobrelay.cli.common import (
     CliError,
     Subcommands,
     add_command,
+    add_group,
     print_json,
-    run,
+    run_with_store,
     settings_from_env,
-    with_store,
 )
 from jobrelay.cli.output import parse_duration
 from jobrelay.core.fingerprint import token_hash
+
+if TYPE_CHECKING:
+    from jobrelay.db.store import Store
 
 EXAMPLES = {
     "clients create": "jobrelay clients create shop-backend --admin",
@@ -42,7 +45,7 @@ def cmd_clients_create(args: argparse.Namespace) -> int:
         raise CliError("a client name is 1 to 100 characters")
     token = new_token()
 
-    async def work(store: Any) -> int:
+    async def work(store: Store) -> int:
         client_id = await store.create_client(name, token_hash(token), is_admin=args.admin)
         if client_id is None:
             raise CliError(f"a client named {name!r} already exists")
@@ -55,13 +58,13 @@ def cmd_clients_create(args: argparse.Namespace) -> int:
             print(token)
         return 0
 
-    return run(with_store(settings, work))
+    return run_with_store(settings, work)
 
 
 def cmd_clients_list(args: argparse.Namespace) -> int:
     settings = settings_from_env()
 
-    async def work(store: Any) -> int:
+    async def work(store: Store) -> int:
         rows = await store.list_clients()
         items = [
             {
@@ -83,7 +86,7 @@ def cmd_clients_list(args: argparse.Namespace) -> int:
         if not items:
             print("no clients yet (create one: jobrelay clients create NAME)", file=sys.stderr)
             return 0
-        width = max(len(item["name"]) for item in items)
+        width = max(len(row.name) for row in rows)
         for item in items:
             role = "admin " if item["admin"] else "client"
             state = "disabled" if item["disabled"] else "enabled "
@@ -95,13 +98,13 @@ def cmd_clients_list(args: argparse.Namespace) -> int:
             )
         return 0
 
-    return run(with_store(settings, work))
+    return run_with_store(settings, work)
 
 
 def _set_disabled(args: argparse.Namespace, *, disabled: bool) -> int:
     settings = settings_from_env()
 
-    async def work(store: Any) -> int:
+    async def work(store: Store) -> int:
         change = await store.set_client_disabled(args.name, disabled=disabled)
         if change is None:
             raise CliError(f"no client named {args.name!r} (see: jobrelay clients list)")
@@ -113,7 +116,7 @@ def _set_disabled(args: argparse.Namespace, *, disabled: bool) -> int:
             print(f"client {args.name!r} enabled: its token works again")
         return 0
 
-    return run(with_store(settings, work))
+    return run_with_store(settings, work)
 
 
 def cmd_clients_disable(args: argparse.Namespace) -> int:
@@ -134,7 +137,7 @@ def cmd_clients_rotate(args: argparse.Namespace) -> int:
         raise CliError("--grace is at most 30d")
     token = new_token()
 
-    async def work(store: Any) -> int:
+    async def work(store: Store) -> int:
         change = await store.rotate_client_token(args.name, token_hash(token), grace_seconds=grace)
         if change is None:
             raise CliError(f"no client named {args.name!r} (see: jobrelay clients list)")
@@ -160,56 +163,50 @@ def cmd_clients_rotate(args: argparse.Namespace) -> int:
         print(token)
         return 0
 
-    return run(with_store(settings, work))
+    return run_with_store(settings, work)
 
 
 def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
-    clients = commands.add_parser(
-        "clients",
-        help="manage API clients and their tokens",
-        epilog=f"example: {EXAMPLES['clients create']}",
-    )
-    client_commands = clients.add_subparsers(
-        dest="clients_command", required=True, metavar="ACTION"
+    actions = add_group(
+        commands, "clients", "manage API clients and their tokens", EXAMPLES["clients create"]
     )
     create = add_command(
-        client_commands,
+        actions,
         "create",
         cmd_clients_create,
         "create a client and print its token once",
         EXAMPLES["clients create"],
+        argument="name",
     )
-    create.add_argument("name")
     create.add_argument("--admin", action="store_true", help="may use the /v1/admin endpoints")
     create.add_argument("--json", action="store_true")
-    listing = add_command(
-        client_commands, "list", cmd_clients_list, "list clients", EXAMPLES["clients list"]
+    add_command(
+        actions, "list", cmd_clients_list, "list clients", EXAMPLES["clients list"], json_flag=True
     )
-    listing.add_argument("--json", action="store_true")
-    disable = add_command(
-        client_commands,
+    add_command(
+        actions,
         "disable",
         cmd_clients_disable,
         "refuse a client's token (its jobs stay; enable gives it back)",
         EXAMPLES["clients disable"],
+        argument="name",
     )
-    disable.add_argument("name")
-    enable = add_command(
-        client_commands,
+    add_command(
+        actions,
         "enable",
         cmd_clients_enable,
         "accept a disabled client's token again",
         EXAMPLES["clients enable"],
+        argument="name",
     )
-    enable.add_argument("name")
     rotate = add_command(
-        client_commands,
+        actions,
         "rotate",
         cmd_clients_rotate,
         "give a client a new token (printed once); its jobs stay its own",
         EXAMPLES["clients rotate"],
+        argument="name",
     )
-    rotate.add_argument("name")
     rotate.add_argument(
         "--grace",
         metavar="DURATION",

@@ -12,18 +12,25 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
 from jobrelay.core.errors import ConfigurationError, JobrelayError, StoreUnavailable
 from jobrelay.core.settings import Settings
 
+if TYPE_CHECKING:  # the commands import them lazily, so that the others start without them
+    from jobrelay.db.store import Store
+    from jobrelay.operations import Operations
+
 Handler = Callable[[argparse.Namespace], int]
 """A command's callback: the parsed arguments in, the exit status out."""
 
 Subcommands = argparse._SubParsersAction  # the object ``add_subparsers`` returns
+
+Document = TypeVar("Document")
 
 
 class CliError(Exception):
@@ -72,51 +79,74 @@ def job_ids(raw: list[str]) -> list[uuid.UUID]:
 # --- output -------------------------------------------------------------------------------------
 
 
-def print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, default=str, ensure_ascii=False))
+def print_json(value: Any, *, ensure_ascii: bool = False) -> None:
+    print(json.dumps(value, indent=2, default=str, ensure_ascii=ensure_ascii))
 
 
-def progress(label: str) -> Callable[[int, int], None]:
-    """``label: done/total`` on one line of stderr, only when it is a terminal."""
+def print_document(
+    document: Document,
+    render: Callable[[Document], str],
+    *,
+    as_json: bool,
+    ensure_ascii: bool = False,
+) -> None:
+    """The document as JSON under ``--json``, else as ``render`` shows it to a person."""
+    if as_json:
+        print_json(document, ensure_ascii=ensure_ascii)
+    else:
+        print(render(document))
+
+
+@contextmanager
+def progress(label: str) -> Iterator[Callable[[int, int], None]]:
+    """A callback showing ``label: done/total`` on one line of stderr, only when it is a
+    terminal; the line ends when the block does."""
 
     def show(done: int, total: int) -> None:
         if sys.stderr.isatty():
             print(f"\r{label}: {done}/{total}", end="", file=sys.stderr, flush=True)
 
-    return show
+    yield show
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
 
 
 # --- running ------------------------------------------------------------------------------------
 
 
-def run(coroutine: Coroutine[Any, Any, int]) -> int:
-    return asyncio.run(coroutine)
-
-
-async def with_store(settings: Settings, work: Callable[[Any], Coroutine[Any, Any, int]]) -> int:
+@asynccontextmanager
+async def _connected_store(settings: Settings, *, pool_size: int) -> AsyncIterator[Store]:
     from jobrelay.db.store import Store
 
-    store = Store.connect(settings.database_url, pool_size=1, application_name="jobrelay-cli")
+    store = Store.connect(
+        settings.database_url, pool_size=pool_size, application_name="jobrelay-cli"
+    )
     try:
-        return await work(store)
+        yield store
     finally:
         await store.close()
 
 
-def run_with_operations(work: Callable[[Any], Coroutine[Any, Any, int]]) -> int:
+def run_with_store(settings: Settings, work: Callable[[Store], Awaitable[int]]) -> int:
+    """Runs ``work`` with a one-connection store; its exit status is the command's."""
+
+    async def main() -> int:
+        async with _connected_store(settings, pool_size=1) as store:
+            return await work(store)
+
+    return asyncio.run(main())
+
+
+def run_with_operations(work: Callable[[Operations], Awaitable[int]]) -> int:
     """Runs ``work`` with an ``Operations`` over the store (the operator's commands)."""
     settings = settings_from_env()
 
     async def main() -> int:
-        from jobrelay.db.store import Store
         from jobrelay.handlers.loading import registry_for
         from jobrelay.operations import Operations
 
-        store = Store.connect(settings.database_url, pool_size=2, application_name="jobrelay-cli")
-        try:
+        async with _connected_store(settings, pool_size=2) as store:
             return await work(Operations(store, settings, registry_for(settings)))
-        finally:
-            await store.close()
 
     return asyncio.run(main())
 
@@ -141,14 +171,27 @@ def exit_status(handler: Handler, args: argparse.Namespace) -> int:
 # --- argument parsing ---------------------------------------------------------------------------
 
 
+def add_group(
+    commands: Subcommands[argparse.ArgumentParser], name: str, help_text: str, example: str
+) -> Subcommands[argparse.ArgumentParser]:
+    """A command with actions of its own (``jobrelay NAME ACTION``); returns where to add them."""
+    group = commands.add_parser(name, help=help_text, epilog=f"example: {example}")
+    return group.add_subparsers(dest=f"{name}_command", required=True, metavar="ACTION")
+
+
 def add_command(
     subparsers: Subcommands[argparse.ArgumentParser],
     name: str,
     handler: Handler,
     help_text: str,
     example: str | None = None,
+    *,
+    argument: str | None = None,
+    json_flag: bool = False,
 ) -> argparse.ArgumentParser:
-    """A sub-command whose help and description are ``help_text``, with an example epilog."""
+    """A sub-command whose help and description are ``help_text``, with an example epilog;
+    ``argument`` names its one positional argument (``id``, ``name``) and ``json_flag`` gives
+    it ``--json``, in that order (options added later are listed after them)."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         name,
         help=help_text,
@@ -156,4 +199,15 @@ def add_command(
         epilog=f"example: {example}" if example else None,
     )
     parser.set_defaults(handler=handler)
+    if argument is not None:
+        parser.add_argument(argument)
+    if json_flag:
+        parser.add_argument("--json", action="store_true")
     return parser
+
+
+def add_seconds_option(
+    parser: argparse.ArgumentParser, flag: str, *, default: float, help_text: str
+) -> None:
+    """An option whose value is a number of seconds (``--wait 30``, ``--timeout 2.5``)."""
+    parser.add_argument(flag, type=float, default=default, metavar="SECONDS", help=help_text)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from jobrelay.cli.common import Subcommands, add_command, settings_from_env
+from jobrelay.cli.common import Subcommands, add_command, add_seconds_option, settings_from_env
 from jobrelay.core.settings import mask_url
 from jobrelay.healthcheck import EXAMPLE, run_checks
+
+HELP = "check the database, the broker and this service's metrics endpoint (containers)"
 
 
 def cmd_healthcheck(args: argparse.Namespace) -> int:
@@ -16,22 +18,10 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
 
 
 def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
-    parser = add_command(
-        commands,
-        "healthcheck",
-        cmd_healthcheck,
-        "check the database, the broker and this service's metrics endpoint (containers)",
-        EXAMPLE,
-    )
+    parser = add_command(commands, "healthcheck", cmd_healthcheck, HELP, EXAMPLE)
     parser.add_argument(
         "--queue",
         default=None,
         help="also require this work queue to exist with a consumer (a consumer's check)",
     )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=5.0,
-        metavar="SECONDS",
-        help="per check (default 5)",
-    )
+    add_seconds_option(parser, "--timeout", default=5.0, help_text="per check (default 5)")

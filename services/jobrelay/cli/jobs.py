@@ -4,22 +4,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobrelay.cli.common import (
     CliError,
     Subcommands,
     add_command,
+    add_group,
     job_id,
-    print_json,
+    print_document,
     progress,
-    run,
     run_with_operations,
+    run_with_store,
     settings_from_env,
-    with_store,
 )
 from jobrelay.cli.output import parse_duration, render_trace
+from jobrelay.core.trace import trace_document
+
+if TYPE_CHECKING:
+    from jobrelay.db.store import Store
+    from jobrelay.operations import Operations
 
 EXAMPLES = {
     "jobs show": "jobrelay jobs show 3f2b...-uuid",
@@ -27,50 +31,54 @@ EXAMPLES = {
     "redispatch": "jobrelay jobs redispatch --older-than 15m",
 }
 
+SHOWN_FIELDS = (
+    "id",
+    "type",
+    "state",
+    "attempts",
+    "max_attempts",
+    "created_at",
+    "updated_at",
+    "finished_at",
+    "last_error_code",
+    "last_error",
+    "result",
+)
+
+
+def render_job(view: dict[str, Any]) -> str:
+    """The job's fields that have a value, one a line."""
+    return "\n".join(
+        f"{field:16} {json.dumps(value) if isinstance(value, dict) else value}"
+        for field in SHOWN_FIELDS
+        if (value := view.get(field)) is not None
+    )
+
 
 def cmd_jobs_show(args: argparse.Namespace) -> int:
     settings = settings_from_env()
     wanted = job_id(args.id)
 
-    async def work(store: Any) -> int:
+    async def work(store: Store) -> int:
         from jobrelay.api.schemas import JobView
 
         job = await store.get_job(wanted)
         if job is None:
             raise CliError(f"no job {wanted}")
-        view = JobView.of(job).model_dump(mode="json")
-        if args.json:
-            print_json(view)
-            return 0
-        for field in (
-            "id",
-            "type",
-            "state",
-            "attempts",
-            "max_attempts",
-            "created_at",
-            "updated_at",
-            "finished_at",
-            "last_error_code",
-            "last_error",
-            "result",
-        ):
-            value = view.get(field)
-            if value is not None:
-                print(f"{field:16} {json.dumps(value) if isinstance(value, dict) else value}")
+        print_document(JobView.of(job).model_dump(mode="json"), render_job, as_json=args.json)
         return 0
 
-    return run(with_store(settings, work))
+    return run_with_store(settings, work)
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
     wanted = job_id(args.id)
 
-    async def work(ops: Any) -> int:
+    async def work(ops: Operations) -> int:
         trace = await ops.store.trace(wanted)
         if trace is None:
             raise CliError(f"no job {wanted}")
-        print(json.dumps(trace, indent=2, default=str) if args.json else render_trace(trace))
+        print_document(trace_document(trace), render_trace, as_json=args.json, ensure_ascii=True)
         return 0
 
     return run_with_operations(work)
@@ -82,12 +90,9 @@ def cmd_redispatch(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise CliError(str(error)) from None
 
-    async def work(ops: Any) -> int:
-        count = await ops.redispatch(
-            older_than_seconds=older_than, progress=progress("redispatched")
-        )
-        if sys.stderr.isatty():
-            print(file=sys.stderr)
+    async def work(ops: Operations) -> int:
+        with progress("redispatched") as show_progress:
+            count = await ops.redispatch(older_than_seconds=older_than, progress=show_progress)
         summary = {"redispatched": count, "older_than_seconds": older_than}
         if args.json:
             print(json.dumps(summary))
@@ -102,28 +107,27 @@ def cmd_redispatch(args: argparse.Namespace) -> int:
 
 
 def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
-    jobs = commands.add_parser(
-        "jobs", help="inspect jobs", epilog="example: jobrelay jobs trace 5b0c9f6e-..."
+    actions = add_group(commands, "jobs", "inspect jobs", "jobrelay jobs trace 5b0c9f6e-...")
+    add_command(
+        actions,
+        "show",
+        cmd_jobs_show,
+        "show one job (any client's)",
+        EXAMPLES["jobs show"],
+        argument="id",
+        json_flag=True,
     )
-    job_commands = jobs.add_subparsers(dest="jobs_command", required=True, metavar="ACTION")
-    show = add_command(
-        job_commands, "show", cmd_jobs_show, "show one job (any client's)", EXAMPLES["jobs show"]
-    )
-    show.add_argument("id")
-    show.add_argument("--json", action="store_true")
-
-    trace = add_command(
-        job_commands,
+    add_command(
+        actions,
         "trace",
         cmd_trace,
         "what happened to one job: intent, publishing, deliveries, attempts, result, why",
         EXAMPLES["trace"],
+        argument="id",
+        json_flag=True,
     )
-    trace.add_argument("id")
-    trace.add_argument("--json", action="store_true")
-
     redispatch = add_command(
-        job_commands,
+        actions,
         "redispatch",
         cmd_redispatch,
         "publish again jobs published long ago but never claimed",

@@ -4,20 +4,25 @@ dead-lettered messages."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobrelay.cli.common import (
     CliError,
     Subcommands,
     add_command,
+    add_group,
     job_id,
     job_ids,
+    print_document,
+    print_json,
     progress,
     run_with_operations,
 )
 from jobrelay.cli.output import render_trace
+
+if TYPE_CHECKING:
+    from jobrelay.operations import Operations
 
 EXAMPLES = {
     "list": "jobrelay quarantine list --code attempts_exhausted",
@@ -43,62 +48,75 @@ def _broker_note(broker: str) -> None:
         )
 
 
+def _job_lines(job: dict[str, Any], *, messages_known: bool) -> list[str]:
+    """A quarantined job, where its messages are, and its last error."""
+    messages = job["messages"]
+    if not messages_known:
+        where = "messages unknown"
+    elif messages:
+        where = (
+            f"{len(messages)} message(s) in jobrelay.quarantine "
+            f"({', '.join(str(m['reason']) for m in messages)})"
+        )
+    else:
+        where = "no message in the queue"
+    line = (
+        f"{job['job_id']}  {job['type']:<16} {job['reason']:<20} "
+        f"attempts {job['attempts']}/{job['max_attempts']}  {where}"
+    )
+    return [line, f"    {job['error']}"] if job["error"] else [line]
+
+
+def _other_message_line(message: dict[str, Any]) -> str:
+    """A message in the quarantine queue whose job is not quarantined."""
+    state = message.get("job_state")
+    if message["malformed"]:
+        what = message["malformed"]
+    elif message["job_id"] is None or state is None:
+        what = f"job {message['job_id']} does not exist"
+    else:
+        what = f"job {message['job_id']} is {state}, not quarantined"
+    return f"message {message['message_id']}: {what} (x-death reason {message['reason']})"
+
+
+def render_report(report: dict[str, Any]) -> str:
+    known = report["broker"] == "ok"
+    lines = [line for job in report["jobs"] for line in _job_lines(job, messages_known=known)]
+    lines.extend(_other_message_line(message) for message in report["other_messages"])
+    in_queue = f"{report['messages_in_queue']}" if known else "unknown"
+    lines.append(
+        f"{len(report['jobs'])} quarantined job(s), {in_queue} message(s) in jobrelay.quarantine"
+    )
+    return "\n".join(lines)
+
+
+def render_shown(shown: dict[str, Any]) -> str:
+    """The job's trace, then its messages in the quarantine queue when they could be read."""
+    lines = [render_trace(shown["trace"])]
+    if shown["broker"] == "ok":
+        lines.append(f"  messages in jobrelay.quarantine: {len(shown['messages'])}")
+        lines.extend(
+            f"    message {message['message_id']} reason {message['reason']} "
+            f"from {message['queue']} at {message['died_at']} ({message['deaths']} death(s))"
+            for message in shown["messages"]
+        )
+    return "\n".join(lines)
+
+
+def render_reconciled(result: dict[str, Any]) -> str:
+    return (
+        f"reconciled {result['reconciled_delivery_limit']} job(s) the broker dead-lettered "
+        f"on its own (reason delivery_limit); removed {result['removed_surplus']} surplus "
+        f"and {result['removed_stale']} stale message(s); "
+        f"{result['messages_in_queue']} message(s) in jobrelay.quarantine"
+    )
+
+
 def cmd_quarantine_list(args: argparse.Namespace) -> int:
-    async def work(ops: Any) -> int:
+    async def work(ops: Operations) -> int:
         report = await ops.quarantine_report(code=args.code, limit=args.limit)
         _broker_note(report["broker"])
-        if args.json:
-            print(json.dumps(report, indent=2, default=str))
-            return 0
-        known = report["broker"] == "ok"
-        for job in report["jobs"]:
-            messages = job["messages"]
-            if not known:
-                where = "messages unknown"
-            elif messages:
-                where = (
-                    f"{len(messages)} message(s) in jobrelay.quarantine "
-                    f"({', '.join(str(m['reason']) for m in messages)})"
-                )
-            else:
-                where = "no message in the queue"
-            print(
-                f"{job['job_id']}  {job['type']:<16} {job['reason']:<20} "
-                f"attempts {job['attempts']}/{job['max_attempts']}  {where}"
-            )
-            if job["error"]:
-                print(f"    {job['error']}")
-        for message in report["other_messages"]:
-            state = message.get("job_state")
-            if message["malformed"]:
-                what = message["malformed"]
-            elif message["job_id"] is None or state is None:
-                what = f"job {message['job_id']} does not exist"
-            else:
-                what = f"job {message['job_id']} is {state}, not quarantined"
-            print(f"message {message['message_id']}: {what} (x-death reason {message['reason']})")
-        in_queue = f"{report['messages_in_queue']}" if known else "unknown"
-        print(
-            f"{len(report['jobs'])} quarantined job(s), "
-            f"{in_queue} message(s) in jobrelay.quarantine"
-        )
-        return 0
-
-    return run_with_operations(work)
-
-
-def cmd_quarantine_reconcile(args: argparse.Namespace) -> int:
-    async def work(ops: Any) -> int:
-        result = (await ops.reconcile_quarantine()).as_dict()
-        if args.json:
-            print(json.dumps(result, indent=2))
-            return 0
-        print(
-            f"reconciled {result['reconciled_delivery_limit']} job(s) the broker dead-lettered "
-            f"on its own (reason delivery_limit); removed {result['removed_surplus']} surplus "
-            f"and {result['removed_stale']} stale message(s); "
-            f"{result['messages_in_queue']} message(s) in jobrelay.quarantine"
-        )
+        print_document(report, render_report, as_json=args.json, ensure_ascii=True)
         return 0
 
     return run_with_operations(work)
@@ -107,23 +125,12 @@ def cmd_quarantine_reconcile(args: argparse.Namespace) -> int:
 def cmd_quarantine_show(args: argparse.Namespace) -> int:
     wanted = job_id(args.id)
 
-    async def work(ops: Any) -> int:
+    async def work(ops: Operations) -> int:
         shown = await ops.show(wanted)
         if shown is None:
             raise CliError(f"no job {wanted}")
         _broker_note(shown["broker"])
-        if args.json:
-            print(json.dumps(shown, indent=2, default=str))
-            return 0
-        print(render_trace(shown["trace"]))
-        if shown["broker"] != "ok":
-            return 0
-        print(f"  messages in jobrelay.quarantine: {len(shown['messages'])}")
-        for message in shown["messages"]:
-            print(
-                f"    message {message['message_id']} reason {message['reason']} "
-                f"from {message['queue']} at {message['died_at']} ({message['deaths']} death(s))"
-            )
+        print_document(shown, render_shown, as_json=args.json, ensure_ascii=True)
         return 0
 
     return run_with_operations(work)
@@ -136,17 +143,15 @@ def cmd_quarantine_replay(args: argparse.Namespace) -> int:
         raise CliError("--code goes with --all")
     ids = job_ids(args.ids) if args.ids else []
 
-    async def work(ops: Any) -> int:
-        show_progress = progress("replayed")
-        if args.all:
-            outcomes = await ops.replay_all(code=args.code, progress=show_progress)
-        else:
-            outcomes = await ops.replay(ids, progress=show_progress)
-        if sys.stderr.isatty():
-            print(file=sys.stderr)
+    async def work(ops: Operations) -> int:
+        with progress("replayed") as show_progress:
+            if args.all:
+                outcomes = await ops.replay_all(code=args.code, progress=show_progress)
+            else:
+                outcomes = await ops.replay(ids, progress=show_progress)
         replayed = sum(1 for o in outcomes if o.status == "replayed")
         if args.json:
-            print(json.dumps([o.as_dict() for o in outcomes], indent=2))
+            print_json([o.as_dict() for o in outcomes], ensure_ascii=True)
         else:
             for outcome in outcomes:
                 if outcome.status != "replayed":
@@ -166,7 +171,7 @@ def cmd_quarantine_purge(args: argparse.Namespace) -> int:
     if not args.yes:
         raise CliError("purge deletes every message in jobrelay.quarantine; add --yes")
 
-    async def work(ops: Any) -> int:
+    async def work(ops: Operations) -> int:
         count = await ops.purge()
         print(
             f"purged {count} message(s) from jobrelay.quarantine; the jobs stay quarantined "
@@ -177,13 +182,22 @@ def cmd_quarantine_purge(args: argparse.Namespace) -> int:
     return run_with_operations(work)
 
 
+def cmd_quarantine_reconcile(args: argparse.Namespace) -> int:
+    async def work(ops: Operations) -> int:
+        result = (await ops.reconcile_quarantine()).as_dict()
+        print_document(result, render_reconciled, as_json=args.json, ensure_ascii=True)
+        return 0
+
+    return run_with_operations(work)
+
+
 def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
-    quarantine = commands.add_parser(
+    actions = add_group(
+        commands,
         "quarantine",
-        help="inspect and replay quarantined jobs and their dead-lettered messages",
-        epilog=f"example: {EXAMPLES['list']}",
+        "inspect and replay quarantined jobs and their dead-lettered messages",
+        EXAMPLES["list"],
     )
-    actions = quarantine.add_subparsers(dest="quarantine_command", required=True, metavar="ACTION")
     listing = add_command(
         actions,
         "list",
@@ -194,15 +208,15 @@ def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
     listing.add_argument("--code", help="only this reason code")
     listing.add_argument("--limit", type=int, default=100)
     listing.add_argument("--json", action="store_true")
-    show = add_command(
+    add_command(
         actions,
         "show",
         cmd_quarantine_show,
         "one job's trace and quarantined messages",
         EXAMPLES["show"],
+        argument="id",
+        json_flag=True,
     )
-    show.add_argument("id")
-    show.add_argument("--json", action="store_true")
     replay = add_command(
         actions,
         "replay",
@@ -222,12 +236,12 @@ def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
         EXAMPLES["purge"],
     )
     purge.add_argument("--yes", action="store_true", help="really delete them")
-    reconcile = add_command(
+    add_command(
         actions,
         "reconcile",
         cmd_quarantine_reconcile,
         "now, what the dispatcher does by itself: quarantine the jobs the broker dead-lettered "
         "(delivery_limit), keep one message per quarantined job, drop stale ones",
         EXAMPLES["reconcile"],
+        json_flag=True,
     )
-    reconcile.add_argument("--json", action="store_true")

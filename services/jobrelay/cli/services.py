@@ -13,6 +13,7 @@ from jobrelay.cli.common import (
     CliError,
     Subcommands,
     add_command,
+    add_seconds_option,
     first_line,
     settings_from_env,
 )
@@ -118,12 +119,11 @@ def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
         EXAMPLES["migrate"],
     )
     migrate.add_argument("revision", nargs="?", default="head")
-    migrate.add_argument(
+    add_seconds_option(
+        migrate,
         "--wait",
-        type=float,
         default=60.0,
-        metavar="SECONDS",
-        help="how long to wait for the database to take connections (default 60)",
+        help_text="how long to wait for the database to take connections (default 60)",
     )
 
     api = add_command(commands, "api", cmd_api, "run the HTTP API", EXAMPLES["api"])

@@ -3,50 +3,58 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobrelay.cli.common import (
     Subcommands,
     add_command,
-    print_json,
-    run,
+    print_document,
+    run_with_store,
     settings_from_env,
-    with_store,
 )
 
+if TYPE_CHECKING:
+    from jobrelay.db.store import Store
+
 EXAMPLE = "jobrelay stats --json"
+
+
+def render_stats(stats: dict[str, Any]) -> str:
+    states = "  ".join(f"{k}={v}" for k, v in stats["jobs_by_state"].items())
+    outbox = stats["outbox"]
+    age = outbox["oldest_due_age_seconds"]
+    retrying = stats["retrying"]
+    quarantined = ", ".join(f"{k}={v}" for k, v in stats["quarantined_by_code"].items())
+    return "\n".join(
+        [
+            f"jobs         {states}",
+            f"outbox       unpublished={outbox['unpublished']} due={outbox['due']} "
+            f"oldest_due_age={'-' if age is None else f'{age:.1f}s'}",
+            f"leases       expired_running={stats['expired_leases']}",
+            f"retrying     {retrying['count']} next_due_at={retrying['next_due_at']}",
+            f"quarantined  {quarantined or '-'}",
+            f"never_claimed {stats['published_never_claimed']}",
+            f"redispatched {stats['redispatched_last_hour']} in the last hour (lost messages)",
+        ]
+    )
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
     settings = settings_from_env()
 
-    async def work(store: Any) -> int:
-        stats = await store.stats()
-        if args.json:
-            print_json(stats)
-            return 0
-        states = "  ".join(f"{k}={v}" for k, v in stats["jobs_by_state"].items())
-        print(f"jobs         {states}")
-        outbox = stats["outbox"]
-        age = outbox["oldest_due_age_seconds"]
-        print(
-            f"outbox       unpublished={outbox['unpublished']} due={outbox['due']} "
-            f"oldest_due_age={'-' if age is None else f'{age:.1f}s'}"
-        )
-        print(f"leases       expired_running={stats['expired_leases']}")
-        retrying = stats["retrying"]
-        print(f"retrying     {retrying['count']} next_due_at={retrying['next_due_at']}")
-        quarantined = ", ".join(f"{k}={v}" for k, v in stats["quarantined_by_code"].items())
-        print(f"quarantined  {quarantined or '-'}")
-        print(f"never_claimed {stats['published_never_claimed']}")
-        print(f"redispatched {stats['redispatched_last_hour']} in the last hour (lost messages)")
+    async def work(store: Store) -> int:
+        print_document((await store.stats()).as_document(), render_stats, as_json=args.json)
         return 0
 
-    return run(with_store(settings, work))
+    return run_with_store(settings, work)
 
 
 def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
-    stats = add_command(
-        commands, "stats", cmd_stats, "jobs by state, outbox backlog, leases, quarantine", EXAMPLE
+    add_command(
+        commands,
+        "stats",
+        cmd_stats,
+        "jobs by state, outbox backlog, leases, quarantine",
+        EXAMPLE,
+        json_flag=True,
     )
-    stats.add_argument("--json", action="store_true")

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -23,10 +23,11 @@ from jobrelay.core.execution import (
     DeferResult,
     ExecutionStore,
     Finish,
+    PutBack,
     Refusal,
     Refused,
 )
-from jobrelay.core.jobs import Job, Outcome, Quarantine, RetryLater, Succeeded
+from jobrelay.core.jobs import Job, JournalEntry, Outcome, Quarantine, RetryLater, Succeeded
 from jobrelay.core.states import (
     CLAIM,
     COMPLETE,
@@ -41,22 +42,7 @@ from jobrelay.core.states import (
     JobState,
     Transition,
 )
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One line of a job's journal."""
-
-    job_id: uuid.UUID
-    event: JobEvent
-    attempt: int
-    detail: str | None = None
-
-
-@dataclass(frozen=True)
-class StoredResult:
-    result: dict[str, Any]
-    attempt: int
+from jobrelay.core.trace import StoredResult
 
 
 def _utc_now() -> datetime:
@@ -68,7 +54,7 @@ class InMemoryExecutionStore:
         self.clock = clock or _utc_now
         self.jobs: dict[uuid.UUID, Job] = {}
         self.results: dict[uuid.UUID, StoredResult] = {}
-        self.journal: list[Entry] = []
+        self.journal: defaultdict[uuid.UUID, list[JournalEntry]] = defaultdict(list)
         self.outbox: list[tuple[uuid.UUID, datetime]] = []  # (job id, due at)
         self.unknown_since: dict[uuid.UUID, datetime] = {}
         self.reachable = True
@@ -111,7 +97,7 @@ class InMemoryExecutionStore:
         return token
 
     def events(self, job_id: uuid.UUID) -> list[JobEvent]:
-        return [entry.event for entry in self.journal if entry.job_id == job_id]
+        return [JobEvent(entry.event) for entry in self.journal[job_id]]
 
     # --- the port -------------------------------------------------------------------------------
 
@@ -149,33 +135,26 @@ class InMemoryExecutionStore:
         self._record(job, JobEvent.DUPLICATE_DELIVERY, job.attempts, f"job {job.state}")
         return Refused(Refusal.DUPLICATE, job)
 
-    async def defer_unknown_type(
-        self,
-        job_id: uuid.UUID,
-        *,
-        job_type: str,
-        delay_seconds: float,
-        patience_seconds: float,
-        detail: str,
-    ) -> DeferResult:
+    async def defer_unknown_type(self, job_id: uuid.UUID, put_back: PutBack) -> DeferResult:
         self._reach()
         job = self.jobs.get(job_id)
         if job is None:
             return Refused(Refusal.UNKNOWN_JOB)
         now = self.clock()
-        if job.type == job_type and job.available_at <= now and self._allows(DEFER, job, None):
+        if job.type != put_back.job_type:
+            return Refused(Refusal.OTHER_TYPE, job)
+        if job.available_at <= now and self._allows(DEFER, job, None):
             known_since = self.unknown_since.get(job_id)
             since = known_since or now
             self.unknown_since[job_id] = since
-            if known_since is not None and known_since <= now - timedelta(seconds=patience_seconds):
+            patience = timedelta(seconds=put_back.patience_seconds)
+            if known_since is not None and known_since <= now - patience:
                 self._quarantine(job, UNKNOWN_TYPE, "unknown_job_type", "type stayed unknown")
                 return Deferred(True, job.available_at, since)
-            due = self._later(delay_seconds)
+            due = self._later(put_back.delay_seconds)
             self._move(job, DEFER, available_at=due, last_error_code="unknown_job_type")
             self.outbox.append((job_id, due))
             return Deferred(False, due, since)
-        if job.type != job_type:
-            return Refused(Refusal.OTHER_TYPE, job)
         self._record(job, JobEvent.DUPLICATE_DELIVERY, job.attempts, f"job {job.state}")
         return Refused(Refusal.DUPLICATE, job)
 
@@ -255,7 +234,7 @@ class InMemoryExecutionStore:
                 if not self._allows(COMPLETE, job, lease_token):
                     return False
                 self._move(job, COMPLETE, finished_at=self.clock())
-                self.results[job.id] = StoredResult(result, job.attempts)
+                self.results[job.id] = StoredResult(result, job.attempts, self.clock())
             case RetryLater(available_at=available_at, error_code=code, error=error):
                 if not self._allows(RETRY, job, lease_token):
                     return False
@@ -286,7 +265,7 @@ class InMemoryExecutionStore:
         return False  # pragma: no cover
 
     def _record(self, job: Job, event: JobEvent, attempt: int, detail: str | None) -> None:
-        self.journal.append(Entry(job.id, event, attempt, detail))
+        self.journal[job.id].append(JournalEntry(self.clock(), event, attempt, detail))
 
 
 if TYPE_CHECKING:  # it is a whole ExecutionStore

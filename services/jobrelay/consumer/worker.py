@@ -40,6 +40,7 @@ from jobrelay.core.execution import (
     Delivery,
     ExecutionStore,
     Finish,
+    PutBack,
     Refusal,
     Refused,
 )
@@ -223,10 +224,12 @@ class Worker:
             deferral = await self._patiently(
                 lambda: self.store.defer_unknown_type(
                     envelope.job_id,
-                    job_type=envelope.type,
-                    delay_seconds=self.policy.unknown_type_delay(self.rng),
-                    patience_seconds=self.unknown_type_patience,
-                    detail=f"not known to consumer {self.name}",
+                    PutBack(
+                        job_type=envelope.type,
+                        delay_seconds=self.policy.unknown_type_delay(self.rng),
+                        patience_seconds=self.unknown_type_patience,
+                        detail=f"not known to consumer {self.name}",
+                    ),
                 )
             )
         except StoreUnavailable:

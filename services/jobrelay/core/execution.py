@@ -76,6 +76,40 @@ class Delivery(Protocol):
     async def nack(self, multiple: bool = False, requeue: bool = True) -> None: ...
 
 
+@dataclass(frozen=True)
+class PutBack:
+    """How a consumer that does not know a job's type puts the job back: due again after
+    ``delay_seconds`` (for a consumer that knows it), or quarantined once the type stayed
+    unknown for ``patience_seconds``."""
+
+    job_type: str
+    delay_seconds: float
+    patience_seconds: float
+    detail: str  # journaled with the deferral: which consumer put it back
+
+
+class ForwardingDelivery:
+    """A delivery that passes everything to ``inner``: the base of wrappers that change one
+    way of settling (``broker/acks.py``, ``broker/quarantine.py``)."""
+
+    def __init__(self, inner: Delivery) -> None:
+        self.inner = inner
+
+    @property
+    def body(self) -> bytes:
+        return self.inner.body
+
+    @property
+    def redelivered(self) -> bool | None:
+        return self.inner.redelivered
+
+    async def ack(self, multiple: bool = False) -> None:
+        await self.inner.ack(multiple=multiple)
+
+    async def nack(self, multiple: bool = False, requeue: bool = True) -> None:
+        await self.inner.nack(multiple=multiple, requeue=requeue)
+
+
 class ExecutionStore(Protocol):
     """What the worker asks of the store. Every method raises ``StoreUnavailable`` (from
     ``core/errors.py``) when the store cannot be reached."""
@@ -92,15 +126,7 @@ class ExecutionStore(Protocol):
         left). Again with the same token after a lost answer: claimed."""
         ...
 
-    async def defer_unknown_type(
-        self,
-        job_id: uuid.UUID,
-        *,
-        job_type: str,
-        delay_seconds: float,
-        patience_seconds: float,
-        detail: str,
-    ) -> DeferResult:
+    async def defer_unknown_type(self, job_id: uuid.UUID, put_back: PutBack) -> DeferResult:
         """Put a due job of a type this consumer does not know back, due after
         ``delay_seconds`` (attempts untouched), or quarantine it past the patience."""
         ...

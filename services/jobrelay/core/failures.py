@@ -64,24 +64,29 @@ def storable(text: str) -> str:
     return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+HEAD_CUT = " …[cut]"
+TAIL_CUT = "…[earlier frames cut]\n"
+
+
 def cut_head(text: str, limit: int) -> str:
     """At most ``limit`` UTF-8 bytes, keeping the beginning."""
-    encoded = text.encode("utf-8")
-    if len(encoded) <= limit:
-        return text
-    marker = " …[cut]"
-    room = limit - len(marker.encode("utf-8"))
-    return encoded[:room].decode("utf-8", "ignore") + marker
+    encoded, room = _over_limit(text, limit, HEAD_CUT)
+    return encoded[:room].decode("utf-8", "ignore") + HEAD_CUT if encoded else text
 
 
 def cut_tail(text: str, limit: int) -> str:
     """At most ``limit`` UTF-8 bytes, keeping the end (the raising frame and the error line)."""
+    encoded, room = _over_limit(text, limit, TAIL_CUT)
+    return TAIL_CUT + encoded[len(encoded) - room :].decode("utf-8", "ignore") if encoded else text
+
+
+def _over_limit(text: str, limit: int, marker: str) -> tuple[bytes, int]:
+    """The text's bytes and the room beside ``marker`` when it is over ``limit``; else
+    ``(b"", limit)``."""
     encoded = text.encode("utf-8")
     if len(encoded) <= limit:
-        return text
-    marker = "…[earlier frames cut]\n"
-    room = limit - len(marker.encode("utf-8"))
-    return marker + encoded[len(encoded) - room :].decode("utf-8", "ignore")
+        return b"", limit
+    return encoded, limit - len(marker.encode("utf-8"))
 
 
 def _message(error: BaseException) -> str:

@@ -40,6 +40,18 @@ class Job:
     result: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True)
+class JournalEntry:
+    """One row of a job's journal (``job_events``): a transition or a notable delivery, and the
+    attempt it belongs to. The one shape the store, the trace and the API read."""
+
+    at: datetime
+    event: str
+    attempt: int
+    detail: str | None
+    error: dict[str, Any] | None = None  # a failed attempt's {"class", "message", "traceback"}
+
+
 def is_valid_idempotency_key(key: str | None) -> bool:
     """1–200 visible ASCII characters (0x21–0x7E)."""
     return (

@@ -92,22 +92,18 @@ QUARANTINE = Transition(
     fenced=True,
     lease=Lease.LIVE,
 )
+
+
+def _quarantine_unclaimed(name: str) -> Transition:
+    """Quarantined without an attempt: waiting, or running under an expired lease."""
+    target, journal = JobState.QUARANTINED, (JobEvent.QUARANTINED,)
+    return Transition(name, _WAITING_OR_ABANDONED, target, journal, lease=Lease.EXPIRED)
+
+
 # No attempts left: quarantined instead of claimed (the consumer's claim, docs/life-of-a-job.md).
-EXHAUST = Transition(
-    "exhaust",
-    _WAITING_OR_ABANDONED,
-    JobState.QUARANTINED,
-    (JobEvent.QUARANTINED,),
-    lease=Lease.EXPIRED,
-)
+EXHAUST = _quarantine_unclaimed("exhaust")
 # The broker dead-lettered the job's message on its own (x-delivery-limit).
-DELIVERY_LIMIT = Transition(
-    "delivery_limit",
-    _WAITING_OR_ABANDONED,
-    JobState.QUARANTINED,
-    (JobEvent.QUARANTINED,),
-    lease=Lease.EXPIRED,
-)
+DELIVERY_LIMIT = _quarantine_unclaimed("delivery_limit")
 # A consumer that does not know the type puts the job back, due later; past the patience the
 # same statement quarantines it instead (UNKNOWN_TYPE).
 DEFER = Transition("defer", _WAITING, None, (JobEvent.DEFERRED,))

@@ -2,7 +2,9 @@
 
 What a trace must tell from one job id alone: whether the intent was recorded, when the
 outbox was published, how many deliveries and attempts there were, which result was stored and
-why the job stopped. This module only summarizes plain values; the store fetches them.
+why the job stopped. The store reads a ``JobTrace`` (plain values, one snapshot);
+``trace_document`` summarizes it into the document both the API and the CLI show
+(docs/life-of-a-job.md).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from jobrelay.core.failures import public_failure
-from jobrelay.core.jobs import Job
+from jobrelay.core.jobs import Job, JournalEntry
 from jobrelay.core.states import JobEvent, JobState
 
 
@@ -28,19 +30,21 @@ class OutboxEntry:
 
 
 @dataclass(frozen=True)
-class EventEntry:
-    at: datetime
-    event: str
-    attempt: int
-    detail: str | None
-    error: dict[str, Any] | None = None  # a failed attempt's {"class", "message", "traceback"}
-
-
-@dataclass(frozen=True)
 class StoredResult:
     result: dict[str, Any]
     attempt: int
     created_at: datetime
+
+
+@dataclass(frozen=True)
+class JobTrace:
+    """Everything recorded about one job, read in one snapshot."""
+
+    job: Job
+    client_name: str
+    outbox: list[OutboxEntry]
+    events: list[JournalEntry]
+    result: StoredResult | None
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -70,16 +74,9 @@ def why_it_stopped(job: Job, result: StoredResult | None, *, deferred: bool = Fa
     return "not stopped: queued, waiting for a consumer"
 
 
-def build_trace(
-    job: Job,
-    *,
-    client_name: str,
-    outbox: list[OutboxEntry],
-    events: list[EventEntry],
-    result: StoredResult | None,
-    tracebacks: bool = True,
-) -> dict[str, Any]:
+def trace_document(trace: JobTrace, *, tracebacks: bool = True) -> dict[str, Any]:
     """``tracebacks=False``: what the job's owner sees (failures without their traceback)."""
+    job, events, result = trace.job, trace.events, trace.result
     counts = Counter(event.event for event in events)
     received = next((e for e in events if e.event == JobEvent.RECEIVED), None)
     claims = counts[JobEvent.CLAIMED]
@@ -102,7 +99,7 @@ def build_trace(
         "intent": {
             "recorded": True,
             "recorded_at": _iso(received.at if received else job.created_at),
-            "client": client_name,
+            "client": trace.client_name,
             "idempotency_key": job.idempotency_key,
         },
         "outbox": [
@@ -114,7 +111,7 @@ def build_trace(
                 "publish_attempts": row.publish_attempts,
                 "last_error": row.last_error,
             }
-            for row in outbox
+            for row in trace.outbox
         ],
         "published": counts[JobEvent.PUBLISHED],
         "deliveries": {
@@ -157,6 +154,6 @@ def build_trace(
     }
 
 
-def _failure(event: EventEntry, tracebacks: bool) -> dict[str, Any]:
+def _failure(event: JournalEntry, tracebacks: bool) -> dict[str, Any]:
     error = event.error if tracebacks else public_failure(event.error)
     return {"at": _iso(event.at), "attempt": event.attempt, "event": event.event, "error": error}

@@ -28,6 +28,7 @@ from jobrelay.core.execution import (
     Deferred,
     DeferResult,
     Finish,
+    PutBack,
     Refusal,
     Refused,
 )
@@ -178,29 +179,21 @@ class ExecutionStore:
         )
         return Refused(Refusal.DUPLICATE, job)
 
-    async def defer_unknown_type(
-        self,
-        job_id: uuid.UUID,
-        *,
-        job_type: str,
-        delay_seconds: float,
-        patience_seconds: float,
-        detail: str,
-    ) -> DeferResult:
+    async def defer_unknown_type(self, job_id: uuid.UUID, put_back: PutBack) -> DeferResult:
         """Put a due job of an unknown type back (due after ``delay_seconds``, a new outbox row,
         attempts untouched), or quarantine it once the type stayed unknown past the patience.
         Neither: say why (and journal a duplicate delivery)."""
-        name = job_type[:100]
+        name, patience = put_back.job_type[:100], put_back.patience_seconds
         row = await self.store.fetch_one(
             q.DEFER_UNKNOWN_TYPE,
             id=job_id,
-            type=job_type,
-            delay_seconds=delay_seconds,
-            patience_seconds=patience_seconds,
-            detail=detail,
+            type=put_back.job_type,
+            delay_seconds=put_back.delay_seconds,
+            patience_seconds=patience,
+            detail=put_back.detail,
             deferred_error=f"no consumer that knows job type {name!r} has received it yet",
             quarantined_error=(
-                f"job type {name!r} stayed unknown to the consumers for over {patience_seconds:g}s"
+                f"job type {name!r} stayed unknown to the consumers for over {patience:g}s"
             ),
         )
         if row is not None:
@@ -212,7 +205,7 @@ class ExecutionStore:
             if current is None:
                 return Refused(Refusal.UNKNOWN_JOB)
             job = job_from_row(current)
-            if job.type != job_type:
+            if job.type != put_back.job_type:
                 return Refused(Refusal.OTHER_TYPE, job)
             await self._record(
                 connection, job_id, JobEvent.DUPLICATE_DELIVERY, job.attempts, f"job {job.state}"

@@ -18,12 +18,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 
 import psycopg.errors
 from sqlalchemy import exc as sa_exc
 
 from jobrelay.core.errors import BrokerUnavailable
+from jobrelay.core.message import Envelope
 from jobrelay.core.states import JobState
 from jobrelay.db import queries as q
 from jobrelay.db.store import Store
@@ -36,12 +36,6 @@ LOCK_WAIT_SECONDS = 120.0
 
 class QuarantineBusy(BrokerUnavailable):
     """Another process held the quarantine queue for longer than the wait: try again."""
-
-
-@dataclass(frozen=True)
-class HealedJob:
-    job_id: uuid.UUID
-    type: str
 
 
 class QuarantineStore:
@@ -96,9 +90,10 @@ class QuarantineStore:
         cap: int,
         limit: int,
         detail: str,
-    ) -> list[HealedJob] | None:
+    ) -> list[Envelope] | None:
         """New outbox rows for the stranded jobs routed to the queues seen empty (see
-        ``queries.HEAL_LOST_MESSAGES``). None when another dispatcher is doing it right now."""
+        ``queries.HEAL_LOST_MESSAGES``): the messages to be published again. None when another
+        dispatcher is doing it right now."""
         async with self.store.transaction() as connection:
             locked = (
                 await connection.execute(q.TRY_ADVISORY_XACT_LOCK, {"key": HEAL_LOCK_KEY})
@@ -119,4 +114,4 @@ class QuarantineStore:
                     },
                 )
             ).all()
-        return [HealedJob(row.job_id, row.type) for row in rows]
+        return [Envelope(row.job_id, row.type) for row in rows]

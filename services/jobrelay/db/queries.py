@@ -83,6 +83,24 @@ def _shared_guard(transitions: tuple[Transition, ...], token: str) -> str:
 _QUARANTINE_SET = f"""state = '{JobState.QUARANTINED}', lease_token = NULL, lease_until = NULL,
             last_error = :error, finished_at = now(), updated_at = now()"""
 
+
+def _quarantine_unclaimed(code: str, condition: str) -> str:
+    """Quarantine job ``:id`` with ``code`` (no attempt of its own: the journal entry carries
+    the attempts so far) when ``condition`` holds; returns its id."""
+    return f"""
+    WITH q AS (
+        UPDATE jobs
+        SET {_QUARANTINE_SET}, last_error_code = '{code}'
+        WHERE id = :id AND {condition}
+        RETURNING id, attempts
+    ), event AS (
+        INSERT INTO job_events (job_id, event, attempt, detail)
+        SELECT id, 'quarantined', attempts, '{code}' FROM q
+    )
+    SELECT id FROM q
+    """
+
+
 PING: TextClause = text("SELECT 1 AS ok")
 
 # --- clients --------------------------------------------------------------------------------
@@ -465,18 +483,7 @@ CLAIM_JOBS: TextClause = text(
 
 # A job that cannot be claimed because it has no attempts left is quarantined here.
 QUARANTINE_EXHAUSTED: TextClause = text(
-    f"""
-    WITH q AS (
-        UPDATE jobs
-        SET {_QUARANTINE_SET}, last_error_code = 'attempts_exhausted'
-        WHERE id = :id AND attempts >= max_attempts AND {_guard(EXHAUST)}
-        RETURNING id, attempts
-    ), event AS (
-        INSERT INTO job_events (job_id, event, attempt, detail)
-        SELECT id, 'quarantined', attempts, 'attempts_exhausted' FROM q
-    )
-    SELECT id FROM q
-    """
+    _quarantine_unclaimed("attempts_exhausted", f"attempts >= max_attempts AND {_guard(EXHAUST)}")
 )
 
 RECORD_EVENT: TextClause = text(
@@ -680,18 +687,7 @@ REDISPATCH_STRANDED: TextClause = text(
 # quarantined so that it shows up, and can be replayed, like any other. A job that is running
 # under a live lease, or already finished, is left alone.
 QUARANTINE_DELIVERY_LIMITED: TextClause = text(
-    f"""
-    WITH q AS (
-        UPDATE jobs
-        SET {_QUARANTINE_SET}, last_error_code = 'delivery_limit'
-        WHERE id = :id AND {_guard(DELIVERY_LIMIT)}
-        RETURNING id, attempts
-    ), event AS (
-        INSERT INTO job_events (job_id, event, attempt, detail)
-        SELECT id, 'quarantined', attempts, 'delivery_limit' FROM q
-    )
-    SELECT id FROM q
-    """
+    _quarantine_unclaimed("delivery_limit", _guard(DELIVERY_LIMIT))
 )
 
 CLIENT_NAME_OF_JOB: TextClause = text(

@@ -19,44 +19,14 @@ from sqlalchemy import Row, TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
+from jobrelay.core.clients import Client, ClientChange, ClientListing
 from jobrelay.core.fingerprint import canonical_json, request_hash_of_json
-from jobrelay.core.jobs import Job
+from jobrelay.core.jobs import Job, JournalEntry
 from jobrelay.core.states import JobState
-from jobrelay.core.trace import EventEntry, OutboxEntry, StoredResult, build_trace
+from jobrelay.core.stats import OutboxBacklog, RetryingSummary, SystemStats
+from jobrelay.core.trace import JobTrace, OutboxEntry, StoredResult
 from jobrelay.db import queries as q
 from jobrelay.db.engine import make_engine, translated_errors
-
-
-@dataclass(frozen=True)
-class Client:
-    id: uuid.UUID
-    name: str
-    is_admin: bool
-    valid_for_seconds: float | None = None
-    """Set when the caller used the previous token of a rotation: how long it still works."""
-
-
-@dataclass(frozen=True)
-class ClientListing:
-    """A client as ``jobrelay clients list`` shows it (never its token or hash)."""
-
-    id: uuid.UUID
-    name: str
-    is_admin: bool
-    created_at: datetime
-    disabled_at: datetime | None
-    previous_token_expires_at: datetime | None
-    """While a rotation's grace period runs: when the previous token stops working."""
-
-
-@dataclass(frozen=True)
-class ClientChange:
-    """What enabling, disabling or rotating a client found and did."""
-
-    id: uuid.UUID
-    changed: bool
-    disabled: bool
-    previous_token_expires_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -67,16 +37,6 @@ class AcceptResult:
 
     conflict: bool
     """True when the key was used for a different type or payload."""
-
-
-@dataclass(frozen=True)
-class JobEventRow:
-    id: int
-    at: datetime
-    event: str
-    attempt: int
-    detail: str | None
-    error: dict[str, Any] | None = None  # a failed attempt's exception (with its traceback)
 
 
 def job_from_row(row: Any) -> Job:
@@ -107,6 +67,10 @@ def job_from_row(row: Any) -> Job:
         last_error=data["last_error"],
         result=data.get("result"),
     )
+
+
+def _journal_entry(row: Any) -> JournalEntry:
+    return JournalEntry(row.at, row.event, row.attempt, row.detail, row.error)
 
 
 class Store:
@@ -236,17 +200,7 @@ class Store:
 
     async def list_clients(self) -> list[ClientListing]:
         """Every client, oldest first."""
-        return [
-            ClientListing(
-                id=row.id,
-                name=row.name,
-                is_admin=row.is_admin,
-                created_at=row.created_at,
-                disabled_at=row.disabled_at,
-                previous_token_expires_at=row.previous_token_expires_at,
-            )
-            for row in await self.fetch_all(q.LIST_CLIENTS)
-        ]
+        return [ClientListing(**row._asdict()) for row in await self.fetch_all(q.LIST_CLIENTS)]
 
     # --- accept -----------------------------------------------------------------------------
 
@@ -304,9 +258,8 @@ class Store:
         row = await self.fetch_one(q.JOB_BY_ID, id=job_id, client_id=client_id)
         return None if row is None else job_from_row(row)
 
-    async def job_events(self, job_id: uuid.UUID) -> list[JobEventRow]:
-        rows = await self.fetch_all(q.JOB_EVENTS, job_id=job_id)
-        return [JobEventRow(r.id, r.at, r.event, r.attempt, r.detail, r.error) for r in rows]
+    async def job_events(self, job_id: uuid.UUID) -> list[JournalEntry]:
+        return [_journal_entry(row) for row in await self.fetch_all(q.JOB_EVENTS, job_id=job_id)]
 
     async def list_jobs(
         self,
@@ -336,8 +289,8 @@ class Store:
 
     # --- stats ------------------------------------------------------------------------------
 
-    async def stats(self, *, never_claimed_after_seconds: float = 300.0) -> dict[str, Any]:
-        async with self.transaction() as connection:
+    async def stats(self, *, never_claimed_after_seconds: float = 300.0) -> SystemStats:
+        async with self.transaction() as connection:  # one snapshot
             by_state = (await connection.execute(q.JOBS_BY_STATE)).all()
             backlog = (await connection.execute(q.OUTBOX_BACKLOG)).one()
             expired = (await connection.execute(q.EXPIRED_LEASES)).scalar_one()
@@ -350,37 +303,25 @@ class Store:
                 )
             ).scalar_one()
             redispatched = (await connection.execute(q.REDISPATCHED_RECENTLY)).scalar_one()
-        counts = {state.value: 0 for state in JobState}
-        counts.update({row.state: row.n for row in by_state})
         oldest = backlog.oldest_due_seconds
-        return {
-            "jobs_by_state": counts,
-            "outbox": {
-                "unpublished": backlog.unpublished,
-                "due": backlog.due,
-                "oldest_due_age_seconds": float(oldest) if oldest is not None else None,
-            },
-            "expired_leases": expired,
-            "retrying": {
-                "count": retrying.n,
-                "next_due_at": retrying.next_due_at.isoformat() if retrying.next_due_at else None,
-            },
-            "quarantined_by_code": {row.code: row.n for row in quarantined},
-            "failed_by_code": {row.code: row.n for row in failed},
-            "published_never_claimed": never_claimed,
-            "published_never_claimed_after_seconds": never_claimed_after_seconds,
-            # Messages published again because they were lost (the dispatcher's self-healing
-            # and `jobs redispatch`), over the last hour.
-            "redispatched_last_hour": redispatched,
-        }
+        return SystemStats(
+            jobs_by_state={row.state: row.n for row in by_state},
+            outbox=OutboxBacklog(
+                backlog.unpublished, backlog.due, float(oldest) if oldest is not None else None
+            ),
+            expired_leases=expired,
+            retrying=RetryingSummary(retrying.n, retrying.next_due_at),
+            quarantined_by_code={row.code: row.n for row in quarantined},
+            failed_by_code={row.code: row.n for row in failed},
+            published_never_claimed=never_claimed,
+            published_never_claimed_after_seconds=never_claimed_after_seconds,
+            redispatched_last_hour=redispatched,
+        )
 
     # --- operations -------------------------------------------------------------------------
 
-    async def trace(self, job_id: uuid.UUID, *, tracebacks: bool = True) -> dict[str, Any] | None:
-        """Everything recorded about one job, summarized (``jobrelay.core.trace``).
-
-        ``tracebacks=False`` for the job's owner: failures show their class and message only.
-        """
+    async def trace(self, job_id: uuid.UUID) -> JobTrace | None:
+        """Everything recorded about one job (summarized by ``core.trace.trace_document``)."""
         async with self.transaction() as connection:  # one snapshot for a consistent story
             row = (await connection.execute(q.JOB_BY_ID, {"id": job_id, "client_id": None})).first()
             if row is None:
@@ -389,8 +330,8 @@ class Store:
             outbox = (await connection.execute(q.OUTBOX_ROWS_OF_JOB, {"job_id": job_id})).all()
             events = (await connection.execute(q.JOB_EVENTS, {"job_id": job_id})).all()
             stored = (await connection.execute(q.RESULT_OF_JOB, {"job_id": job_id})).first()
-        return build_trace(
-            job_from_row(row),
+        return JobTrace(
+            job=job_from_row(row),
             client_name=client.name if client else "?",
             outbox=[
                 OutboxEntry(
@@ -403,11 +344,10 @@ class Store:
                 )
                 for o in outbox
             ],
-            events=[EventEntry(e.at, e.event, e.attempt, e.detail, e.error) for e in events],
+            events=[_journal_entry(e) for e in events],
             result=StoredResult(stored.result, stored.attempt, stored.created_at)
             if stored
             else None,
-            tracebacks=tracebacks,
         )
 
     async def replay_job(self, job_id: uuid.UUID, *, budget: int, detail: str) -> bool:

@@ -6,6 +6,8 @@ migrated database against, so the two cannot drift apart.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -46,6 +48,23 @@ JOB_STATES = [state.value for state in JobState]
 JOB_EVENTS = [event.value for event in JobEvent]
 TERMINAL = [state.value for state in JobState if state in TERMINAL_STATES]
 
+
+def _job_reference(*, primary_key: bool = False) -> Column[Any]:
+    """``job_id``: the job a row belongs to, deleted with it."""
+    owner = ForeignKey("jobs.id", ondelete="CASCADE")
+    return Column("job_id", UUID(as_uuid=True), owner, primary_key=primary_key, nullable=False)
+
+
+def _moment(name: str) -> Column[Any]:
+    """A point in time, with its time zone; empty until it happens."""
+    return Column(name, DateTime(timezone=True))
+
+
+def _set_at_insert(name: str) -> Column[Any]:
+    """A point in time, by default the time of the transaction that inserts the row."""
+    return Column(name, DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
 clients = Table(
     "clients",
     metadata,
@@ -53,11 +72,11 @@ clients = Table(
     Column("name", Text, nullable=False, unique=True),
     Column("token_hash", Text, nullable=False, unique=True),
     Column("is_admin", Boolean, nullable=False, server_default=text("false")),
-    Column("disabled_at", DateTime(timezone=True)),
-    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    _moment("disabled_at"),
+    _set_at_insert("created_at"),
     # A rotated token keeps working until its grace period ends.
     Column("previous_token_hash", Text),
-    Column("previous_token_expires_at", DateTime(timezone=True)),
+    _moment("previous_token_expires_at"),
     CheckConstraint("char_length(name) BETWEEN 1 AND 100", name="name_length"),
     CheckConstraint(
         "(previous_token_hash IS NULL) = (previous_token_expires_at IS NULL)",
@@ -83,16 +102,16 @@ jobs = Table(
     Column("state", Text, nullable=False, server_default=text("'queued'")),
     Column("attempts", Integer, nullable=False, server_default=text("0")),
     Column("max_attempts", Integer, nullable=False),
-    Column("available_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    _set_at_insert("available_at"),
     Column("lease_token", UUID(as_uuid=True)),
-    Column("lease_until", DateTime(timezone=True)),
+    _moment("lease_until"),
     Column("last_error_code", Text),
     Column("last_error", Text),
-    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    Column("finished_at", DateTime(timezone=True)),
+    _set_at_insert("created_at"),
+    _set_at_insert("updated_at"),
+    _moment("finished_at"),
     # When a consumer first met this job's type without knowing it (cleared by a claim).
-    Column("type_unknown_since", DateTime(timezone=True)),
+    _moment("type_unknown_since"),
     UniqueConstraint("client_id", "idempotency_key"),
     CheckConstraint(_in_list("state", JOB_STATES), name="state_known"),
     CheckConstraint(
@@ -121,19 +140,15 @@ jobs = Table(
     ),
 )
 
+
 outbox = Table(
     "outbox",
     metadata,
     Column("id", BigInteger, primary_key=True, autoincrement=True),
-    Column(
-        "job_id",
-        UUID(as_uuid=True),
-        ForeignKey("jobs.id", ondelete="CASCADE"),
-        nullable=False,
-    ),
-    Column("available_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    Column("published_at", DateTime(timezone=True)),
+    _job_reference(),
+    _set_at_insert("available_at"),
+    _set_at_insert("created_at"),
+    _moment("published_at"),
     Column("publish_attempts", Integer, nullable=False, server_default=text("0")),
     Column("last_error", Text),
     # The relay's hot path: due, unpublished rows, oldest first.
@@ -154,28 +169,18 @@ outbox = Table(
 job_results = Table(
     "job_results",
     metadata,
-    Column(
-        "job_id",
-        UUID(as_uuid=True),
-        ForeignKey("jobs.id", ondelete="CASCADE"),
-        primary_key=True,
-    ),
+    _job_reference(primary_key=True),
     Column("result", JSONB, nullable=False),
     Column("attempt", Integer, nullable=False),
-    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    _set_at_insert("created_at"),
 )
 
 job_events = Table(
     "job_events",
     metadata,
     Column("id", BigInteger, primary_key=True, autoincrement=True),
-    Column(
-        "job_id",
-        UUID(as_uuid=True),
-        ForeignKey("jobs.id", ondelete="CASCADE"),
-        nullable=False,
-    ),
-    Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    _job_reference(),
+    _set_at_insert("at"),
     Column("event", Text, nullable=False),
     Column("attempt", Integer, nullable=False, server_default=text("0")),
     Column("detail", Text),

@@ -19,6 +19,7 @@ from jobrelay.api.deps import (
 from jobrelay.api.openapi import problem_responses
 from jobrelay.api.schemas import QuarantineReport, ReconcileView, ReplayView, StatsView, TraceView
 from jobrelay.core.errors import JobNotFound, NotReplayable
+from jobrelay.core.trace import trace_document
 
 router = APIRouter(route_class=openapi.JsonBodyRoute)
 
@@ -30,7 +31,7 @@ router = APIRouter(route_class=openapi.JsonBodyRoute)
     summary="Jobs by state, outbox backlog, expired leases, quarantine by reason",
 )
 async def admin_stats(admin: AdminDep, store: StoreDep) -> dict[str, Any]:
-    return await store.stats()
+    return (await store.stats()).as_document()
 
 
 @router.get(
@@ -84,4 +85,4 @@ async def admin_trace(job_id: uuid.UUID, admin: AdminDep, store: StoreDep) -> di
     trace = await store.trace(job_id)
     if trace is None:
         raise JobNotFound()
-    return trace
+    return trace_document(trace)

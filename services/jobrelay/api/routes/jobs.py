@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
 import uuid
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
@@ -17,6 +14,8 @@ from jobrelay.api.deps import (
     NO_NUL,
     OWN_JOB_PROBLEMS,
     ClientDep,
+    OwnJobDep,
+    PageDep,
     StoreDep,
 )
 from jobrelay.api.metrics import ApiMetrics
@@ -33,40 +32,20 @@ from jobrelay.api.schemas import (
 from jobrelay.core.errors import (
     IdempotencyConflict,
     IdempotencyKeyInvalid,
-    InvalidCursor,
     JobNotFound,
     NotCancellable,
 )
-from jobrelay.core.jobs import Job, is_valid_idempotency_key
+from jobrelay.core.jobs import is_valid_idempotency_key
 from jobrelay.core.registry import Registry
 from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobState
-from jobrelay.db.store import Client, Store
+from jobrelay.core.trace import trace_document
+from jobrelay.db.store import Store
 
 log = logging.getLogger("jobrelay.api")
 
 # A route that reads a JSON body answers 415 to any other body (api/openapi.py).
 router = APIRouter(route_class=openapi.JsonBodyRoute)
-
-
-async def _own_job(store: Store, job_id: uuid.UUID, client: Client) -> Job:
-    """The caller's job; another client's job is as unknown as a missing one (404, not 403)."""
-    job = await store.get_job(job_id, client_id=client.id)
-    if job is None:
-        raise JobNotFound()
-    return job
-
-
-def _encode_cursor(created_at: datetime, job_id: uuid.UUID) -> str:
-    return base64.urlsafe_b64encode(f"{created_at.isoformat()}|{job_id}".encode()).decode()
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
-    try:
-        created_at, _, job_id = base64.urlsafe_b64decode(cursor.encode()).decode().partition("|")
-        return datetime.fromisoformat(created_at), uuid.UUID(job_id)
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise InvalidCursor() from None
 
 
 @router.post(
@@ -155,21 +134,18 @@ async def submit_job(
 async def list_jobs(
     client: ClientDep,
     store: StoreDep,
+    page: PageDep,
     state: JobState | None = None,
     type: Annotated[str | None, Query(max_length=200, pattern=NO_NUL)] = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=200, pattern=NO_NUL)] = None,
 ) -> JobPage:
-    after = _decode_cursor(cursor) if cursor else None
     jobs = await store.list_jobs(
         client_id=client.id,
         state=state.value if state else None,
         job_type=type,
-        limit=limit,
-        after=after,
+        limit=page.limit,
+        after=page.after,
     )
-    next_cursor = _encode_cursor(jobs[-1].created_at, jobs[-1].id) if len(jobs) == limit else None
-    return JobPage(items=[JobView.of(job) for job in jobs], next_cursor=next_cursor)
+    return JobPage(items=[JobView.of(job) for job in jobs], next_cursor=page.next_cursor(jobs))
 
 
 @router.get(
@@ -178,8 +154,8 @@ async def list_jobs(
     responses=OWN_JOB_PROBLEMS,
     summary="One of your jobs, with its result once succeeded",
 )
-async def get_job(job_id: uuid.UUID, client: ClientDep, store: StoreDep) -> JobView:
-    return JobView.of(await _own_job(store, job_id, client))
+async def get_job(job: OwnJobDep) -> JobView:
+    return JobView.of(job)
 
 
 @router.get(
@@ -188,11 +164,10 @@ async def get_job(job_id: uuid.UUID, client: ClientDep, store: StoreDep) -> JobV
     responses=OWN_JOB_PROBLEMS,
     summary="The job's transition journal",
 )
-async def job_events(job_id: uuid.UUID, client: ClientDep, store: StoreDep) -> EventList:
-    await _own_job(store, job_id, client)
-    events = await store.job_events(job_id)
+async def job_events(job: OwnJobDep, store: StoreDep) -> EventList:
+    events = await store.job_events(job.id)
     return EventList(
-        job_id=job_id,
+        job_id=job.id,
         events=[
             EventView(at=e.at, event=e.event, attempt=e.attempt, detail=e.detail) for e in events
         ],
@@ -205,13 +180,12 @@ async def job_events(job_id: uuid.UUID, client: ClientDep, store: StoreDep) -> E
     responses=OWN_JOB_PROBLEMS,
     summary="What happened to your job: intent, publishing, deliveries, attempts, result",
 )
-async def job_trace(job_id: uuid.UUID, client: ClientDep, store: StoreDep) -> dict[str, Any]:
-    await _own_job(store, job_id, client)
+async def job_trace(job: OwnJobDep, store: StoreDep) -> dict[str, Any]:
     # The owner sees a failure's class and message; tracebacks are for operators.
-    trace = await store.trace(job_id, tracebacks=False)
+    trace = await store.trace(job.id)
     if trace is None:
         raise JobNotFound()
-    return trace
+    return trace_document(trace, tracebacks=False)
 
 
 @router.post(

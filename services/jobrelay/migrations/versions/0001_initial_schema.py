@@ -11,32 +11,12 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 
+from jobrelay.migrations.history import EVENTS_0001, STATES_0001, TERMINAL_STATES_0001, in_list
+
 revision: str = "0001"
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-# A frozen copy of the lists as they were at this revision: later edits to the code must come
-# with a new migration, not silently change this one.
-JOB_STATES = ("queued", "running", "retrying", "succeeded", "quarantined", "cancelled")
-JOB_EVENTS = (
-    "received",
-    "published",
-    "claimed",
-    "duplicate_delivery",
-    "lease_renewed",
-    "lease_expired",
-    "stale_completion_rejected",
-    "retry_scheduled",
-    "succeeded",
-    "quarantined",
-    "replayed",
-    "cancelled",
-)
-
-
-def _in_list(column: str, values: Sequence[str]) -> str:
-    return f"{column} IN ({', '.join(repr(value) for value in values)})"
 
 
 def _now() -> sa.TextClause:
@@ -78,7 +58,7 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), server_default=_now(), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), server_default=_now(), nullable=False),
         sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
-        sa.CheckConstraint(_in_list("state", JOB_STATES), name="ck_jobs_state_known"),
+        sa.CheckConstraint(in_list("state", STATES_0001), name="ck_jobs_state_known"),
         sa.CheckConstraint(
             "(state = 'running') = (lease_token IS NOT NULL AND lease_until IS NOT NULL)",
             name="ck_jobs_lease_iff_running",
@@ -95,8 +75,7 @@ def upgrade() -> None:
             name="ck_jobs_idempotency_key_length",
         ),
         sa.CheckConstraint(
-            f"({_in_list('state', ('succeeded', 'quarantined', 'cancelled'))})"
-            " = (finished_at IS NOT NULL)",
+            f"({in_list('state', TERMINAL_STATES_0001)}) = (finished_at IS NOT NULL)",
             name="ck_jobs_finished_iff_terminal",
         ),
         sa.ForeignKeyConstraint(["client_id"], ["clients.id"], name="fk_jobs_client_id_clients"),
@@ -164,7 +143,7 @@ def upgrade() -> None:
         sa.Column("event", sa.Text(), nullable=False),
         sa.Column("attempt", sa.Integer(), server_default=sa.text("0"), nullable=False),
         sa.Column("detail", sa.Text(), nullable=True),
-        sa.CheckConstraint(_in_list("event", JOB_EVENTS), name="ck_job_events_event_known"),
+        sa.CheckConstraint(in_list("event", EVENTS_0001), name="ck_job_events_event_known"),
         sa.ForeignKeyConstraint(
             ["job_id"], ["jobs.id"], name="fk_job_events_job_id_jobs", ondelete="CASCADE"
         ),

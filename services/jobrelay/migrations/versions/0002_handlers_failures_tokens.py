@@ -23,37 +23,19 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
+from jobrelay.migrations.history import EVENTS_0001, EVENTS_0002, in_list
+
 revision: str = "0002"
 down_revision: str | None = "0001"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-EVENTS_0001 = (
-    "received",
-    "published",
-    "claimed",
-    "duplicate_delivery",
-    "lease_renewed",
-    "lease_expired",
-    "stale_completion_rejected",
-    "retry_scheduled",
-    "succeeded",
-    "quarantined",
-    "replayed",
-    "cancelled",
-)
-EVENTS_0002 = (*EVENTS_0001, "deferred", "redispatched")
-
-
-def _in_list(column: str, values: Sequence[str]) -> str:
-    return f"{column} IN ({', '.join(repr(value) for value in values)})"
 
 
 def _swap_event_check(values: Sequence[str]) -> None:
     op.execute("ALTER TABLE job_events DROP CONSTRAINT ck_job_events_ck_job_events_event_known")
     op.execute(
         "ALTER TABLE job_events ADD CONSTRAINT ck_job_events_ck_job_events_event_known "
-        f"CHECK ({_in_list('event', values)}) NOT VALID"
+        f"CHECK ({in_list('event', values)}) NOT VALID"
     )
     op.execute("ALTER TABLE job_events VALIDATE CONSTRAINT ck_job_events_ck_job_events_event_known")
 

@@ -1,0 +1,62 @@
+"""What ``jobrelay stats`` and ``GET /v1/admin/stats`` report: the system at one instant.
+
+The store reads a ``SystemStats`` in one snapshot; ``as_document`` is the shape both the API and
+the CLI's ``--json`` show.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from jobrelay.core.states import JobState
+
+
+@dataclass(frozen=True)
+class OutboxBacklog:
+    unpublished: int
+    due: int
+    oldest_due_age_seconds: float | None
+
+
+@dataclass(frozen=True)
+class RetryingSummary:
+    count: int
+    next_due_at: datetime | None
+
+
+@dataclass(frozen=True)
+class SystemStats:
+    jobs_by_state: dict[str, int]  # states without jobs may be absent
+    outbox: OutboxBacklog
+    expired_leases: int  # running jobs whose lease has expired
+    retrying: RetryingSummary
+    quarantined_by_code: dict[str, int]
+    failed_by_code: dict[str, int]
+    published_never_claimed: int
+    published_never_claimed_after_seconds: float
+    # Messages published again because they were lost (the dispatcher's self-healing and
+    # `jobs redispatch`), over the last hour.
+    redispatched_last_hour: int
+
+    def as_document(self) -> dict[str, Any]:
+        next_due = self.retrying.next_due_at
+        return {
+            "jobs_by_state": {state.value: 0 for state in JobState} | self.jobs_by_state,
+            "outbox": {
+                "unpublished": self.outbox.unpublished,
+                "due": self.outbox.due,
+                "oldest_due_age_seconds": self.outbox.oldest_due_age_seconds,
+            },
+            "expired_leases": self.expired_leases,
+            "retrying": {
+                "count": self.retrying.count,
+                "next_due_at": next_due.isoformat() if next_due else None,
+            },
+            "quarantined_by_code": self.quarantined_by_code,
+            "failed_by_code": self.failed_by_code,
+            "published_never_claimed": self.published_never_claimed,
+            "published_never_claimed_after_seconds": self.published_never_claimed_after_seconds,
+            "redispatched_last_hour": self.redispatched_last_hour,
+        }

@@ -1,0 +1,30 @@
+"""Frozen copies of the lists the migrations write into CHECK constraints, as each revision
+left them. Later edits to the code's lists (``core/states.py``) must come with a new revision
+and a new entry here; an entry is never changed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+STATES_0001 = ("queued", "running", "retrying", "succeeded", "quarantined", "cancelled")
+TERMINAL_STATES_0001 = ("succeeded", "quarantined", "cancelled")
+EVENTS_0001 = (
+    "received",
+    "published",
+    "claimed",
+    "duplicate_delivery",
+    "lease_renewed",
+    "lease_expired",
+    "stale_completion_rejected",
+    "retry_scheduled",
+    "succeeded",
+    "quarantined",
+    "replayed",
+    "cancelled",
+)
+EVENTS_0002 = (*EVENTS_0001, "deferred", "redispatched")
+
+
+def in_list(column: str, values: Sequence[str]) -> str:
+    """``column IN ('a', 'b')``: the text of a CHECK constraint."""
+    return f"{column} IN ({', '.join(repr(value) for value in values)})"

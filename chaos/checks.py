@@ -25,9 +25,10 @@ from typing import Any
 import aio_pika
 import psycopg
 
-from chaos.system import libpq_url, management
 from chaos.workload import Kind, Ledger
+from jobrelay.db.engine import libpq_url
 from jobrelay.db.quarantine_store import QUARANTINE_LOCK_KEY
+from tests.support.servers import management_request
 
 TERMINAL = ("succeeded", "quarantined", "cancelled")
 QUARANTINE_QUEUE = "jobrelay.quarantine"
@@ -106,7 +107,7 @@ def work_queue_depths(api_url: str, vhost: str) -> dict[str, int]:
     """Messages (ready + unacknowledged) per work queue, from the management API (its figures
     lag by a few seconds: ask until they settle)."""
     quoted = urllib.parse.quote(vhost, safe="")
-    queues = management(api_url, "GET", f"/api/queues/{quoted}") or []
+    queues = management_request(api_url, "GET", f"/api/queues/{quoted}") or []
     return {
         queue["name"]: int(queue.get("messages", 0) or 0)  # ready + unacknowledged
         for queue in queues

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from chaos.proxy import Mode, Proxy
-from chaos.system import Service, servers_script
+from chaos.system import Service
+from tests.support.servers import servers_script
 
 
 class Fault(StrEnum):

@@ -8,7 +8,6 @@ import contextlib
 import json
 import random
 import shutil
-import socket
 import sys
 import time
 from collections import Counter
@@ -18,22 +17,21 @@ from pathlib import Path
 from chaos import checks, faults
 from chaos.proxy import Proxy
 from chaos.system import (
-    ROOT,
     Scratch,
-    Servers,
     Service,
-    cli,
+    find_or_start_servers,
     host_port,
     run_name,
-    service_env,
-    wait_http,
     with_netloc,
 )
 from chaos.workload import Kind, Ledger, Submitter, plan
+from tests.support.processes import ROOT, answers, free_port, jobrelay_env, run_cli, wait_for
+from tests.support.servers import Servers
 
 LEASE_SECONDS = 3.0
 SHOWN_PER_KIND = 10
 TRACED = 5
+CLI_TIMEOUT = 120.0  # `jobrelay migrate` and friends, on a machine busy with the services
 
 
 @dataclass(frozen=True)
@@ -66,12 +64,6 @@ def say(message: str) -> None:
     print(f"chaos: {message}", file=sys.stderr, flush=True)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 class Run:
     def __init__(self, options: Options, servers: Servers) -> None:
         self.options = options
@@ -96,9 +88,9 @@ class Run:
         self.results_dir.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         self.scratch = scratch = Scratch.create(self.servers, self.name)
-        direct = service_env({"JOBRELAY_DATABASE_URL": scratch.database_url})
+        direct = jobrelay_env({"JOBRELAY_DATABASE_URL": scratch.database_url})
         for args in (["migrate"], ["clients", "create", "chaos", "--json"]):
-            done = cli(direct, *args)
+            done = run_cli(direct, *args, timeout=CLI_TIMEOUT)
             if done.returncode != 0:
                 raise RuntimeError(f"`services {' '.join(args)}` failed: {done.stderr.strip()}")
         token = str(json.loads(done.stdout)["token"])
@@ -108,7 +100,7 @@ class Run:
         }
         ports = {name: proxy.start() for name, proxy in self.proxies.items()}
         api_port = free_port()
-        env = service_env(
+        env = jobrelay_env(
             {
                 "JOBRELAY_DATABASE_URL": with_netloc(
                     scratch.database_url, "127.0.0.1", ports["db"]
@@ -143,7 +135,8 @@ class Run:
         for service in self.services:
             service.start()
         api_url = f"http://127.0.0.1:{api_port}"
-        wait_http(f"{api_url}/healthz")
+        healthz = f"{api_url}/healthz"
+        wait_for(lambda: answers(healthz), timeout=60, interval=0.2, what=healthz)
         return api_url, token
 
     def tear_down(self, keep_scratch: bool) -> None:
@@ -338,14 +331,14 @@ class Run:
             if len(items) > SHOWN_PER_KIND:
                 say(f"VIOLATION {kind}: ... and {len(items) - SHOWN_PER_KIND} more")
         assert self.scratch is not None
-        direct = service_env({"JOBRELAY_DATABASE_URL": self.scratch.database_url})
+        direct = jobrelay_env({"JOBRELAY_DATABASE_URL": self.scratch.database_url})
         for job_id in verdict.suspects[:TRACED]:
-            done = cli(direct, "jobs", "trace", job_id, "--json")
+            done = run_cli(direct, "jobs", "trace", job_id, "--json", timeout=CLI_TIMEOUT)
             say(f"trace of {job_id}:\n{done.stdout or done.stderr}")
 
 
 async def run(options: Options) -> int:
-    servers = Servers.find_or_start()
+    servers = find_or_start_servers()
     chaos = Run(options, servers)
     say(f"seed={options.seed} profile={options.profile.name} workdir={chaos.workdir}")
     ok = False
@@ -383,4 +376,4 @@ async def run(options: Options) -> int:
         chaos.tear_down(keep_scratch=options.keep or not ok)
         if ok and not options.keep and options.workdir is None:
             shutil.rmtree(chaos.workdir, ignore_errors=True)
-        servers.stop_if_started_here()
+        servers.close()  # stops the servers only if they were started for this run

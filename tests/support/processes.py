@@ -9,23 +9,44 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 from jobrelay.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def service_env(settings: Settings, **extra: str) -> dict[str, str]:
-    """The process environment that carries ``settings`` as JOBRELAY_* variables."""
+def jobrelay_env(values: Mapping[str, str]) -> dict[str, str]:
+    """This process's environment with ``values`` as its only JOBRELAY_* variables (none of ours
+    leaks into a service), and the repository on PYTHONPATH (handlers of the test suite)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRELAY_")}
-    for name, value in settings.model_dump().items():
-        env[f"JOBRELAY_{name.upper()}"] = str(value)
-    env.update(extra)
+    env.update(values)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     return env
+
+
+def service_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The process environment that carries ``settings`` as JOBRELAY_* variables."""
+    values = {f"JOBRELAY_{k.upper()}": str(v) for k, v in settings.model_dump().items()}
+    return jobrelay_env(values | extra)
+
+
+def spawn(
+    args: list[str], env: dict[str, str], log: IO[bytes], *, cwd: Path = ROOT
+) -> subprocess.Popen[bytes]:
+    """``jobrelay ARGS`` with its output in ``log``. Its own session: a Ctrl-C meant for the
+    test run does not reach it, and its fate is decided by the caller's signals alone."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "jobrelay", *args],
+        env=env,
+        cwd=cwd,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 class Service:
@@ -35,14 +56,7 @@ class Service:
         self.args = args
         self.log_path = log_path
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "jobrelay", *args],
-            env=env,
-            cwd=cwd,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        self.process = spawn(args, env, self._log, cwd=cwd)
 
     @property
     def pid(self) -> int:

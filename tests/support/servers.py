@@ -18,17 +18,23 @@ for want of a server.
 from __future__ import annotations
 
 import atexit
+import base64
 import contextlib
+import dataclasses
+import importlib
 import json
 import os
 import secrets
 import socket
+import sys
 import time
 import urllib.parse
 import urllib.request
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 HOW_TO_START = (
@@ -70,6 +76,33 @@ def from_environment() -> Servers | None:
     if not (database and amqp and api):
         return None
     return Servers(database, amqp, api, os.environ.get("JOBRELAY_SERVERS_DIR"))
+
+
+# --- scripts/servers.py -------------------------------------------------------------------------
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+def servers_script() -> ModuleType:
+    """The package behind ``scripts/servers.py`` (``scripts/localservers``): ``up``, ``down``
+    and the fault helpers (``pg_restart``, ``rabbitmqctl``, ...) of its servers."""
+    if str(SCRIPTS) not in sys.path:  # scripts/ is a folder of tools, not a package
+        sys.path.append(str(SCRIPTS))
+    return importlib.import_module("localservers")
+
+
+def from_servers_script() -> Servers:
+    """Servers started here by ``scripts/servers.py up``, stopped by ``close()`` (their data is
+    kept, as ``down`` keeps it). Their variables go into ``os.environ``, so that every process
+    started from here on finds them."""
+    script = servers_script()
+    os.environ.update(script.up())
+    started = from_environment()
+    assert started is not None, "scripts/servers.py up exported no URLs"
+    return dataclasses.replace(started, on_close=(script.down,))
+
+
+# --- discovery ----------------------------------------------------------------------------------
 
 
 def docker_answers() -> bool:
@@ -284,12 +317,13 @@ class ContainerFaults:
 
 
 def management_request(api_url: str, method: str, path: str, body: Any = None) -> Any:
+    """One call of the RabbitMQ management HTTP API, as the user of ``api_url`` (guest if it
+    names none); ``path`` is relative to the API's base, which may have a path of its own."""
     parts = urllib.parse.urlsplit(api_url)
-    base = f"{parts.scheme}://{parts.hostname}:{parts.port}"
+    base = f"{parts.scheme}://{parts.hostname}:{parts.port}{parts.path.rstrip('/')}"
     request = urllib.request.Request(base + path, method=method)
-    user, password = parts.username or "guest", parts.password or "guest"
-    import base64
-
+    user = urllib.parse.unquote(parts.username or "guest")
+    password = urllib.parse.unquote(parts.password or "guest")
     credentials = base64.b64encode(f"{user}:{password}".encode()).decode()
     request.add_header("Authorization", f"Basic {credentials}")
     data = None

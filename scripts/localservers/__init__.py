@@ -1,0 +1,19 @@
+"""Throwaway PostgreSQL + RabbitMQ servers under one project-local directory.
+
+``scripts/servers.py`` is the entry point and documents the commands; this package holds the
+code, by server: ``common`` (layout, state file, ports, processes), ``postgres``, ``rabbitmq``,
+``lifecycle`` (both together, the exported environment) and ``cli``. Stdlib only.
+"""
+
+# The importable API (explicit re-exports): what scripts/servers.py offers when loaded by path.
+from .cli import main as main
+from .common import ServerError as ServerError
+from .lifecycle import down as down
+from .lifecycle import read_env as read_env
+from .lifecycle import status as status
+from .lifecycle import up as up
+from .postgres import pg_restart as pg_restart
+from .postgres import pg_start as pg_start
+from .postgres import pg_stop as pg_stop
+from .rabbitmq import rabbit_restart_app as rabbit_restart_app
+from .rabbitmq import rabbitmqctl as rabbitmqctl

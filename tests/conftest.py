@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -74,6 +74,30 @@ def settings(database_url: str, tmp_path: Any) -> Settings:
         results_dir=tmp_path / "results",
         poll_interval_seconds=0.2,
     )
+
+
+# The one set of fast timings for tests that run consumers, dispatchers or whole systems: leases
+# expire, retries come due and shutdowns end within seconds.
+FAST_TIMINGS: dict[str, Any] = {
+    "lease_seconds": 2.0,
+    "retry_base_seconds": 0.2,
+    "retry_max_seconds": 1.0,
+    "poll_interval_seconds": 0.2,
+    "shutdown_grace_seconds": 5.0,
+}
+
+MakeSettings = Callable[..., Settings]
+
+
+@pytest.fixture
+def make_settings(settings: Settings, amqp_url: str) -> MakeSettings:
+    """``make_settings(**overrides)``: the test's settings on its own RabbitMQ vhost, with the
+    fast timings; a test that needs other values names them as keyword arguments."""
+
+    def make(**overrides: Any) -> Settings:
+        return settings.model_copy(update={"amqp_url": amqp_url, **FAST_TIMINGS, **overrides})
+
+    return make
 
 
 @pytest.fixture

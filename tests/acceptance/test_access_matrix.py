@@ -9,15 +9,17 @@ client's. A refused call changes nothing. A route missing from the table fails t
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 
 from jobrelay.api.app import create_app
 from jobrelay.core.settings import Settings
+from jobrelay.core.states import JobState
 from jobrelay.db.store import Store
-from tests.conftest import auth
-from tests.support.consumer_kit import scalar
+from tests.conftest import MakeSettings, api_client, auth
+from tests.support.factories import job_row, set_job
 
 ROLES = ("none", "wrong", "client", "other", "admin")
 SUBMIT = {"type": "demo.sleep", "payload": {"seconds": 0}}
@@ -47,9 +49,11 @@ MATRIX: list[tuple[str, str, tuple[int, ...]]] = [
 
 
 @pytest.fixture
-def settings(settings: Settings, amqp_url: str) -> Settings:
-    """A reachable broker: /readyz and the quarantine report answer 200 when allowed."""
-    return settings.model_copy(update={"amqp_url": amqp_url})
+async def api(make_settings: MakeSettings, store: Store) -> AsyncIterator[httpx.AsyncClient]:
+    """The API with a reachable broker: /readyz and the quarantine report answer 200 when
+    allowed."""
+    async with api_client(make_settings(), store) as client:
+        yield client
 
 
 def headers_for(role: str, tokens: dict[str, str]) -> dict[str, str]:
@@ -65,13 +69,7 @@ async def new_job(api: httpx.AsyncClient, token: str, *, quarantined: bool, stor
     assert response.status_code == 202, response.text
     job_id = response.json()["id"]
     if quarantined:
-        await scalar(
-            store,
-            "UPDATE jobs SET state = 'quarantined', attempts = 1, finished_at = now(), "
-            "last_error_code = 'permanent_error', last_error = 'test' WHERE id = :id "
-            "RETURNING id",
-            id=job_id,
-        )
+        await set_job(store, job_id, state=JobState.QUARANTINED)
     return str(job_id)
 
 
@@ -85,7 +83,7 @@ async def call(
 
 
 async def job_state(store: Store, job_id: str) -> str:
-    return str(await scalar(store, "SELECT state FROM jobs WHERE id = :id", id=job_id))
+    return str((await job_row(store, job_id)).state)
 
 
 @pytest.mark.parametrize(

@@ -35,26 +35,9 @@ def test_a_user_creates_a_client_submits_a_job_and_reads_it_back(
     token = json.loads(created.stdout)["token"]
     env = env | {"JOBRELAY_TOKEN": token}
 
-    first = cli(
-        env,
-        "submit",
-        "catalog.export",
-        "--payload",
-        '{"course": "JavaScript"}',
-        "--key",
-        "export-js",
-        "--json",
-    )
-    again = cli(
-        env,
-        "submit",
-        "catalog.export",
-        "--payload",
-        '{"course": "JavaScript"}',
-        "--key",
-        "export-js",
-        "--json",
-    )
+    submit = ["submit", "catalog.export", "--payload", '{"course": "JavaScript"}', "--key"]
+    first = cli(env, *submit, "export-js", "--json")
+    again = cli(env, *submit, "export-js", "--json")
     conflict = cli(
         env, "submit", "catalog.export", "--payload", '{"course": "Markdown"}', "--key", "export-js"
     )

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from jobrelay.core.settings import Settings
+from tests.conftest import MakeSettings
 from tests.support.processes import (
     ROOT,
     answers,
@@ -31,7 +32,6 @@ from tests.support.processes import (
     service_env,
     wait_for,
 )
-from tests.support.system import fast_settings
 
 COMPOSE = ROOT / "compose.yaml"
 DOCKERFILE = ROOT / "Dockerfile"
@@ -166,10 +166,10 @@ def http(method: str, url: str, body: Any = None, headers: dict[str, str] | None
 
 
 def test_every_compose_service_runs_locally_and_a_job_goes_through(
-    compose: dict[str, Any], settings: Settings, amqp_url: str, tmp_path: Path
+    compose: dict[str, Any], make_settings: MakeSettings, tmp_path: Path
 ) -> None:
     services = compose["services"]
-    system = fast_settings(settings, amqp_url)
+    system = make_settings()
 
     migrate = services["migrate"]
     result = run_cli(

@@ -14,18 +14,18 @@ import httpx
 
 from jobrelay.core.settings import Settings
 from jobrelay.db.store import Store
-from tests.conftest import auth, make_client
+from tests.conftest import MakeSettings, auth, make_client
 from tests.support.processes import ROOT, answers, run_cli, running, service_env
-from tests.support.system import eventually, fast_settings, free_port
+from tests.support.system import eventually, free_port
 
 EXAMPLE = ROOT / "examples" / "shop"
 TERMINAL = {"succeeded", "quarantined", "cancelled"}
 
 
 async def test_the_shop_example_runs_its_own_job_types_through_the_real_system(
-    settings: Settings, store: Store, amqp_url: str, tmp_path: Path
+    make_settings: MakeSettings, store: Store, tmp_path: Path
 ) -> None:
-    cfg = fast_settings(settings, amqp_url, handlers="shop.jobs:registry", api_workers=2)
+    cfg = make_settings(handlers="shop.jobs:registry", api_workers=2)
     token = await make_client(store, "shop")
     port = free_port()
     env = service_env(cfg, JOBRELAY_API_PORT=str(port))

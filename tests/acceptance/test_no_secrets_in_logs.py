@@ -22,11 +22,11 @@ from jobrelay.core.errors import StoreUnavailable
 from jobrelay.core.settings import Settings
 from jobrelay.db.engine import libpq_url
 from jobrelay.db.store import Store
-from tests.conftest import auth, make_client
+from tests.conftest import MakeSettings, auth, make_client
 from tests.support import faults
 from tests.support.processes import running, service_env
 from tests.support.servers import Servers, management_request
-from tests.support.system import eventually, fast_settings, free_port, running_system
+from tests.support.system import eventually, free_port, running_system
 
 DB_PASSWORD = "pg-SENTINEL-4f9c1d"
 AMQP_PASSWORD = "mq-SENTINEL-8b2e7a"
@@ -35,7 +35,7 @@ PAYLOAD = "payload-SENTINEL-c3d5e9"
 
 @pytest.fixture
 def sentinel_settings(
-    settings: Settings, servers: Servers, amqp_url: str, database_url: str
+    make_settings: MakeSettings, servers: Servers, amqp_url: str, database_url: str
 ) -> Settings:
     role = f"sentinel_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(libpq_url(servers.database_url), autocommit=True) as connection:
@@ -55,9 +55,8 @@ def sentinel_settings(
     )
     db = urllib.parse.urlsplit(database_url)
     amqp = urllib.parse.urlsplit(amqp_url)
-    return fast_settings(
-        settings,
-        f"amqp://{role}:{AMQP_PASSWORD}@{amqp.hostname}:{amqp.port}{amqp.path}",
+    return make_settings(
+        amqp_url=f"amqp://{role}:{AMQP_PASSWORD}@{amqp.hostname}:{amqp.port}{amqp.path}",
         database_url=f"postgresql+psycopg://{role}:{DB_PASSWORD}@{db.hostname}:{db.port}{db.path}",
         log_level="DEBUG",
     )

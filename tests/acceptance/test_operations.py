@@ -13,24 +13,18 @@ import httpx
 import pytest
 
 from jobrelay.core.message import Envelope
-from jobrelay.core.settings import Settings
-from jobrelay.core.topology import DEFAULT_QUEUE, JOBS_EXCHANGE
+from jobrelay.core.topology import DEFAULT_QUEUE, JOBS_EXCHANGE, QUARANTINE_QUEUE
 from jobrelay.db.store import Store
-from tests.conftest import api_client, auth
+from tests.conftest import MakeSettings, api_client, auth
+from tests.support.queues import depth_is, queue_depth
 from tests.support.system import (
     cli,
     cli_json,
     eventually,
-    fast_settings,
-    message_count,
+    return_until_dead_lettered,
     running_system,
+    submit_job,
 )
-
-
-async def submit(api: httpx.AsyncClient, token: str, body: dict[str, object]) -> str:
-    response = await api.post("/v1/jobs", json=body, headers=auth(token, uuid.uuid4().hex))
-    assert response.status_code == 202, response.text
-    return str(response.json()["id"])
 
 
 async def state_of(store: Store, job_id: str) -> str | None:
@@ -59,17 +53,16 @@ async def test_the_trace_of_a_job_delivered_twice_retried_once_and_succeeded_tel
     api: httpx.AsyncClient,
     alice: str,
     store: Store,
-    settings: Settings,
-    amqp_url: str,
+    make_settings: MakeSettings,
     tmp_path: Path,
 ) -> None:
-    system = fast_settings(settings, amqp_url)
+    system = make_settings()
     with running_system(system, tmp_path):
-        job_id = await submit(
+        job_id = await submit_job(
             api, alice, {"type": "demo.fail", "payload": {"mode": "transient", "times": 1}}
         )
         await eventually(lambda: _is(store, job_id, "succeeded"), what="success")
-        await publish_duplicate(amqp_url, job_id, "demo.fail")
+        await publish_duplicate(system.amqp_url, job_id, "demo.fail")
         await eventually(
             lambda: _has_event(store, job_id, "duplicate_delivery"), what="the duplicate delivery"
         )
@@ -102,17 +95,18 @@ async def test_a_poison_job_is_quarantined_listed_and_replayed_to_success(
     alice: str,
     admin: str,
     store: Store,
-    settings: Settings,
-    amqp_url: str,
+    make_settings: MakeSettings,
     tmp_path: Path,
 ) -> None:
-    system = fast_settings(settings, amqp_url)
+    system = make_settings()
     with running_system(system, tmp_path):
-        job_id = await submit(
+        job_id = await submit_job(
             api, alice, {"type": "demo.fail", "payload": {"mode": "permanent", "times": 1}}
         )
         await eventually(lambda: _is(store, job_id, "quarantined"), what="quarantine")
-        await eventually(lambda: _count_is(amqp_url, 1), what="the dead-lettered message")
+        await eventually(
+            lambda: depth_is(system.amqp_url, 1, QUARANTINE_QUEUE), what="the dead-lettered message"
+        )
 
         listed = cli_json(system, "quarantine", "list")
         (entry,) = listed["jobs"]
@@ -130,7 +124,7 @@ async def test_a_poison_job_is_quarantined_listed_and_replayed_to_success(
         assert replay.returncode == 0, replay.stderr
         assert "replayed 1 of 1" in replay.stdout
         await eventually(lambda: _is(store, job_id, "succeeded"), what="success after replay")
-        assert await message_count(amqp_url) == 0
+        assert await queue_depth(system.amqp_url, QUARANTINE_QUEUE) == 0
 
         again = cli(system, "quarantine", "replay", job_id)
         assert (
@@ -148,16 +142,17 @@ async def test_a_message_dead_lettered_by_the_delivery_limit_is_reconciled_and_r
     api: httpx.AsyncClient,
     alice: str,
     store: Store,
-    settings: Settings,
-    amqp_url: str,
+    make_settings: MakeSettings,
     tmp_path: Path,
 ) -> None:
-    system = fast_settings(settings, amqp_url, delivery_limit=1)
+    system = make_settings(delivery_limit=1)
     with running_system(system, tmp_path / "relay", consumers=0):
-        job_id = await submit(api, alice, {"type": "demo.sleep", "payload": {"seconds": 0}})
-        await eventually(lambda: _count_is(amqp_url, 1, DEFAULT_QUEUE), what="the message")
-    await _return_until_dead_lettered(amqp_url)
-    await eventually(lambda: _count_is(amqp_url, 1), what="the dead-lettered message")
+        job_id = await submit_job(api, alice, {"type": "demo.sleep", "payload": {"seconds": 0}})
+        await eventually(lambda: depth_is(system.amqp_url, 1), what="the message")
+    await return_until_dead_lettered(system.amqp_url)
+    await eventually(
+        lambda: depth_is(system.amqp_url, 1, QUARANTINE_QUEUE), what="the dead-lettered message"
+    )
     assert await state_of(store, job_id) == "queued"
 
     # Reading writes nothing; the dispatcher reconciles by itself, or an operator forces it.
@@ -172,7 +167,7 @@ async def test_a_message_dead_lettered_by_the_delivery_limit_is_reconciled_and_r
         replay = cli(system, "quarantine", "replay", "--all", "--code", "delivery_limit")
         assert replay.returncode == 0, replay.stderr
         await eventually(lambda: _is(store, job_id, "succeeded"), what="success after replay")
-    assert await message_count(amqp_url) == 0
+    assert await queue_depth(system.amqp_url, QUARANTINE_QUEUE) == 0
 
 
 async def test_redispatch_publishes_again_a_job_whose_message_was_lost(
@@ -180,15 +175,14 @@ async def test_redispatch_publishes_again_a_job_whose_message_was_lost(
     alice: str,
     admin: str,
     store: Store,
-    settings: Settings,
-    amqp_url: str,
+    make_settings: MakeSettings,
     tmp_path: Path,
 ) -> None:
-    system = fast_settings(settings, amqp_url)
+    system = make_settings()
     with running_system(system, tmp_path / "relay", consumers=0):
-        job_id = await submit(api, alice, {"type": "demo.sleep", "payload": {"seconds": 0}})
-        await eventually(lambda: _count_is(amqp_url, 1, DEFAULT_QUEUE), what="the message")
-        await _purge(amqp_url, DEFAULT_QUEUE)  # the broker "lost" it
+        job_id = await submit_job(api, alice, {"type": "demo.sleep", "payload": {"seconds": 0}})
+        await eventually(lambda: depth_is(system.amqp_url, 1), what="the message")
+        await _purge(system.amqp_url, DEFAULT_QUEUE)  # the broker "lost" it
 
         stats = cli_json(system, "stats")
         assert stats["jobs_by_state"]["queued"] == 1
@@ -227,26 +221,6 @@ async def _is(store: Store, job_id: str, state: str) -> bool:
 
 async def _has_event(store: Store, job_id: str, event: str) -> bool:
     return any(e.event == event for e in await store.job_events(uuid.UUID(job_id)))
-
-
-async def _count_is(amqp_url: str, expected: int, queue: str | None = None) -> bool:
-    if queue is None:
-        return await message_count(amqp_url) == expected
-    return await message_count(amqp_url, queue) == expected
-
-
-async def _return_until_dead_lettered(amqp_url: str) -> None:
-    """Take the message and return it (nack, requeue) until the broker's limit drops it."""
-    connection = await aio_pika.connect(amqp_url)
-    async with connection:
-        channel = await connection.channel()
-        queue = await channel.declare_queue(DEFAULT_QUEUE, passive=True)
-        for _ in range(10):
-            message = await queue.get(no_ack=False, fail=False)
-            if message is None:
-                return
-            await message.nack(requeue=True)
-    raise AssertionError("the broker never dead-lettered the message")
 
 
 async def _purge(amqp_url: str, queue_name: str) -> None:

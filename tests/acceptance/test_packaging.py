@@ -123,17 +123,18 @@ def empty_database(servers: object) -> Iterator[str]:
     databases.drop_database(servers.database_url, url)  # type: ignore[attr-defined]
 
 
+def migrate_in(
+    folder: Path, wheel: Path, database_url: str, *options: str
+) -> subprocess.CompletedProcess[str]:
+    """``python -m jobrelay migrate`` of the installed wheel, run from ``folder``."""
+    env = {"JOBRELAY_DATABASE_URL": database_url}
+    return run_in(folder, wheel, "-m", "jobrelay", "migrate", *options, env=env)
+
+
 def test_jobrelay_migrate_works_from_a_foreign_folder_with_its_own_alembic_ini(
     installed_wheel: Path, app_folder: Path, empty_database: str
 ) -> None:
-    done = run_in(
-        app_folder,
-        installed_wheel,
-        "-m",
-        "jobrelay",
-        "migrate",
-        env={"JOBRELAY_DATABASE_URL": empty_database},
-    )
+    done = migrate_in(app_folder, installed_wheel, empty_database)
     assert done.returncode == 0, done.stderr
     with psycopg.connect(libpq_url(empty_database)) as connection:
         tables = {
@@ -148,16 +149,8 @@ def test_jobrelay_migrate_works_from_a_foreign_folder_with_its_own_alembic_ini(
 def test_jobrelay_migrate_gives_up_on_an_unreachable_database_after_its_wait(
     installed_wheel: Path, app_folder: Path
 ) -> None:
-    done = run_in(
-        app_folder,
-        installed_wheel,
-        "-m",
-        "jobrelay",
-        "migrate",
-        "--wait",
-        "1",
-        env={"JOBRELAY_DATABASE_URL": "postgresql://jobrelay:s3cret@127.0.0.1:1/jobrelay"},
-    )
+    unreachable = "postgresql://jobrelay:s3cret@127.0.0.1:1/jobrelay"
+    done = migrate_in(app_folder, installed_wheel, unreachable, "--wait", "1")
     assert done.returncode == 1
     assert "did not answer within 1 s" in done.stderr
     assert "s3cret" not in done.stderr

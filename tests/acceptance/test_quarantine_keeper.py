@@ -22,29 +22,30 @@ from pathlib import Path
 import aio_pika
 import httpx
 
-from jobrelay.consumer.metrics import ConsumerMetrics
-from jobrelay.consumer.worker import Worker
 from jobrelay.core.message import Envelope
 from jobrelay.core.settings import Settings
+from jobrelay.core.states import JobState
 from jobrelay.core.topology import DEFAULT_QUEUE, QUARANTINE_EXCHANGE, QUARANTINE_QUEUE
-from jobrelay.db.execution_store import ExecutionStore
 from jobrelay.db.store import Store
 from jobrelay.operations import Operations
-from tests.conftest import api_client, auth
+from tests.conftest import MakeSettings, api_client, auth
 from tests.support.consumer_kit import (
     broker,
     mark_outbox_published,
+    new_client,
     publish_jobs,
     registry,
-    scalar,
+    worker,
 )
+from tests.support.factories import set_job
+from tests.support.queues import depth_is
 from tests.support.system import (
     cli,
     cli_json,
     eventually,
-    fast_settings,
-    message_count,
+    return_until_dead_lettered,
     running_system,
+    submit_job,
 )
 
 ALWAYS_PERMANENT: dict[str, object] = {
@@ -55,9 +56,7 @@ UNREACHABLE_BROKER = "amqp://guest:guest@127.0.0.1:1/"
 
 
 async def submit(api: httpx.AsyncClient, token: str, body: Mapping[str, object]) -> uuid.UUID:
-    response = await api.post("/v1/jobs", json=body, headers=auth(token, uuid.uuid4().hex))
-    assert response.status_code == 202, response.text
-    return uuid.UUID(response.json()["id"])
+    return uuid.UUID(await submit_job(api, token, body))
 
 
 def operations(store: Store, settings: Settings) -> Operations:
@@ -110,15 +109,14 @@ async def test_finding4_concurrent_replays_never_remove_the_message_of_a_later_q
     api: httpx.AsyncClient,
     alice: str,
     store: Store,
-    settings: Settings,
-    amqp_url: str,
+    make_settings: MakeSettings,
     tmp_path: Path,
 ) -> None:
     # Four replays at once of jobs that fail permanently every time: each replay's consumer
     # run quarantines the job again within milliseconds, while the other replays still remove
     # messages. Before the fix a replay removed every message of its jobs, including the one
     # of the quarantine that happened in between: quarantined, "no message in the queue".
-    system = fast_settings(settings, amqp_url)
+    system = make_settings()
     with running_system(system, tmp_path):
         ids = [await submit(api, alice, ALWAYS_PERMANENT) for _ in range(3)]
         await eventually(lambda: all_quarantined(store, ids), what="the first quarantine")
@@ -127,7 +125,7 @@ async def test_finding4_concurrent_replays_never_remove_the_message_of_a_later_q
             await eventually(
                 lambda: all_quarantined(store, ids), what="the quarantine after the replays"
             )
-        await eventually(lambda: _depth_is(amqp_url, DEFAULT_QUEUE, 0), what="no work left")
+        await eventually(lambda: depth_is(system.amqp_url, 0), what="no work left")
         await eventually(
             lambda: one_message_each(store, system, ids),
             within=20,
@@ -149,11 +147,10 @@ async def test_finding5_list_with_code_or_limit_never_calls_a_quarantined_job_no
     alice: str,
     admin: str,
     store: Store,
-    settings: Settings,
-    amqp_url: str,
+    make_settings: MakeSettings,
     tmp_path: Path,
 ) -> None:
-    system = fast_settings(settings, amqp_url)
+    system = make_settings()
     with running_system(system, tmp_path):
         permanent = [await submit(api, alice, ALWAYS_PERMANENT) for _ in range(2)]
         exhausted = await submit(
@@ -198,11 +195,10 @@ async def test_finding7_the_quarantine_is_listed_from_the_database_when_the_brok
     alice: str,
     admin: str,
     store: Store,
-    settings: Settings,
-    amqp_url: str,
+    make_settings: MakeSettings,
     tmp_path: Path,
 ) -> None:
-    system = fast_settings(settings, amqp_url)
+    system = make_settings()
     with running_system(system, tmp_path):
         job_id = await submit(api, alice, ALWAYS_PERMANENT)
         await eventually(lambda: all_quarantined(store, [job_id]), what="the quarantine")
@@ -230,18 +226,17 @@ async def test_finding7_reading_the_quarantine_writes_nothing_the_dispatcher_rec
     alice: str,
     admin: str,
     store: Store,
-    settings: Settings,
-    amqp_url: str,
+    make_settings: MakeSettings,
     tmp_path: Path,
 ) -> None:
     # Two jobs whose messages the broker dead-lettered on its own (x-delivery-limit 1).
-    system = fast_settings(settings, amqp_url, delivery_limit=1)
+    system = make_settings(delivery_limit=1)
     with running_system(system, tmp_path / "relay", consumers=0):
         first = await submit(api, alice, {"type": "demo.sleep", "payload": {"seconds": 0}})
         second = await submit(api, alice, {"type": "demo.sleep", "payload": {"seconds": 0}})
-        await eventually(lambda: _depth_is(amqp_url, DEFAULT_QUEUE, 2), what="the messages")
-    await _return_until_dead_lettered(amqp_url, 2)
-    await eventually(lambda: _depth_is(amqp_url, QUARANTINE_QUEUE, 2), what="their deaths")
+        await eventually(lambda: depth_is(system.amqp_url, 2), what="the messages")
+    await return_until_dead_lettered(system.amqp_url, 2)
+    await eventually(lambda: depth_is(system.amqp_url, 2, QUARANTINE_QUEUE), what="their deaths")
 
     # A GET is a read: the jobs stay queued, their messages are shown as not quarantined.
     async with api_client(system, store) as admin_api:
@@ -263,8 +258,8 @@ async def test_finding7_reading_the_quarantine_writes_nothing_the_dispatcher_rec
     # Without anyone asking, the dispatcher's maintenance does the same.
     with running_system(system, tmp_path / "again", consumers=0):
         third = await submit(api, alice, {"type": "demo.sleep", "payload": {"seconds": 0}})
-        await eventually(lambda: _depth_is(amqp_url, DEFAULT_QUEUE, 1), what="its message")
-        await _return_until_dead_lettered(amqp_url, 1)
+        await eventually(lambda: depth_is(system.amqp_url, 1), what="its message")
+        await return_until_dead_lettered(system.amqp_url, 1)
         await eventually(
             lambda: all_quarantined(store, [third]), what="the dispatcher's reconciliation"
         )
@@ -277,16 +272,16 @@ async def test_finding7_reading_the_quarantine_writes_nothing_the_dispatcher_rec
 
 
 async def test_finding9_the_dispatcher_leaves_exactly_one_message_per_quarantined_job(
-    store: Store, settings: Settings, amqp_url: str, tmp_path: Path
+    store: Store, make_settings: MakeSettings, tmp_path: Path
 ) -> None:
     # The chaos trace (``python -m chaos --seed 20240601``, the seed that
     # tests/chaos/test_short_profile.py runs): the job's outbox row was published twice (the
     # first confirm was lost); copy 1 was claimed and quarantined, copy 2 came as a duplicate whose
     # ack was lost, and its redelivery was dead-lettered too: two messages for one job.
-    system = fast_settings(settings, amqp_url, lease_seconds=2.0)
+    system = make_settings()
     job = (
         await store.accept_job(
-            client_id=await _client(store),
+            client_id=await new_client(store),
             idempotency_key="chaos",
             job_type="demo.fail",
             payload={"mode": "permanent", "times": 1000},
@@ -295,22 +290,22 @@ async def test_finding9_the_dispatcher_leaves_exactly_one_message_per_quarantine
     ).job
     await mark_outbox_published(store)
     await publish_jobs(system, [(job.id, "demo.fail"), (job.id, "demo.fail")])
-    worker = Worker(ExecutionStore(store), registry, system, ConsumerMetrics())
+    runner = worker(store, system)
     async with broker(system) as channel:
         queue = await channel.declare_queue(DEFAULT_QUEUE, passive=True)
         first = await queue.get(no_ack=False)
-        assert (await worker.handle(first)).outcome == "quarantined"
+        assert (await runner.handle(first)).outcome == "quarantined"
         second = await queue.get(no_ack=False)
-        assert (await worker.handle(AckLost(second))).outcome == "duplicate"
+        assert (await runner.handle(AckLost(second))).outcome == "duplicate"
     async with broker(system) as channel:
         queue = await channel.declare_queue(DEFAULT_QUEUE, passive=True)
         redelivery = await queue.get(no_ack=False)
         assert second.body == redelivery.body and redelivery.redelivered
-        assert (await worker.handle(redelivery)).disposition == "dead_letter"
+        assert (await runner.handle(redelivery)).disposition == "dead_letter"
     # And stale leftovers: a message of a job that succeeded since, and one of no job at all.
     succeeded = (
         await store.accept_job(
-            client_id=await _client(store),
+            client_id=await new_client(store),
             idempotency_key="done",
             job_type="demo.sleep",
             payload={"seconds": 0},
@@ -318,15 +313,11 @@ async def test_finding9_the_dispatcher_leaves_exactly_one_message_per_quarantine
         )
     ).job
     await mark_outbox_published(store)
-    await scalar(
-        store,
-        "UPDATE jobs SET state = 'succeeded', finished_at = now() WHERE id = :id RETURNING id",
-        id=succeeded.id,
-    )
+    await set_job(store, succeeded.id, state=JobState.SUCCEEDED, attempts=0)  # never claimed
     await dead_letter_copy(system, succeeded.id, "5")
     stray = uuid.uuid4()
     await dead_letter_copy(system, stray, "6")
-    await eventually(lambda: _depth_is(amqp_url, QUARANTINE_QUEUE, 4), what="4 messages")
+    await eventually(lambda: depth_is(system.amqp_url, 4, QUARANTINE_QUEUE), what="4 messages")
 
     with running_system(system, tmp_path, consumers=0):
         await eventually(
@@ -341,32 +332,8 @@ async def test_finding9_the_dispatcher_leaves_exactly_one_message_per_quarantine
 # --- helpers ------------------------------------------------------------------------------------
 
 
-async def _depth_is(amqp_url: str, queue: str, expected: int) -> bool:
-    return await message_count(amqp_url, queue) == expected
-
-
 async def _counts_are(store: Store, settings: Settings, expected: dict[uuid.UUID, int]) -> bool:
     return dict(await messages_per_job(store, settings)) == expected
-
-
-async def _return_until_dead_lettered(amqp_url: str, count: int) -> None:
-    """Take each message and return it (nack, requeue) until the broker's limit drops it."""
-    connection = await aio_pika.connect(amqp_url)
-    async with connection:
-        channel = await connection.channel()
-        queue = await channel.declare_queue(DEFAULT_QUEUE, passive=True)
-        for _ in range(10 * count):
-            message = await queue.get(no_ack=False, fail=False)
-            if message is None:
-                return
-            await message.nack(requeue=True)
-    raise AssertionError("the broker never dead-lettered the messages")
-
-
-async def _client(store: Store) -> uuid.UUID:
-    client_id = await store.create_client(uuid.uuid4().hex[:12], uuid.uuid4().hex, is_admin=False)
-    assert client_id is not None
-    return client_id
 
 
 class AckLost:

@@ -17,6 +17,7 @@ from pathlib import Path
 from jobrelay.core.settings import Settings
 from jobrelay.core.topology import DEFAULT_QUEUE, work_queue_name
 from jobrelay.db.store import Store
+from tests.conftest import MakeSettings
 from tests.support.consumer_kit import (
     broker,
     events,
@@ -27,17 +28,17 @@ from tests.support.consumer_kit import (
     work_queue_count,
 )
 from tests.support.processes import free_port, running, service_env
-from tests.support.system import eventually, fast_settings, running_system
+from tests.support.system import eventually, running_system
 
 HANDLERS = "tests.support.consumer_kit:registry"
 JOBS = 5
 
 
 async def test_finding6_the_dispatcher_publishes_lost_messages_again_and_each_job_runs_once(
-    store: Store, settings: Settings, amqp_url: str, tmp_path: Path
+    store: Store, make_settings: MakeSettings, tmp_path: Path
 ) -> None:
     port = free_port()
-    system = fast_settings(settings, amqp_url, redispatch_after_seconds=1.0, metrics_port=port)
+    system = make_settings(redispatch_after_seconds=1.0, metrics_port=port)
     client = await new_client(store)
     ids = [await submit(store, client, "test.count", {"tag": str(n)}) for n in range(JOBS)]
     with running_system(system, tmp_path / "relay", consumers=0):
@@ -62,7 +63,7 @@ async def test_finding6_the_dispatcher_publishes_lost_messages_again_and_each_jo
     assert f'jobrelay_dispatcher_redispatched_total{{queue="{DEFAULT_QUEUE}"}} {JOBS}.0' in (
         metrics
     )
-    assert stats["redispatched_last_hour"] == JOBS
+    assert stats.redispatched_last_hour == JOBS
     detail = next(e for e in await store.job_events(ids[0]) if e.event == "redispatched").detail
     assert detail and "work queue was empty" in detail
 
@@ -125,13 +126,11 @@ def _scrape(port: int) -> str:
 
 
 async def test_finding6_only_the_emptied_queue_is_healed_and_a_backlog_is_never_doubled(
-    store: Store, settings: Settings, amqp_url: str, tmp_path: Path
+    store: Store, make_settings: MakeSettings, tmp_path: Path
 ) -> None:
     # test.count has its own queue; demo.sleep goes to the default one. Both hold a backlog of
     # jobs published long ago and never claimed; only the own queue loses its messages.
-    system = fast_settings(
-        settings, amqp_url, redispatch_after_seconds=1.0, type_queues="test.count=slow"
-    )
+    system = make_settings(redispatch_after_seconds=1.0, type_queues="test.count=slow")
     client = await new_client(store)
     counted = [await submit(store, client, "test.count", {"tag": str(n)}) for n in range(3)]
     sleeping = [await submit(store, client, "demo.sleep", {"seconds": 0}) for _ in range(4)]

@@ -38,10 +38,12 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from jobrelay.api.app import create_app
-from jobrelay.core.settings import Settings
+from jobrelay.core.states import JobState
 from jobrelay.db.store import Store
 from jobrelay.handlers.builtin import registry as builtins
+from tests.conftest import MakeSettings
 from tests.support.consumer_kit import rows, submit
+from tests.support.factories import set_job
 
 EXAMPLES_PER_OPERATION = 40
 
@@ -91,29 +93,16 @@ async def seeded_jobs(store: Store, alice: str, bob: str) -> list[uuid.UUID]:
     succeeded = await submit(store, alice_id, "demo.sleep", {"seconds": 1})
     quarantined = await submit(store, alice_id, "demo.fail", {"mode": "permanent", "times": 1})
     foreign = await submit(store, bob_id, "demo.sleep", {"seconds": 0})
-    await rows(
-        store,
-        "WITH s AS (UPDATE jobs SET state = 'succeeded', attempts = 1, finished_at = now() "
-        "WHERE id = :s RETURNING id) "
-        "INSERT INTO job_results (job_id, result, attempt) "
-        "SELECT id, '{\"slept\": 1}'::jsonb, 1 FROM s RETURNING job_id",
-        s=succeeded,
-    )
-    await rows(
-        store,
-        "UPDATE jobs SET state = 'quarantined', attempts = 1, finished_at = now(), "
-        "last_error_code = 'permanent_error', last_error = 'demo failure' WHERE id = :q "
-        "RETURNING id",
-        q=quarantined,
-    )
+    await set_job(store, succeeded, state=JobState.SUCCEEDED, result={"slept": 1})
+    await set_job(store, quarantined, state=JobState.QUARANTINED, last_error="demo failure")
     return [queued, succeeded, quarantined, foreign]
 
 
 @pytest.fixture
-def api_schema(settings: Settings, amqp_url: str) -> Iterator[Any]:
+def api_schema(make_settings: MakeSettings) -> Iterator[Any]:
     # No store injected: the app opens its own in its lifespan, on the event loop schemathesis
     # runs ASGI apps on (a pool cannot move between loops).
-    app = create_app(settings.model_copy(update={"amqp_url": amqp_url}))
+    app = create_app(make_settings())
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)
     # Every call carries a real token (call_and_validate's headers, below), so schemathesis must
     # not generate the bearer scheme's Authorization header as well: a negative case that drops

@@ -28,9 +28,11 @@ from hypothesis import strategies as st
 
 from jobrelay.core.message import Envelope, MalformedMessage
 from jobrelay.core.settings import Settings
+from jobrelay.core.states import JobState
 from jobrelay.core.topology import DEFAULT_QUEUE
 from jobrelay.db.execution_store import Claimed, ExecutionStore
 from jobrelay.db.store import Store
+from tests.conftest import MakeSettings
 from tests.support.consumer_kit import (
     broker,
     eventually,
@@ -42,8 +44,10 @@ from tests.support.consumer_kit import (
     running_consumer,
     scalar,
     submit,
+    wait_state,
     work_queue_count,
 )
+from tests.support.factories import results_of, set_job
 
 MESSAGES = 150
 BATCH = 50
@@ -61,11 +65,9 @@ class Garbage:
     correlation_id: str | None
 
 
-@pytest.fixture
-def cfg(settings: Settings, amqp_url: str) -> Settings:
-    # A low delivery limit: a message that crashes its consumer would reach the quarantine
-    # quickly, with reason delivery_limit, which the checks below reject.
-    return settings.model_copy(update={"amqp_url": amqp_url, "delivery_limit": 5})
+# A low delivery limit: a message that crashes its consumer would reach the quarantine quickly,
+# with reason delivery_limit, which the checks below reject.
+DELIVERY_LIMIT = 5
 
 
 # --- strategies -----------------------------------------------------------------------------
@@ -267,20 +269,9 @@ async def finished_and_owned_jobs(store: Store) -> list[uuid.UUID]:
     succeeded, cancelled, quarantined, running = [
         await submit(store, client_id, "demo.sleep", {"seconds": n}) for n in range(4)
     ]
-    await scalar(
-        store,
-        "WITH s AS (UPDATE jobs SET state = 'succeeded', attempts = 1, finished_at = now() "
-        "WHERE id = :id RETURNING id) INSERT INTO job_results (job_id, result, attempt) "
-        "SELECT id, '{\"slept\": 0}'::jsonb, 1 FROM s RETURNING job_id",
-        id=succeeded,
-    )
+    await set_job(store, succeeded, state=JobState.SUCCEEDED, result={"slept": 0})
     assert await store.cancel_job(cancelled, client_id=client_id, detail="test")
-    await scalar(
-        store,
-        "UPDATE jobs SET state = 'quarantined', attempts = 1, finished_at = now(), "
-        "last_error_code = 'permanent_error', last_error = 'test' WHERE id = :id RETURNING id",
-        id=quarantined,
-    )
+    await set_job(store, quarantined, state=JobState.QUARANTINED)
     claim = await ExecutionStore(store).claim(running, lease_token=uuid.uuid4(), lease_seconds=600)
     assert isinstance(claim, Claimed)
     await mark_outbox_published(store)
@@ -331,8 +322,9 @@ async def at_least(cfg: Settings, count: int) -> list[Any] | None:
 
 
 async def test_garbage_on_the_work_queue_is_quarantined_or_harmlessly_acked_and_the_consumer_survives(  # noqa: E501
-    cfg: Settings, store: Store
+    make_settings: MakeSettings, store: Store
 ) -> None:
+    cfg = make_settings(delivery_limit=DELIVERY_LIMIT)
     known = await finished_and_owned_jobs(store)
     drawn = draw_messages(known, MESSAGES)
     assert len(drawn) >= MESSAGES * 0.9, f"hypothesis drew only {len(drawn)} messages"
@@ -397,12 +389,8 @@ async def test_garbage_on_the_work_queue_is_quarantined_or_harmlessly_acked_and_
         job_id = await submit(store, client_id, "demo.sleep", {"seconds": 0})
         await mark_outbox_published(store)
         await publish_jobs(cfg, [(job_id, "demo.sleep")])
-        await eventually(
-            lambda: scalar(store, "SELECT state = 'succeeded' FROM jobs WHERE id = :id", id=job_id),
-            what="a valid job after the garbage to succeed",
-        )
-    results = "SELECT count(*) FROM job_results WHERE job_id = :id"
-    assert await scalar(store, results, id=job_id) == 1
+        await wait_state(store, job_id, "succeeded")
+    assert len(await results_of(store, job_id)) == 1
 
 
 async def _true(value: bool) -> bool:
@@ -424,8 +412,9 @@ def test_a_body_that_breaks_the_json_decoder_is_a_malformed_message(body: bytes)
 
 
 async def test_a_body_that_breaks_the_json_decoder_is_quarantined_at_once_not_crash_looped(
-    cfg: Settings, store: Store
+    make_settings: MakeSettings, store: Store
 ) -> None:
+    cfg = make_settings(delivery_limit=DELIVERY_LIMIT)
     messages = [
         (f"hostile-{n}", Garbage("hostile_json", body, "demo.sleep", {}, None, None, None))
         for n, body in enumerate(HOSTILE_BODIES)
@@ -448,10 +437,11 @@ FORGED_X_DEATHS: list[Any] = [
 
 
 async def test_a_message_with_a_forged_x_death_header_is_quarantined_by_hand_and_the_broker_lives(
-    cfg: Settings, store: Store
+    make_settings: MakeSettings, store: Store
 ) -> None:
     """RabbitMQ 3.10 crashes the queue (and after a few restarts, every quorum queue of the
     node) when it dead-letters a message whose x-death header is not its own."""
+    cfg = make_settings(delivery_limit=DELIVERY_LIMIT)
     messages = [
         (
             f"forged-{n}",
@@ -475,10 +465,7 @@ async def test_a_message_with_a_forged_x_death_header_is_quarantined_by_hand_and
         assert deliveries(consumer, "error") == 0
         # The broker's quorum queues still work: a real job goes through the same queue.
         await publish_jobs(cfg, [(job_id, "demo.sleep")])
-        await eventually(
-            lambda: scalar(store, "SELECT state = 'succeeded' FROM jobs WHERE id = :id", id=job_id),
-            what="a job after the forged headers to succeed",
-        )
+        await wait_state(store, job_id, "succeeded")
         assert await work_queue_count(cfg) == 0
     published = dict(messages)
     assert sorted(m.message_id for m in dead) == sorted(published)

@@ -22,29 +22,28 @@ import httpx
 import psycopg
 import pytest
 
-from jobrelay.consumer.metrics import ConsumerMetrics
-from jobrelay.consumer.worker import Worker
 from jobrelay.core.errors import StoreUnavailable
-from jobrelay.core.message import Envelope
-from jobrelay.core.settings import Settings
 from jobrelay.db import queries as q
+from jobrelay.db import tables
 from jobrelay.db.execution_store import ExecutionStore, Finish
 from jobrelay.db.store import Store
-from tests.conftest import auth
+from tests.conftest import MakeSettings, auth
 from tests.support.consumer_kit import (
+    StandInDelivery,
     events,
     eventually,
     handler_runs,
     mark_outbox_published,
     new_client,
     publish_jobs,
-    registry,
     rows,
     running_consumer,
     scalar,
     submit,
     work_queue_count,
+    worker,
 )
+from tests.support.factories import count, job_row, results_of
 
 SUBMIT = {"type": "demo.sleep", "payload": {"seconds": 0}}
 
@@ -94,12 +93,13 @@ def lost_answers(store: Store, monkeypatch: pytest.MonkeyPatch) -> LostAnswers:
 
 
 async def accepted_rows(store: Store) -> tuple[int, int, int]:
-    [row] = await rows(
-        store,
-        "SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM outbox), "
-        "(SELECT count(*) FROM job_events WHERE event = 'received')",
+    """Jobs, outbox rows and "received" journal entries."""
+    received = tables.job_events.c.event == "received"
+    return (
+        await count(store, tables.jobs),
+        await count(store, tables.outbox),
+        await count(store, tables.job_events, received),
     )
-    return tuple(row)
 
 
 @pytest.mark.parametrize(
@@ -150,32 +150,6 @@ async def test_a_lost_answer_then_a_retry_with_another_payload_is_a_conflict_not
 # --- at the consumer ----------------------------------------------------------------------------
 
 
-class StandInDelivery:
-    """A delivery whose ack/nack are recorded."""
-
-    def __init__(self, job_id: uuid.UUID, job_type: str, *, redelivered: bool = False) -> None:
-        self.body = Envelope(job_id, job_type).encode()
-        self.redelivered = redelivered
-        self.settled: list[str] = []
-
-    async def ack(self, multiple: bool = False) -> None:
-        self.settled.append("ack")
-
-    async def nack(self, multiple: bool = False, requeue: bool = True) -> None:
-        self.settled.append("requeue" if requeue else "dead_letter")
-
-
-@pytest.fixture
-def cfg(settings: Settings, amqp_url: str) -> Settings:
-    return settings.model_copy(
-        update={"amqp_url": amqp_url, "lease_seconds": 5.0, "retry_base_seconds": 30.0}
-    )
-
-
-def worker(store: Store, cfg: Settings, **options: Any) -> Worker:
-    return Worker(ExecutionStore(store), registry, cfg, ConsumerMetrics(), **options)
-
-
 @pytest.fixture
 def finishes(monkeypatch: pytest.MonkeyPatch) -> list[Finish]:
     """What every ``ExecutionStore.finish`` call concluded (a spy: nothing changed)."""
@@ -190,21 +164,15 @@ def finishes(monkeypatch: pytest.MonkeyPatch) -> list[Finish]:
     return seen
 
 
-async def results_of(store: Store, job_id: uuid.UUID) -> list[tuple[Any, int]]:
-    found = await rows(
-        store, "SELECT result, attempt FROM job_results WHERE job_id = :id", id=job_id
-    )
-    return [tuple(row) for row in found]
-
-
 async def job_state(store: Store, job_id: uuid.UUID) -> tuple[str, int]:
-    [row] = await rows(store, "SELECT state, attempts FROM jobs WHERE id = :id", id=job_id)
+    row = await job_row(store, job_id)
     return row.state, row.attempts
 
 
 async def test_a_completion_whose_commit_landed_but_whose_answer_was_lost_is_acked_as_done(
-    cfg: Settings, store: Store, lost_answers: LostAnswers, finishes: list[Finish]
+    make_settings: MakeSettings, store: Store, lost_answers: LostAnswers, finishes: list[Finish]
 ) -> None:
+    cfg = make_settings()
     job_id = await submit(store, await new_client(store), "test.count", {"tag": "once"})
     delivery = StandInDelivery(job_id, "test.count")
     lost_answers.arm(q.FINISH_JOBS)
@@ -224,8 +192,9 @@ async def test_a_completion_whose_commit_landed_but_whose_answer_was_lost_is_ack
 
 
 async def test_a_completion_lost_for_longer_than_the_patience_is_requeued_and_the_redelivery_only_acks(  # noqa: E501
-    cfg: Settings, store: Store, lost_answers: LostAnswers
+    make_settings: MakeSettings, store: Store, lost_answers: LostAnswers
 ) -> None:
+    cfg = make_settings()
     job_id = await submit(store, await new_client(store), "test.count", {"tag": "once"})
     first = StandInDelivery(job_id, "test.count")
     lost_answers.arm(q.FINISH_JOBS, times=10**6)  # every answer lost, for the whole patience
@@ -272,7 +241,7 @@ async def test_a_completion_lost_for_longer_than_the_patience_is_requeued_and_th
     ids=["retry", "quarantine"],
 )
 async def test_a_retry_or_quarantine_whose_answer_was_lost_is_recorded_once(
-    cfg: Settings,
+    make_settings: MakeSettings,
     store: Store,
     lost_answers: LostAnswers,
     finishes: list[Finish],
@@ -283,6 +252,7 @@ async def test_a_retry_or_quarantine_whose_answer_was_lost_is_recorded_once(
     event: str,
     settled: str,
 ) -> None:
+    cfg = make_settings()
     job_id = await submit(store, await new_client(store), "demo.fail", payload)
     delivery = StandInDelivery(job_id, "demo.fail")
     lost_answers.arm(statement)
@@ -295,15 +265,15 @@ async def test_a_retry_or_quarantine_whose_answer_was_lost_is_recorded_once(
     assert [e for e in await events(store, job_id) if e[0] == event] == [(event, 1)]
     # One outbox row for the accept, plus one for the retry when there is one.
     expected_rows = 2 if outcome == "retried" else 1
-    outbox = "SELECT count(*) FROM outbox WHERE job_id = :id"
-    assert await scalar(store, outbox, id=job_id) == expected_rows
+    assert await count(store, tables.outbox, tables.outbox.c.job_id == job_id) == expected_rows
 
 
 async def test_a_lost_completion_of_a_job_someone_else_reclaimed_and_finished_is_rejected_as_stale(
-    cfg: Settings, store: Store, monkeypatch: pytest.MonkeyPatch
+    make_settings: MakeSettings, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The other side of the attempt check: this time the COMMIT did not land, the lease
     expired, attempt 2 completed the job — attempt 1's retried completion must not count."""
+    cfg = make_settings()
     job_id = await submit(store, await new_client(store), "test.count", {"tag": "race"})
     short = cfg.model_copy(update={"lease_seconds": 0.5})
     real = ExecutionStore.finish
@@ -332,8 +302,9 @@ async def test_a_lost_completion_of_a_job_someone_else_reclaimed_and_finished_is
 
 
 async def test_through_the_broker_a_lost_completion_answer_leaves_one_result_and_an_empty_queue(
-    cfg: Settings, store: Store, lost_answers: LostAnswers, finishes: list[Finish]
+    make_settings: MakeSettings, store: Store, lost_answers: LostAnswers, finishes: list[Finish]
 ) -> None:
+    cfg = make_settings()
     client_id = await new_client(store)
     jobs = [await submit(store, client_id, "test.count", {"tag": str(n)}) for n in range(5)]
     lost_answers.arm(q.FINISH_JOBS, times=len(jobs))

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from sqlalchemy import text
 
+from jobrelay.db import tables
 from jobrelay.db.store import Store
 from tests.conftest import auth
+from tests.support import factories
 
 GOOD = {"type": "catalog.export", "payload": {"course": "JavaScript"}}
 
@@ -135,8 +136,7 @@ async def test_bad_submissions_get_a_problem_and_store_nothing(
     assert problem["code"] == code
     assert problem["status"] == status
     assert problem["type"].endswith("/" + code)
-    async with store.transaction() as connection:
-        assert (await connection.execute(text("SELECT count(*) FROM jobs"))).scalar_one() == 0
+    assert await factories.count(store, tables.jobs) == 0
 
 
 async def test_a_body_streamed_past_the_limit_without_length_is_refused(

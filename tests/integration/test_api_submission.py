@@ -9,21 +9,20 @@ import httpx
 import pytest
 from sqlalchemy import text
 
+from jobrelay.db import tables
 from jobrelay.db.store import Store
 from tests.conftest import auth
+from tests.support import factories
 
 JS = {"type": "catalog.export", "payload": {"course": "JavaScript"}}
 MD = {"type": "catalog.export", "payload": {"course": "Markdown"}}
 
 
 async def count(store: Store, table: str, job_id: str | None = None) -> int:
-    where = f" WHERE job_id = '{job_id}'" if job_id and table != "jobs" else ""
-    if job_id and table == "jobs":
-        where = f" WHERE id = '{job_id}'"
-    async with store.transaction() as connection:
-        return int(
-            (await connection.execute(text(f"SELECT count(*) FROM {table}{where}"))).scalar_one()
-        )
+    """Rows of ``table``, or only those of one job."""
+    chosen = tables.metadata.tables[table]
+    column = chosen.c.id if table == "jobs" else chosen.c.job_id
+    return await factories.count(store, chosen, *([column == job_id] if job_id else []))
 
 
 async def test_a_new_key_is_accepted_with_202_and_a_location(

@@ -8,16 +8,13 @@ whole consumer in the test's event loop, with a small test relay publishing retr
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import uuid
-from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
 import pytest
-from aio_pika.exceptions import ChannelInvalidStateError
 from pydantic import BaseModel
 
 from jobrelay.consumer.metrics import ConsumerMetrics
@@ -25,14 +22,14 @@ from jobrelay.consumer.worker import Disposition, Worker
 from jobrelay.core.jobs import Quarantine, RetryLater, Succeeded
 from jobrelay.core.message import Envelope
 from jobrelay.core.registry import JobContext, Registry
-from jobrelay.core.settings import Settings
 from jobrelay.core.topology import DEFAULT_QUEUE
+from jobrelay.db import tables
 from jobrelay.db.execution_store import Claimed, ExecutionStore, Finish, Refusal, Refused
 from jobrelay.db.store import Store
-from jobrelay.dispatcher.service import Dispatcher
 from jobrelay.handlers import builtin
-from tests.conftest import auth
+from tests.conftest import MakeSettings, auth
 from tests.support.consumer_kit import (
+    StandInDelivery,
     broker,
     events,
     eventually,
@@ -42,41 +39,16 @@ from tests.support.consumer_kit import (
     publish_jobs,
     publish_raw,
     quarantined_messages,
-    registry,
-    rows,
     running_consumer,
-    scalar,
     submit,
+    wait_state,
     work_queue_count,
+    worker,
     x_death,
 )
+from tests.support.factories import count, job_row, results_of, set_job
+from tests.support.outbox import running_dispatcher
 from tests.support.relay import running_relay
-
-
-@contextlib.asynccontextmanager
-async def running_dispatcher(cfg: Settings) -> AsyncIterator[None]:
-    """The product's dispatcher (``jobrelay.dispatcher.service.Dispatcher``), in the test's event
-    loop."""
-    dispatcher = Dispatcher(cfg)
-    task = asyncio.create_task(dispatcher.run())
-    try:
-        yield
-    finally:
-        dispatcher.stop()
-        await asyncio.wait_for(task, timeout=20)
-
-
-@pytest.fixture
-def cfg(settings: Settings, amqp_url: str) -> Settings:
-    return settings.model_copy(
-        update={
-            "amqp_url": amqp_url,
-            "lease_seconds": 2.0,
-            "retry_base_seconds": 0.4,
-            "retry_max_seconds": 5.0,
-            "shutdown_grace_seconds": 5.0,
-        }
-    )
 
 
 @pytest.fixture
@@ -84,67 +56,20 @@ async def client_id(store: Store) -> uuid.UUID:
     return await new_client(store)
 
 
-class StandInDelivery:
-    """A delivery whose ack/nack are recorded; ``dies_before_settling`` models a crash there."""
-
-    def __init__(self, job_id: uuid.UUID | None, job_type: str = "", *, body: bytes = b"") -> None:
-        self.body = Envelope(job_id, job_type).encode() if job_id else body
-        self.settled: list[str] = []
-        self.dies_before_settling = False
-        self.redelivered = False
-
-    async def ack(self, multiple: bool = False) -> None:
-        if self.dies_before_settling:
-            raise ChannelInvalidStateError("the process died before its ack")
-        self.settled.append("ack")
-
-    async def nack(self, multiple: bool = False, requeue: bool = True) -> None:
-        self.settled.append("requeue" if requeue else "dead_letter")
-
-
-def worker(
-    store: Store, cfg: Settings, job_registry: Registry = registry, **options: Any
-) -> Worker:
-    return Worker(ExecutionStore(store), job_registry, cfg, ConsumerMetrics(), **options)
-
-
-async def job_row(store: Store, job_id: uuid.UUID) -> Any:
-    found = await rows(
-        store,
-        "SELECT state, attempts, lease_until, lease_until > now() AS lease_alive, "
-        "last_error_code, last_error FROM jobs WHERE id = :id",
-        id=job_id,
-    )
-    return found[0]
-
-
-async def results_of(store: Store, job_id: uuid.UUID) -> list[Any]:
-    return await rows(
-        store, "SELECT result, attempt FROM job_results WHERE job_id = :id", id=job_id
-    )
-
-
 async def wait_lease_expired(store: Store, job_id: uuid.UUID) -> None:
-    await eventually(
-        lambda: scalar(store, "SELECT lease_until < now() FROM jobs WHERE id = :id", id=job_id),
-        what="the lease to expire",
-    )
+    async def expired() -> bool:
+        return (await job_row(store, job_id)).lease_alive is False
 
-
-async def wait_state(store: Store, job_id: uuid.UUID, state: str, timeout: float = 20) -> None:
-    await eventually(
-        lambda: scalar(store, "SELECT state = :s FROM jobs WHERE id = :id", s=state, id=job_id),
-        within=timeout,
-        what=f"job {job_id} to be {state}",
-    )
+    await eventually(expired, what="the lease to expire")
 
 
 # --- the happy path through the broker ------------------------------------------------------
 
 
 async def test_a_published_job_runs_to_one_stored_result_and_its_message_is_acked(
-    cfg: Settings, store: Store, client_id: uuid.UUID
+    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
 ) -> None:
+    cfg = make_settings()
     job_id = await submit(store, client_id, "catalog.export", {"course": "JavaScript"})
     await mark_outbox_published(store)
     async with running_consumer(cfg) as consumer:
@@ -171,9 +96,9 @@ async def test_a_published_job_runs_to_one_stored_result_and_its_message_is_acke
 
 
 async def test_a_job_whose_consumer_died_after_the_claim_stays_running_until_the_lease_expires_then_attempt_2_completes(  # noqa: E501
-    cfg: Settings, store: Store, client_id: uuid.UUID
+    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
 ) -> None:
-    cfg = cfg.model_copy(update={"lease_seconds": 1.0})
+    cfg = make_settings(lease_seconds=1.0)
     job_id = await submit(store, client_id, "test.count", {"tag": "seed-002-1"})
     executions = ExecutionStore(store)
 
@@ -234,9 +159,9 @@ class PausedHeartbeatWorker(Worker):
 
 
 async def test_a_stale_worker_cannot_complete_a_job_another_worker_reclaimed(
-    cfg: Settings, store: Store, client_id: uuid.UUID
+    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
 ) -> None:
-    cfg = cfg.model_copy(update={"lease_seconds": 1.0})
+    cfg = make_settings(lease_seconds=1.0)
     release_a = asyncio.Event()
     held = holding_registry(release_a)
     job_id = await submit(store, client_id, "test.hold", {})
@@ -314,8 +239,8 @@ async def test_two_concurrent_claims_of_one_job_have_exactly_one_owner(
             for c in claims
             if c not in owners
         )
-        row = await rows(store, "SELECT attempts, lease_token FROM jobs WHERE id = :id", id=job_id)
-        assert row[0].attempts == 1 and row[0].lease_token == owners[0].lease_token
+        row = await job_row(store, job_id)
+        assert row.attempts == 1 and row.lease_token == owners[0].lease_token
         assert (await events(store, job_id)).count(("claimed", 1)) == 1
 
 
@@ -323,8 +248,9 @@ async def test_two_concurrent_claims_of_one_job_have_exactly_one_owner(
 
 
 async def test_a_consumer_that_died_after_storing_the_result_but_before_the_ack_is_not_run_again(
-    cfg: Settings, store: Store, client_id: uuid.UUID
+    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
 ) -> None:
+    cfg = make_settings()
     job_id = await submit(store, client_id, "test.count", {"tag": "once"})
     await mark_outbox_published(store)
     await publish_jobs(cfg, [(job_id, "test.count")])
@@ -358,8 +284,9 @@ async def _value(metric: Any) -> float:
 
 
 async def test_a_transient_error_three_times_is_retried_with_growing_delays_then_quarantined(
-    cfg: Settings, store: Store, client_id: uuid.UUID
+    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
 ) -> None:
+    cfg = make_settings(retry_base_seconds=0.4)  # the delays asserted below grow from 0.4 s
     job_id = await submit(
         store, client_id, "demo.fail", {"mode": "transient", "times": 5}, max_attempts=3
     )
@@ -394,8 +321,9 @@ async def test_a_transient_error_three_times_is_retried_with_growing_delays_then
 
 
 async def test_a_permanent_error_is_quarantined_after_one_attempt(
-    cfg: Settings, store: Store, client_id: uuid.UUID
+    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
 ) -> None:
+    cfg = make_settings()
     job_id = await submit(store, client_id, "demo.fail", {"mode": "permanent", "times": 1})
     async with running_relay(cfg, store), running_consumer(cfg):
         await wait_state(store, job_id, "quarantined")
@@ -408,9 +336,10 @@ async def test_a_permanent_error_is_quarantined_after_one_attempt(
 
 
 async def test_a_result_postgresql_cannot_store_is_quarantined_at_once(
-    cfg: Settings, store: Store, client_id: uuid.UUID
+    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
 ) -> None:
     """Regression (fuzzing): a NUL or NaN in a result made the completion fail forever."""
+    cfg = make_settings()
     job_id = await submit(store, client_id, "test.unstorable_result", {})
     delivery = StandInDelivery(job_id, "test.unstorable_result")
     verdict = await worker(store, cfg).handle(delivery)
@@ -420,8 +349,9 @@ async def test_a_result_postgresql_cannot_store_is_quarantined_at_once(
 
 
 async def test_an_invalid_payload_is_quarantined_without_running_the_handler(
-    cfg: Settings, store: Store, client_id: uuid.UUID
+    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
 ) -> None:
+    cfg = make_settings()
     job_id = await submit(store, client_id, "test.count", {"tag": 42, "secret": "hunter2"})
     delivery = StandInDelivery(job_id, "test.count")
     verdict = await worker(store, cfg).handle(delivery)
@@ -433,8 +363,9 @@ async def test_an_invalid_payload_is_quarantined_without_running_the_handler(
 
 
 async def test_a_delivery_for_a_job_without_attempts_left_quarantines_it_as_exhausted(
-    cfg: Settings, store: Store, client_id: uuid.UUID
+    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
 ) -> None:
+    cfg = make_settings()
     job_id = await submit(store, client_id, "test.count", {}, max_attempts=1)
     crashed = await ExecutionStore(store).claim(job_id, lease_token=uuid.uuid4(), lease_seconds=0.2)
     assert isinstance(crashed, Claimed)
@@ -453,8 +384,9 @@ async def test_a_delivery_for_a_job_without_attempts_left_quarantines_it_as_exha
 
 
 async def test_garbage_on_the_queue_is_quarantined_and_the_consumer_keeps_running(
-    cfg: Settings, store: Store, client_id: uuid.UUID
+    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
 ) -> None:
+    cfg = make_settings()
     garbage = [
         b"\xff\xfe not json at all",
         b"[1, 2, 3]",
@@ -493,9 +425,9 @@ def _count(consumer: Any, outcome: str) -> float:
 
 
 async def test_catalog_export_crashed_between_writing_the_file_and_storing_the_result_leaves_one_file_and_one_result(  # noqa: E501
-    cfg: Settings, store: Store, client_id: uuid.UUID
+    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
 ) -> None:
-    cfg = cfg.model_copy(update={"lease_seconds": 1.0})
+    cfg = make_settings(lease_seconds=1.0)
     job_id = await submit(store, client_id, "catalog.export", {"course": "JavaScript"})
     executions = ExecutionStore(store)
     first = await executions.claim(job_id, lease_token=uuid.uuid4(), lease_seconds=1.0)
@@ -533,9 +465,9 @@ def _logger() -> Any:
 
 
 async def test_a_job_longer_than_its_lease_keeps_it_by_the_heartbeat(
-    cfg: Settings, store: Store, client_id: uuid.UUID
+    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
 ) -> None:
-    cfg = cfg.model_copy(update={"lease_seconds": 0.6})
+    cfg = make_settings(lease_seconds=0.6)
     job_id = await submit(store, client_id, "demo.sleep", {"seconds": 2.0})
     runner = worker(store, cfg)
     assert (await runner.handle(StandInDelivery(job_id, "demo.sleep"))).outcome == "succeeded"
@@ -546,17 +478,16 @@ async def test_a_job_longer_than_its_lease_keeps_it_by_the_heartbeat(
 
 
 async def test_a_lost_lease_cancels_the_handler_and_reports_no_success(
-    cfg: Settings, store: Store, client_id: uuid.UUID
+    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
 ) -> None:
-    cfg = cfg.model_copy(update={"lease_seconds": 0.9})
+    cfg = make_settings(lease_seconds=0.9)
     job_id = await submit(store, client_id, "demo.sleep", {"seconds": 30})
     runner = worker(store, cfg)
     delivery = StandInDelivery(job_id, "demo.sleep")
     task = asyncio.create_task(runner.handle(delivery))
     await wait_state(store, job_id, "running")
     # Another owner takes the job over (as after an expiry and a re-claim elsewhere).
-    steal = "UPDATE jobs SET lease_token = gen_random_uuid() WHERE id = :id RETURNING id"
-    assert await scalar(store, steal, id=job_id) == job_id
+    await set_job(store, job_id, lease_token=uuid.uuid4())
 
     verdict = await asyncio.wait_for(task, timeout=5)
     assert verdict.outcome == "lease_lost" and delivery.settled == ["requeue"]
@@ -566,25 +497,26 @@ async def test_a_lost_lease_cancels_the_handler_and_reports_no_success(
 
 
 async def test_a_handler_over_its_timeout_is_retried_with_the_code_timeout(
-    cfg: Settings, store: Store, client_id: uuid.UUID
+    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
 ) -> None:
+    cfg = make_settings()
     job_id = await submit(store, client_id, "test.flaky_once", {})
     delivery = StandInDelivery(job_id, "test.flaky_once")
     verdict = await asyncio.wait_for(worker(store, cfg).handle(delivery), timeout=3)
     assert verdict.outcome == "retried" and delivery.settled == ["ack"]
     row = await job_row(store, job_id)
     assert (row.state, row.attempts, row.last_error_code) == ("retrying", 1, "timeout")
-    outbox = await rows(store, "SELECT available_at FROM outbox WHERE job_id = :id", id=job_id)
-    assert len(outbox) == 2  # the accept's row and the retry's, due later
+    # The accept's row and the retry's, due later.
+    assert await count(store, tables.outbox, tables.outbox.c.job_id == job_id) == 2
 
 
 # --- routing ----------------------------------------------------------------------------------
 
 
 async def test_a_type_routed_to_its_own_queue_is_consumed_only_by_that_queues_consumers(
-    cfg: Settings, store: Store, client_id: uuid.UUID
+    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
 ) -> None:
-    cfg = cfg.model_copy(update={"type_queues": "demo.sleep=slow"})
+    cfg = make_settings(type_queues="demo.sleep=slow")
     slow = await submit(store, client_id, "demo.sleep", {"seconds": 0})
     fast = await submit(store, client_id, "test.count", {})
     await mark_outbox_published(store)
@@ -600,8 +532,9 @@ async def test_a_type_routed_to_its_own_queue_is_consumed_only_by_that_queues_co
 
 
 async def test_a_consumer_for_types_it_has_no_handler_for_defers_them_with_a_reason(
-    cfg: Settings, store: Store, client_id: uuid.UUID
+    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
 ) -> None:
+    cfg = make_settings()
     # (Quarantined only once the type stayed unknown past the patience: test_handlers.py.)
     job_id = await submit(store, client_id, "test.count", {})
     delivery = StandInDelivery(job_id, "test.count")
@@ -615,8 +548,9 @@ async def test_a_consumer_for_types_it_has_no_handler_for_defers_them_with_a_rea
 
 
 async def test_end_to_end_a_submitted_job_shows_its_result_through_the_api(
-    cfg: Settings, api: Any, alice: str, store: Store
+    make_settings: MakeSettings, api: Any, alice: str, store: Store
 ) -> None:
+    cfg = make_settings()
     submitted = await api.post(
         "/v1/jobs",
         json={"type": "catalog.export", "payload": {"course": "JavaScript"}},
@@ -648,8 +582,9 @@ async def test_end_to_end_a_submitted_job_shows_its_result_through_the_api(
 
 
 async def test_a_consumer_with_a_handlers_option_that_does_not_load_exits_2(
-    cfg: Settings,
+    make_settings: MakeSettings,
 ) -> None:
+    cfg = make_settings()
     from jobrelay.consumer.service import run_consumer
 
     assert await run_consumer(cfg, queue="default", handlers="no.such.module:registry") == 2

@@ -14,6 +14,7 @@ import pytest
 from jobrelay.core.errors import StoreUnavailable
 from jobrelay.core.settings import Settings
 from jobrelay.db.store import Store
+from tests.conftest import MakeSettings
 from tests.support import faults
 from tests.support.consumer_kit import (
     events,
@@ -30,19 +31,6 @@ from tests.support.processes import Service, free_port, service_env
 from tests.support.relay import running_relay
 
 HANDLERS = "tests.support.consumer_kit:registry"
-
-
-@pytest.fixture
-def cfg(settings: Settings, amqp_url: str) -> Settings:
-    return settings.model_copy(
-        update={
-            "amqp_url": amqp_url,
-            "lease_seconds": 2.0,
-            "retry_base_seconds": 0.2,
-            "retry_max_seconds": 2.0,
-            "shutdown_grace_seconds": 2.0,
-        }
-    )
 
 
 def consumer_process(cfg: Settings, log: Path, *args: str) -> Service:
@@ -66,8 +54,9 @@ async def quietly(store: Store, sql: str, **params: Any) -> Any:
 
 
 async def test_a_consumer_killed_right_after_its_claim_leaves_the_job_running_until_attempt_2_completes_it(  # noqa: E501
-    cfg: Settings, store: Store, tmp_path: Path
+    make_settings: MakeSettings, store: Store, tmp_path: Path
 ) -> None:
+    cfg = make_settings()
     client_id = await new_client(store)
     job_id = await submit(store, client_id, "test.count", {"first_attempt_sleeps": 60})
     async with running_relay(cfg, store):
@@ -111,9 +100,9 @@ async def _ran(results_dir: Path, job_id: uuid.UUID, times: int) -> bool:
 
 @pytest.mark.slow
 async def test_postgres_restarted_in_the_middle_of_1000_jobs_every_job_succeeds_once(
-    cfg: Settings, store: Store, tmp_path: Path
+    make_settings: MakeSettings, store: Store, tmp_path: Path
 ) -> None:
-    cfg = cfg.model_copy(update={"lease_seconds": 4.0, "metrics_port": free_port()})
+    cfg = make_settings(lease_seconds=4.0, metrics_port=free_port())
     client_id = await new_client(store)
     job_ids: list[uuid.UUID] = []
     for start in range(0, 1000, 50):
@@ -172,8 +161,9 @@ def _metric(text: str, name: str) -> float:
 
 
 async def test_broker_connections_cut_mid_run_every_job_still_succeeds_once(
-    cfg: Settings, store: Store, tmp_path: Path
+    make_settings: MakeSettings, store: Store, tmp_path: Path
 ) -> None:
+    cfg = make_settings()
     client_id = await new_client(store)
     job_ids = await asyncio.gather(
         *(submit(store, client_id, "test.count", {"tag": str(n)}) for n in range(300))
@@ -196,8 +186,9 @@ async def test_broker_connections_cut_mid_run_every_job_still_succeeds_once(
 
 
 async def test_sigterm_lets_in_flight_jobs_finish_and_gives_the_rest_back(
-    cfg: Settings, store: Store, tmp_path: Path
+    make_settings: MakeSettings, store: Store, tmp_path: Path
 ) -> None:
+    cfg = make_settings(shutdown_grace_seconds=2.0)  # a short grace: the stop below is timed
     client_id = await new_client(store)
     short = [await submit(store, client_id, "demo.sleep", {"seconds": 1.0}) for _ in range(2)]
     long = await submit(store, client_id, "demo.sleep", {"seconds": 60})
@@ -215,7 +206,7 @@ async def test_sigterm_lets_in_flight_jobs_finish_and_gives_the_rest_back(
     finally:
         service.stop()
     assert exit_status == 0
-    assert took < 2.0 + 5  # the grace period, plus a little
+    assert took < cfg.shutdown_grace_seconds + 5  # the grace period, plus a little
     for job_id in short:
         assert await scalar(store, "SELECT state FROM jobs WHERE id = :id", id=job_id) == (
             "succeeded"

@@ -12,6 +12,9 @@ from sqlalchemy import text
 
 from jobrelay.core.settings import Settings
 from jobrelay.db.store import Store
+from jobrelay.db.tables import outbox
+from tests.conftest import MakeSettings
+from tests.support import factories
 from tests.support.faults import close_all_broker_connections, pg_restart, rabbitmqctl
 from tests.support.outbox import (
     count_published,
@@ -19,23 +22,15 @@ from tests.support.outbox import (
     drain,
     eventually,
     insert_jobs,
-    queue_depth,
 )
 from tests.support.processes import Service, running, service_env
+from tests.support.queues import depth_is
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def relay_settings(settings: Settings, amqp_url: str) -> Settings:
-    return settings.model_copy(
-        update={
-            "amqp_url": amqp_url,
-            "publish_timeout_seconds": 1.0,
-            "dispatch_batch_size": 50,
-            "log_level": "INFO",
-        }
-    )
+# Publishes time out in a second and rows go out in small batches: the faults land mid-run.
+RELAY = {"publish_timeout_seconds": 1.0, "dispatch_batch_size": 50}
 
 
 def dispatcher(settings: Settings, log: Path):  # type: ignore[no-untyped-def]
@@ -55,10 +50,11 @@ def assert_alive(process: Service) -> None:
 
 
 async def test_broker_connections_closed_and_app_restarted_while_5000_rows_are_relayed(
-    relay_settings: Settings, store: Store, tmp_path: Path
+    make_settings: MakeSettings, store: Store, tmp_path: Path
 ) -> None:
+    settings = make_settings(**RELAY)
     jobs = await insert_jobs(store, 2000)
-    with dispatcher(relay_settings, tmp_path / "dispatcher.log") as process:
+    with dispatcher(settings, tmp_path / "dispatcher.log") as process:
         await eventually(lambda: at_least_published(store, 300), within=30, what="300 published")
         await asyncio.to_thread(close_all_broker_connections)
         jobs += await insert_jobs(store, 1500)
@@ -77,7 +73,7 @@ async def test_broker_connections_closed_and_app_restarted_while_5000_rows_are_r
         output = process.output()
     assert "broker_unavailable" in output or "connection_lost" in output
 
-    messages = await drain(relay_settings.amqp_url)
+    messages = await drain(settings.amqp_url)
     delivered = {m.correlation_id for m in messages}
     assert len(jobs) == 5000
     assert delivered == {str(job_id) for _, job_id in jobs}, "every job has a message"
@@ -85,19 +81,18 @@ async def test_broker_connections_closed_and_app_restarted_while_5000_rows_are_r
 
 
 async def test_a_dispatcher_killed_after_publish_before_published_at_commits_publishes_again(
-    relay_settings: Settings, store: Store, tmp_path: Path
+    make_settings: MakeSettings, store: Store, tmp_path: Path
 ) -> None:
+    settings = make_settings(**RELAY)
     await insert_jobs(store, 1)
-    with dispatcher(relay_settings, tmp_path / "first.log") as first:
+    with dispatcher(settings, tmp_path / "first.log") as first:
         await eventually(lambda: all_published(store), what="the dispatcher to be up")
         # Hold off every write to job_events: marking a row published needs one, so the
         # dispatcher publishes, gets the confirm and then waits before published_at commits.
         async with store.transaction() as blocker:
             await blocker.execute(text("LOCK TABLE job_events IN SHARE MODE"))
             [(outbox_id, job_id)] = await insert_jobs(store, 1)
-            await eventually(
-                lambda: _depth_is(relay_settings.amqp_url, 2), what="the message confirmed"
-            )
+            await eventually(lambda: depth_is(settings.amqp_url, 2), what="the message confirmed")
             await eventually(
                 lambda: _marking_waits_on_lock(store), what="the dispatcher stuck marking"
             )
@@ -113,26 +108,18 @@ async def test_a_dispatcher_killed_after_publish_before_published_at_commits_pub
                 )
             )
             assert ended and all(row.ok for row in ended)
-    row = await store.fetch_one(
-        text("SELECT published_at, publish_attempts FROM outbox WHERE id = :id"), id=outbox_id
-    )
-    assert row is not None and row.published_at is None and row.publish_attempts == 1
+    row = await factories.outbox_row(store, outbox_id)
+    assert row.published_at is None and row.publish_attempts == 1
 
-    with dispatcher(relay_settings, tmp_path / "second.log") as second:
+    with dispatcher(settings, tmp_path / "second.log") as second:
         await eventually(lambda: all_published(store), within=20, what="the row published again")
         assert_alive(second)
-    row = await store.fetch_one(
-        text("SELECT published_at, publish_attempts FROM outbox WHERE id = :id"), id=outbox_id
-    )
-    assert row is not None and row.published_at is not None and row.publish_attempts == 2
-    messages = await drain(relay_settings.amqp_url)
+    row = await factories.outbox_row(store, outbox_id)
+    assert row.published_at is not None and row.publish_attempts == 2
+    messages = await drain(settings.amqp_url)
     copies = [m for m in messages if m.message_id == str(outbox_id)]
     assert len(copies) == 2, "a duplicate message, nothing lost"
     assert {m.correlation_id for m in copies} == {str(job_id)}
-
-
-async def _depth_is(amqp_url: str, n: int) -> bool:
-    return await queue_depth(amqp_url) == n
 
 
 async def _marking_waits_on_lock(store: Store) -> bool:
@@ -147,9 +134,9 @@ async def _marking_waits_on_lock(store: Store) -> bool:
 
 
 async def test_a_database_restart_while_relaying_is_waited_out(
-    relay_settings: Settings, store: Store, tmp_path: Path
+    make_settings: MakeSettings, store: Store, tmp_path: Path
 ) -> None:
-    settings = relay_settings.model_copy(update={"dispatch_batch_size": 20})
+    settings = make_settings(**(RELAY | {"dispatch_batch_size": 20}))
     jobs = await insert_jobs(store, 5000)
     with dispatcher(settings, tmp_path / "dispatcher.log") as process:
         await eventually(lambda: at_least_published(store, 300), within=30, what="300 published")
@@ -162,31 +149,30 @@ async def test_a_database_restart_while_relaying_is_waited_out(
         assert_alive(process)
         output = process.output()
     assert "listener_lost" in output  # the restart was seen, and waited out
-    messages = await drain(relay_settings.amqp_url)
+    messages = await drain(settings.amqp_url)
     assert {m.correlation_id for m in messages} == {str(job_id) for _, job_id in jobs}
 
 
 async def test_sigterm_finishes_the_current_batch_and_exits_0(
-    relay_settings: Settings, store: Store, tmp_path: Path
+    make_settings: MakeSettings, store: Store, tmp_path: Path
 ) -> None:
+    settings = make_settings(**RELAY)
     await insert_jobs(store, 500)
-    with dispatcher(relay_settings, tmp_path / "dispatcher.log") as process:
+    with dispatcher(settings, tmp_path / "dispatcher.log") as process:
         await eventually(lambda: at_least_published(store, 1), what="relaying")
         code = await asyncio.to_thread(process.terminate, 20)
         output = process.output()
     assert code == 0, output[-3000:]
     assert "dispatcher stopped" in output
     # No row was left leased by the stopped dispatcher: whatever it leased, it recorded.
-    leased = await store.fetch_one(
-        text("SELECT count(*) AS n FROM outbox WHERE published_at IS NULL AND publish_attempts > 0")
-    )
-    assert leased is not None and leased.n == 0
+    leased = outbox.c.published_at.is_(None) & (outbox.c.publish_attempts > 0)
+    assert await factories.count(store, outbox, leased) == 0
 
 
 async def test_an_unreachable_broker_at_start_is_waited_for_with_the_password_masked(
-    relay_settings: Settings, store: Store, tmp_path: Path
+    make_settings: MakeSettings, store: Store, tmp_path: Path
 ) -> None:
-    settings = relay_settings.model_copy(update={"amqp_url": "amqp://guest:s3cret-pw@127.0.0.1:1/"})
+    settings = make_settings(**RELAY, amqp_url="amqp://guest:s3cret-pw@127.0.0.1:1/")
     await insert_jobs(store, 3)
     with dispatcher(settings, tmp_path / "dispatcher.log") as process:
         await asyncio.sleep(2.5)
@@ -194,5 +180,5 @@ async def test_an_unreachable_broker_at_start_is_waited_for_with_the_password_ma
         output = process.output()
     assert "broker_unavailable" in output
     assert "s3cret-pw" not in output
-    row = await store.fetch_one(text("SELECT count(*) AS n FROM outbox WHERE publish_attempts = 0"))
-    assert row is not None and row.n == 3, "no row is leased while the broker is unreachable"
+    never_leased = await factories.count(store, outbox, outbox.c.publish_attempts == 0)
+    assert never_leased == 3, "no row is leased while the broker is unreachable"

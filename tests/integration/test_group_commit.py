@@ -9,9 +9,9 @@ import uuid
 from typing import Any
 
 from jobrelay.core.jobs import Succeeded
-from jobrelay.core.settings import Settings
 from jobrelay.db.execution_store import Claimed, ExecutionStore, Finish, Refusal, Refused
 from jobrelay.db.store import Store
+from tests.conftest import MakeSettings
 from tests.support.consumer_kit import (
     events,
     eventually,
@@ -152,9 +152,9 @@ async def test_groups_of_two_consumers_sharing_jobs_do_not_deadlock(store: Store
 
 
 async def test_a_consumer_acks_in_groups_and_every_message_is_settled_once(
-    settings: Settings, amqp_url: str, store: Store
+    make_settings: MakeSettings, store: Store
 ) -> None:
-    cfg = settings.model_copy(update={"amqp_url": amqp_url})
+    cfg = make_settings()
     client_id = await new_client(store)
     jobs = [
         (await submit(store, client_id, job_type, {"tag": str(i)}), job_type)

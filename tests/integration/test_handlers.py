@@ -16,11 +16,13 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
 from pydantic import BaseModel
+from sqlalchemy import func
 
 from jobrelay.core.masking import Masker
 from jobrelay.core.registry import JobContext, Registry
@@ -30,18 +32,20 @@ from jobrelay.db.store import Store
 from jobrelay.handlers import builtin
 from jobrelay.handlers.loading import load_registry
 from jobrelay.logs import JsonFormatter
-from tests.conftest import api_client, auth, make_client
-from tests.integration.test_consumer import StandInDelivery, job_row, wait_state, worker
+from tests.conftest import MakeSettings, api_client, auth, make_client
 from tests.support.consumer_kit import (
+    StandInDelivery,
     events,
     new_client,
     quarantined_messages,
     rows,
     running_consumer,
-    scalar,
     submit,
+    wait_state,
     work_queue_count,
+    worker,
 )
+from tests.support.factories import job_row, results_of, set_job
 from tests.support.processes import run_cli, service_env
 from tests.support.relay import running_relay
 from tests.support.servers import Servers
@@ -110,18 +114,6 @@ known = load_registry(HANDLERS)  # with the built-in types, as a service loads i
 
 
 @pytest.fixture
-def cfg(settings: Settings) -> Settings:
-    return settings.model_copy(
-        update={
-            "handlers": HANDLERS,
-            "lease_seconds": 2.0,
-            "retry_base_seconds": 0.2,
-            "retry_max_seconds": 1.0,
-        }
-    )
-
-
-@pytest.fixture
 def log_lines() -> Iterator[io.StringIO]:
     """Every log line, formatted as the services format them (masking the test's password)."""
     stream = io.StringIO()
@@ -140,9 +132,7 @@ def log_lines() -> Iterator[io.StringIO]:
 
 
 async def make_due(store: Store, job_id: uuid.UUID) -> None:
-    await scalar(
-        store, "UPDATE jobs SET available_at = now() WHERE id = :id RETURNING 1", id=job_id
-    )
+    await set_job(store, job_id, available_at=func.now())
 
 
 async def failures(store: Store, job_id: uuid.UUID) -> list[Any]:
@@ -158,8 +148,9 @@ async def failures(store: Store, job_id: uuid.UUID) -> list[Any]:
 
 
 async def test_a_failing_handler_stores_its_message_and_traceback_with_the_failed_attempt(
-    cfg: Settings, store: Store, log_lines: io.StringIO
+    make_settings: MakeSettings, store: Store, log_lines: io.StringIO
 ) -> None:
+    cfg = make_settings(handlers=HANDLERS)  # the API and the CLI load this module's types
     alice = await make_client(store, "alice")
     admin = await make_client(store, "ops", admin=True)
     async with api_client(cfg, store) as api:
@@ -232,9 +223,9 @@ def sentinel_database_url(servers: Servers, database_url: str) -> str:
 
 
 async def test_known_secrets_in_a_failure_reach_no_stored_row_and_no_log_line(
-    cfg: Settings, sentinel_database_url: str, log_lines: io.StringIO
+    make_settings: MakeSettings, sentinel_database_url: str, log_lines: io.StringIO
 ) -> None:
-    cfg = cfg.model_copy(update={"database_url": sentinel_database_url})
+    cfg = make_settings(database_url=sentinel_database_url)
     store = Store.connect(sentinel_database_url, pool_size=4)
     try:
         client_id = await new_client(store)
@@ -267,19 +258,21 @@ async def test_known_secrets_in_a_failure_reach_no_stored_row_and_no_log_line(
 
 
 async def test_a_plain_def_handler_runs_in_a_thread_off_the_event_loop(
-    cfg: Settings, store: Store
+    make_settings: MakeSettings, store: Store
 ) -> None:
+    cfg = make_settings()
     job_id = await submit(store, await new_client(store), "handlers.plain", {})
     delivery = StandInDelivery(job_id, "handlers.plain")
     assert (await worker(store, cfg, known).handle(delivery)).outcome == "succeeded"
-    [(result,)] = await rows(store, "SELECT result FROM job_results WHERE job_id = :id", id=job_id)
+    [(result, _)] = await results_of(store, job_id)
     assert result["on_loop"] is False
     assert result["thread"].startswith("jobrelay-handler-")
 
 
 async def test_a_plain_def_handler_over_its_timeout_is_retried_with_the_code_timeout(
-    cfg: Settings, store: Store
+    make_settings: MakeSettings, store: Store
 ) -> None:
+    cfg = make_settings()
     job_id = await submit(store, await new_client(store), "handlers.plain_nap", {"seconds": 3})
     started = time.monotonic()
     verdict = await worker(store, cfg, known).handle(StandInDelivery(job_id, "handlers.plain_nap"))
@@ -290,9 +283,9 @@ async def test_a_plain_def_handler_over_its_timeout_is_retried_with_the_code_tim
 
 
 async def test_a_plain_def_handler_longer_than_its_lease_keeps_it_the_loop_is_not_blocked(
-    cfg: Settings, store: Store
+    make_settings: MakeSettings, store: Store
 ) -> None:
-    cfg = cfg.model_copy(update={"lease_seconds": 1.0})
+    cfg = make_settings(lease_seconds=1.0)
     job_id = await submit(store, await new_client(store), "handlers.plain_long", {"seconds": 2.5})
     delivery = StandInDelivery(job_id, "handlers.plain_long")
     assert (await worker(store, cfg, known).handle(delivery)).outcome == "succeeded"
@@ -303,8 +296,9 @@ async def test_a_plain_def_handler_longer_than_its_lease_keeps_it_the_loop_is_no
 
 
 async def test_a_consumer_that_does_not_know_a_type_defers_it_without_counting_an_attempt(
-    cfg: Settings, store: Store
+    make_settings: MakeSettings, store: Store
 ) -> None:
+    cfg = make_settings()
     job_id = await submit(store, await new_client(store), "handlers.plain", {})
     old = worker(store, cfg, builtin.registry)  # a consumer of the previous release
 
@@ -337,16 +331,15 @@ async def test_a_consumer_that_does_not_know_a_type_defers_it_without_counting_a
     await make_due(store, job_id)
     latest = StandInDelivery(job_id, "handlers.plain")
     assert (await worker(store, cfg, known).handle(latest)).outcome == "succeeded"
-    unknown_since = await scalar(
-        store, "SELECT type_unknown_since FROM jobs WHERE id = :id", id=job_id
-    )
     row = await job_row(store, job_id)
-    assert (row.state, unknown_since) == ("succeeded", None)
-    assert await scalar(store, "SELECT attempts FROM jobs WHERE id = :id", id=job_id) == 1
+    assert (row.state, row.type_unknown_since) == ("succeeded", None)
+    assert (await job_row(store, job_id)).attempts == 1
 
 
-async def test_a_type_unknown_past_the_patience_is_quarantined(cfg: Settings, store: Store) -> None:
-    cfg = cfg.model_copy(update={"unknown_type_patience_seconds": 3600})
+async def test_a_type_unknown_past_the_patience_is_quarantined(
+    make_settings: MakeSettings, store: Store
+) -> None:
+    cfg = make_settings(unknown_type_patience_seconds=3600)
     job_id = await submit(store, await new_client(store), "handlers.plain", {})
     old = worker(store, cfg, builtin.registry)
     assert (await old.handle(StandInDelivery(job_id, "handlers.plain"))).outcome == "deferred"
@@ -356,19 +349,15 @@ async def test_a_type_unknown_past_the_patience_is_quarantined(cfg: Settings, st
     assert (await old.handle(StandInDelivery(job_id, "handlers.plain"))).outcome == "deferred"
 
     # The type has now been unknown for two hours.
-    await scalar(
-        store,
-        "UPDATE jobs SET type_unknown_since = now() - interval '2 hours', available_at = now() "
-        "WHERE id = :id RETURNING 1",
-        id=job_id,
-    )
+    hours_ago = func.now() - timedelta(hours=2)
+    await set_job(store, job_id, type_unknown_since=hours_ago, available_at=func.now())
     delivery = StandInDelivery(job_id, "handlers.plain")
     verdict = await old.handle(delivery)
     assert (verdict.outcome, delivery.settled) == ("quarantined", ["dead_letter"])
     row = await job_row(store, job_id)
     assert (row.state, row.last_error_code) == ("quarantined", "unknown_job_type")
     assert "stayed unknown" in row.last_error
-    assert await scalar(store, "SELECT attempts FROM jobs WHERE id = :id", id=job_id) == 0
+    assert (await job_row(store, job_id)).attempts == 0
     assert [e for e, _ in await events(store, job_id)] == [
         "received",
         "deferred",
@@ -378,16 +367,14 @@ async def test_a_type_unknown_past_the_patience_is_quarantined(cfg: Settings, st
 
     # A replay starts the clock again: the next unknown-type consumer defers, not quarantines.
     assert await store.replay_job(job_id, budget=3, detail="test replay")
-    assert (
-        await scalar(store, "SELECT type_unknown_since FROM jobs WHERE id = :id", id=job_id) is None
-    )
+    assert (await job_row(store, job_id)).type_unknown_since is None
     assert (await old.handle(StandInDelivery(job_id, "handlers.plain"))).outcome == "deferred"
 
 
 async def test_during_a_rolling_deploy_a_job_waits_for_a_consumer_that_knows_its_type(
-    cfg: Settings, store: Store, amqp_url: str
+    make_settings: MakeSettings, store: Store
 ) -> None:
-    cfg = cfg.model_copy(update={"amqp_url": amqp_url})
+    cfg = make_settings()
     job_id = await submit(store, await new_client(store), "handlers.plain", {})
     async with running_relay(cfg, store):
         async with running_consumer(cfg, builtin.registry):  # the old release only
@@ -396,7 +383,7 @@ async def test_during_a_rolling_deploy_a_job_waits_for_a_consumer_that_knows_its
             )
         async with running_consumer(cfg, known):  # the new release
             await wait_state(store, job_id, "succeeded")
-    assert await scalar(store, "SELECT attempts FROM jobs WHERE id = :id", id=job_id) == 1
+    assert (await job_row(store, job_id)).attempts == 1
     assert await work_queue_count(cfg) == 0
     assert await quarantined_messages(cfg) == []
 

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
 from aio_pika.abc import AbstractIncomingMessage
 from aio_pika.exceptions import ChannelInvalidStateError
 
-from jobrelay.consumer.metrics import ConsumerMetrics
-from jobrelay.consumer.worker import Worker
 from jobrelay.core.settings import Settings
 from jobrelay.core.topology import DEFAULT_QUEUE, QUARANTINE_QUEUE
-from jobrelay.db.execution_store import ExecutionStore
 from jobrelay.db.store import Store
+from tests.conftest import MakeSettings
 from tests.support.consumer_kit import (
     broker,
     eventually,
@@ -22,19 +19,14 @@ from tests.support.consumer_kit import (
     new_client,
     publish_jobs,
     quarantined_messages,
-    ready_count,
-    registry,
-    scalar,
     submit,
     work_queue_count,
+    worker,
 )
+from tests.support.factories import job_row
+from tests.support.queues import depth_is
 
 ALWAYS_PERMANENT = {"mode": "permanent", "times": 1000}
-
-
-@pytest.fixture
-def cfg(settings: Settings, amqp_url: str) -> Settings:
-    return settings.model_copy(update={"amqp_url": amqp_url, "lease_seconds": 2.0})
 
 
 class SettleLost:
@@ -57,8 +49,9 @@ async def quarantined_job_ids(cfg: Settings) -> list[str]:
 
 
 async def test_a_quarantine_whose_nack_was_lost_still_dead_letters_its_message(
-    store: Store, cfg: Settings
+    store: Store, make_settings: MakeSettings
 ) -> None:
+    cfg = make_settings()
     # Found by `python -m chaos --profile short --seed 6`: a proxy reset closed the consumer's
     # channel between the quarantine's COMMIT and its nack(requeue=False); the broker delivered
     # the message again, the claim saw a quarantined job, and the redelivery was acked as a
@@ -66,47 +59,46 @@ async def test_a_quarantine_whose_nack_was_lost_still_dead_letters_its_message(
     job_id = await submit(store, await new_client(store), "demo.fail", ALWAYS_PERMANENT)
     await mark_outbox_published(store)
     await publish_jobs(cfg, [(job_id, "demo.fail")])
-    worker = Worker(ExecutionStore(store), registry, cfg, ConsumerMetrics())
+    runner = worker(store, cfg)
     async with broker(cfg) as channel:
         queue = await channel.declare_queue(DEFAULT_QUEUE, passive=True)
         message = await queue.get(no_ack=False)
-        assert (await worker.handle(SettleLost(message))).outcome == "quarantined"
+        assert (await runner.handle(SettleLost(message))).outcome == "quarantined"
     # That channel is gone: the broker puts the message back, marked redelivered.
     assert await work_queue_count(cfg) == 1
     async with broker(cfg) as channel:
         queue = await channel.declare_queue(DEFAULT_QUEUE, passive=True)
         redelivery = await queue.get(no_ack=False)
         assert redelivery.redelivered
-        verdict = await worker.handle(redelivery)
+        verdict = await runner.handle(redelivery)
     assert verdict.disposition == "dead_letter"
     assert await work_queue_count(cfg) == 0
     assert await eventually(
-        lambda: _depth_is(cfg, 1), what="the job's message in the quarantine queue"
+        lambda: depth_is(cfg.amqp_url, 1, QUARANTINE_QUEUE),
+        what="the job's message in the quarantine queue",
     )
     assert await quarantined_job_ids(cfg) == [str(job_id)]
-    state = await scalar(store, "SELECT state FROM jobs WHERE id = :id", id=job_id)
-    assert state == "quarantined"
+    assert (await job_row(store, job_id)).state == "quarantined"
 
 
 async def test_a_fresh_duplicate_of_a_quarantined_job_is_acked_not_quarantined_twice(
-    store: Store, cfg: Settings
+    store: Store, make_settings: MakeSettings
 ) -> None:
+    cfg = make_settings()
     job_id: uuid.UUID = await submit(store, await new_client(store), "demo.fail", ALWAYS_PERMANENT)
     await mark_outbox_published(store)
-    worker = Worker(ExecutionStore(store), registry, cfg, ConsumerMetrics())
+    runner = worker(store, cfg)
     # The relay published it twice (it crashed before recording the first publish).
     await publish_jobs(cfg, [(job_id, "demo.fail"), (job_id, "demo.fail")])
     async with broker(cfg) as channel:
         queue = await channel.declare_queue(DEFAULT_QUEUE, passive=True)
         first = await queue.get(no_ack=False)
-        assert (await worker.handle(first)).outcome == "quarantined"
+        assert (await runner.handle(first)).outcome == "quarantined"
         second = await queue.get(no_ack=False)
         assert not second.redelivered
-        assert (await worker.handle(second)).outcome == "duplicate"
+        assert (await runner.handle(second)).outcome == "duplicate"
     assert await work_queue_count(cfg) == 0
-    assert await eventually(lambda: _depth_is(cfg, 1), what="one quarantined message")
+    assert await eventually(
+        lambda: depth_is(cfg.amqp_url, 1, QUARANTINE_QUEUE), what="one quarantined message"
+    )
     assert await quarantined_job_ids(cfg) == [str(job_id)]
-
-
-async def _depth_is(cfg: Settings, expected: int) -> bool:
-    return await ready_count(cfg, QUARANTINE_QUEUE) == expected

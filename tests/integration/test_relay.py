@@ -8,35 +8,36 @@ import json
 import time
 import urllib.parse
 import uuid
+from datetime import timedelta
 
 import aio_pika
-import pytest
-from sqlalchemy import text
+from sqlalchemy import func, text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chaos.proxy import Mode, Proxy
 from jobrelay.broker.publisher import Publisher
 from jobrelay.core import topology as names
 from jobrelay.core.relay import TIMEOUT, OutboxRow
-from jobrelay.core.settings import Settings
+from jobrelay.core.states import JobState
+from jobrelay.db import tables
 from jobrelay.db.listener import APPLICATION_NAME
 from jobrelay.db.relay_store import RelayStore
 from jobrelay.db.store import Store
+from tests.conftest import MakeSettings
+from tests.support import factories
 from tests.support.outbox import (
     count_published,
     count_unpublished,
     drain,
     eventually,
     insert_jobs,
-    queue_depth,
     running_dispatcher,
 )
+from tests.support.queues import queue_depth
+from tests.support.relay import maintenance_relay
 
-
-@pytest.fixture
-def relay_settings(settings: Settings, amqp_url: str) -> Settings:
-    return settings.model_copy(
-        update={"amqp_url": amqp_url, "publish_timeout_seconds": 2.0, "lease_seconds": 2.0}
-    )
+# A short publish deadline, so that a publish that fails is retried within the test.
+PUBLISH_TIMEOUT = 2.0
 
 
 async def all_published(store: Store) -> bool:
@@ -44,18 +45,19 @@ async def all_published(store: Store) -> bool:
 
 
 async def test_rows_become_persistent_messages_with_the_exact_body_and_properties(
-    relay_settings: Settings, store: Store
+    make_settings: MakeSettings, store: Store
 ) -> None:
+    settings = make_settings(publish_timeout_seconds=PUBLISH_TIMEOUT)
     due = await insert_jobs(store, 3, job_type="catalog.export")
     later = await insert_jobs(store, 2, job_type="catalog.export", delay=3600)
 
-    async with running_dispatcher(relay_settings) as dispatcher:
+    async with running_dispatcher(settings) as dispatcher:
         await eventually(lambda: count_published(store), what="a published row")
         await eventually(lambda: _published_count_is(store, 3), what="the three due rows published")
-        await asyncio.sleep(3 * relay_settings.poll_interval_seconds)
+        await asyncio.sleep(3 * settings.poll_interval_seconds)
     assert dispatcher.metrics.published._value.get() == 3
 
-    messages = await drain(relay_settings.amqp_url)
+    messages = await drain(settings.amqp_url)
     assert len(messages) == 3
     by_outbox_id = {int(m.message_id or 0): m for m in messages}
     assert set(by_outbox_id) == {outbox_id for outbox_id, _ in due}
@@ -99,12 +101,13 @@ async def _published_count_is(store: Store, n: int) -> bool:
 
 
 async def test_unroutable_rows_stay_unpublished_with_the_error_and_drain_after_rebinding(
-    relay_settings: Settings, store: Store
+    make_settings: MakeSettings, store: Store
 ) -> None:
+    settings = make_settings(publish_timeout_seconds=PUBLISH_TIMEOUT)
     await insert_jobs(store, 1)
-    async with running_dispatcher(relay_settings) as dispatcher:
+    async with running_dispatcher(settings) as dispatcher:
         await eventually(lambda: all_published(store), what="the first row (topology declared)")
-        await _bind_default_queue(relay_settings.amqp_url, bound=False)
+        await _bind_default_queue(settings.amqp_url, bound=False)
 
         rows = await insert_jobs(store, 20)
         await eventually(
@@ -112,10 +115,10 @@ async def test_unroutable_rows_stay_unpublished_with_the_error_and_drain_after_r
             what="every new row to record an unroutable error",
         )
         assert await count_unpublished(store) == 20
-        assert await queue_depth(relay_settings.amqp_url) == 1  # only the first message
+        assert await queue_depth(settings.amqp_url) == 1  # only the first message
         assert dispatcher.metrics.failures.labels(reason="unroutable")._value.get() >= 20
 
-        await _bind_default_queue(relay_settings.amqp_url, bound=True)
+        await _bind_default_queue(settings.amqp_url, bound=True)
         await eventually(lambda: all_published(store), within=15, what="the rows to drain")
 
     published = await store.fetch_all(
@@ -123,7 +126,7 @@ async def test_unroutable_rows_stay_unpublished_with_the_error_and_drain_after_r
         ids=[r[0] for r in rows],
     )
     assert all(row.publish_attempts >= 2 and row.last_error is None for row in published)
-    messages = await drain(relay_settings.amqp_url)
+    messages = await drain(settings.amqp_url)
     assert {m.message_id for m in messages} >= {str(outbox_id) for outbox_id, _ in rows}
 
 
@@ -148,9 +151,9 @@ async def _bind_default_queue(amqp_url: str, *, bound: bool) -> None:
 
 
 async def test_two_dispatchers_publish_every_row_exactly_once(
-    relay_settings: Settings, store: Store
+    make_settings: MakeSettings, store: Store
 ) -> None:
-    settings = relay_settings.model_copy(update={"dispatch_batch_size": 25})
+    settings = make_settings(publish_timeout_seconds=PUBLISH_TIMEOUT, dispatch_batch_size=25)
     rows = await insert_jobs(store, 2000)
     async with running_dispatcher(settings) as first, running_dispatcher(settings) as second:
         await eventually(lambda: all_published(store), within=60, what="every row published")
@@ -159,7 +162,7 @@ async def test_two_dispatchers_publish_every_row_exactly_once(
     second_count = second.metrics.published._value.get()
     assert first_count + second_count == 2000
     assert first_count > 0 and second_count > 0, "both dispatchers must have taken part"
-    messages = await drain(relay_settings.amqp_url)
+    messages = await drain(settings.amqp_url)
     ids = [m.message_id for m in messages]
     assert len(ids) == 2000
     assert set(ids) == {str(outbox_id) for outbox_id, _ in rows}
@@ -168,53 +171,39 @@ async def test_two_dispatchers_publish_every_row_exactly_once(
 
 
 async def test_a_lower_outbox_id_committing_after_a_higher_one_is_published_too(
-    relay_settings: Settings, store: Store
+    make_settings: MakeSettings, store: Store
 ) -> None:
-    [(client_id,)] = await store.fetch_all(
-        text(
-            "INSERT INTO clients (id, name, token_hash) VALUES (gen_random_uuid(), 'c', 'h') "
-            "RETURNING id"
-        )
-    )
-    insert = text(
-        """
-        WITH j AS (
-            INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload,
-                              max_attempts)
-            VALUES (gen_random_uuid(), :client_id, :key, 'h', 'demo.sleep', '{}', 3)
-            RETURNING id
-        )
-        INSERT INTO outbox (job_id) SELECT id FROM j RETURNING id
-        """
-    )
-    async with running_dispatcher(relay_settings):
+    settings = make_settings(publish_timeout_seconds=PUBLISH_TIMEOUT)
+    client_id = (await factories.client(store)).id
+
+    async def job_and_outbox_row(connection: AsyncConnection) -> int:
+        made = await factories.job(connection, client_id=client_id, payload={})
+        [row] = await factories.outbox(connection, [made])
+        return int(row.id)
+
+    async with running_dispatcher(settings):
         async with store.transaction() as slow:
-            low_id = (await slow.execute(insert, {"client_id": client_id, "key": "low"})).scalar()
+            low_id = await job_and_outbox_row(slow)
             async with store.transaction() as fast:
-                high_id = (
-                    await fast.execute(insert, {"client_id": client_id, "key": "high"})
-                ).scalar()
-            assert low_id is not None and high_id is not None and low_id < high_id
+                high_id = await job_and_outbox_row(fast)
+            assert low_id < high_id
             await eventually(
                 lambda: _is_published(store, high_id), what="the higher id to be published"
             )
             await asyncio.sleep(0.5)  # the relay has moved on past the higher id
         await eventually(lambda: _is_published(store, low_id), what="the lower id to be published")
-    messages = await drain(relay_settings.amqp_url)
+    messages = await drain(settings.amqp_url)
     assert sorted(int(m.message_id or 0) for m in messages) == [low_id, high_id]
 
 
 async def _is_published(store: Store, outbox_id: int) -> bool:
-    row = await store.fetch_one(
-        text("SELECT published_at FROM outbox WHERE id = :id"), id=outbox_id
-    )
-    return row is not None and row.published_at is not None
+    return (await factories.outbox_row(store, outbox_id)).published_at is not None
 
 
 async def test_new_rows_are_published_within_one_poll_interval_when_the_listener_is_killed(
-    relay_settings: Settings, store: Store
+    make_settings: MakeSettings, store: Store
 ) -> None:
-    settings = relay_settings.model_copy(update={"poll_interval_seconds": 1.0})
+    settings = make_settings(publish_timeout_seconds=PUBLISH_TIMEOUT, poll_interval_seconds=1.0)
     async with running_dispatcher(settings) as dispatcher:
         await eventually(
             lambda: _listener_backends(store), what="the dispatcher's LISTEN connection"
@@ -257,30 +246,29 @@ async def _listener_backends(store: Store) -> int:
 
 # --- rescue -----------------------------------------------------------------------------------
 
-EXPIRE_LEASES = text(
-    """
-    UPDATE jobs SET state = 'running', attempts = 1, lease_token = gen_random_uuid(),
-                    lease_until = now() - interval '1 second', updated_at = now()
-    WHERE id = ANY(:ids)
-    """
-)
-
 
 async def test_an_expired_lease_is_rescued_exactly_once_with_two_dispatchers_running(
-    relay_settings: Settings, store: Store
+    make_settings: MakeSettings, store: Store
 ) -> None:
+    settings = make_settings(publish_timeout_seconds=PUBLISH_TIMEOUT)
     jobs = await insert_jobs(store, 300)
     job_ids = [job_id for _, job_id in jobs]
-    async with running_dispatcher(relay_settings) as first:
+    async with running_dispatcher(settings) as first:
         await eventually(lambda: all_published(store), what="the original rows published")
-        async with running_dispatcher(relay_settings) as second:
-            async with store.transaction() as connection:
-                await connection.execute(EXPIRE_LEASES, {"ids": job_ids})
+        async with running_dispatcher(settings) as second:
+            a_second_ago = func.now() - timedelta(seconds=1)
+            await factories.set_job(
+                store,
+                job_ids,
+                state=JobState.RUNNING,
+                lease_until=a_second_ago,
+                updated_at=func.now(),
+            )
             # Concurrent rescuers on top of the two dispatchers' own sweeps.
             relay_store = RelayStore(store)
             extra = await asyncio.gather(*(relay_store.rescue_expired_leases(7) for _ in range(8)))
             await eventually(
-                lambda: _count(store, "SELECT count(*) AS n FROM jobs WHERE state = 'running'", 0),
+                lambda: _none_running(store),
                 what="every expired lease rescued",
             )
             await eventually(lambda: all_published(store), what="the rescue rows published")
@@ -303,83 +291,51 @@ async def test_an_expired_lease_is_rescued_exactly_once_with_two_dispatchers_run
     assert len(per_job) == 300
     for row in per_job:
         assert (row.state, row.expired_events, row.outbox_rows) == ("queued", 1, 2), row
-    messages = await drain(relay_settings.amqp_url)
+    messages = await drain(settings.amqp_url)
     assert len(messages) == 600
 
 
-async def _count(store: Store, sql: str, expected: int) -> bool:
-    row = await store.fetch_one(text(sql))
-    return row is not None and int(row.n) == expected
+async def _none_running(store: Store) -> bool:
+    return await factories.count(store, tables.jobs, tables.jobs.c.state == "running") == 0
 
 
 # --- retention ----------------------------------------------------------------------------------
 
 
-async def test_retention_deletes_old_published_rows_and_old_events_of_finished_jobs_in_batches(
-    relay_settings: Settings, store: Store
+async def test_retention_deletes_old_published_rows_in_batches_and_keeps_live_jobs_stories(
+    store: Store,
 ) -> None:
     jobs = await insert_jobs(store, 30)
     job_ids = [job_id for _, job_id in jobs]
+    ten_days_ago = func.now() - timedelta(days=10)
     async with store.transaction() as connection:
-        await connection.execute(
-            text(
-                "INSERT INTO job_events (job_id, event, at) "
-                "SELECT id, 'received', now() - interval '10 days' FROM jobs"
-            )
+        await factories.job_events(connection, job_ids, "received", at=ten_days_ago)
+        # 20 old published rows, 5 recent published ones, 5 unpublished; 10 jobs cancelled
+        # just now (within the retention: kept).
+        await factories.set_outbox(
+            connection, tables.outbox.c.job_id.in_(job_ids[:20]), published_at=ten_days_ago
         )
-        # 20 old published rows, 5 recent published ones, 5 unpublished; 10 finished jobs.
-        await connection.execute(
-            text(
-                "UPDATE outbox SET published_at = now() - interval '10 days' "
-                "WHERE job_id = ANY(:ids)"
-            ),
-            {"ids": job_ids[:20]},
+        await factories.set_outbox(
+            connection, tables.outbox.c.job_id.in_(job_ids[20:25]), published_at=func.now()
         )
-        await connection.execute(
-            text("UPDATE outbox SET published_at = now() WHERE job_id = ANY(:ids)"),
-            {"ids": job_ids[20:25]},
-        )
-        await connection.execute(
-            text("UPDATE jobs SET state = 'cancelled', finished_at = now() WHERE id = ANY(:ids)"),
-            {"ids": job_ids[:10]},
-        )
-    from jobrelay.dispatcher.relay import Relay, RelayConfig
-
-    config = RelayConfig(retention_seconds=24 * 3600, retention_batch_size=3)
-    relay = Relay(RelayStore(store), _NoPublisher(), config)
-    assert await relay.apply_retention() == (20, 10)
+        await factories.set_job(connection, job_ids[:10], state=JobState.CANCELLED)
+    relay = maintenance_relay(store, retention_seconds=24 * 3600, retention_batch_size=3)
+    assert await relay.apply_retention() == (20, 0)
     assert await relay.apply_retention() == (0, 0)
-    left = await store.fetch_one(
-        text(
-            "SELECT count(*) FILTER (WHERE published_at IS NULL) AS unpublished, "
-            "count(*) FILTER (WHERE published_at IS NOT NULL) AS published FROM outbox"
-        )
-    )
-    assert left is not None and (left.unpublished, left.published) == (5, 5)
-    events = await store.fetch_one(text("SELECT count(*) AS n FROM job_events"))
-    assert events is not None and events.n == 20  # the live jobs keep their whole story
-
-
-class _NoPublisher:
-    ready = False
-
-    async def connect(self) -> None:
-        raise AssertionError("retention must not publish")
-
-    async def publish_batch(self, rows: object) -> list[object]:
-        raise AssertionError("retention must not publish")
-
-    async def close(self) -> None:
-        pass
+    assert (await count_unpublished(store), await count_published(store)) == (5, 5)
+    # Every job keeps its whole story until the job itself is deleted
+    # (tests/integration/test_storage.py).
+    assert await factories.count(store, tables.job_events) == 30
 
 
 async def test_metrics_are_served_over_http_when_a_port_is_set(
-    relay_settings: Settings, store: Store, unused_tcp_port: int
+    make_settings: MakeSettings, store: Store, unused_tcp_port: int
 ) -> None:
+    settings = make_settings(publish_timeout_seconds=PUBLISH_TIMEOUT)
     import urllib.request
 
-    async with running_dispatcher(relay_settings) as dispatcher:
-        dispatcher.metrics.serve(unused_tcp_port, addr="127.0.0.1")
+    async with running_dispatcher(settings) as dispatcher:
+        dispatcher.metrics.serve(unused_tcp_port, host="127.0.0.1")
         await insert_jobs(store, 4)
         await eventually(lambda: all_published(store), what="rows published")
         body = await asyncio.to_thread(

@@ -15,7 +15,7 @@ from jobrelay.db.tables import metadata
 from tests.support import databases
 from tests.support.servers import Servers
 
-TABLES = {"clients", "jobs", "outbox", "job_results", "job_events"}
+TABLES = {"clients", "jobs", "outbox", "job_results", "job_events", "job_totals"}
 
 
 @pytest.fixture

@@ -11,18 +11,24 @@ from pathlib import Path
 from typing import Any
 
 import aio_pika
+from aio_pika.exceptions import ChannelInvalidStateError
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import text
+from sqlalchemy import func, text
 
 from jobrelay.broker.topology import declare_topology
+from jobrelay.consumer.metrics import ConsumerMetrics
 from jobrelay.consumer.service import Consumer
+from jobrelay.consumer.worker import Worker
 from jobrelay.core.errors import TransientError
 from jobrelay.core.message import CONTENT_TYPE, Envelope
 from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.settings import Settings, parse_type_queues
 from jobrelay.core.topology import QUARANTINE_QUEUE, work_queue_name
+from jobrelay.db.execution_store import ExecutionStore
 from jobrelay.db.store import Store
 from jobrelay.handlers import builtin
+from tests.support import factories
+from tests.support.queues import queue_depth
 from tests.support.waiting import eventually
 
 # --- a registry of test job types (also loadable: --handlers tests.support.consumer_kit:registry)
@@ -124,8 +130,48 @@ async def events(store: Store, job_id: uuid.UUID) -> list[tuple[str, int]]:
 
 async def mark_outbox_published(store: Store) -> None:
     """For tests that publish by hand: the accept's outbox rows count as relayed."""
-    async with store.transaction() as connection:
-        await connection.execute(text("UPDATE outbox SET published_at = now()"))
+    await factories.set_outbox(store, published_at=func.now())
+
+
+class StandInDelivery:
+    """A delivery whose ack/nack are recorded; ``dies_before_settling`` models a crash there."""
+
+    def __init__(
+        self,
+        job_id: uuid.UUID | None,
+        job_type: str = "",
+        *,
+        body: bytes = b"",
+        redelivered: bool = False,
+    ) -> None:
+        self.body = Envelope(job_id, job_type).encode() if job_id else body
+        self.settled: list[str] = []
+        self.dies_before_settling = False
+        self.redelivered = redelivered
+
+    async def ack(self, multiple: bool = False) -> None:
+        if self.dies_before_settling:
+            raise ChannelInvalidStateError("the process died before its ack")
+        self.settled.append("ack")
+
+    async def nack(self, multiple: bool = False, requeue: bool = True) -> None:
+        self.settled.append("requeue" if requeue else "dead_letter")
+
+
+def worker(
+    store: Store, settings: Settings, job_registry: Registry | None = None, **options: Any
+) -> Worker:
+    """A worker of the consumer, for tests that hand it one delivery at a time."""
+    return Worker(
+        ExecutionStore(store), job_registry or registry, settings, ConsumerMetrics(), **options
+    )
+
+
+async def wait_state(store: Store, job_id: uuid.UUID, state: str, timeout: float = 20) -> None:
+    async def reached() -> bool:
+        return (await factories.job_row(store, job_id)).state == state
+
+    await eventually(reached, within=timeout, what=f"job {job_id} to be {state}")
 
 
 # --- broker -------------------------------------------------------------------------------
@@ -175,14 +221,11 @@ async def publish_raw(settings: Settings, body: bytes, routing_key: str = "garba
         )
 
 
-async def ready_count(settings: Settings, queue: str) -> int:
-    async with broker(settings) as channel:
-        declared = await channel.declare_queue(queue, passive=True)
-        return int(declared.declaration_result.message_count or 0)
-
-
 async def work_queue_count(settings: Settings, name: str = "default") -> int:
-    return await ready_count(settings, work_queue_name(name))
+    """Depth of a work queue, declared first (with the whole topology) if it is not yet."""
+    async with broker(settings):
+        pass
+    return await queue_depth(settings.amqp_url, work_queue_name(name))
 
 
 async def quarantined_messages(settings: Settings) -> list[aio_pika.abc.AbstractIncomingMessage]:

@@ -9,59 +9,38 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import aio_pika
-from sqlalchemy import text
+from sqlalchemy import func
 
 from jobrelay.core import topology as names
 from jobrelay.core.settings import Settings
 from jobrelay.db.store import Store
+from jobrelay.db.tables import outbox
 from jobrelay.dispatcher.service import Dispatcher
+from tests.support import factories
 from tests.support.waiting import eventually  # noqa: F401  (re-exported for the relay tests)
-
-INSERT_JOBS = text(
-    """
-    WITH client AS (
-        INSERT INTO clients (id, name, token_hash)
-        VALUES (gen_random_uuid(), 'relay-' || gen_random_uuid(), 'h-' || gen_random_uuid())
-        RETURNING id
-    ), j AS (
-        INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload,
-                          max_attempts, available_at)
-        SELECT gen_random_uuid(), client.id, 'k-' || g, 'hash', :type, '{"seconds": 0}'::jsonb,
-               3, now() + make_interval(secs => :delay)
-        FROM client, generate_series(1, :n) g
-        RETURNING id, available_at
-    ), o AS (
-        INSERT INTO outbox (job_id, available_at) SELECT id, available_at FROM j
-        RETURNING id, job_id
-    )
-    SELECT id, job_id FROM o ORDER BY id
-    """
-)
 
 
 async def insert_jobs(
     store: Store, n: int, *, job_type: str = "demo.sleep", delay: float = 0.0
 ) -> list[tuple[int, uuid.UUID]]:
     """``n`` queued jobs, one outbox row each, due in ``delay`` seconds: (outbox id, job id)."""
-    rows = await store.fetch_all(INSERT_JOBS, n=n, type=job_type, delay=delay)
+    async with factories.connection(store) as connection:
+        due = func.now() + timedelta(seconds=delay)
+        made = await factories.jobs(connection, n, job_type=job_type, available_at=due)
+        rows = await factories.outbox(connection, made)
     return [(row.id, row.job_id) for row in rows]
 
 
 async def count_unpublished(store: Store) -> int:
-    row = await store.fetch_one(text("SELECT count(*) AS n FROM outbox WHERE published_at IS NULL"))
-    assert row is not None
-    return int(row.n)
+    return await factories.count(store, outbox, outbox.c.published_at.is_(None))
 
 
 async def count_published(store: Store) -> int:
-    row = await store.fetch_one(
-        text("SELECT count(*) AS n FROM outbox WHERE published_at IS NOT NULL")
-    )
-    assert row is not None
-    return int(row.n)
+    return await factories.count(store, outbox, outbox.c.published_at.is_not(None))
 
 
 @asynccontextmanager
@@ -88,14 +67,6 @@ class Received:
     @property
     def document(self) -> Any:
         return json.loads(self.body)
-
-
-async def queue_depth(amqp_url: str, queue: str = names.DEFAULT_QUEUE) -> int:
-    connection = await aio_pika.connect(amqp_url)
-    async with connection:
-        channel = await connection.channel()
-        declared = await channel.declare_queue(queue, passive=True)
-        return int(declared.declaration_result.message_count or 0)
 
 
 async def drain(

@@ -30,7 +30,11 @@ def jobrelay_env(values: Mapping[str, str]) -> dict[str, str]:
 
 def service_env(settings: Settings, **extra: str) -> dict[str, str]:
     """The process environment that carries ``settings`` as JOBRELAY_* variables."""
-    values = {f"JOBRELAY_{k.upper()}": str(v) for k, v in settings.model_dump().items()}
+    values = {
+        f"JOBRELAY_{k.upper()}": str(v)
+        for k, v in settings.model_dump().items()
+        if v is not None  # unset: the process keeps the default
+    }
     return jobrelay_env(values | extra)
 
 

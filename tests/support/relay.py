@@ -10,12 +10,13 @@ import dataclasses
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from jobrelay.broker.publisher import Publisher
 from jobrelay.core.settings import Settings, parse_type_queues
 from jobrelay.db.relay_store import RelayStore
 from jobrelay.db.store import Store
-from jobrelay.dispatcher.relay import Relay
+from jobrelay.dispatcher.relay import Relay, RelayConfig
 from jobrelay.dispatcher.service import relay_config
 
 
@@ -52,3 +53,24 @@ async def running_relay(
             await asyncio.wait_for(task, 30)
         finally:
             await publisher.close()
+
+
+class _NoPublisher:
+    """For a relay that must only do maintenance: any publish fails the test."""
+
+    ready = False
+
+    async def connect(self) -> None:
+        raise AssertionError("retention must not publish")
+
+    async def publish_batch(self, rows: object) -> list[object]:
+        raise AssertionError("retention must not publish")
+
+    async def close(self) -> None:
+        pass
+
+
+def maintenance_relay(store: Store, **config: Any) -> Relay:
+    """A relay on the real store that never publishes (``config``: fields of ``RelayConfig``):
+    for retention and rescue alone."""
+    return Relay(RelayStore(store), _NoPublisher(), RelayConfig(**config))

@@ -4,33 +4,22 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 import aio_pika
+import httpx
 
 from jobrelay.core.settings import Settings
-from jobrelay.core.topology import QUARANTINE_QUEUE
+from jobrelay.core.topology import DEFAULT_QUEUE
+from tests.conftest import auth
 from tests.support.processes import Service, free_port, run_cli, running, service_env
 from tests.support.waiting import eventually
 
 __all__ = ["eventually", "free_port"]  # re-exported for the acceptance tests
-
-
-def fast_settings(settings: Settings, amqp_url: str, **overrides: Any) -> Settings:
-    """Short leases and backoffs so that a test sees retries and expiries in seconds."""
-    values: dict[str, Any] = {
-        "amqp_url": amqp_url,
-        "lease_seconds": 3.0,
-        "retry_base_seconds": 0.2,
-        "retry_max_seconds": 1.0,
-        "poll_interval_seconds": 0.2,
-        "shutdown_grace_seconds": 5.0,
-    }
-    values.update(overrides)
-    return settings.model_copy(update=values)
 
 
 @contextmanager
@@ -66,14 +55,23 @@ def cli_json(settings: Settings, *args: str) -> Any:
     return json.loads(result.stdout)
 
 
-async def message_count(amqp_url: str, queue: str = QUARANTINE_QUEUE) -> int:
-    """Exact depth of a queue (passive declare; the management API's counts lag); -1 while
-    the queue does not exist yet (the services declare it when they start)."""
+async def submit_job(api: httpx.AsyncClient, token: str, body: Mapping[str, object]) -> str:
+    """A job through the API, with a fresh idempotency key: its id."""
+    response = await api.post("/v1/jobs", json=body, headers=auth(token, uuid.uuid4().hex))
+    assert response.status_code == 202, response.text
+    return str(response.json()["id"])
+
+
+async def return_until_dead_lettered(amqp_url: str, count: int = 1) -> None:
+    """Take each message of the work queue and return it (nack, requeue) until the broker's
+    delivery limit drops it into the quarantine queue."""
     connection = await aio_pika.connect(amqp_url)
     async with connection:
         channel = await connection.channel()
-        try:
-            declared = await channel.declare_queue(queue, passive=True)
-        except aio_pika.exceptions.ChannelNotFoundEntity:
-            return -1
-        return int(declared.declaration_result.message_count or 0)
+        queue = await channel.declare_queue(DEFAULT_QUEUE, passive=True)
+        for _ in range(10 * count):
+            message = await queue.get(no_ack=False, fail=False)
+            if message is None:
+                return
+            await message.nack(requeue=True)
+    raise AssertionError("the broker never dead-lettered the messages")

@@ -16,10 +16,10 @@ from pydantic import BaseModel
 
 from jobrelay.consumer.fakes import InMemoryExecutionStore
 from jobrelay.consumer.metrics import ConsumerMetrics
-from jobrelay.consumer.worker import Backoff, Disposition, Worker
+from jobrelay.consumer.worker import Backoff, Disposition, Verdict, Worker
 from jobrelay.core.errors import PermanentError
 from jobrelay.core.execution import Claimed, Finish
-from jobrelay.core.jobs import Succeeded
+from jobrelay.core.jobs import Job, Succeeded
 from jobrelay.core.message import Envelope
 from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.settings import Settings
@@ -76,6 +76,11 @@ class Setup:
             backoff=Backoff(base=0.001, cap=0.005),
         )
 
+    async def deliver(self, job: Job) -> tuple[FakeDelivery, Verdict]:
+        """The job's message to a new worker: the delivery (what it settled) and the verdict."""
+        delivery = delivery_for(job.id, job.type)
+        return delivery, await self.worker().handle(delivery)
+
 
 @pytest.fixture
 def setup(tmp_path: Path) -> Setup:
@@ -123,8 +128,7 @@ def delivery_for(job_id: uuid.UUID, job_type: str) -> FakeDelivery:
 
 async def test_a_successful_attempt_stores_its_result_then_acks(setup: Setup) -> None:
     job = setup.store.add("t.ok")
-    delivery = delivery_for(job.id, "t.ok")
-    verdict = await setup.worker().handle(delivery)
+    delivery, verdict = await setup.deliver(job)
     assert verdict.outcome == "succeeded"
     assert delivery.settled == ["ack"]
     assert setup.store.jobs[job.id].state is JobState.SUCCEEDED
@@ -134,8 +138,7 @@ async def test_a_successful_attempt_stores_its_result_then_acks(setup: Setup) ->
 
 async def test_a_refused_claim_is_a_duplicate_delivery_and_is_acked(setup: Setup) -> None:
     job = setup.store.add("t.ok", state=JobState.SUCCEEDED, attempts=1)
-    delivery = delivery_for(job.id, "t.ok")
-    verdict = await setup.worker().handle(delivery)
+    delivery, verdict = await setup.deliver(job)
     assert verdict.outcome == "duplicate"
     assert delivery.settled == ["ack"]
     assert setup.store.events(job.id) == [JobEvent.DUPLICATE_DELIVERY]
@@ -144,8 +147,7 @@ async def test_a_refused_claim_is_a_duplicate_delivery_and_is_acked(setup: Setup
 
 async def test_a_completion_after_the_lease_was_taken_stores_no_success(setup: Setup) -> None:
     job = setup.store.add("t.taken")
-    delivery = delivery_for(job.id, "t.taken")
-    verdict = await setup.worker().handle(delivery)
+    delivery, verdict = await setup.deliver(job)
     assert verdict.outcome == "stale"
     assert delivery.settled == ["ack"]
     assert job.id not in setup.store.results
@@ -157,8 +159,7 @@ async def test_a_transient_error_with_attempts_left_schedules_a_retry_and_acks(
     setup: Setup,
 ) -> None:
     job = setup.store.add("t.transient", max_attempts=3)
-    delivery = delivery_for(job.id, "t.transient")
-    verdict = await setup.worker().handle(delivery)
+    delivery, verdict = await setup.deliver(job)
     assert verdict.outcome == "retried"
     assert delivery.settled == ["ack"]
     stored = setup.store.jobs[job.id]
@@ -173,8 +174,7 @@ async def test_a_transient_error_with_attempts_left_schedules_a_retry_and_acks(
 
 async def test_a_permanent_error_quarantines_and_dead_letters(setup: Setup) -> None:
     job = setup.store.add("t.permanent")
-    delivery = delivery_for(job.id, "t.permanent")
-    verdict = await setup.worker().handle(delivery)
+    delivery, verdict = await setup.deliver(job)
     assert verdict.disposition is Disposition.DEAD_LETTER
     assert delivery.settled == ["dead_letter"]
     stored = setup.store.jobs[job.id]
@@ -193,8 +193,7 @@ async def test_a_transient_error_on_the_last_attempt_quarantines(setup: Setup) -
 
 async def test_a_job_with_no_attempts_left_is_quarantined_without_running(setup: Setup) -> None:
     job = setup.store.add("t.ok", attempts=3, max_attempts=3)
-    delivery = delivery_for(job.id, "t.ok")
-    verdict = await setup.worker().handle(delivery)
+    delivery, verdict = await setup.deliver(job)
     assert verdict.outcome == "attempts_exhausted"
     assert delivery.settled == ["dead_letter"]
     stored = setup.store.jobs[job.id]
@@ -258,8 +257,7 @@ async def test_the_database_away_requeues_the_delivery_after_a_pause(setup: Setu
 
 async def test_an_unknown_type_is_deferred_without_an_attempt(setup: Setup) -> None:
     job = setup.store.add("t.elsewhere")
-    delivery = delivery_for(job.id, "t.elsewhere")
-    verdict = await setup.worker().handle(delivery)
+    delivery, verdict = await setup.deliver(job)
     assert verdict.outcome == "deferred"
     assert delivery.settled == ["ack"]
     stored = setup.store.jobs[job.id]
@@ -282,8 +280,7 @@ async def test_an_unknown_type_past_the_patience_is_quarantined(setup: Setup) ->
 
 async def test_a_plain_def_handler_runs_in_a_thread_and_succeeds(setup: Setup) -> None:
     job = setup.store.add("t.plain")
-    delivery = delivery_for(job.id, "t.plain")
-    verdict = await setup.worker().handle(delivery)
+    delivery, verdict = await setup.deliver(job)
     assert verdict.outcome == "succeeded"
     assert delivery.settled == ["ack"]
     assert setup.store.results[job.id].result == {"thread": True, "attempt": 1}

@@ -4,7 +4,7 @@
 PYTHON ?= python3
 PYTEST_ARGS ?=
 
-.PHONY: install lock test-latest run test test-local test-docker test-fast lint format typecheck servers down clean-data bench chaos clean
+.PHONY: install lock test-latest run test test-local test-docker test-fast lint format typecheck servers down clean-data bench bench-storage chaos clean
 
 ## install: exactly the locked versions (requirements/dev.txt), then jobrelay itself, editable
 install:
@@ -84,6 +84,11 @@ clean-data:
 ## bench: every benchmark, each beside its baseline measured in the same run
 bench:
 	$(PYTHON) scripts/servers.py run -- sh -c '$(PYTHON) -m benchmarks.submit && $(PYTHON) -m benchmarks.relay && $(PYTHON) -m benchmarks.e2e'
+
+## bench-storage: empty database beside one holding STORAGE_JOBS finished jobs (docs/storage.md)
+STORAGE_JOBS ?= 1000000
+bench-storage:
+	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m benchmarks.storage --jobs $(STORAGE_JOBS)
 
 ## chaos: the long chaos run (>=10,000 jobs, >=50 faults) on throwaway servers; prints one
 ## summary line, exits non-zero on any violation. CHAOS_ARGS="--profile short --seed 7" to vary.

@@ -71,6 +71,7 @@ from benchmarks._common import (
 )
 from jobrelay.core import topology as names
 from jobrelay.core.fingerprint import request_hash
+from jobrelay.core.ids import new_id
 from jobrelay.db.engine import libpq_url
 from jobrelay.db.store import Store
 from tests.support.servers import create_vhost, delete_vhost, vhost_amqp_url
@@ -79,32 +80,37 @@ NOOP_TYPE = "demo.sleep"
 NOOP_PAYLOAD = {"seconds": 0}
 
 # The rows the API's accept statement writes (ACCEPT_JOB in services/jobrelay/db/queries.py),
-# n at once.
+# n at once, with ids made as the API makes them (``jobrelay.core.ids.new_id``).
 PRELOAD = """
 WITH j AS (
     INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload, max_attempts)
-    SELECT gen_random_uuid(), %(client_id)s, %(prefix)s || g, %(hash)s, %(type)s,
+    SELECT g.id, %(client_id)s, %(prefix)s || g.n, %(hash)s, %(type)s,
            CAST(%(payload)s AS jsonb), 3
-    FROM generate_series(1, %(n)s) g
+    FROM unnest(CAST(%(ids)s AS uuid[])) WITH ORDINALITY AS g(id, n)
     RETURNING id, available_at
 ), o AS (INSERT INTO outbox (job_id, available_at) SELECT id, available_at FROM j)
 INSERT INTO job_events (job_id, event, attempt) SELECT id, 'received', 0 FROM j
 """
 
+# Every count is of the run's client alone: the database may hold other jobs
+# (``benchmarks/storage.py`` runs this against a million finished ones).
 COUNT_DONE = """
 SELECT count(*) FILTER (WHERE state = 'succeeded') AS done,
        count(*) FILTER (WHERE state IN ('quarantined', 'cancelled')) AS failed
-FROM jobs
+FROM jobs WHERE client_id = %(client_id)s
 """
 
 WINDOW = """
-SELECT count(*) AS n, EXTRACT(EPOCH FROM min(finished_at)) AS first,
+WITH mine AS (SELECT id, finished_at FROM jobs WHERE client_id = %(client_id)s),
+     sent AS (SELECT published_at FROM outbox WHERE job_id IN (SELECT id FROM mine))
+SELECT count(*) FILTER (WHERE finished_at IS NOT NULL) AS n,
+       EXTRACT(EPOCH FROM min(finished_at)) AS first,
        EXTRACT(EPOCH FROM max(finished_at)) AS last,
-       (SELECT count(*) FROM job_results) AS results,
-       (SELECT count(*) FROM job_events) AS events,
-       (SELECT count(*) FROM outbox WHERE published_at IS NOT NULL) AS published,
-       (SELECT EXTRACT(EPOCH FROM max(published_at) - min(published_at)) FROM outbox) AS relaying
-FROM jobs WHERE state = 'succeeded'
+       (SELECT count(*) FROM job_results WHERE job_id IN (SELECT id FROM mine)) AS results,
+       (SELECT count(*) FROM job_events WHERE job_id IN (SELECT id FROM mine)) AS events,
+       (SELECT count(published_at) FROM sent) AS published,
+       (SELECT EXTRACT(EPOCH FROM max(published_at) - min(published_at)) FROM sent) AS relaying
+FROM mine
 """
 
 # Submit → result stored, and its stages (database clock throughout).
@@ -259,6 +265,7 @@ class Context:
     workdir: Path
     args: argparse.Namespace
     client_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    extra_env: dict[str, str] = field(default_factory=dict)  # more settings for the services
 
     @property
     def service_env(self) -> dict[str, str]:
@@ -267,7 +274,7 @@ class Context:
             "JOBRELAY_AMQP_URL": self.amqp_url,
             "JOBRELAY_LOG_LEVEL": "WARNING",
             "JOBRELAY_METRICS_PORT": "0",
-        }
+        } | self.extra_env
 
     @property
     def completions(self) -> Path:
@@ -285,8 +292,10 @@ async def sql(ctx: Context, statement: str, params: dict[str, Any] | None = None
         return await cursor.fetchall() if cursor.description else []
 
 
-async def reset_jobs(ctx: Context) -> None:
-    await sql(ctx, "TRUNCATE job_results, job_events, outbox, jobs")
+async def reset_jobs(ctx: Context, *, fresh: bool = True) -> None:
+    """The run's client, in an empty database unless ``fresh`` is False."""
+    if fresh:
+        await sql(ctx, "TRUNCATE job_results, job_events, outbox, jobs, job_totals")
     await sql(
         ctx,
         "INSERT INTO clients (id, name, token_hash) VALUES (%(id)s, %(name)s, %(hash)s) "
@@ -305,7 +314,7 @@ async def preload(ctx: Context, n: int) -> None:
             "hash": request_hash(NOOP_TYPE, NOOP_PAYLOAD),
             "type": NOOP_TYPE,
             "payload": json.dumps(NOOP_PAYLOAD),
-            "n": n,
+            "ids": [new_id() for _ in range(n)],
         },
     )
 
@@ -346,8 +355,11 @@ async def queue_messages(amqp_url: str, queue: str) -> int:
         return int(declared.declaration_result.message_count or 0)
 
 
-async def jobrelay_throughput(ctx: Context, jobs: int, *, profile: bool = False) -> Throughput:
-    await reset_jobs(ctx)
+async def jobrelay_throughput(
+    ctx: Context, jobs: int, *, profile: bool = False, fresh: bool = True
+) -> Throughput:
+    """``fresh=False``: among the jobs the database already holds (none of the run's client)."""
+    await reset_jobs(ctx, fresh=fresh)
     await preload(ctx, jobs)
     commits_before = await transactions(ctx)
     started = time.perf_counter()
@@ -362,7 +374,8 @@ async def jobrelay_throughput(ctx: Context, jobs: int, *, profile: bool = False)
             seen = 0
             deadline = started + ctx.args.timeout
             while True:
-                done, failed = await (await conn.execute(COUNT_DONE)).fetchone()  # type: ignore[misc]
+                cursor = await conn.execute(COUNT_DONE, {"client_id": ctx.client_id})
+                done, failed = await cursor.fetchone()  # type: ignore[misc]
                 if failed:
                     raise SystemExit(f"{failed} jobs failed: a no-op must not fail")
                 if done and not seen:
@@ -386,7 +399,7 @@ async def jobrelay_throughput(ctx: Context, jobs: int, *, profile: bool = False)
             except subprocess.TimeoutExpired:
                 profiler.kill()
     commits = await transactions(ctx) - commits_before
-    [row] = await sql(ctx, WINDOW)
+    [row] = await sql(ctx, WINDOW, {"client_id": ctx.client_id})
     n, first, last, results, events, published, relaying = row
     result = Throughput("jobrelay", n, wall, float(first), float(last))
     result.cpu = meter.per_thousand(jobs - seen)
@@ -541,7 +554,7 @@ async def paced(rate: float, seconds: float, submit: Any) -> int:
 async def wait_jobs(ctx: Context, n: int) -> None:
     deadline = time.perf_counter() + ctx.args.timeout
     while True:
-        [(done, _)] = await sql(ctx, COUNT_DONE)
+        [(done, _)] = await sql(ctx, COUNT_DONE, {"client_id": ctx.client_id})
         if done >= n:
             return
         if time.perf_counter() > deadline:

@@ -36,6 +36,7 @@ from benchmarks._common import (
     wait_http,
 )
 from jobrelay.core.fingerprint import request_hash, token_hash
+from jobrelay.core.ids import new_id
 from jobrelay.db.engine import libpq_url
 
 RAW_INSERT = """
@@ -60,7 +61,7 @@ async def raw_inserts(url: str, client_id: uuid.UUID, jobs: int, connections: in
             for number in range(per_connection):
                 await conn.execute(
                     RAW_INSERT,
-                    (uuid.uuid4(), client_id, f"raw-{run}-{index}-{number}", fingerprint, payload),
+                    (new_id(), client_id, f"raw-{run}-{index}-{number}", fingerprint, payload),
                 )
 
     started = time.perf_counter()

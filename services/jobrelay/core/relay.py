@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from jobrelay.core.states import JobState
+
 # Why a publish did not succeed: label values of the failure metric and the prefix of
 # ``outbox.last_error``.
 NACKED = "nacked"
@@ -70,7 +72,9 @@ class OutboxStore(Protocol):
 
     async def delete_published(self, retention_seconds: float, limit: int) -> int: ...
 
-    async def delete_old_events(self, retention_seconds: float, limit: int) -> int: ...
+    async def delete_finished_jobs(
+        self, state: JobState, retention_seconds: float, limit: int
+    ) -> int: ...
 
 
 class MessagePublisher(Protocol):

@@ -23,7 +23,12 @@ class Settings(BaseSettings):
     dispatch_batch_size: int = Field(200, ge=1, le=10_000)
     poll_interval_seconds: float = Field(1.0, gt=0)
     publish_timeout_seconds: float = Field(10.0, gt=0)
+    # Finished jobs (succeeded, cancelled) are deleted this long after they finished, with
+    # their results, journal and outbox rows; published outbox rows of live jobs too. It is
+    # also how long an idempotency key stays taken.
     retention_hours: float = Field(168.0, gt=0)
+    # Quarantined jobs wait for an operator: kept until replayed, unless this is set.
+    quarantine_retention_hours: float | None = Field(None, gt=0)
     # Self-healing of lost messages (``jobrelay.dispatcher.housekeeping``): a job published
     # this long ago and never claimed, whose work queue is empty, is published again; 0 = off.
     redispatch_after_seconds: float = Field(300.0, ge=0)

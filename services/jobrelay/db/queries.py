@@ -27,6 +27,7 @@ from jobrelay.core.states import (
     REPLAY,
     RESCUE,
     RETRY,
+    TERMINAL_STATES,
     UNKNOWN_TYPE,
     JobState,
     Lease,
@@ -271,7 +272,18 @@ CANCEL_JOB: TextClause = text(
 
 # --- stats ----------------------------------------------------------------------------------
 
-JOBS_BY_STATE: TextClause = text("SELECT state, count(*) AS n FROM jobs GROUP BY state")
+# The stats read in time that does not grow with the jobs kept: live jobs are counted through
+# the partial index that holds them alone, finished ones come from ``job_totals``, which
+# statement triggers keep (migration 0003).
+_LIVE = _state_in(frozenset(JobState) - TERMINAL_STATES)
+
+JOBS_BY_STATE: TextClause = text(
+    f"""
+    SELECT state, count(*) AS n FROM jobs WHERE {_LIVE} GROUP BY state
+    UNION ALL
+    SELECT state, sum(n)::bigint FROM job_totals GROUP BY state
+    """
+)
 
 OUTBOX_BACKLOG: TextClause = text(
     """
@@ -294,16 +306,22 @@ RETRYING_SUMMARY: TextClause = text(
 
 QUARANTINED_BY_CODE: TextClause = text(
     """
-    SELECT coalesce(last_error_code, 'unknown') AS code, count(*) AS n
-    FROM jobs WHERE state = 'quarantined' GROUP BY 1 ORDER BY 2 DESC
+    SELECT CASE code WHEN '' THEN 'unknown' ELSE code END AS code, sum(n)::bigint AS n
+    FROM job_totals WHERE state = 'quarantined'
+    GROUP BY 1 HAVING sum(n) > 0 ORDER BY 2 DESC
     """
 )
 
+# Jobs not quarantined that met an error on the way: finished ones from the totals, live ones
+# (retrying, or deferred for an unknown type) counted.
 FAILED_BY_CODE: TextClause = text(
-    """
-    SELECT last_error_code AS code, count(*) AS n
-    FROM jobs WHERE last_error_code IS NOT NULL AND state <> 'quarantined'
-    GROUP BY 1 ORDER BY 2 DESC
+    f"""
+    SELECT code, sum(n)::bigint AS n FROM (
+        SELECT code, n FROM job_totals WHERE state <> 'quarantined' AND code <> ''
+        UNION ALL
+        SELECT last_error_code, 1 FROM jobs WHERE {_LIVE} AND last_error_code IS NOT NULL
+    ) AS failed
+    GROUP BY 1 HAVING sum(n) > 0 ORDER BY 2 DESC
     """
 )
 
@@ -428,14 +446,19 @@ DELETE_PUBLISHED_OUTBOX: TextClause = text(
     """
 )
 
-# Only the journal of finished jobs is pruned: a live job keeps its whole story.
-DELETE_OLD_EVENTS: TextClause = text(
+# Retention of finished jobs: the oldest of one state, a batch at a time, through the index on
+# (state, finished_at); their outbox rows, journal and result go with them (ON DELETE
+# CASCADE, each through its job_id index) and ``job_totals`` is kept by its trigger. A live
+# job is never deleted: it keeps its whole story. A row being changed right now is skipped.
+DELETE_FINISHED_JOBS: TextClause = text(
     """
-    DELETE FROM job_events WHERE id IN (
-        SELECT e.id FROM job_events e JOIN jobs j ON j.id = e.job_id
-        WHERE e.at < now() - make_interval(secs => :retention_seconds)
-          AND j.finished_at IS NOT NULL
+    DELETE FROM jobs WHERE id IN (
+        SELECT id FROM jobs
+        WHERE state = :state AND finished_at IS NOT NULL
+          AND finished_at < now() - make_interval(secs => :retention_seconds)
+        ORDER BY finished_at
         LIMIT :limit
+        FOR UPDATE SKIP LOCKED
     )
     """
 )
@@ -718,7 +741,9 @@ TRY_ADVISORY_XACT_LOCK: TextClause = text("SELECT pg_try_advisory_xact_lock(:key
 # The states of the jobs named by the messages in the quarantine queue.
 JOB_STATES: TextClause = text("SELECT id, state FROM jobs WHERE id = ANY(:ids)")
 
-QUARANTINED_COUNT: TextClause = text("SELECT count(*) AS n FROM jobs WHERE state = 'quarantined'")
+QUARANTINED_COUNT: TextClause = text(
+    "SELECT coalesce(sum(n), 0)::bigint AS n FROM job_totals WHERE state = 'quarantined'"
+)
 
 # Lost messages, healed by the dispatcher: stranded jobs (as above: due, every outbox row
 # published over :older_than_seconds ago, unclaimed since) routed to a work queue the caller

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import TextClause
 
 from jobrelay.core.relay import OutboxRow
+from jobrelay.core.states import JobState
 from jobrelay.db import queries as q
 from jobrelay.db.store import Store
 
@@ -63,15 +67,20 @@ class RelayStore:
         return [row.job_id for row in rows]
 
     async def delete_published(self, retention_seconds: float, limit: int) -> int:
-        async with self.store.transaction() as connection:
-            result = await connection.execute(
-                q.DELETE_PUBLISHED_OUTBOX, {"retention_seconds": retention_seconds, "limit": limit}
-            )
-            return int(result.rowcount)
+        return await self._delete(
+            q.DELETE_PUBLISHED_OUTBOX, retention_seconds=retention_seconds, limit=limit
+        )
 
-    async def delete_old_events(self, retention_seconds: float, limit: int) -> int:
+    async def delete_finished_jobs(
+        self, state: JobState, retention_seconds: float, limit: int
+    ) -> int:
+        return await self._delete(
+            q.DELETE_FINISHED_JOBS,
+            state=state.value,
+            retention_seconds=retention_seconds,
+            limit=limit,
+        )
+
+    async def _delete(self, statement: TextClause, **params: Any) -> int:
         async with self.store.transaction() as connection:
-            result = await connection.execute(
-                q.DELETE_OLD_EVENTS, {"retention_seconds": retention_seconds, "limit": limit}
-            )
-            return int(result.rowcount)
+            return int((await connection.execute(statement, params)).rowcount)

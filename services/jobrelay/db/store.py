@@ -21,6 +21,7 @@ from sqlalchemy.util import greenlet_spawn
 
 from jobrelay.core.clients import Client, ClientChange, ClientListing
 from jobrelay.core.fingerprint import canonical_json, request_hash_of_json
+from jobrelay.core.ids import new_id
 from jobrelay.core.jobs import Job, JournalEntry
 from jobrelay.core.states import JobState
 from jobrelay.core.stats import OutboxBacklog, RetryingSummary, SystemStats
@@ -158,7 +159,7 @@ class Store:
     ) -> uuid.UUID | None:
         """The new client's id, or None when the name is taken."""
         row = await self.fetch_one(
-            q.INSERT_CLIENT, id=uuid.uuid4(), name=name, token_hash=token_hash, is_admin=is_admin
+            q.INSERT_CLIENT, id=new_id(), name=name, token_hash=token_hash, is_admin=is_admin
         )
         return None if row is None else row.id
 
@@ -215,7 +216,7 @@ class Store:
     ) -> AcceptResult:
         payload_json = canonical_json(payload)  # serialized once: stored and fingerprinted
         fingerprint = request_hash_of_json(job_type, payload_json)
-        job_id = uuid.uuid4()
+        job_id = new_id()  # time-ordered: appends at the right edge of the indexes
         # Two statements, each atomic: the insert of job + outbox + event, then (only when the
         # key existed) a read of the existing job. ON CONFLICT waits for a concurrent insert of
         # the same key to commit, so the read always finds it.

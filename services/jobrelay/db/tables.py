@@ -18,6 +18,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    SmallInteger,
     Table,
     Text,
     UniqueConstraint,
@@ -47,6 +48,7 @@ def _in_list(column: str, values: list[str]) -> str:
 JOB_STATES = [state.value for state in JobState]
 JOB_EVENTS = [event.value for event in JobEvent]
 TERMINAL = [state.value for state in JobState if state in TERMINAL_STATES]
+LIVE = [state.value for state in JobState if state not in TERMINAL_STATES]
 
 
 def _job_reference(*, primary_key: bool = False) -> Column[Any]:
@@ -130,8 +132,21 @@ jobs = Table(
     ),
     # Keyset pagination of a client's own jobs, newest first.
     Index("ix_jobs_client_id_created_at_id", "client_id", "created_at", "id"),
-    # Stats and sweeps by state and due time.
-    Index("ix_jobs_state_available_at", "state", "available_at"),
+    # Live jobs by state and due time: stats count them and sweeps find stranded ones without
+    # reading finished jobs, which leave this index.
+    Index(
+        "ix_jobs_live_state_available_at",
+        "state",
+        "available_at",
+        postgresql_where=text(_in_list("state", LIVE)),
+    ),
+    # Finished jobs by state, oldest first: retention's batches and the quarantine listing.
+    Index(
+        "ix_jobs_state_finished_at",
+        "state",
+        "finished_at",
+        postgresql_where=text("finished_at IS NOT NULL"),
+    ),
     # Rescue finds expired leases without scanning finished jobs.
     Index(
         "ix_jobs_lease_until_running",
@@ -188,5 +203,18 @@ job_events = Table(
     Column("error", JSONB),
     CheckConstraint(_in_list("event", JOB_EVENTS), name="event_known"),
     Index("ix_job_events_job_id_id", "job_id", "id"),
-    Index("ix_job_events_at", "at"),
+    # The stats count the last hour's redispatches; nothing else reads the journal by time.
+    Index("ix_job_events_redispatched_at", "at", postgresql_where=text("event = 'redispatched'")),
+)
+
+# How many finished jobs there are, by state and error code ('' for none), kept by statement
+# triggers on ``jobs`` (migration 0003): the stats read these few rows instead of counting
+# every job. Each backend adds to its own shard, so concurrent finishes do not queue on a row.
+job_totals = Table(
+    "job_totals",
+    metadata,
+    Column("state", Text, primary_key=True),
+    Column("code", Text, primary_key=True),
+    Column("shard", SmallInteger, primary_key=True),
+    Column("n", BigInteger, nullable=False),
 )

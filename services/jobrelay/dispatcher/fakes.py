@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from jobrelay.core.errors import BrokerUnavailable, StoreUnavailable
 from jobrelay.core.relay import OutboxRow, PublishOutcome
+from jobrelay.core.states import JobState
 
 
 @dataclass
@@ -84,7 +85,9 @@ class InMemoryOutbox:
         self._check()
         return 0
 
-    async def delete_old_events(self, retention_seconds: float, limit: int) -> int:
+    async def delete_finished_jobs(
+        self, state: JobState, retention_seconds: float, limit: int
+    ) -> int:
         self._check()
         return 0
 

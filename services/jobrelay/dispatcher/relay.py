@@ -24,16 +24,18 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from jobrelay.core.errors import BrokerUnavailable, StoreUnavailable
 from jobrelay.core.relay import MessagePublisher, OutboxRow, OutboxStore, PublishOutcome
 from jobrelay.core.retry import backoff
+from jobrelay.core.states import JobState
 from jobrelay.dispatcher.metrics import DispatcherMetrics
 
 log = logging.getLogger(__name__)
 
-# One of the two retention statements: (retention_seconds, limit) -> rows deleted.
-DeleteBatch = Callable[[float, int], Awaitable[int]]
+# One batch of a retention statement: (limit) -> rows deleted.
+DeleteBatch = Callable[[int], Awaitable[int]]
 # One round of housekeeping; returns how many new outbox rows it wrote (the relay wakes then).
 Housekeeping = Callable[[], Awaitable[int]]
 
@@ -54,6 +56,7 @@ class RelayConfig:
     maintenance_interval: float = 5.0
     rescue_batch_size: int = 100
     retention_seconds: float = 7 * 24 * 3600.0
+    quarantine_retention_seconds: float | None = None  # None: kept until replayed
     retention_batch_size: int = 500
     retention_interval: float = 60.0
     mark_retries: int = 3
@@ -322,24 +325,40 @@ class Relay:
                 return total
 
     async def apply_retention(self) -> tuple[int, int]:
-        """Delete published outbox rows and finished jobs' old events, in small batches."""
-        deleted_outbox = await self._delete_in_batches(self.store.delete_published)
-        deleted_events = await self._delete_in_batches(self.store.delete_old_events)
-        if deleted_outbox or deleted_events:
+        """Delete published outbox rows and finished jobs past their retention (with their
+        results, journal and outbox rows), in small batches; returns (outbox rows, jobs)."""
+        config = self.config
+        deleted_outbox = await self._delete_in_batches(
+            partial(self.store.delete_published, config.retention_seconds)
+        )
+        deleted_jobs = 0
+        for state, seconds in self._retained_states():
+            deleted_jobs += await self._delete_in_batches(
+                partial(self.store.delete_finished_jobs, state, seconds)
+            )
+        if deleted_outbox or deleted_jobs:
             self.metrics.retention_deleted.labels(table="outbox").inc(deleted_outbox)
-            self.metrics.retention_deleted.labels(table="job_events").inc(deleted_events)
+            self.metrics.retention_deleted.labels(table="jobs").inc(deleted_jobs)
             log.info(
-                "retention: deleted %d outbox rows and %d events",
+                "retention: deleted %d outbox rows and %d finished jobs",
                 deleted_outbox,
-                deleted_events,
+                deleted_jobs,
                 extra={"event": "retention"},
             )
-        return deleted_outbox, deleted_events
+        return deleted_outbox, deleted_jobs
+
+    def _retained_states(self) -> list[tuple[JobState, float]]:
+        """Which finished jobs retention deletes, and after how long."""
+        kept = [(JobState.SUCCEEDED, self.config.retention_seconds)]
+        kept.append((JobState.CANCELLED, self.config.retention_seconds))
+        if self.config.quarantine_retention_seconds is not None:
+            kept.append((JobState.QUARANTINED, self.config.quarantine_retention_seconds))
+        return kept
 
     async def _delete_in_batches(self, delete: DeleteBatch) -> int:
         total = 0
         while not self.stopping.is_set():
-            deleted = await delete(self.config.retention_seconds, self.config.retention_batch_size)
+            deleted = await delete(self.config.retention_batch_size)
             total += deleted
             if deleted < self.config.retention_batch_size:
                 break

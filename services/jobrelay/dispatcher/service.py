@@ -28,6 +28,11 @@ def relay_config(settings: Settings) -> RelayConfig:
         # plus the statement that records its outcome.
         lease_seconds=2 * settings.publish_timeout_seconds + 2,
         retention_seconds=settings.retention_hours * 3600,
+        quarantine_retention_seconds=(
+            None
+            if settings.quarantine_retention_hours is None
+            else settings.quarantine_retention_hours * 3600
+        ),
         maintenance_interval=min(5.0, max(0.2, settings.lease_seconds / 4)),
     )
 

@@ -23,6 +23,7 @@ EVENTS_0001 = (
     "cancelled",
 )
 EVENTS_0002 = (*EVENTS_0001, "deferred", "redispatched")
+LIVE_STATES_0003 = ("queued", "running", "retrying")
 
 
 def in_list(column: str, values: Sequence[str]) -> str:

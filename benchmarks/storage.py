@@ -58,18 +58,9 @@ import httpx
 import psycopg
 from sqlalchemy import event
 
+from benchmarks import _common as common
 from benchmarks import _storage_fill as fill
 from benchmarks import e2e, submit
-from benchmarks._common import (
-    admin_database_url,
-    drop_database,
-    free_port,
-    median,
-    percentile,
-    scratch_database,
-    start_service,
-    wait_http,
-)
 from jobrelay.api.app import create_app
 from jobrelay.api.deps import Page
 from jobrelay.core.fingerprint import token_hash
@@ -212,8 +203,8 @@ async def accept_raw(admin_url: str, side: Side, args: argparse.Namespace) -> No
 
 
 def start_api(side: Side, args: argparse.Namespace) -> None:
-    side.api_port = free_port()
-    side.api = start_service(
+    side.api_port = common.free_port()
+    side.api = common.start_service(
         ["api"],
         {
             "JOBRELAY_DATABASE_URL": side.url,
@@ -438,13 +429,13 @@ def derive(side: Side) -> None:
     samples = side.samples
     latencies = samples.pop("accept_api_latency", [])
     if latencies:
-        samples["accept_api_p50"] = [percentile(latencies, 0.5)]
-        samples["accept_api_p99"] = [percentile(latencies, 0.99)]
+        samples["accept_api_p50"] = [common.percentile(latencies, 0.5)]
+        samples["accept_api_p99"] = [common.percentile(latencies, 0.99)]
     stats = samples.pop("stats", [])
     if stats:
-        samples["stats_p50"] = [percentile(stats, 0.5)]
-        samples["stats_p95"] = [percentile(stats, 0.95)]
-    side.figures = {key: median(values) for key, values in samples.items() if values}
+        samples["stats_p50"] = [common.percentile(stats, 0.5)]
+        samples["stats_p95"] = [common.percentile(stats, 0.95)]
+    side.figures = {key: common.median(values) for key, values in samples.items() if values}
 
 
 async def footprint(side: Side) -> None:
@@ -507,7 +498,7 @@ async def measure(admin_url: str, empty: Side, full: Side, args: argparse.Namesp
     for side in sides:
         start_api(side, args)
     for side in sides:
-        wait_http(f"http://127.0.0.1:{side.api_port}/healthz")
+        common.wait_http(f"http://127.0.0.1:{side.api_port}/healthz")
         await submit.http_submissions(side.api_port, side.accept_token, 400, 8)  # warm up
     for round_number in range(args.rounds):
         for side in in_turn(sides, round_number):
@@ -623,11 +614,11 @@ def prepare_full(admin_url: str, args: argparse.Namespace) -> str:
         print(f"reusing {args.reuse_full} ({args.jobs:,} filled jobs); settling it")
         fill.settle(url)
         return url
-    url = scratch_database(admin_url)
+    url = common.scratch_database(admin_url)
     try:
         fill_full(url, args.jobs, args.chunk, time_ordered=args.ids == "v7")
     except BaseException:
-        drop_database(admin_url, url)
+        common.drop_database(admin_url, url)
         raise
     if args.keep:
         print(f"keeping the full database: --reuse-full {database_name(url)}")
@@ -658,7 +649,7 @@ def main() -> int:
     parser.add_argument("--reuse-full", metavar="NAME", help="a full database kept earlier")
     args = parser.parse_args()
 
-    admin_url = admin_database_url()
+    admin_url = common.admin_database_url()
     amqp_base = os.environ.get("JOBRELAY_AMQP_URL")
     api_url = os.environ.get("JOBRELAY_RABBITMQ_API_URL")
     if not (amqp_base and api_url):
@@ -671,7 +662,7 @@ def main() -> int:
     try:
         for vhost in vhosts:
             create_vhost(api_url, vhost)
-        empty_url = scratch_database(admin_url)
+        empty_url = common.scratch_database(admin_url)
         full_url = prepare_full(admin_url, args)
         print(f"N = {args.jobs:,} finished jobs preloaded in the full database")
         print_footprint(full_url, "full database after the fill")
@@ -680,9 +671,9 @@ def main() -> int:
         for vhost in vhosts:
             delete_vhost(api_url, vhost)
         if empty_url:
-            drop_database(admin_url, empty_url)
+            common.drop_database(admin_url, empty_url)
         if full_url and not (args.keep or args.reuse_full):
-            drop_database(admin_url, full_url)
+            common.drop_database(admin_url, full_url)
     return 0
 
 

@@ -6,7 +6,8 @@ import secrets
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -23,6 +24,9 @@ from tests.support.servers import (
     discover,
     vhost_amqp_url,
 )
+
+if TYPE_CHECKING:
+    from tests.support.system import System
 
 
 @pytest.fixture(scope="session")
@@ -151,3 +155,18 @@ def auth(token: str, key: str | None = None) -> dict[str, str]:
     if key is not None:
         headers["Idempotency-Key"] = key
     return headers
+
+
+@pytest.fixture
+def system(
+    api: httpx.AsyncClient,
+    store: Store,
+    alice: str,
+    admin: str,
+    make_settings: MakeSettings,
+    tmp_path: Path,
+) -> System:
+    """The test's whole system, not yet running (tests/support/system.py)."""
+    from tests.support.system import System  # it imports this module
+
+    return System(make_settings, api, store, alice, admin, log_dir=tmp_path)

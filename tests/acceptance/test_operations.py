@@ -6,7 +6,6 @@ Real processes (dispatcher, consumer, CLI) against real PostgreSQL and RabbitMQ.
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import aio_pika
 import httpx
@@ -15,21 +14,13 @@ import pytest
 from jobrelay.core.message import Envelope
 from jobrelay.core.topology import DEFAULT_QUEUE, JOBS_EXCHANGE, QUARANTINE_QUEUE
 from jobrelay.db.store import Store
-from tests.conftest import MakeSettings, api_client, auth
-from tests.support.queues import depth_is, queue_depth
-from tests.support.system import (
-    cli,
-    cli_json,
-    eventually,
-    return_until_dead_lettered,
-    running_system,
-    submit_job,
-)
+from tests.conftest import auth
+from tests.support.queues import queue_depth
+from tests.support.system import System, eventually, return_until_dead_lettered
 
-
-async def state_of(store: Store, job_id: str) -> str | None:
-    job = await store.get_job(uuid.UUID(job_id))
-    return job.state.value if job else None
+FAILS_ONCE = {"type": "demo.fail", "payload": {"mode": "transient", "times": 1}}
+FAILS_PERMANENTLY_ONCE = {"type": "demo.fail", "payload": {"mode": "permanent", "times": 1}}
+SLEEPS_NOT = {"type": "demo.sleep", "payload": {"seconds": 0}}
 
 
 async def publish_duplicate(amqp_url: str, job_id: str, job_type: str) -> None:
@@ -50,25 +41,19 @@ async def publish_duplicate(amqp_url: str, job_id: str, job_type: str) -> None:
 
 
 async def test_the_trace_of_a_job_delivered_twice_retried_once_and_succeeded_tells_all_of_it(
-    api: httpx.AsyncClient,
-    alice: str,
-    store: Store,
-    make_settings: MakeSettings,
-    tmp_path: Path,
+    system: System,
 ) -> None:
-    system = make_settings()
-    with running_system(system, tmp_path):
-        job_id = await submit_job(
-            api, alice, {"type": "demo.fail", "payload": {"mode": "transient", "times": 1}}
-        )
-        await eventually(lambda: _is(store, job_id, "succeeded"), what="success")
+    with system.running():
+        job_id = await system.submit(FAILS_ONCE)
+        await system.wait_for("succeeded", job_id, what="success")
         await publish_duplicate(system.amqp_url, job_id, "demo.fail")
         await eventually(
-            lambda: _has_event(store, job_id, "duplicate_delivery"), what="the duplicate delivery"
+            lambda: _has_event(system.store, job_id, "duplicate_delivery"),
+            what="the duplicate delivery",
         )
 
-        trace = cli_json(system, "jobs", "trace", job_id)
-        readable = cli(system, "jobs", "trace", job_id)
+        trace = system.cli_json("jobs", "trace", job_id)
+        readable = system.cli("jobs", "trace", job_id)
 
     assert trace["intent"]["recorded"] and trace["intent"]["client"] == "alice"
     assert len(trace["outbox"]) == 2  # the accept's row and the retry's row
@@ -86,110 +71,85 @@ async def test_the_trace_of_a_job_delivered_twice_retried_once_and_succeeded_tel
     assert "deliveries 3 (2 claimed, 1 duplicate); attempts 2 of 3; retries 1" in readable.stdout
     assert "state      succeeded: succeeded on attempt 2 of 3" in readable.stdout
 
-    via_api = (await api.get(f"/v1/jobs/{job_id}/trace", headers=auth(alice))).json()
+    trace_url = f"/v1/jobs/{job_id}/trace"
+    via_api = (await system.api.get(trace_url, headers=auth(system.alice))).json()
     assert via_api["deliveries"] == trace["deliveries"]
 
 
-async def test_a_poison_job_is_quarantined_listed_and_replayed_to_success(
-    api: httpx.AsyncClient,
-    alice: str,
-    admin: str,
-    store: Store,
-    make_settings: MakeSettings,
-    tmp_path: Path,
-) -> None:
-    system = make_settings()
-    with running_system(system, tmp_path):
-        job_id = await submit_job(
-            api, alice, {"type": "demo.fail", "payload": {"mode": "permanent", "times": 1}}
-        )
-        await eventually(lambda: _is(store, job_id, "quarantined"), what="quarantine")
-        await eventually(
-            lambda: depth_is(system.amqp_url, 1, QUARANTINE_QUEUE), what="the dead-lettered message"
-        )
+async def test_a_poison_job_is_quarantined_listed_and_replayed_to_success(system: System) -> None:
+    with system.running():
+        job_id = await system.submit(FAILS_PERMANENTLY_ONCE)
+        await system.wait_for("quarantined", job_id, what="quarantine")
+        await system.wait_for_depth(1, QUARANTINE_QUEUE, what="the dead-lettered message")
 
-        listed = cli_json(system, "quarantine", "list")
+        listed = system.cli_json("quarantine", "list")
         (entry,) = listed["jobs"]
         assert entry["job_id"] == job_id and entry["reason"] == "permanent_error"
         assert entry["attempts"] == 1
         assert [m["reason"] for m in entry["messages"]] == ["rejected"]
         assert [m["queue"] for m in entry["messages"]] == [DEFAULT_QUEUE]
-        readable = cli(system, "quarantine", "list")
+        readable = system.cli("quarantine", "list")
         assert job_id in readable.stdout and "permanent_error" in readable.stdout
-        async with api_client(system, store) as admin_api:
-            admin_view = await admin_api.get("/v1/admin/quarantine", headers=auth(admin))
+        async with system.admin_api() as admin_api:
+            admin_view = await admin_api.get("/v1/admin/quarantine", headers=auth(system.admin))
         assert [j["job_id"] for j in admin_view.json()["jobs"]] == [job_id]
 
-        replay = cli(system, "quarantine", "replay", job_id)
+        replay = system.cli("quarantine", "replay", job_id)
         assert replay.returncode == 0, replay.stderr
         assert "replayed 1 of 1" in replay.stdout
-        await eventually(lambda: _is(store, job_id, "succeeded"), what="success after replay")
+        await system.wait_for("succeeded", job_id, what="success after replay")
         assert await queue_depth(system.amqp_url, QUARANTINE_QUEUE) == 0
 
-        again = cli(system, "quarantine", "replay", job_id)
+        again = system.cli("quarantine", "replay", job_id)
         assert (
             again.returncode == 0 and "skipped, not quarantined (it is succeeded)" in again.stdout
         )
 
-    job = await store.get_job(uuid.UUID(job_id))
+    job = await system.store.get_job(uuid.UUID(job_id))
     assert job is not None and job.attempts == 2 and job.max_attempts == 1 + 3
     assert job.result == {"succeeded_on_attempt": 2}
-    events = [e.event for e in await store.job_events(job.id)]
+    events = [e.event for e in await system.store.job_events(job.id)]
     assert events.count("replayed") == 1
 
 
 async def test_a_message_dead_lettered_by_the_delivery_limit_is_reconciled_and_replayable(
-    api: httpx.AsyncClient,
-    alice: str,
-    store: Store,
-    make_settings: MakeSettings,
-    tmp_path: Path,
+    system: System,
 ) -> None:
-    system = make_settings(delivery_limit=1)
-    with running_system(system, tmp_path / "relay", consumers=0):
-        job_id = await submit_job(api, alice, {"type": "demo.sleep", "payload": {"seconds": 0}})
-        await eventually(lambda: depth_is(system.amqp_url, 1), what="the message")
+    system.configure(delivery_limit=1)
+    with system.running("relay", consumers=0):
+        job_id = await system.submit(SLEEPS_NOT)
+        await system.wait_for_depth(1, what="the message")
     await return_until_dead_lettered(system.amqp_url)
-    await eventually(
-        lambda: depth_is(system.amqp_url, 1, QUARANTINE_QUEUE), what="the dead-lettered message"
-    )
-    assert await state_of(store, job_id) == "queued"
+    await system.wait_for_depth(1, QUARANTINE_QUEUE, what="the dead-lettered message")
+    assert await system.state_of(job_id) == "queued"
 
     # Reading writes nothing; the dispatcher reconciles by itself, or an operator forces it.
-    assert cli_json(system, "quarantine", "list")["jobs"] == []
-    assert cli_json(system, "quarantine", "reconcile")["reconciled_delivery_limit"] == 1
-    listed = cli_json(system, "quarantine", "list")
+    assert system.cli_json("quarantine", "list")["jobs"] == []
+    assert system.cli_json("quarantine", "reconcile")["reconciled_delivery_limit"] == 1
+    listed = system.cli_json("quarantine", "list")
 
     (entry,) = listed["jobs"]
     assert entry["job_id"] == job_id and entry["reason"] == "delivery_limit"
     assert entry["messages"][0]["reason"] == "delivery_limit"
-    with running_system(system, tmp_path / "run"):
-        replay = cli(system, "quarantine", "replay", "--all", "--code", "delivery_limit")
+    with system.running("run"):
+        replay = system.cli("quarantine", "replay", "--all", "--code", "delivery_limit")
         assert replay.returncode == 0, replay.stderr
-        await eventually(lambda: _is(store, job_id, "succeeded"), what="success after replay")
+        await system.wait_for("succeeded", job_id, what="success after replay")
     assert await queue_depth(system.amqp_url, QUARANTINE_QUEUE) == 0
 
 
-async def test_redispatch_publishes_again_a_job_whose_message_was_lost(
-    api: httpx.AsyncClient,
-    alice: str,
-    admin: str,
-    store: Store,
-    make_settings: MakeSettings,
-    tmp_path: Path,
-) -> None:
-    system = make_settings()
-    with running_system(system, tmp_path / "relay", consumers=0):
-        job_id = await submit_job(api, alice, {"type": "demo.sleep", "payload": {"seconds": 0}})
-        await eventually(lambda: depth_is(system.amqp_url, 1), what="the message")
+async def test_redispatch_publishes_again_a_job_whose_message_was_lost(system: System) -> None:
+    with system.running("relay", consumers=0):
+        job_id = await system.submit(SLEEPS_NOT)
+        await system.wait_for_depth(1, what="the message")
         await _purge(system.amqp_url, DEFAULT_QUEUE)  # the broker "lost" it
 
-        stats = cli_json(system, "stats")
+        stats = system.cli_json("stats")
         assert stats["jobs_by_state"]["queued"] == 1
-        result = cli_json(system, "jobs", "redispatch", "--older-than", "0s")
+        result = system.cli_json("jobs", "redispatch", "--older-than", "0s")
         assert result["redispatched"] == 1
-    with running_system(system, tmp_path / "run"):
-        await eventually(lambda: _is(store, job_id, "succeeded"), what="success after redispatch")
+    with system.running("run"):
+        await system.wait_for("succeeded", job_id, what="success after redispatch")
 
 
 @pytest.mark.parametrize(
@@ -213,10 +173,6 @@ async def test_every_admin_endpoint_needs_an_admin_token(
 
 
 # --- helpers ------------------------------------------------------------------------------------
-
-
-async def _is(store: Store, job_id: str, state: str) -> bool:
-    return await state_of(store, job_id) == state
 
 
 async def _has_event(store: Store, job_id: str, event: str) -> bool:

@@ -17,10 +17,8 @@ import asyncio
 import uuid
 from collections import Counter
 from collections.abc import Mapping
-from pathlib import Path
 
 import aio_pika
-import httpx
 
 from jobrelay.core.message import Envelope
 from jobrelay.core.settings import Settings
@@ -28,7 +26,7 @@ from jobrelay.core.states import JobState
 from jobrelay.core.topology import DEFAULT_QUEUE, QUARANTINE_EXCHANGE, QUARANTINE_QUEUE
 from jobrelay.db.store import Store
 from jobrelay.operations import Operations
-from tests.conftest import MakeSettings, api_client, auth
+from tests.conftest import auth
 from tests.support.consumer_kit import (
     broker,
     mark_outbox_published,
@@ -38,29 +36,22 @@ from tests.support.consumer_kit import (
     worker,
 )
 from tests.support.factories import set_job
-from tests.support.queues import depth_is
-from tests.support.system import (
-    cli,
-    cli_json,
-    eventually,
-    return_until_dead_lettered,
-    running_system,
-    submit_job,
-)
+from tests.support.system import System, cli, eventually, return_until_dead_lettered
 
 ALWAYS_PERMANENT: dict[str, object] = {
     "type": "demo.fail",
     "payload": {"mode": "permanent", "times": 1000},
 }
+SLEEPS_NOT: dict[str, object] = {"type": "demo.sleep", "payload": {"seconds": 0}}
 UNREACHABLE_BROKER = "amqp://guest:guest@127.0.0.1:1/"
 
 
-async def submit(api: httpx.AsyncClient, token: str, body: Mapping[str, object]) -> uuid.UUID:
-    return uuid.UUID(await submit_job(api, token, body))
+async def submit(system: System, body: Mapping[str, object]) -> uuid.UUID:
+    return uuid.UUID(await system.submit(body))
 
 
-def operations(store: Store, settings: Settings) -> Operations:
-    return Operations(store, settings, registry)
+def operations(system: System) -> Operations:
+    return Operations(system.store, system.settings, registry)
 
 
 async def states(store: Store, ids: list[uuid.UUID]) -> set[str]:
@@ -72,17 +63,13 @@ async def states(store: Store, ids: list[uuid.UUID]) -> set[str]:
     return found
 
 
-async def all_quarantined(store: Store, ids: list[uuid.UUID]) -> bool:
-    return await states(store, ids) == {"quarantined"}
-
-
-async def messages_per_job(store: Store, settings: Settings) -> Counter[uuid.UUID | None]:
+async def messages_per_job(system: System) -> Counter[uuid.UUID | None]:
     """Job id -> messages in the quarantine queue (read under the quarantine lock)."""
-    return Counter(m.job_id for m in await operations(store, settings).messages())
+    return Counter(m.job_id for m in await operations(system).messages())
 
 
-async def one_message_each(store: Store, settings: Settings, ids: list[uuid.UUID]) -> bool:
-    return await messages_per_job(store, settings) == Counter(ids)
+async def one_message_each(system: System, ids: list[uuid.UUID]) -> bool:
+    return await messages_per_job(system) == Counter(ids)
 
 
 async def dead_letter_copy(settings: Settings, job_id: uuid.UUID, message_id: str) -> None:
@@ -106,36 +93,31 @@ async def dead_letter_copy(settings: Settings, job_id: uuid.UUID, message_id: st
 
 
 async def test_finding4_concurrent_replays_never_remove_the_message_of_a_later_quarantine(
-    api: httpx.AsyncClient,
-    alice: str,
-    store: Store,
-    make_settings: MakeSettings,
-    tmp_path: Path,
+    system: System,
 ) -> None:
     # Four replays at once of jobs that fail permanently every time: each replay's consumer
     # run quarantines the job again within milliseconds, while the other replays still remove
     # messages. Before the fix a replay removed every message of its jobs, including the one
     # of the quarantine that happened in between: quarantined, "no message in the queue".
-    system = make_settings()
-    with running_system(system, tmp_path):
-        ids = [await submit(api, alice, ALWAYS_PERMANENT) for _ in range(3)]
-        await eventually(lambda: all_quarantined(store, ids), what="the first quarantine")
+    with system.running():
+        ids = [await submit(system, ALWAYS_PERMANENT) for _ in range(3)]
+        await system.wait_for("quarantined", *ids, what="the first quarantine")
         for _ in range(6):
-            await asyncio.gather(*(operations(store, system).replay(ids) for _ in range(4)))
-            await eventually(
-                lambda: all_quarantined(store, ids), what="the quarantine after the replays"
-            )
-        await eventually(lambda: depth_is(system.amqp_url, 0), what="no work left")
+            await asyncio.gather(*(operations(system).replay(ids) for _ in range(4)))
+            await system.wait_for("quarantined", *ids, what="the quarantine after the replays")
+        await system.wait_for_depth(0, what="no work left")
         await eventually(
-            lambda: one_message_each(store, system, ids),
+            lambda: one_message_each(system, ids),
             within=20,
             what="exactly one quarantine message per quarantined job",
         )
-        listed = cli_json(system, "quarantine", "list")
+        listed = system.cli_json("quarantine", "list")
     assert {entry["job_id"] for entry in listed["jobs"]} == {str(job_id) for job_id in ids}
     assert all(len(entry["messages"]) == 1 for entry in listed["jobs"])
     assert listed["other_messages"] == [] and listed["messages_in_queue"] == 3
-    replays = [e for job_id in ids for e in await store.job_events(job_id) if e.event == "replayed"]
+    replays = [
+        e for job_id in ids for e in await system.store.job_events(job_id) if e.event == "replayed"
+    ]
     assert len(replays) >= 6 * len(ids)
 
 
@@ -143,31 +125,26 @@ async def test_finding4_concurrent_replays_never_remove_the_message_of_a_later_q
 
 
 async def test_finding5_list_with_code_or_limit_never_calls_a_quarantined_job_not_quarantined(
-    api: httpx.AsyncClient,
-    alice: str,
-    admin: str,
-    store: Store,
-    make_settings: MakeSettings,
-    tmp_path: Path,
+    system: System,
 ) -> None:
-    system = make_settings()
-    with running_system(system, tmp_path):
-        permanent = [await submit(api, alice, ALWAYS_PERMANENT) for _ in range(2)]
+    with system.running():
+        permanent = [await submit(system, ALWAYS_PERMANENT) for _ in range(2)]
         exhausted = await submit(
-            api,
-            alice,
+            system,
             {"type": "demo.fail", "payload": {"mode": "transient", "times": 9}, "max_attempts": 1},
         )
         ids = [*permanent, exhausted]
-        await eventually(lambda: all_quarantined(store, ids), what="three quarantines")
-        await eventually(lambda: one_message_each(store, system, ids), what="their messages")
+        await system.wait_for("quarantined", *ids, what="three quarantines")
+        await eventually(lambda: one_message_each(system, ids), what="their messages")
 
-    by_code = cli_json(system, "quarantine", "list", "--code", "attempts_exhausted")
-    limited = cli_json(system, "quarantine", "list", "--limit", "1")
-    readable = cli(system, "quarantine", "list", "--code", "permanent_error")
-    async with api_client(system, store) as admin_api:
+    by_code = system.cli_json("quarantine", "list", "--code", "attempts_exhausted")
+    limited = system.cli_json("quarantine", "list", "--limit", "1")
+    readable = system.cli("quarantine", "list", "--code", "permanent_error")
+    async with system.admin_api() as admin_api:
         via_api = (
-            await admin_api.get("/v1/admin/quarantine", params={"limit": 1}, headers=auth(admin))
+            await admin_api.get(
+                "/v1/admin/quarantine", params={"limit": 1}, headers=auth(system.admin)
+            )
         ).json()
 
     assert [entry["job_id"] for entry in by_code["jobs"]] == [str(exhausted)]
@@ -181,8 +158,8 @@ async def test_finding5_list_with_code_or_limit_never_calls_a_quarantined_job_no
 
     # A message whose job is really not quarantined is still told apart, by its job's state.
     stray = uuid.uuid4()
-    await dead_letter_copy(system, stray, "99")
-    shown = cli(system, "quarantine", "list", "--limit", "1")
+    await dead_letter_copy(system.settings, stray, "99")
+    shown = system.cli("quarantine", "list", "--limit", "1")
     assert f"job {stray} does not exist" in shown.stdout
     assert shown.stdout.count("message 99:") == 1 and "not quarantined" not in shown.stdout
 
@@ -191,23 +168,17 @@ async def test_finding5_list_with_code_or_limit_never_calls_a_quarantined_job_no
 
 
 async def test_finding7_the_quarantine_is_listed_from_the_database_when_the_broker_is_down(
-    api: httpx.AsyncClient,
-    alice: str,
-    admin: str,
-    store: Store,
-    make_settings: MakeSettings,
-    tmp_path: Path,
+    system: System,
 ) -> None:
-    system = make_settings()
-    with running_system(system, tmp_path):
-        job_id = await submit(api, alice, ALWAYS_PERMANENT)
-        await eventually(lambda: all_quarantined(store, [job_id]), what="the quarantine")
-    no_broker = system.model_copy(update={"amqp_url": UNREACHABLE_BROKER})
+    with system.running():
+        job_id = await submit(system, ALWAYS_PERMANENT)
+        await system.wait_for("quarantined", job_id, what="the quarantine")
+    no_broker = system.settings.model_copy(update={"amqp_url": UNREACHABLE_BROKER})
 
     listed = cli(no_broker, "quarantine", "list")
     as_json = cli(no_broker, "quarantine", "list", "--json")
     # The `api` fixture's settings point at no broker at all.
-    answer = await api.get("/v1/admin/quarantine", headers=auth(admin))
+    answer = await system.api.get("/v1/admin/quarantine", headers=auth(system.admin))
 
     assert listed.returncode == 0, listed.stderr
     assert f"{job_id}" in listed.stdout and "permanent_error" in listed.stdout
@@ -222,63 +193,57 @@ async def test_finding7_the_quarantine_is_listed_from_the_database_when_the_brok
 
 
 async def test_finding7_reading_the_quarantine_writes_nothing_the_dispatcher_reconciles(
-    api: httpx.AsyncClient,
-    alice: str,
-    admin: str,
-    store: Store,
-    make_settings: MakeSettings,
-    tmp_path: Path,
+    system: System,
 ) -> None:
     # Two jobs whose messages the broker dead-lettered on its own (x-delivery-limit 1).
-    system = make_settings(delivery_limit=1)
-    with running_system(system, tmp_path / "relay", consumers=0):
-        first = await submit(api, alice, {"type": "demo.sleep", "payload": {"seconds": 0}})
-        second = await submit(api, alice, {"type": "demo.sleep", "payload": {"seconds": 0}})
-        await eventually(lambda: depth_is(system.amqp_url, 2), what="the messages")
+    system.configure(delivery_limit=1)
+    store, as_admin = system.store, auth(system.admin)
+    with system.running("relay", consumers=0):
+        first = await submit(system, SLEEPS_NOT)
+        second = await submit(system, SLEEPS_NOT)
+        await system.wait_for_depth(2, what="the messages")
     await return_until_dead_lettered(system.amqp_url, 2)
-    await eventually(lambda: depth_is(system.amqp_url, 2, QUARANTINE_QUEUE), what="their deaths")
+    await system.wait_for_depth(2, QUARANTINE_QUEUE, what="their deaths")
 
     # A GET is a read: the jobs stay queued, their messages are shown as not quarantined.
-    async with api_client(system, store) as admin_api:
-        read = (await admin_api.get("/v1/admin/quarantine", headers=auth(admin))).json()
-        listed = cli_json(system, "quarantine", "list")
+    async with system.admin_api() as admin_api:
+        read = (await admin_api.get("/v1/admin/quarantine", headers=as_admin)).json()
+        listed = system.cli_json("quarantine", "list")
         assert await states(store, [first, second]) == {"queued"}
         assert read["jobs"] == [] and listed["jobs"] == []
         assert {m["job_state"] for m in read["other_messages"]} == {"queued"}
         assert {m["reason"] for m in listed["other_messages"]} == {"delivery_limit"}
 
         # An operator can force it: POST /v1/admin/quarantine/reconcile (or the CLI's).
-        forced = await admin_api.post("/v1/admin/quarantine/reconcile", headers=auth(admin))
+        forced = await admin_api.post("/v1/admin/quarantine/reconcile", headers=as_admin)
         assert forced.status_code == 200, forced.text
         assert forced.json()["reconciled_delivery_limit"] == 2
     assert await states(store, [first, second]) == {"quarantined"}
-    again = cli_json(system, "quarantine", "reconcile")
+    again = system.cli_json("quarantine", "reconcile")
     assert again["reconciled_delivery_limit"] == 0 and again["messages_in_queue"] == 2
 
     # Without anyone asking, the dispatcher's maintenance does the same.
-    with running_system(system, tmp_path / "again", consumers=0):
-        third = await submit(api, alice, {"type": "demo.sleep", "payload": {"seconds": 0}})
-        await eventually(lambda: depth_is(system.amqp_url, 1), what="its message")
+    with system.running("again", consumers=0):
+        third = await submit(system, SLEEPS_NOT)
+        await system.wait_for_depth(1, what="its message")
         await return_until_dead_lettered(system.amqp_url, 1)
-        await eventually(
-            lambda: all_quarantined(store, [third]), what="the dispatcher's reconciliation"
-        )
+        await system.wait_for("quarantined", third, what="the dispatcher's reconciliation")
     job = await store.get_job(third)
     assert job is not None and job.last_error_code == "delivery_limit"
-    assert await one_message_each(store, system, [first, second, third])
+    assert await one_message_each(system, [first, second, third])
 
 
 # --- finding 9: two messages for one job, found by the chaos runner -----------------------------
 
 
 async def test_finding9_the_dispatcher_leaves_exactly_one_message_per_quarantined_job(
-    store: Store, make_settings: MakeSettings, tmp_path: Path
+    system: System,
 ) -> None:
     # The chaos trace (``python -m chaos --seed 20240601``, the seed that
     # tests/chaos/test_short_profile.py runs): the job's outbox row was published twice (the
     # first confirm was lost); copy 1 was claimed and quarantined, copy 2 came as a duplicate whose
     # ack was lost, and its redelivery was dead-lettered too: two messages for one job.
-    system = make_settings()
+    store, settings = system.store, system.settings
     job = (
         await store.accept_job(
             client_id=await new_client(store),
@@ -289,15 +254,15 @@ async def test_finding9_the_dispatcher_leaves_exactly_one_message_per_quarantine
         )
     ).job
     await mark_outbox_published(store)
-    await publish_jobs(system, [(job.id, "demo.fail"), (job.id, "demo.fail")])
-    runner = worker(store, system)
-    async with broker(system) as channel:
+    await publish_jobs(settings, [(job.id, "demo.fail"), (job.id, "demo.fail")])
+    runner = worker(store, settings)
+    async with broker(settings) as channel:
         queue = await channel.declare_queue(DEFAULT_QUEUE, passive=True)
         first = await queue.get(no_ack=False)
         assert (await runner.handle(first)).outcome == "quarantined"
         second = await queue.get(no_ack=False)
         assert (await runner.handle(AckLost(second))).outcome == "duplicate"
-    async with broker(system) as channel:
+    async with broker(settings) as channel:
         queue = await channel.declare_queue(DEFAULT_QUEUE, passive=True)
         redelivery = await queue.get(no_ack=False)
         assert second.body == redelivery.body and redelivery.redelivered
@@ -314,26 +279,26 @@ async def test_finding9_the_dispatcher_leaves_exactly_one_message_per_quarantine
     ).job
     await mark_outbox_published(store)
     await set_job(store, succeeded.id, state=JobState.SUCCEEDED, attempts=0)  # never claimed
-    await dead_letter_copy(system, succeeded.id, "5")
+    await dead_letter_copy(settings, succeeded.id, "5")
     stray = uuid.uuid4()
-    await dead_letter_copy(system, stray, "6")
-    await eventually(lambda: depth_is(system.amqp_url, 4, QUARANTINE_QUEUE), what="4 messages")
+    await dead_letter_copy(settings, stray, "6")
+    await system.wait_for_depth(4, QUARANTINE_QUEUE, what="4 messages")
 
-    with running_system(system, tmp_path, consumers=0):
+    with system.running(consumers=0):
         await eventually(
-            lambda: _counts_are(store, system, {job.id: 1, stray: 1}),
+            lambda: _counts_are(system, {job.id: 1, stray: 1}),
             within=20,
             what="one message for the quarantined job, none for the succeeded one",
         )
-    kept = [m for m in await operations(store, system).messages() if m.job_id == job.id]
+    kept = [m for m in await operations(system).messages() if m.job_id == job.id]
     assert [m.reason for m in kept] == ["rejected"]
 
 
 # --- helpers ------------------------------------------------------------------------------------
 
 
-async def _counts_are(store: Store, settings: Settings, expected: dict[uuid.UUID, int]) -> bool:
-    return dict(await messages_per_job(store, settings)) == expected
+async def _counts_are(system: System, expected: dict[uuid.UUID, int]) -> bool:
+    return dict(await messages_per_job(system)) == expected
 
 
 class AckLost:

@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, Phase, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
+from jobrelay.core.execution import LeaseTerms
 from jobrelay.core.message import Envelope, MalformedMessage
 from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobState
@@ -272,7 +273,7 @@ async def finished_and_owned_jobs(store: Store) -> list[uuid.UUID]:
     await set_job(store, succeeded, state=JobState.SUCCEEDED, result={"slept": 0})
     assert await store.cancel_job(cancelled, client_id=client_id, detail="test")
     await set_job(store, quarantined, state=JobState.QUARANTINED)
-    claim = await ExecutionStore(store).claim(running, lease_token=uuid.uuid4(), lease_seconds=600)
+    claim = await ExecutionStore(store).claim(running, LeaseTerms.fresh(600))
     assert isinstance(claim, Claimed)
     await mark_outbox_published(store)
     return [succeeded, cancelled, quarantined, running]

@@ -23,6 +23,7 @@ import psycopg
 import pytest
 
 from jobrelay.core.errors import StoreUnavailable
+from jobrelay.core.settings import Settings
 from jobrelay.db import queries as q
 from jobrelay.db import tables
 from jobrelay.db.execution_store import ExecutionStore, Finish
@@ -169,6 +170,17 @@ async def job_state(store: Store, job_id: uuid.UUID) -> tuple[str, int]:
     return row.state, row.attempts
 
 
+async def assert_ran_once(store: Store, cfg: Settings, job_id: uuid.UUID) -> list[tuple[str, int]]:
+    """The test.count job (tag "once") succeeded on attempt 1, its handler ran once, and one
+    result and one "succeeded" entry were stored: its journal."""
+    assert await job_state(store, job_id) == ("succeeded", 1)
+    assert await results_of(store, job_id) == [({"attempt": 1, "tag": "once"}, 1)]
+    assert handler_runs(cfg.results_dir, job_id) == 1
+    journal = await events(store, job_id)
+    assert journal.count(("succeeded", 1)) == 1
+    return journal
+
+
 async def test_a_completion_whose_commit_landed_but_whose_answer_was_lost_is_acked_as_done(
     make_settings: MakeSettings, store: Store, lost_answers: LostAnswers, finishes: list[Finish]
 ) -> None:
@@ -183,11 +195,7 @@ async def test_a_completion_whose_commit_landed_but_whose_answer_was_lost_is_ack
     assert lost_answers.fired == 1
     assert finishes == [Finish.ALREADY]
     assert (verdict.outcome, delivery.settled) == ("succeeded", ["ack"])
-    assert await job_state(store, job_id) == ("succeeded", 1)
-    assert await results_of(store, job_id) == [({"attempt": 1, "tag": "once"}, 1)]
-    assert handler_runs(cfg.results_dir, job_id) == 1
-    journal = await events(store, job_id)
-    assert journal.count(("succeeded", 1)) == 1
+    journal = await assert_ran_once(store, cfg, job_id)
     assert not [e for e in journal if e[0] == "stale_completion_rejected"]
 
 
@@ -210,11 +218,7 @@ async def test_a_completion_lost_for_longer_than_the_patience_is_requeued_and_th
     redelivered = StandInDelivery(job_id, "test.count", redelivered=True)
     again = await worker(store, cfg).handle(redelivered)
     assert (again.outcome, redelivered.settled) == ("duplicate", ["ack"])
-    assert await job_state(store, job_id) == ("succeeded", 1)
-    assert await results_of(store, job_id) == [({"attempt": 1, "tag": "once"}, 1)]
-    assert handler_runs(cfg.results_dir, job_id) == 1
-    journal = await events(store, job_id)
-    assert journal.count(("succeeded", 1)) == 1
+    journal = await assert_ran_once(store, cfg, job_id)
     assert journal[-1] == ("duplicate_delivery", 1)
 
 

@@ -12,16 +12,18 @@ import hashlib
 import json
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from pydantic import BaseModel
 
 from jobrelay.consumer.metrics import ConsumerMetrics
 from jobrelay.consumer.worker import Disposition, Worker
+from jobrelay.core.execution import LeaseTerms
 from jobrelay.core.jobs import Quarantine, RetryLater, Succeeded
 from jobrelay.core.message import Envelope
 from jobrelay.core.registry import JobContext, Registry
+from jobrelay.core.settings import Settings
 from jobrelay.core.topology import DEFAULT_QUEUE
 from jobrelay.db import tables
 from jobrelay.db.execution_store import Claimed, ExecutionStore, Finish, Refusal, Refused
@@ -56,6 +58,12 @@ async def client_id(store: Store) -> uuid.UUID:
     return await new_client(store)
 
 
+@pytest.fixture
+def cfg(make_settings: MakeSettings) -> Settings:
+    """The test's settings, for the tests that need no other values than the defaults."""
+    return make_settings()
+
+
 async def wait_lease_expired(store: Store, job_id: uuid.UUID) -> None:
     async def expired() -> bool:
         return (await job_row(store, job_id)).lease_alive is False
@@ -63,13 +71,38 @@ async def wait_lease_expired(store: Store, job_id: uuid.UUID) -> None:
     await eventually(expired, what="the lease to expire")
 
 
+async def claim_and_die(store: Store, job_id: uuid.UUID, lease_seconds: float) -> Claimed:
+    """A consumer claims the job (its lease runs ``lease_seconds``) and dies right after the
+    claim's COMMIT: nothing undoes the claim."""
+    claim = await ExecutionStore(store).claim(job_id, LeaseTerms.fresh(lease_seconds))
+    assert isinstance(claim, Claimed)
+    return claim
+
+
+class Delivered(NamedTuple):
+    outcome: str  # the worker's verdict
+    settled: list[str]  # what it did with the delivery: ack, requeue, dead_letter
+
+
+async def deliver(
+    store: Store,
+    cfg: Settings,
+    job_id: uuid.UUID,
+    job_type: str,
+    job_registry: Registry | None = None,
+) -> Delivered:
+    """One stand-in delivery of the job, handed to a fresh worker."""
+    delivery = StandInDelivery(job_id, job_type)
+    verdict = await worker(store, cfg, job_registry).handle(delivery)
+    return Delivered(verdict.outcome, delivery.settled)
+
+
 # --- the happy path through the broker ------------------------------------------------------
 
 
 async def test_a_published_job_runs_to_one_stored_result_and_its_message_is_acked(
-    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
+    cfg: Settings, store: Store, client_id: uuid.UUID
 ) -> None:
-    cfg = make_settings()
     job_id = await submit(store, client_id, "catalog.export", {"course": "JavaScript"})
     await mark_outbox_published(store)
     async with running_consumer(cfg) as consumer:
@@ -100,26 +133,21 @@ async def test_a_job_whose_consumer_died_after_the_claim_stays_running_until_the
 ) -> None:
     cfg = make_settings(lease_seconds=1.0)
     job_id = await submit(store, client_id, "test.count", {"tag": "seed-002-1"})
-    executions = ExecutionStore(store)
 
-    crashed = await executions.claim(job_id, lease_token=uuid.uuid4(), lease_seconds=1.0)
-    assert isinstance(crashed, Claimed) and crashed.job.attempts == 1
+    crashed = await claim_and_die(store, job_id, cfg.lease_seconds)
+    assert crashed.job.attempts == 1
     # ...and the process dies here, after its COMMIT. The claim is not undone:
     row = await job_row(store, job_id)
     assert (row.state, row.attempts, row.lease_alive) == ("running", 1, True)
 
     # A redelivery while the lease is alive is a duplicate: acked, nothing run.
-    early = StandInDelivery(job_id, "test.count")
-    assert (await worker(store, cfg).handle(early)).outcome == "duplicate"
-    assert early.settled == ["ack"]
+    assert await deliver(store, cfg, job_id, "test.count") == ("duplicate", ["ack"])
     assert (await job_row(store, job_id)).state == "running"
 
     await wait_lease_expired(store, job_id)
     assert (await job_row(store, job_id)).state == "running"  # still: expiry alone moves nothing
 
-    late = StandInDelivery(job_id, "test.count")
-    assert (await worker(store, cfg).handle(late)).outcome == "succeeded"
-    assert late.settled == ["ack"]
+    assert await deliver(store, cfg, job_id, "test.count") == ("succeeded", ["ack"])
     row = await job_row(store, job_id)
     assert (row.state, row.attempts) == ("succeeded", 2)
     assert await results_of(store, job_id) == [({"attempt": 2, "tag": "seed-002-1"}, 2)]
@@ -195,11 +223,10 @@ async def test_a_stale_lease_token_can_neither_complete_nor_retry_nor_quarantine
     store: Store, client_id: uuid.UUID
 ) -> None:
     job_id = await submit(store, client_id, "test.count", {})
-    executions = ExecutionStore(store)
-    old = await executions.claim(job_id, lease_token=uuid.uuid4(), lease_seconds=0.2)
-    assert isinstance(old, Claimed)
+    old = await claim_and_die(store, job_id, 0.2)
     await wait_lease_expired(store, job_id)
-    new = await executions.claim(job_id, lease_token=uuid.uuid4(), lease_seconds=30)
+    executions = ExecutionStore(store)
+    new = await executions.claim(job_id, LeaseTerms.fresh(30))
     assert isinstance(new, Claimed) and new.job.attempts == 2 and new.reclaimed
 
     retry = RetryLater(available_at=datetime.now().astimezone(), error_code="x", error="x")
@@ -227,10 +254,7 @@ async def test_two_concurrent_claims_of_one_job_have_exactly_one_owner(
     for round_ in range(5):
         job_id = await submit(store, client_id, "test.count", {"tag": str(round_)})
         claims = await asyncio.gather(
-            *(
-                executions.claim(job_id, lease_token=uuid.uuid4(), lease_seconds=30)
-                for _ in range(8)
-            )
+            *(executions.claim(job_id, LeaseTerms.fresh(30)) for _ in range(8))
         )
         owners = [c for c in claims if isinstance(c, Claimed)]
         assert len(owners) == 1
@@ -248,9 +272,8 @@ async def test_two_concurrent_claims_of_one_job_have_exactly_one_owner(
 
 
 async def test_a_consumer_that_died_after_storing_the_result_but_before_the_ack_is_not_run_again(
-    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
+    cfg: Settings, store: Store, client_id: uuid.UUID
 ) -> None:
-    cfg = make_settings()
     job_id = await submit(store, client_id, "test.count", {"tag": "once"})
     await mark_outbox_published(store)
     await publish_jobs(cfg, [(job_id, "test.count")])
@@ -321,9 +344,8 @@ async def test_a_transient_error_three_times_is_retried_with_growing_delays_then
 
 
 async def test_a_permanent_error_is_quarantined_after_one_attempt(
-    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
+    cfg: Settings, store: Store, client_id: uuid.UUID
 ) -> None:
-    cfg = make_settings()
     job_id = await submit(store, client_id, "demo.fail", {"mode": "permanent", "times": 1})
     async with running_relay(cfg, store), running_consumer(cfg):
         await wait_state(store, job_id, "quarantined")
@@ -336,26 +358,21 @@ async def test_a_permanent_error_is_quarantined_after_one_attempt(
 
 
 async def test_a_result_postgresql_cannot_store_is_quarantined_at_once(
-    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
+    cfg: Settings, store: Store, client_id: uuid.UUID
 ) -> None:
     """Regression (fuzzing): a NUL or NaN in a result made the completion fail forever."""
-    cfg = make_settings()
     job_id = await submit(store, client_id, "test.unstorable_result", {})
-    delivery = StandInDelivery(job_id, "test.unstorable_result")
-    verdict = await worker(store, cfg).handle(delivery)
-    assert verdict.outcome == "quarantined" and delivery.settled == ["dead_letter"]
+    delivered = await deliver(store, cfg, job_id, "test.unstorable_result")
+    assert delivered == ("quarantined", ["dead_letter"])
     row = await job_row(store, job_id)
     assert (row.state, row.attempts, row.last_error_code) == ("quarantined", 1, "invalid_result")
 
 
 async def test_an_invalid_payload_is_quarantined_without_running_the_handler(
-    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
+    cfg: Settings, store: Store, client_id: uuid.UUID
 ) -> None:
-    cfg = make_settings()
     job_id = await submit(store, client_id, "test.count", {"tag": 42, "secret": "hunter2"})
-    delivery = StandInDelivery(job_id, "test.count")
-    verdict = await worker(store, cfg).handle(delivery)
-    assert verdict.outcome == "quarantined" and delivery.settled == ["dead_letter"]
+    assert await deliver(store, cfg, job_id, "test.count") == ("quarantined", ["dead_letter"])
     row = await job_row(store, job_id)
     assert (row.state, row.attempts, row.last_error_code) == ("quarantined", 1, "invalid_payload")
     assert "hunter2" not in row.last_error
@@ -363,17 +380,14 @@ async def test_an_invalid_payload_is_quarantined_without_running_the_handler(
 
 
 async def test_a_delivery_for_a_job_without_attempts_left_quarantines_it_as_exhausted(
-    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
+    cfg: Settings, store: Store, client_id: uuid.UUID
 ) -> None:
-    cfg = make_settings()
     job_id = await submit(store, client_id, "test.count", {}, max_attempts=1)
-    crashed = await ExecutionStore(store).claim(job_id, lease_token=uuid.uuid4(), lease_seconds=0.2)
-    assert isinstance(crashed, Claimed)
+    await claim_and_die(store, job_id, 0.2)
     await wait_lease_expired(store, job_id)
 
-    delivery = StandInDelivery(job_id, "test.count")
-    verdict = await worker(store, cfg).handle(delivery)
-    assert verdict.outcome == "attempts_exhausted" and delivery.settled == ["dead_letter"]
+    delivered = await deliver(store, cfg, job_id, "test.count")
+    assert delivered == ("attempts_exhausted", ["dead_letter"])
     row = await job_row(store, job_id)
     assert (row.state, row.attempts, row.last_error_code) == (
         "quarantined",
@@ -384,9 +398,8 @@ async def test_a_delivery_for_a_job_without_attempts_left_quarantines_it_as_exha
 
 
 async def test_garbage_on_the_queue_is_quarantined_and_the_consumer_keeps_running(
-    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
+    cfg: Settings, store: Store, client_id: uuid.UUID
 ) -> None:
-    cfg = make_settings()
     garbage = [
         b"\xff\xfe not json at all",
         b"[1, 2, 3]",
@@ -429,9 +442,7 @@ async def test_catalog_export_crashed_between_writing_the_file_and_storing_the_r
 ) -> None:
     cfg = make_settings(lease_seconds=1.0)
     job_id = await submit(store, client_id, "catalog.export", {"course": "JavaScript"})
-    executions = ExecutionStore(store)
-    first = await executions.claim(job_id, lease_token=uuid.uuid4(), lease_seconds=1.0)
-    assert isinstance(first, Claimed)
+    await claim_and_die(store, job_id, cfg.lease_seconds)
     # Attempt 1 writes the report... and dies before it can store the result.
     context = JobContext(job_id, "catalog.export", 1, 3, cfg.results_dir, _logger())
     await builtin.catalog_export(context, builtin.CatalogExportPayload(course="JavaScript"))
@@ -440,8 +451,7 @@ async def test_catalog_export_crashed_between_writing_the_file_and_storing_the_r
     written = report.stat().st_mtime_ns
     await wait_lease_expired(store, job_id)
 
-    delivery = StandInDelivery(job_id, "catalog.export")
-    assert (await worker(store, cfg).handle(delivery)).outcome == "succeeded"
+    assert (await deliver(store, cfg, job_id, "catalog.export")).outcome == "succeeded"
 
     assert [p.name for p in reports.iterdir()] == [f"{job_id}.csv"]  # no second file, no temp
     assert report.stat().st_mtime_ns == written  # found, not rewritten
@@ -467,9 +477,8 @@ def _logger() -> Any:
 async def test_a_job_longer_than_its_lease_keeps_it_by_the_heartbeat(
     make_settings: MakeSettings, store: Store, client_id: uuid.UUID
 ) -> None:
-    cfg = make_settings(lease_seconds=0.6)
     job_id = await submit(store, client_id, "demo.sleep", {"seconds": 2.0})
-    runner = worker(store, cfg)
+    runner = worker(store, make_settings(lease_seconds=0.6))
     assert (await runner.handle(StandInDelivery(job_id, "demo.sleep"))).outcome == "succeeded"
     row = await job_row(store, job_id)
     assert (row.state, row.attempts) == ("succeeded", 1)
@@ -480,9 +489,8 @@ async def test_a_job_longer_than_its_lease_keeps_it_by_the_heartbeat(
 async def test_a_lost_lease_cancels_the_handler_and_reports_no_success(
     make_settings: MakeSettings, store: Store, client_id: uuid.UUID
 ) -> None:
-    cfg = make_settings(lease_seconds=0.9)
     job_id = await submit(store, client_id, "demo.sleep", {"seconds": 30})
-    runner = worker(store, cfg)
+    runner = worker(store, make_settings(lease_seconds=0.9))
     delivery = StandInDelivery(job_id, "demo.sleep")
     task = asyncio.create_task(runner.handle(delivery))
     await wait_state(store, job_id, "running")
@@ -497,13 +505,11 @@ async def test_a_lost_lease_cancels_the_handler_and_reports_no_success(
 
 
 async def test_a_handler_over_its_timeout_is_retried_with_the_code_timeout(
-    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
+    cfg: Settings, store: Store, client_id: uuid.UUID
 ) -> None:
-    cfg = make_settings()
     job_id = await submit(store, client_id, "test.flaky_once", {})
-    delivery = StandInDelivery(job_id, "test.flaky_once")
-    verdict = await asyncio.wait_for(worker(store, cfg).handle(delivery), timeout=3)
-    assert verdict.outcome == "retried" and delivery.settled == ["ack"]
+    delivered = await asyncio.wait_for(deliver(store, cfg, job_id, "test.flaky_once"), timeout=3)
+    assert delivered == ("retried", ["ack"])
     row = await job_row(store, job_id)
     assert (row.state, row.attempts, row.last_error_code) == ("retrying", 1, "timeout")
     # The accept's row and the retry's, due later.
@@ -532,14 +538,12 @@ async def test_a_type_routed_to_its_own_queue_is_consumed_only_by_that_queues_co
 
 
 async def test_a_consumer_for_types_it_has_no_handler_for_defers_them_with_a_reason(
-    make_settings: MakeSettings, store: Store, client_id: uuid.UUID
+    cfg: Settings, store: Store, client_id: uuid.UUID
 ) -> None:
-    cfg = make_settings()
     # (Quarantined only once the type stayed unknown past the patience: test_handlers.py.)
     job_id = await submit(store, client_id, "test.count", {})
-    delivery = StandInDelivery(job_id, "test.count")
-    verdict = await worker(store, cfg, builtin.registry).handle(delivery)
-    assert verdict.outcome == "deferred" and delivery.settled == ["ack"]
+    delivered = await deliver(store, cfg, job_id, "test.count", builtin.registry)
+    assert delivered == ("deferred", ["ack"])
     row = await job_row(store, job_id)
     assert (row.state, row.attempts, row.last_error_code) == ("queued", 0, "unknown_job_type")
 
@@ -548,9 +552,8 @@ async def test_a_consumer_for_types_it_has_no_handler_for_defers_them_with_a_rea
 
 
 async def test_end_to_end_a_submitted_job_shows_its_result_through_the_api(
-    make_settings: MakeSettings, api: Any, alice: str, store: Store
+    cfg: Settings, api: Any, alice: str, store: Store
 ) -> None:
-    cfg = make_settings()
     submitted = await api.post(
         "/v1/jobs",
         json={"type": "catalog.export", "payload": {"course": "JavaScript"}},
@@ -582,9 +585,8 @@ async def test_end_to_end_a_submitted_job_shows_its_result_through_the_api(
 
 
 async def test_a_consumer_with_a_handlers_option_that_does_not_load_exits_2(
-    make_settings: MakeSettings,
+    cfg: Settings,
 ) -> None:
-    cfg = make_settings()
     from jobrelay.consumer.service import run_consumer
 
     assert await run_consumer(cfg, queue="default", handlers="no.such.module:registry") == 2

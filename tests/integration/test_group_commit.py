@@ -8,6 +8,7 @@ import asyncio
 import uuid
 from typing import Any
 
+from jobrelay.core.execution import LeaseTerms
 from jobrelay.core.jobs import Succeeded
 from jobrelay.db.execution_store import Claimed, ExecutionStore, Finish, Refusal, Refused
 from jobrelay.db.store import Store
@@ -40,7 +41,7 @@ async def test_claims_made_together_share_one_statement_each_under_its_own_token
     tokens = [uuid.uuid4() for _ in jobs]
     claims = await asyncio.gather(
         *(
-            executions.claim(job, lease_token=token, lease_seconds=30, detail="consumer t")
+            executions.claim(job, LeaseTerms(token, 30), detail="consumer t")
             for job, token in zip(jobs, tokens, strict=True)
         )
     )
@@ -61,9 +62,7 @@ async def test_claims_made_together_share_one_statement_each_under_its_own_token
 async def test_one_stale_row_neither_fails_nor_completes_its_neighbours(store: Store) -> None:
     jobs = await _jobs(store, 6)
     executions = ExecutionStore(store)
-    claims = [
-        await executions.claim(job, lease_token=uuid.uuid4(), lease_seconds=30) for job in jobs
-    ]
+    claims = [await executions.claim(job, LeaseTerms.fresh(30)) for job in jobs]
     assert all(isinstance(c, Claimed) for c in claims)
     tokens = [c.lease_token for c in claims if isinstance(c, Claimed)]
     stale = jobs[2]
@@ -95,10 +94,10 @@ async def test_a_stale_report_and_the_owners_on_one_job_in_one_group_are_told_ap
 ) -> None:
     (job,) = await _jobs(store, 1)
     executions = ExecutionStore(store)
-    old = await executions.claim(job, lease_token=uuid.uuid4(), lease_seconds=0.2)
+    old = await executions.claim(job, LeaseTerms.fresh(0.2))
     assert isinstance(old, Claimed)
     await asyncio.sleep(0.3)  # its holder hangs past its lease: another worker takes the job
-    owner = await executions.claim(job, lease_token=uuid.uuid4(), lease_seconds=30)
+    owner = await executions.claim(job, LeaseTerms.fresh(30))
     assert isinstance(owner, Claimed) and owner.job.attempts == 2
     stale, current = await asyncio.gather(
         executions.finish(
@@ -118,9 +117,7 @@ async def test_a_stale_report_and_the_owners_on_one_job_in_one_group_are_told_ap
 async def test_two_deliveries_of_one_job_in_one_group_have_one_owner(store: Store) -> None:
     (job,) = await _jobs(store, 1)
     executions = ExecutionStore(store)
-    claims = await asyncio.gather(
-        *(executions.claim(job, lease_token=uuid.uuid4(), lease_seconds=30) for _ in range(2))
-    )
+    claims = await asyncio.gather(*(executions.claim(job, LeaseTerms.fresh(30)) for _ in range(2)))
     assert executions._claims.groups == 1
     assert sorted(type(c).__name__ for c in claims) == ["Claimed", "Refused"]
     refused = next(c for c in claims if isinstance(c, Refused))
@@ -133,16 +130,8 @@ async def test_groups_of_two_consumers_sharing_jobs_do_not_deadlock(store: Store
     first, second = ExecutionStore(store), ExecutionStore(store)
     # Each consumer claims every job, in opposite orders: the rows are locked in id order.
     claims = await asyncio.gather(
-        *(
-            s.claim(job, lease_token=uuid.uuid4(), lease_seconds=30)
-            for s in (first,)
-            for job in jobs
-        ),
-        *(
-            s.claim(job, lease_token=uuid.uuid4(), lease_seconds=30)
-            for s in (second,)
-            for job in reversed(jobs)
-        ),
+        *(s.claim(job, LeaseTerms.fresh(30)) for s in (first,) for job in jobs),
+        *(s.claim(job, LeaseTerms.fresh(30)) for s in (second,) for job in reversed(jobs)),
     )
     owners = [c for c in claims if isinstance(c, Claimed)]
     assert sorted(c.job.id for c in owners) == sorted(jobs)

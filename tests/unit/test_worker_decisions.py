@@ -18,7 +18,7 @@ from jobrelay.consumer.fakes import InMemoryExecutionStore
 from jobrelay.consumer.metrics import ConsumerMetrics
 from jobrelay.consumer.worker import Backoff, Disposition, Verdict, Worker
 from jobrelay.core.errors import PermanentError
-from jobrelay.core.execution import Claimed, Finish
+from jobrelay.core.execution import Claimed, Finish, LeaseTerms
 from jobrelay.core.jobs import Job, Succeeded
 from jobrelay.core.message import Envelope
 from jobrelay.core.registry import JobContext, Registry
@@ -218,11 +218,9 @@ class CountingRenewals(InMemoryExecutionStore):
         super().__init__(clock)
         self.renewals = 0
 
-    async def renew(
-        self, job_id: uuid.UUID, *, lease_token: uuid.UUID, lease_seconds: float
-    ) -> bool:
+    async def renew(self, job_id: uuid.UUID, lease: LeaseTerms) -> bool:
         self.renewals += 1
-        return await super().renew(job_id, lease_token=lease_token, lease_seconds=lease_seconds)
+        return await super().renew(job_id, lease)
 
 
 @pytest.mark.parametrize(("sleeps", "renewed"), [(0.0, False), (0.1, True)])
@@ -289,13 +287,13 @@ async def test_a_plain_def_handler_runs_in_a_thread_and_succeeds(setup: Setup) -
 async def test_a_stale_worker_cannot_finish_after_a_reclaim(setup: Setup) -> None:
     """The fake follows the core's fences: a re-claim of an expired lease takes the job over."""
     job = setup.store.add("t.ok")
-    first = await setup.store.claim(job.id, lease_token=uuid.uuid4(), lease_seconds=1)
+    first = await setup.store.claim(job.id, LeaseTerms.fresh(1))
     setup.clock.now = NOW + timedelta(seconds=2)
-    second = await setup.store.claim(job.id, lease_token=uuid.uuid4(), lease_seconds=30)
+    second = await setup.store.claim(job.id, LeaseTerms.fresh(30))
     assert isinstance(first, Claimed)
     assert isinstance(second, Claimed)
     assert second.reclaimed
-    assert not await setup.store.renew(job.id, lease_token=first.lease_token, lease_seconds=30)
+    assert not await setup.store.renew(job.id, LeaseTerms(first.lease_token, 30))
     finish = await setup.store.finish(
         job.id, lease_token=first.lease_token, attempt=1, outcome=Succeeded({})
     )

@@ -14,23 +14,23 @@ from fastapi import Depends, Query, Request
 
 from jobrelay.api.auth import BearerClient
 from jobrelay.api.openapi import problem_responses
+from jobrelay.api.schemas import NO_NUL
 from jobrelay.core.clients import Client
 from jobrelay.core.errors import InvalidCursor, JobNotFound
 from jobrelay.core.jobs import Job
 from jobrelay.db.store import Store
 from jobrelay.operations import Operations
 
-# Each operation lists the problems it can answer (api/openapi.py): every /v1 call can be 401
-# and 503 (the token is looked up in the database), admin calls 403, a path with a job id 404
-# and 422, a POST 413 (the body limit applies to any body).
-OWN_JOB_PROBLEMS = problem_responses(401, 404, 422, 503)
-ADMIN_PROBLEM_RESPONSES = problem_responses(401, 403, 503)
-ADMIN_JOB_PROBLEMS = problem_responses(401, 403, 404, 422, 503)
+# Each operation lists the problems it can answer (api/openapi.py). Every /v1 call can be 401
+# and 503 (the token is looked up in the database), and every admin call 403: their routers
+# declare those; an operation adds its own: 404 and 422 for a path with a job id
+# (``JOB_PROBLEMS``), 413 for a POST (the body limit applies to any body).
+V1_PROBLEMS = problem_responses(401, 503)
+ADMIN_PROBLEMS = problem_responses(401, 403, 503)
+JOB_PROBLEMS = problem_responses(404, 422)
 LOCATION_HEADER = {
     "Location": {"description": "the job's URL, /v1/jobs/{id}", "schema": {"type": "string"}}
 }
-# Query text reaches SQL parameters, and PostgreSQL text cannot hold a NUL character.
-NO_NUL = r"^[^\x00]*$"
 
 
 async def _store(request: Request) -> Store:

@@ -12,6 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from jobrelay.core.jobs import Job
 from jobrelay.core.states import JobState
 
+# Query text reaches SQL parameters, and PostgreSQL text cannot hold a NUL character.
+NO_NUL = r"^[^\x00]*$"
+
 
 class SubmitJob(BaseModel):
     """The generic shape; the OpenAPI document narrows it per registered type (``payload``
@@ -222,6 +225,13 @@ class StatsView(OpenModel):
     redispatched_last_hour: int = Field(
         description="jobs whose message was provably lost and published again in the last hour"
     )
+
+
+class QuarantineQuery(BaseModel):
+    """``GET /v1/admin/quarantine?code=&limit=``: which quarantined jobs to list."""
+
+    code: str | None = Field(None, max_length=100, pattern=NO_NUL)
+    limit: int = Field(100, ge=1, le=1000)
 
 
 class QuarantinedMessageView(OpenModel):

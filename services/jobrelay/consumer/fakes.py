@@ -23,6 +23,7 @@ from jobrelay.core.execution import (
     DeferResult,
     ExecutionStore,
     Finish,
+    LeaseTerms,
     PutBack,
     Refusal,
     Refused,
@@ -102,13 +103,9 @@ class InMemoryExecutionStore:
     # --- the port -------------------------------------------------------------------------------
 
     async def claim(
-        self,
-        job_id: uuid.UUID,
-        *,
-        lease_token: uuid.UUID,
-        lease_seconds: float,
-        detail: str | None = None,
+        self, job_id: uuid.UUID, lease: LeaseTerms, *, detail: str | None = None
     ) -> ClaimResult:
+        lease_token, lease_seconds = lease.token, lease.seconds
         self._reach()
         job = self.jobs.get(job_id)
         if job is None:
@@ -158,14 +155,12 @@ class InMemoryExecutionStore:
         self._record(job, JobEvent.DUPLICATE_DELIVERY, job.attempts, f"job {job.state}")
         return Refused(Refusal.DUPLICATE, job)
 
-    async def renew(
-        self, job_id: uuid.UUID, *, lease_token: uuid.UUID, lease_seconds: float
-    ) -> bool:
+    async def renew(self, job_id: uuid.UUID, lease: LeaseTerms) -> bool:
         self._reach()
         job = self.jobs.get(job_id)
-        if job is None or not self._allows(COMPLETE, job, lease_token):  # held and alive
+        if job is None or not self._allows(COMPLETE, job, lease.token):  # held and alive
             return False
-        self.jobs[job_id] = dataclasses.replace(job, lease_until=self._later(lease_seconds))
+        self.jobs[job_id] = dataclasses.replace(job, lease_until=self._later(lease.seconds))
         return True
 
     async def finish(

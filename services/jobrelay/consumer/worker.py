@@ -17,7 +17,6 @@ import random
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -40,6 +39,7 @@ from jobrelay.core.execution import (
     Delivery,
     ExecutionStore,
     Finish,
+    LeaseTerms,
     PutBack,
     Refusal,
     Refused,
@@ -199,16 +199,11 @@ class Worker:
         return await self._claim_and_run(envelope, redelivered=redelivered)
 
     async def _claim_and_run(self, envelope: Envelope, *, redelivered: bool) -> Verdict:
-        token = uuid.uuid4()
+        lease = LeaseTerms.fresh(self.lease_seconds)
         asked = time.monotonic()
         try:
             claim = await self._patiently(
-                lambda: self.store.claim(
-                    envelope.job_id,
-                    lease_token=token,
-                    lease_seconds=self.lease_seconds,
-                    detail=f"consumer {self.name}",
-                )
+                lambda: self.store.claim(envelope.job_id, lease, detail=f"consumer {self.name}")
             )
         except StoreUnavailable:
             return STORE_UNAVAILABLE
@@ -432,16 +427,14 @@ class Worker:
 
     async def _heartbeat(self, claim: Claimed, deadline: float) -> str:
         """Renew the lease every interval; return (ending the attempt) once it cannot be kept."""
-        job_id, token = claim.job.id, claim.lease_token
+        job_id, lease = claim.job.id, LeaseTerms(claim.lease_token, self.lease_seconds)
         interval = self.heartbeat_interval
         # Started when the first renewal is due (``_run_under_lease``): renew at once.
         while True:
             asked = time.monotonic()
             try:
                 async with asyncio.timeout(max(0.1, min(interval, deadline - asked))):
-                    renewed = await self.store.renew(
-                        job_id, lease_token=token, lease_seconds=self.lease_seconds
-                    )
+                    renewed = await self.store.renew(job_id, lease)
             except (StoreUnavailable, TimeoutError):
                 self.metrics.store_errors.inc()
                 if time.monotonic() >= deadline:

@@ -77,6 +77,19 @@ class Delivery(Protocol):
 
 
 @dataclass(frozen=True)
+class LeaseTerms:
+    """The lease a worker asks for: the token that fences every write of its attempt, and how
+    long the lease lasts unless renewed."""
+
+    token: uuid.UUID
+    seconds: float
+
+    @classmethod
+    def fresh(cls, seconds: float) -> LeaseTerms:
+        return cls(uuid.uuid4(), seconds)
+
+
+@dataclass(frozen=True)
 class PutBack:
     """How a consumer that does not know a job's type puts the job back: due again after
     ``delay_seconds`` (for a consumer that knows it), or quarantined once the type stayed
@@ -115,12 +128,7 @@ class ExecutionStore(Protocol):
     ``core/errors.py``) when the store cannot be reached."""
 
     async def claim(
-        self,
-        job_id: uuid.UUID,
-        *,
-        lease_token: uuid.UUID,
-        lease_seconds: float,
-        detail: str | None = None,
+        self, job_id: uuid.UUID, lease: LeaseTerms, *, detail: str | None = None
     ) -> ClaimResult:
         """Claim the job for one attempt, or say why not (quarantining a job with no attempts
         left). Again with the same token after a lost answer: claimed."""
@@ -131,9 +139,7 @@ class ExecutionStore(Protocol):
         ``delay_seconds`` (attempts untouched), or quarantine it past the patience."""
         ...
 
-    async def renew(
-        self, job_id: uuid.UUID, *, lease_token: uuid.UUID, lease_seconds: float
-    ) -> bool:
+    async def renew(self, job_id: uuid.UUID, lease: LeaseTerms) -> bool:
         """Extend the lease; False when it is no longer ours (expired or taken over)."""
         ...
 

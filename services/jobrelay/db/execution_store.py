@@ -28,6 +28,7 @@ from jobrelay.core.execution import (
     Deferred,
     DeferResult,
     Finish,
+    LeaseTerms,
     PutBack,
     Refusal,
     Refused,
@@ -107,26 +108,21 @@ class ExecutionStore:
         await self._finishes.close()
 
     async def claim(
-        self,
-        job_id: uuid.UUID,
-        *,
-        lease_token: uuid.UUID,
-        lease_seconds: float,
-        detail: str | None = None,
+        self, job_id: uuid.UUID, lease: LeaseTerms, *, detail: str | None = None
     ) -> ClaimResult:
         """Claim the job for one attempt, or say why not (and journal/quarantine accordingly).
 
         Calling it again with the same token after a lost answer is safe: a job already running
         under this token is reported as claimed.
         """
-        row = await self._claims.submit(_ClaimRequest(job_id, lease_token, lease_seconds, detail))
+        row = await self._claims.submit(_ClaimRequest(job_id, lease.token, lease.seconds, detail))
         if row is not None:
             return Claimed(
-                job_from_row(row), lease_token, reclaimed=row.previous_state == JobState.RUNNING
+                job_from_row(row), lease.token, reclaimed=row.previous_state == JobState.RUNNING
             )
         # The rare path: find out why, and act on it, in one transaction.
         async with self.store.transaction() as connection:
-            return await self._refusal(connection, job_id, lease_token)
+            return await self._refusal(connection, job_id, lease.token)
 
     async def _claim_group(self, requests: Sequence[_ClaimRequest]) -> list[Any | None]:
         """One statement claims every job of the group it can (autocommit: one round trip);
@@ -212,12 +208,10 @@ class ExecutionStore:
             )
             return Refused(Refusal.DUPLICATE, job)
 
-    async def renew(
-        self, job_id: uuid.UUID, *, lease_token: uuid.UUID, lease_seconds: float
-    ) -> bool:
+    async def renew(self, job_id: uuid.UUID, lease: LeaseTerms) -> bool:
         """Extend the lease; False when it is no longer ours (expired or taken over)."""
         row = await self.store.fetch_one(
-            q.RENEW_LEASE, id=job_id, lease_token=lease_token, lease_seconds=lease_seconds
+            q.RENEW_LEASE, id=job_id, lease_token=lease.token, lease_seconds=lease.seconds
         )
         return row is not None
 

@@ -9,25 +9,30 @@ from fastapi import APIRouter, Query
 
 from jobrelay.api import openapi
 from jobrelay.api.deps import (
-    ADMIN_JOB_PROBLEMS,
-    ADMIN_PROBLEM_RESPONSES,
-    NO_NUL,
+    ADMIN_PROBLEMS,
+    JOB_PROBLEMS,
     AdminDep,
     OpsDep,
     StoreDep,
 )
 from jobrelay.api.openapi import problem_responses
-from jobrelay.api.schemas import QuarantineReport, ReconcileView, ReplayView, StatsView, TraceView
+from jobrelay.api.schemas import (
+    QuarantineQuery,
+    QuarantineReport,
+    ReconcileView,
+    ReplayView,
+    StatsView,
+    TraceView,
+)
 from jobrelay.core.errors import JobNotFound, NotReplayable
 from jobrelay.core.trace import trace_document
 
-router = APIRouter(route_class=openapi.JsonBodyRoute)
+router = APIRouter(route_class=openapi.JsonBodyRoute, responses=ADMIN_PROBLEMS)
 
 
 @router.get(
     "/v1/admin/stats",
     response_model=StatsView,
-    responses=ADMIN_PROBLEM_RESPONSES,
     summary="Jobs by state, outbox backlog, expired leases, quarantine by reason",
 )
 async def admin_stats(admin: AdminDep, store: StoreDep) -> dict[str, Any]:
@@ -37,22 +42,19 @@ async def admin_stats(admin: AdminDep, store: StoreDep) -> dict[str, Any]:
 @router.get(
     "/v1/admin/quarantine",
     response_model=QuarantineReport,
-    responses=problem_responses(401, 403, 422, 503),
+    responses=problem_responses(422),
     summary="Quarantined jobs with their reasons and dead-lettered messages",
 )
 async def admin_quarantine(
-    admin: AdminDep,
-    ops: OpsDep,
-    code: Annotated[str | None, Query(max_length=100, pattern=NO_NUL)] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    admin: AdminDep, ops: OpsDep, wanted: Annotated[QuarantineQuery, Query()]
 ) -> dict[str, Any]:
-    return await ops.quarantine_report(code=code, limit=limit)
+    return await ops.quarantine_report(code=wanted.code, limit=wanted.limit)
 
 
 @router.post(
     "/v1/admin/quarantine/reconcile",
     response_model=ReconcileView,
-    responses=problem_responses(401, 403, 413, 503),
+    responses=problem_responses(413),
     summary="Reconcile the quarantine now (the dispatcher does it by itself): jobs the "
     "broker dead-lettered become quarantined, one message per quarantined job stays",
 )
@@ -63,7 +65,7 @@ async def admin_quarantine_reconcile(admin: AdminDep, ops: OpsDep) -> dict[str, 
 @router.post(
     "/v1/admin/jobs/{job_id}/replay",
     response_model=ReplayView,
-    responses=problem_responses(401, 403, 404, 409, 413, 422, 503),
+    responses=problem_responses(404, 409, 413, 422),
     summary="Queue a quarantined job again with a fresh attempt budget",
 )
 async def admin_replay(job_id: uuid.UUID, admin: AdminDep, ops: OpsDep) -> dict[str, Any]:
@@ -78,7 +80,7 @@ async def admin_replay(job_id: uuid.UUID, admin: AdminDep, ops: OpsDep) -> dict[
 @router.get(
     "/v1/admin/jobs/{job_id}/trace",
     response_model=TraceView,
-    responses=ADMIN_JOB_PROBLEMS,
+    responses=JOB_PROBLEMS,
     summary="What happened to any job: intent, publishing, deliveries, attempts, result",
 )
 async def admin_trace(job_id: uuid.UUID, admin: AdminDep, store: StoreDep) -> dict[str, Any]:

@@ -10,9 +10,9 @@ from fastapi import APIRouter, Header, Query, Request, Response
 
 from jobrelay.api import openapi
 from jobrelay.api.deps import (
+    JOB_PROBLEMS,
     LOCATION_HEADER,
-    NO_NUL,
-    OWN_JOB_PROBLEMS,
+    V1_PROBLEMS,
     ClientDep,
     OwnJobDep,
     PageDep,
@@ -21,6 +21,7 @@ from jobrelay.api.deps import (
 from jobrelay.api.metrics import ApiMetrics
 from jobrelay.api.openapi import problem_responses
 from jobrelay.api.schemas import (
+    NO_NUL,
     EventList,
     EventView,
     JobPage,
@@ -45,7 +46,7 @@ from jobrelay.db.store import Store
 log = logging.getLogger("jobrelay.api")
 
 # A route that reads a JSON body answers 415 to any other body (api/openapi.py).
-router = APIRouter(route_class=openapi.JsonBodyRoute)
+router = APIRouter(route_class=openapi.JsonBodyRoute, responses=V1_PROBLEMS)
 
 
 @router.post(
@@ -62,7 +63,7 @@ router = APIRouter(route_class=openapi.JsonBodyRoute)
             "description": "The key was used before for the same request: that job, now",
             "headers": LOCATION_HEADER,
         },
-        **problem_responses(400, 401, 409, 413, 422, 503),
+        **problem_responses(400, 409, 413, 422),
     },
     summary="Submit a job (idempotent by Idempotency-Key)",
 )
@@ -128,7 +129,7 @@ async def submit_job(
 @router.get(
     "/v1/jobs",
     response_model=JobPage,
-    responses=problem_responses(400, 401, 422, 503),
+    responses=problem_responses(400, 422),
     summary="List your own jobs, newest first",
 )
 async def list_jobs(
@@ -151,7 +152,7 @@ async def list_jobs(
 @router.get(
     "/v1/jobs/{job_id}",
     response_model=JobView,
-    responses=OWN_JOB_PROBLEMS,
+    responses=JOB_PROBLEMS,
     summary="One of your jobs, with its result once succeeded",
 )
 async def get_job(job: OwnJobDep) -> JobView:
@@ -161,7 +162,7 @@ async def get_job(job: OwnJobDep) -> JobView:
 @router.get(
     "/v1/jobs/{job_id}/events",
     response_model=EventList,
-    responses=OWN_JOB_PROBLEMS,
+    responses=JOB_PROBLEMS,
     summary="The job's transition journal",
 )
 async def job_events(job: OwnJobDep, store: StoreDep) -> EventList:
@@ -177,7 +178,7 @@ async def job_events(job: OwnJobDep, store: StoreDep) -> EventList:
 @router.get(
     "/v1/jobs/{job_id}/trace",
     response_model=TraceView,
-    responses=OWN_JOB_PROBLEMS,
+    responses=JOB_PROBLEMS,
     summary="What happened to your job: intent, publishing, deliveries, attempts, result",
 )
 async def job_trace(job: OwnJobDep, store: StoreDep) -> dict[str, Any]:
@@ -191,7 +192,7 @@ async def job_trace(job: OwnJobDep, store: StoreDep) -> dict[str, Any]:
 @router.post(
     "/v1/jobs/{job_id}/cancel",
     response_model=JobView,
-    responses=problem_responses(401, 404, 409, 413, 422, 503),
+    responses=problem_responses(404, 409, 413, 422),
     summary="Cancel a queued or retrying job",
 )
 async def cancel_job(job_id: uuid.UUID, client: ClientDep, store: StoreDep) -> JobView:

@@ -4,8 +4,8 @@
   triggers on ``jobs`` (a group of finishes is one counter update), so the stats read a few
   rows instead of counting every job. Spread over 8 shards (by backend) so that consumers
   finishing at once do not queue on one counter row. Filled from the existing jobs in the same
-  transaction that creates the triggers: writes to ``jobs`` wait for that count (about 0.3 s
-  per million jobs on the development machine).
+  transaction that creates the triggers: writes to ``jobs`` wait for that count (at one million
+  jobs on the development machine, a writer waited at most 0.46 s; ``benchmarks/upgrade.py``).
 - ``ix_jobs_live_state_available_at`` replaces ``ix_jobs_state_available_at``: only queued,
   running and retrying jobs, so counting live jobs and finding stranded ones reads those alone,
   and a finished job leaves the index instead of staying in it forever.
@@ -16,24 +16,20 @@
   now go with their job).
 
 The indexes are built and dropped CONCURRENTLY, outside the migration's transaction, so no
-write waits for them (at 1M jobs each build takes a few seconds).
+write waits for them. The whole upgrade took 2.3 s at one million jobs.
 
 Revision ID: 0003
 Revises: 0002
 Create Date: 2026-12-01
 """
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
 from jobrelay.migrations.history import LIVE_STATES_0003, TERMINAL_STATES_0001, in_list
 
-revision: str = "0003"
-down_revision: str | None = "0002"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision = "0003"
+down_revision = "0002"  # no branch labels, no dependencies
 
 SHARDS = 8
 _TERMINAL = in_list("state", TERMINAL_STATES_0001)

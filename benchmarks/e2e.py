@@ -72,6 +72,7 @@ from benchmarks._common import (
 from jobrelay.core import topology as names
 from jobrelay.core.fingerprint import request_hash
 from jobrelay.core.ids import new_id
+from jobrelay.core.jobs import JobRequest
 from jobrelay.db.engine import libpq_url
 from jobrelay.db.store import Store
 from tests.support.servers import create_vhost, delete_vhost, vhost_amqp_url
@@ -570,11 +571,8 @@ async def jobrelay_latency(ctx: Context) -> dict[str, list[float]]:
 
     async def submit(number: int, prefix: str = "lat") -> None:
         await store.accept_job(
-            client_id=ctx.client_id,
-            idempotency_key=f"{prefix}-{run}-{number}",
-            job_type=NOOP_TYPE,
-            payload=NOOP_PAYLOAD,
-            max_attempts=3,
+            ctx.client_id,
+            JobRequest(f"{prefix}-{run}-{number}", NOOP_TYPE, NOOP_PAYLOAD, 3),
         )
 
     try:

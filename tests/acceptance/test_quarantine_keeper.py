@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 import aio_pika
 
+from jobrelay.core.jobs import JobRequest
 from jobrelay.core.message import Envelope
 from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobState
@@ -246,11 +247,8 @@ async def test_finding9_the_dispatcher_leaves_exactly_one_message_per_quarantine
     store, settings = system.store, system.settings
     job = (
         await store.accept_job(
-            client_id=await new_client(store),
-            idempotency_key="chaos",
-            job_type="demo.fail",
-            payload={"mode": "permanent", "times": 1000},
-            max_attempts=3,
+            await new_client(store),
+            JobRequest("chaos", "demo.fail", {"mode": "permanent", "times": 1000}, 3),
         )
     ).job
     await mark_outbox_published(store)
@@ -270,11 +268,8 @@ async def test_finding9_the_dispatcher_leaves_exactly_one_message_per_quarantine
     # And stale leftovers: a message of a job that succeeded since, and one of no job at all.
     succeeded = (
         await store.accept_job(
-            client_id=await new_client(store),
-            idempotency_key="done",
-            job_type="demo.sleep",
-            payload={"seconds": 0},
-            max_attempts=3,
+            await new_client(store),
+            JobRequest("done", "demo.sleep", {"seconds": 0}, 3),
         )
     ).job
     await mark_outbox_published(store)

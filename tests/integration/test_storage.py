@@ -10,8 +10,10 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from sqlalchemy import delete, func, text
 
+from jobrelay.core.jobs import JobRequest
 from jobrelay.core.states import TERMINAL_STATES, JobState
 from jobrelay.db import queries as q
 from jobrelay.db import tables
@@ -132,11 +134,8 @@ async def test_an_idempotency_key_is_taken_until_retention_deletes_its_job(store
 
     async def submit() -> Any:
         return await store.accept_job(
-            client_id=client.id,
-            idempotency_key="order-1",
-            job_type="demo.sleep",
-            payload={"seconds": 0},
-            max_attempts=3,
+            client.id,
+            JobRequest("order-1", "demo.sleep", {"seconds": 0}, 3),
         )
 
     first = await submit()
@@ -150,16 +149,36 @@ async def test_an_idempotency_key_is_taken_until_retention_deletes_its_job(store
     assert after.created and after.job.id != first.job.id
 
 
+async def test_an_accept_whose_key_lost_its_job_in_between_makes_a_new_job(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retention may delete the key's job between the insert that found the key taken and the
+    read of that job: the key is free then, and the accept inserts again (not a 500)."""
+    client = await factories.client(store)
+    request = JobRequest("order-2", "demo.sleep", {"seconds": 0}, 3)
+    first = await store.accept_job(client.id, request)
+    plain_fetch_one = store.fetch_one
+
+    async def retention_strikes_in_between(statement: Any, **params: Any) -> Any:
+        row = await plain_fetch_one(statement, **params)
+        if statement is q.ACCEPT_JOB and row is None:
+            gone = delete(tables.jobs).where(tables.jobs.c.id == first.job.id)
+            async with store.transaction() as connection:
+                await connection.execute(gone)
+        return row
+
+    monkeypatch.setattr(store, "fetch_one", retention_strikes_in_between)
+    again = await store.accept_job(client.id, request)
+    assert again.created and again.job.id != first.job.id
+
+
 async def test_new_jobs_get_time_ordered_ids(store: Store) -> None:
     client = await factories.client(store)
     ids = []
     for number in range(3):
         accepted = await store.accept_job(
-            client_id=client.id,
-            idempotency_key=f"k{number}",
-            job_type="demo.sleep",
-            payload={},
-            max_attempts=1,
+            client.id,
+            JobRequest(f"k{number}", "demo.sleep", {}, 1),
         )
         ids.append(accepted.job.id)
         await asyncio.sleep(0.002)  # another millisecond

@@ -20,6 +20,7 @@ from jobrelay.consumer.metrics import ConsumerMetrics
 from jobrelay.consumer.service import Consumer
 from jobrelay.consumer.worker import Worker
 from jobrelay.core.errors import TransientError
+from jobrelay.core.jobs import JobRequest
 from jobrelay.core.message import CONTENT_TYPE, Envelope
 from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.settings import Settings, parse_type_queues
@@ -105,11 +106,8 @@ async def submit(
     key: str | None = None,
 ) -> uuid.UUID:
     accepted = await store.accept_job(
-        client_id=client_id,
-        idempotency_key=key or uuid.uuid4().hex,
-        job_type=job_type,
-        payload=payload,
-        max_attempts=max_attempts,
+        client_id,
+        JobRequest(key or uuid.uuid4().hex, job_type, payload, max_attempts),
     )
     return accepted.job.id
 

@@ -28,7 +28,15 @@ from jobrelay.core.execution import (
     Refusal,
     Refused,
 )
-from jobrelay.core.jobs import Job, JournalEntry, Outcome, Quarantine, RetryLater, Succeeded
+from jobrelay.core.jobs import (
+    Job,
+    JobRequest,
+    JournalEntry,
+    Outcome,
+    Quarantine,
+    RetryLater,
+    Succeeded,
+)
 from jobrelay.core.states import (
     CLAIM,
     COMPLETE,
@@ -71,20 +79,10 @@ class InMemoryExecutionStore:
         attempts: int = 0,
         max_attempts: int = 3,
     ) -> Job:
-        now = self.clock()
-        job = Job(
-            id=uuid.uuid4(),
-            client_id=uuid.uuid4(),
-            idempotency_key=f"key-{len(self.jobs)}",
-            type=job_type,
-            payload=payload if payload is not None else {},
-            state=state,
-            attempts=attempts,
-            max_attempts=max_attempts,
-            available_at=now,
-            created_at=now,
-            updated_at=now,
-        )
+        payload = {} if payload is None else payload
+        request = JobRequest(f"key-{len(self.jobs)}", job_type, payload, max_attempts)
+        accepted = request.as_new_job(uuid.uuid4(), uuid.uuid4(), at=self.clock())
+        job = dataclasses.replace(accepted, state=state, attempts=attempts)
         self.jobs[job.id] = job
         return job
 

@@ -41,6 +41,33 @@ class Job:
 
 
 @dataclass(frozen=True)
+class JobRequest:
+    """What a client asks for: a job of ``type`` with ``payload`` and an attempt budget, under
+    its idempotency key (the API, ``jobrelay submit`` and the tests all submit one)."""
+
+    idempotency_key: str
+    type: str
+    payload: Any
+    max_attempts: int
+
+    def as_new_job(self, job_id: uuid.UUID, client_id: uuid.UUID, *, at: datetime) -> Job:
+        """The job just accepted for it: queued, no attempt yet, due ``at``."""
+        return Job(
+            job_id,
+            client_id,
+            self.idempotency_key,
+            self.type,
+            self.payload,
+            JobState.QUEUED,
+            attempts=0,
+            max_attempts=self.max_attempts,
+            available_at=at,
+            created_at=at,
+            updated_at=at,
+        )
+
+
+@dataclass(frozen=True)
 class JournalEntry:
     """One row of a job's journal (``job_events``): a transition or a notable delivery, and the
     attempt it belongs to. The one shape the store, the trace and the API read."""

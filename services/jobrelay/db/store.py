@@ -22,7 +22,7 @@ from sqlalchemy.util import greenlet_spawn
 from jobrelay.core.clients import Client, ClientChange, ClientListing
 from jobrelay.core.fingerprint import canonical_json, request_hash_of_json
 from jobrelay.core.ids import new_id
-from jobrelay.core.jobs import Job, JournalEntry
+from jobrelay.core.jobs import Job, JobRequest, JournalEntry
 from jobrelay.core.states import JobState
 from jobrelay.core.stats import OutboxBacklog, RetryingSummary, SystemStats
 from jobrelay.core.trace import JobTrace, OutboxEntry, StoredResult
@@ -72,6 +72,10 @@ def job_from_row(row: Any) -> Job:
 
 def _journal_entry(row: Any) -> JournalEntry:
     return JournalEntry(row.at, row.event, row.attempt, row.detail, row.error)
+
+
+# Tries of an accept whose key's job retention deletes between the insert and the read.
+ACCEPT_TRIES = 3
 
 
 class Store:
@@ -205,53 +209,35 @@ class Store:
 
     # --- accept -----------------------------------------------------------------------------
 
-    async def accept_job(
-        self,
-        *,
-        client_id: uuid.UUID,
-        idempotency_key: str,
-        job_type: str,
-        payload: Any,
-        max_attempts: int,
-    ) -> AcceptResult:
-        payload_json = canonical_json(payload)  # serialized once: stored and fingerprinted
-        fingerprint = request_hash_of_json(job_type, payload_json)
-        job_id = new_id()  # time-ordered: appends at the right edge of the indexes
+    async def accept_job(self, client_id: uuid.UUID, request: JobRequest) -> AcceptResult:
+        payload_json = canonical_json(request.payload)  # serialized once: stored, fingerprinted
+        fingerprint = request_hash_of_json(request.type, payload_json)
         # Two statements, each atomic: the insert of job + outbox + event, then (only when the
         # key existed) a read of the existing job. ON CONFLICT waits for a concurrent insert of
-        # the same key to commit, so the read always finds it.
-        inserted = await self.fetch_one(
-            q.ACCEPT_JOB,
-            id=job_id,
-            client_id=client_id,
-            idempotency_key=idempotency_key,
-            request_hash=fingerprint,
-            type=job_type,
-            payload=payload_json,
-            max_attempts=max_attempts,
-        )
-        if inserted is not None:
-            job = Job(
+        # the same key to commit, so the read finds it, unless retention deleted that job in
+        # between: then the key is free, and the insert is tried again.
+        for _ in range(ACCEPT_TRIES):
+            job_id = new_id()  # time-ordered: appends at the right edge of the indexes
+            inserted = await self.fetch_one(
+                q.ACCEPT_JOB,
                 id=job_id,
                 client_id=client_id,
-                idempotency_key=idempotency_key,
-                type=job_type,
-                payload=payload,
-                state=JobState.QUEUED,
-                attempts=0,
-                max_attempts=max_attempts,
-                available_at=inserted.available_at,
-                created_at=inserted.created_at,
-                updated_at=inserted.updated_at,
+                idempotency_key=request.idempotency_key,
+                request_hash=fingerprint,
+                type=request.type,
+                payload=payload_json,
+                max_attempts=request.max_attempts,
             )
-            return AcceptResult(job=job, created=True, conflict=False)
-        existing = await self.fetch_one(
-            q.JOB_BY_KEY, client_id=client_id, idempotency_key=idempotency_key
-        )
-        if existing is None:  # cannot happen: jobs are never deleted
-            raise RuntimeError("the conflicting job vanished")
-        conflict = existing.request_hash != fingerprint
-        return AcceptResult(job=job_from_row(existing), created=False, conflict=conflict)
+            if inserted is not None:
+                job = request.as_new_job(job_id, client_id, at=inserted.created_at)
+                return AcceptResult(job=job, created=True, conflict=False)
+            existing = await self.fetch_one(
+                q.JOB_BY_KEY, client_id=client_id, idempotency_key=request.idempotency_key
+            )
+            if existing is not None:
+                conflict = existing.request_hash != fingerprint
+                return AcceptResult(job=job_from_row(existing), created=False, conflict=conflict)
+        raise RuntimeError("an idempotency key's job kept vanishing between insert and read")
 
     # --- reading ----------------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ from jobrelay.core.errors import (
     JobNotFound,
     NotCancellable,
 )
-from jobrelay.core.jobs import is_valid_idempotency_key
+from jobrelay.core.jobs import JobRequest, is_valid_idempotency_key
 from jobrelay.core.registry import Registry
 from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobState
@@ -94,11 +94,8 @@ async def submit_job(
     store: Store = request.app.state.store
     metrics: ApiMetrics = request.app.state.metrics
     accepted = await store.accept_job(
-        client_id=client.id,
-        idempotency_key=idempotency_key,
-        job_type=body.type,
-        payload=body.payload,
-        max_attempts=max_attempts,
+        client.id,
+        JobRequest(idempotency_key, body.type, body.payload, max_attempts),
     )
     if accepted.conflict:
         metrics.submissions(body.type, "conflict").inc()

@@ -274,7 +274,7 @@ CANCEL_JOB: TextClause = text(
 
 # The stats read in time that does not grow with the jobs kept: live jobs are counted through
 # the partial index that holds them alone, finished ones come from ``job_totals``, which
-# statement triggers keep (migration 0003).
+# row triggers keep (migration 0003).
 _LIVE = _state_in(frozenset(JobState) - TERMINAL_STATES)
 
 JOBS_BY_STATE: TextClause = text(

@@ -207,7 +207,7 @@ job_events = Table(
     Index("ix_job_events_redispatched_at", "at", postgresql_where=text("event = 'redispatched'")),
 )
 
-# How many finished jobs there are, by state and error code ('' for none), kept by statement
+# How many finished jobs there are, by state and error code ('' for none), kept by row
 # triggers on ``jobs`` (migration 0003): the stats read these few rows instead of counting
 # every job. Each backend adds to its own shard, so concurrent finishes do not queue on a row.
 job_totals = Table(

@@ -32,6 +32,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 
 from jobrelay.core.fingerprint import request_hash, token_hash
+from jobrelay.db import queries
 from jobrelay.db.engine import libpq_url
 
 FILL_CLIENTS = 4
@@ -228,10 +229,14 @@ def fill(
 
 
 def settle(url: str) -> float:
-    """VACUUM ANALYZE the database, then CHECKPOINT (as after a quiet period: visibility map
-    set, statistics fresh, dirty pages written). Returns the seconds it took."""
+    """Fold the finished-job count deltas (as the dispatcher's maintenance does), VACUUM
+    ANALYZE the database, then CHECKPOINT (as after a quiet period: visibility map set,
+    statistics fresh, dirty pages written). Returns the seconds it took."""
     started = time.perf_counter()
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        deltas = conn.execute("SELECT to_regclass('job_count_deltas')").fetchone()
+        if deltas and deltas[0]:  # the schema keeps counts (revision 0003 on)
+            conn.execute(queries.FOLD_JOB_COUNTS.text)
         conn.execute("VACUUM ANALYZE")
         conn.execute("CHECKPOINT")
     return time.perf_counter() - started

@@ -15,7 +15,15 @@ from jobrelay.db.tables import metadata
 from tests.support import databases
 from tests.support.servers import Servers
 
-TABLES = {"clients", "jobs", "outbox", "job_results", "job_events", "job_totals"}
+TABLES = {
+    "clients",
+    "jobs",
+    "outbox",
+    "job_results",
+    "job_events",
+    "job_totals",
+    "job_count_deltas",
+}
 
 
 @pytest.fixture

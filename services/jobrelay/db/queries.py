@@ -273,15 +273,33 @@ CANCEL_JOB: TextClause = text(
 # --- stats ----------------------------------------------------------------------------------
 
 # The stats read in time that does not grow with the jobs kept: live jobs are counted through
-# the partial index that holds them alone, finished ones come from ``job_totals``, which
-# row triggers keep (migration 0003).
+# the partial index that holds them alone; finished ones are ``job_totals`` plus the deltas
+# the triggers appended since the dispatcher last folded them in (migration 0003).
 _LIVE = _state_in(frozenset(JobState) - TERMINAL_STATES)
+_FINISHED_COUNTS = """(
+    SELECT state, code, n FROM job_totals
+    UNION ALL
+    SELECT state, code, n FROM job_count_deltas
+) AS finished"""
 
 JOBS_BY_STATE: TextClause = text(
     f"""
     SELECT state, count(*) AS n FROM jobs WHERE {_LIVE} GROUP BY state
     UNION ALL
-    SELECT state, sum(n)::bigint FROM job_totals GROUP BY state
+    SELECT state, sum(n)::bigint FROM {_FINISHED_COUNTS} GROUP BY state
+    """
+)
+
+# The deltas folded into the totals, in one statement: the rows it deletes are exactly the
+# rows it adds (a delta appended meanwhile waits for the next fold; two dispatchers folding
+# at once never add a delta twice, as each deletes only rows it locked).
+FOLD_JOB_COUNTS: TextClause = text(
+    """
+    WITH folded AS (DELETE FROM job_count_deltas RETURNING state, code, n)
+    INSERT INTO job_totals AS t (state, code, n)
+    SELECT state, code, sum(n) FROM folded GROUP BY state, code
+    ON CONFLICT (state, code) DO UPDATE SET n = t.n + excluded.n
+    RETURNING 1
     """
 )
 
@@ -305,9 +323,9 @@ RETRYING_SUMMARY: TextClause = text(
 )
 
 QUARANTINED_BY_CODE: TextClause = text(
-    """
+    f"""
     SELECT CASE code WHEN '' THEN 'unknown' ELSE code END AS code, sum(n)::bigint AS n
-    FROM job_totals WHERE state = 'quarantined'
+    FROM {_FINISHED_COUNTS} WHERE state = 'quarantined'
     GROUP BY 1 HAVING sum(n) > 0 ORDER BY 2 DESC
     """
 )
@@ -317,7 +335,7 @@ QUARANTINED_BY_CODE: TextClause = text(
 FAILED_BY_CODE: TextClause = text(
     f"""
     SELECT code, sum(n)::bigint AS n FROM (
-        SELECT code, n FROM job_totals WHERE state <> 'quarantined' AND code <> ''
+        SELECT code, n FROM {_FINISHED_COUNTS} WHERE state <> 'quarantined' AND code <> ''
         UNION ALL
         SELECT last_error_code, 1 FROM jobs WHERE {_LIVE} AND last_error_code IS NOT NULL
     ) AS failed
@@ -742,7 +760,7 @@ TRY_ADVISORY_XACT_LOCK: TextClause = text("SELECT pg_try_advisory_xact_lock(:key
 JOB_STATES: TextClause = text("SELECT id, state FROM jobs WHERE id = ANY(:ids)")
 
 QUARANTINED_COUNT: TextClause = text(
-    "SELECT coalesce(sum(n), 0)::bigint AS n FROM job_totals WHERE state = 'quarantined'"
+    f"SELECT coalesce(sum(n), 0)::bigint AS n FROM {_FINISHED_COUNTS} WHERE state = 'quarantined'"
 )
 
 # Lost messages, healed by the dispatcher: stranded jobs (as above: due, every outbox row

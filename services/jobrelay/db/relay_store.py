@@ -71,6 +71,11 @@ class RelayStore:
             q.DELETE_PUBLISHED_OUTBOX, retention_seconds=retention_seconds, limit=limit
         )
 
+    async def fold_job_counts(self) -> int:
+        """Fold the finished-job count deltas into the totals; returns how many (state, code)
+        totals changed."""
+        return len(await self.store.fetch_all(q.FOLD_JOB_COUNTS))
+
     async def delete_finished_jobs(
         self, state: JobState, retention_seconds: float, limit: int
     ) -> int:

@@ -18,7 +18,6 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
-    SmallInteger,
     Table,
     Text,
     UniqueConstraint,
@@ -207,14 +206,22 @@ job_events = Table(
     Index("ix_job_events_redispatched_at", "at", postgresql_where=text("event = 'redispatched'")),
 )
 
-# How many finished jobs there are, by state and error code ('' for none), kept by row
-# triggers on ``jobs`` (migration 0003): the stats read these few rows instead of counting
-# every job. Each backend adds to its own shard, so concurrent finishes do not queue on a row.
+# How many finished jobs there are, by state and error code ('' for none): ``job_totals`` plus
+# the deltas not folded into it yet. Row triggers on ``jobs`` (migration 0003) append +1/-1 to
+# ``job_count_deltas`` as jobs enter and leave finished states; the dispatcher folds them into
+# the totals (``queries.FOLD_JOB_COUNTS``). The stats read these few rows, never the jobs.
 job_totals = Table(
     "job_totals",
     metadata,
     Column("state", Text, primary_key=True),
     Column("code", Text, primary_key=True),
-    Column("shard", SmallInteger, primary_key=True),
     Column("n", BigInteger, nullable=False),
+)
+
+job_count_deltas = Table(
+    "job_count_deltas",
+    metadata,
+    Column("state", Text, nullable=False),
+    Column("code", Text, nullable=False),
+    Column("n", Integer, nullable=False),
 )

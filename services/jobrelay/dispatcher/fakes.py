@@ -85,6 +85,10 @@ class InMemoryOutbox:
         self._check()
         return 0
 
+    async def fold_job_counts(self) -> int:
+        self._check()
+        return 0
+
     async def delete_finished_jobs(
         self, state: JobState, retention_seconds: float, limit: int
     ) -> int:

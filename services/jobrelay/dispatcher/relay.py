@@ -284,6 +284,7 @@ class Relay:
         while not self.stopping.is_set():
             try:
                 await self.rescue_expired_leases()
+                await self.store.fold_job_counts()  # keeps what the stats read a few rows
                 self.metrics.oldest_due_age.set(await self.store.oldest_due_age())
                 if loop.time() >= next_retention:
                     await self.apply_retention()

@@ -1,12 +1,14 @@
 """Storage that stays flat: counts without scans, and indexes that hold only what is read.
 
-- ``job_totals``: how many finished jobs there are, by state and error code, kept by row
-  triggers on ``jobs`` that fire only for rows entering or leaving a finished state, so the
-  stats read a few rows instead of counting every job. Spread over 8 shards (by backend) so
-  that consumers finishing at once do not queue on one counter row. Filled from the existing
-  jobs in the same transaction that creates the triggers: writes to ``jobs`` wait for that
-  count (at one million jobs on the development machine, a writer waited at most 0.46 s;
-  ``benchmarks/upgrade.py``).
+- ``job_totals`` and ``job_count_deltas``: how many finished jobs there are, by state and error
+  code, so the stats read a few rows instead of counting every job. Row triggers on ``jobs``
+  whose WHEN clause lets through only rows entering or leaving a finished state append +1 or -1
+  to ``job_count_deltas`` (append-only: no row is updated twice in a transaction, so a bulk
+  change of a million jobs costs a million appends, not a chain of a million versions); the
+  dispatcher's maintenance folds the deltas into ``job_totals`` every few seconds
+  (``queries.FOLD_JOB_COUNTS``). The totals are filled from the existing jobs in the same
+  transaction that creates the triggers: writes to ``jobs`` wait for that count (at one million
+  jobs on the development machine, a writer waited at most 0.46 s; ``benchmarks/upgrade.py``).
 - ``ix_jobs_live_state_available_at`` replaces ``ix_jobs_state_available_at``: only queued,
   running and retrying jobs, so counting live jobs and finding stranded ones reads those alone,
   and a finished job leaves the index instead of staying in it forever.
@@ -32,34 +34,30 @@ from jobrelay.migrations.history import LIVE_STATES_0003, TERMINAL_STATES_0001, 
 revision = "0003"
 down_revision = "0002"  # no branch labels, no dependencies
 
-SHARDS = 8
-_TERMINAL = in_list("state", TERMINAL_STATES_0001)
+_TERMINAL_LIST = ", ".join(repr(state) for state in TERMINAL_STATES_0001)
 
-# Row triggers whose WHEN clause (evaluated without calling any function) lets through only the
-# rows that enter or leave a finished state: the claims, renewals and retries of the hot path
-# never run the function. A row that leaves a finished state counts -1 under its old (state,
-# code), one that enters +1 under its new one.
-COUNT_FINISHED = """
+# A row that leaves a finished state counts -1 under its old (state, code), one that enters +1
+# under its new one. The triggers' WHEN clauses, which PostgreSQL evaluates without calling the
+# function, let through only such rows: accepts, claims, renewals and retries never run it.
+COUNT_FINISHED = f"""
 CREATE FUNCTION jobrelay_count_finished() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP <> 'INSERT' AND OLD.state IN ({terminal}) THEN
-        INSERT INTO job_totals AS t (state, code, shard, n)
-        VALUES (OLD.state, coalesce(OLD.last_error_code, ''), pg_backend_pid() % {shards}, -1)
-        ON CONFLICT (state, code, shard) DO UPDATE SET n = t.n - 1;
+    IF TG_OP <> 'INSERT' AND OLD.state IN ({_TERMINAL_LIST}) THEN
+        INSERT INTO job_count_deltas (state, code, n)
+        VALUES (OLD.state, coalesce(OLD.last_error_code, ''), -1);
     END IF;
-    IF TG_OP <> 'DELETE' AND NEW.state IN ({terminal}) THEN
-        INSERT INTO job_totals AS t (state, code, shard, n)
-        VALUES (NEW.state, coalesce(NEW.last_error_code, ''), pg_backend_pid() % {shards}, 1)
-        ON CONFLICT (state, code, shard) DO UPDATE SET n = t.n + 1;
+    IF TG_OP <> 'DELETE' AND NEW.state IN ({_TERMINAL_LIST}) THEN
+        INSERT INTO job_count_deltas (state, code, n)
+        VALUES (NEW.state, coalesce(NEW.last_error_code, ''), 1);
     END IF;
     RETURN NULL;
 END
 $$
-""".format(terminal=", ".join(repr(state) for state in TERMINAL_STATES_0001), shards=SHARDS)
+"""
 
 
 def _finished(row: str) -> str:
-    return f"{row}.state IN ({', '.join(repr(state) for state in TERMINAL_STATES_0001)})"
+    return f"{row}.state IN ({_TERMINAL_LIST})"
 
 
 TRIGGERS = {
@@ -77,9 +75,14 @@ def upgrade() -> None:
         "job_totals",
         sa.Column("state", sa.Text(), nullable=False),
         sa.Column("code", sa.Text(), nullable=False),
-        sa.Column("shard", sa.SmallInteger(), nullable=False),
         sa.Column("n", sa.BigInteger(), nullable=False),
-        sa.PrimaryKeyConstraint("state", "code", "shard", name="pk_job_totals"),
+        sa.PrimaryKeyConstraint("state", "code", name="pk_job_totals"),
+    )
+    op.create_table(
+        "job_count_deltas",
+        sa.Column("state", sa.Text(), nullable=False),
+        sa.Column("code", sa.Text(), nullable=False),
+        sa.Column("n", sa.Integer(), nullable=False),
     )
     op.execute(COUNT_FINISHED)
     for event, condition in TRIGGERS.items():
@@ -90,9 +93,9 @@ def upgrade() -> None:
     # The triggers hold a lock that makes writers wait until this transaction commits, so
     # no finish is counted twice or missed between the count and the triggers.
     op.execute(
-        "INSERT INTO job_totals (state, code, shard, n) "
-        "SELECT state, coalesce(last_error_code, ''), 0, count(*) "
-        f"FROM jobs WHERE {_TERMINAL} GROUP BY 1, 2"
+        "INSERT INTO job_totals (state, code, n) "
+        "SELECT state, coalesce(last_error_code, ''), count(*) "
+        f"FROM jobs WHERE {_finished('jobs')} GROUP BY 1, 2"
     )
     with op.get_context().autocommit_block():
         op.execute(
@@ -124,4 +127,5 @@ def downgrade() -> None:
     for event in TRIGGERS:
         op.execute(f"DROP TRIGGER jobs_count_finished_{event.lower()} ON jobs")
     op.execute("DROP FUNCTION jobrelay_count_finished()")
+    op.drop_table("job_count_deltas")
     op.drop_table("job_totals")

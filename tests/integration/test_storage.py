@@ -21,6 +21,7 @@ from jobrelay.db.relay_store import RelayStore
 from jobrelay.db.store import Store
 from tests.support import factories
 from tests.support.relay import maintenance_relay
+from tests.support.waiting import eventually
 
 LONG_AGO = func.now() - timedelta(days=10)
 DAY = 24 * 3600.0
@@ -94,6 +95,31 @@ async def test_concurrent_finishes_are_all_counted(store: Store) -> None:
     assert await RelayStore(store).fold_job_counts() >= 1
     assert await factories.count(store, tables.job_count_deltas) == 0
     await assert_stats_match_a_full_count(store)
+
+
+async def test_the_dispatchers_maintenance_folds_the_deltas_into_the_totals(store: Store) -> None:
+    await factories.jobs(store, 5, state=JobState.SUCCEEDED)
+    await factories.jobs(store, 2, state=JobState.QUARANTINED, last_error_code="delivery_limit")
+    assert await factories.count(store, tables.job_count_deltas) == 7
+    relay = maintenance_relay(store, maintenance_interval=0.05)
+    maintenance = asyncio.create_task(relay.run_maintenance())
+    try:
+        await eventually(
+            lambda: _count_is(store, tables.job_count_deltas, 0), what="the deltas folded"
+        )
+    finally:
+        relay.stop()
+        await maintenance
+    totals = await store.fetch_all(text("SELECT state, code, n FROM job_totals ORDER BY 1"))
+    assert [tuple(row) for row in totals] == [
+        ("quarantined", "delivery_limit", 2),
+        ("succeeded", "", 5),
+    ]
+    await assert_stats_match_a_full_count(store)
+
+
+async def _count_is(store: Store, table: Any, n: int) -> bool:
+    return await factories.count(store, table) == n
 
 
 async def test_retention_deletes_finished_jobs_past_the_window_with_everything_they_own(

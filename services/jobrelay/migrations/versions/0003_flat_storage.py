@@ -8,7 +8,7 @@
   dispatcher's maintenance folds the deltas into ``job_totals`` every few seconds
   (``queries.FOLD_JOB_COUNTS``). The totals are filled from the existing jobs in the same
   transaction that creates the triggers: writes to ``jobs`` wait for that count (at one million
-  jobs on the development machine, a writer waited at most 0.46 s; ``benchmarks/upgrade.py``).
+  jobs on the development machine, a writer waited at most 0.38–0.46 s; ``benchmarks/upgrade.py``).
 - ``ix_jobs_live_state_available_at`` replaces ``ix_jobs_state_available_at``: only queued,
   running and retrying jobs, so counting live jobs and finding stranded ones reads those alone,
   and a finished job leaves the index instead of staying in it forever.
@@ -19,7 +19,7 @@
   now go with their job).
 
 The indexes are built and dropped CONCURRENTLY, outside the migration's transaction, so no
-write waits for them. The whole upgrade took 2.3 s at one million jobs.
+write waits for them. The whole upgrade took 2.3–2.8 s at one million jobs.
 
 Revision ID: 0003
 Revises: 0002

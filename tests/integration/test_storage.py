@@ -77,7 +77,7 @@ async def test_the_stats_equal_a_full_count_after_every_kind_of_move(store: Stor
 
 
 async def test_concurrent_finishes_are_all_counted(store: Store) -> None:
-    """Many backends finishing at once add to their own shards; none is lost."""
+    """Many backends finishing at once each append their deltas; none is lost or doubled."""
     running = await factories.jobs(store, 120, state=JobState.RUNNING)
 
     async def finish(job_ids: list[uuid.UUID]) -> None:

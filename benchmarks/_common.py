@@ -10,10 +10,14 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import psycopg
+
+from jobrelay.db.engine import libpq_url
 from tests.support import databases
 from tests.support.processes import free_port
 
@@ -36,6 +40,13 @@ def scratch_database(admin_url: str) -> str:
     url = databases.with_database(admin_url, name)
     databases.migrate(url)
     return url
+
+
+async def sql(url: str, statement: str, params: Any = None) -> list[Any]:
+    """One statement on its own autocommit connection; its rows, if it returns any."""
+    async with await psycopg.AsyncConnection.connect(libpq_url(url), autocommit=True) as conn:
+        cursor = await conn.execute(statement, params)
+        return await cursor.fetchall() if cursor.description else []
 
 
 def drop_database(admin_url: str, url: str) -> None:

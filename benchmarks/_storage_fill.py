@@ -79,14 +79,10 @@ _UUID7_OF_CREATED = """CAST(encode(set_byte(
     6, (get_byte(r, 6) & 15) | 112), 'hex') AS uuid)"""
 
 
-def job_id_sql(conn: psycopg.Connection, *, time_ordered: bool = True) -> str:
+def job_id_sql(*, time_ordered: bool = True) -> str:
     """The SQL expression that makes a job's id from its ``created`` time (and ``r``, 16 random
-    bytes): the schema's own generator when it has one (``jobrelay_uuid7()``), else a UUIDv7 of
-    the creation time as the API makes them, or (``time_ordered=False``) a random UUIDv4 as
-    jobrelay made them before."""
-    row = conn.execute("SELECT to_regprocedure('jobrelay_uuid7()') IS NOT NULL").fetchone()
-    if row and row[0]:
-        return "jobrelay_uuid7()"
+    bytes): a UUIDv7 of the creation time, laid out as ``jobrelay.core.ids`` makes them, or
+    (``time_ordered=False``) a random UUIDv4 as jobrelay made them before."""
     return _UUID7_OF_CREATED if time_ordered else "gen_random_uuid()"
 
 
@@ -217,7 +213,7 @@ def fill(
     with psycopg.connect(libpq_url(url)) as conn:
         params["clients"] = create_clients(conn)
         conn.commit()
-        id_expression = job_id_sql(conn, time_ordered=time_ordered)
+        id_expression = job_id_sql(time_ordered=time_ordered)
         statement = _CHUNK_SQL.format(job_id=id_expression)
         for lo in range(1, jobs + 1, chunk):
             hi = min(jobs, lo + chunk - 1)

@@ -69,6 +69,7 @@ from benchmarks._common import (
     scratch_database,
     start_service,
 )
+from benchmarks._common import sql as common_sql
 from jobrelay.core import topology as names
 from jobrelay.core.fingerprint import request_hash
 from jobrelay.core.ids import new_id
@@ -286,11 +287,7 @@ class Context:
 
 
 async def sql(ctx: Context, statement: str, params: dict[str, Any] | None = None) -> list[Any]:
-    async with await psycopg.AsyncConnection.connect(
-        libpq_url(ctx.database_url), autocommit=True
-    ) as conn:
-        cursor = await conn.execute(statement, params)  # type: ignore[arg-type]
-        return await cursor.fetchall() if cursor.description else []
+    return await common_sql(ctx.database_url, statement, params)
 
 
 async def reset_jobs(ctx: Context, *, fresh: bool = True) -> None:

@@ -111,10 +111,7 @@ class Side:
         self.samples.setdefault(metric, []).append(value)
 
 
-async def sql(url: str, statement: str, params: dict[str, Any] | None = None) -> list[Any]:
-    async with await psycopg.AsyncConnection.connect(libpq_url(url), autocommit=True) as conn:
-        cursor = await conn.execute(statement, params)
-        return await cursor.fetchall() if cursor.description else []
+sql = common.sql
 
 
 def database_name(url: str) -> str:

@@ -5,9 +5,9 @@
 Reads JOBRELAY_DATABASE_URL (admin: creates a scratch database, dropped at the end). The
 database is migrated to ``--from`` (0002: the schema before the flat-storage change), filled
 with ``--jobs`` finished jobs by ``benchmarks/_storage_fill.py``, then upgraded to ``--to``
-while a writer inserts a job every 10 ms on its own connection (the accept statement's rows:
-job, outbox row, event). Prints the upgrade's duration and the writer's longest wait: the time
-the application could not accept a job.
+while a writer inserts a job every 10 ms on its own connection (``benchmarks/submit.py``'s
+accept statement: job, outbox row, event). Prints the upgrade's duration and the writer's
+longest wait: the time the application could not accept a job.
 """
 
 from __future__ import annotations
@@ -21,18 +21,10 @@ import psycopg
 
 from benchmarks import _common as common
 from benchmarks import _storage_fill as fill
+from benchmarks import submit
 from jobrelay.core.ids import new_id
 from jobrelay.db.engine import libpq_url
 from tests.support import databases
-
-ACCEPT = """
-WITH j AS (
-    INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload, max_attempts)
-    VALUES (%s, %s, %s, 'h', 'demo.sleep', '{}', 3)
-    RETURNING id, available_at
-), o AS (INSERT INTO outbox (job_id, available_at) SELECT id, available_at FROM j)
-INSERT INTO job_events (job_id, event, attempt) SELECT id, 'received', 0 FROM j
-"""
 
 
 class Writer(threading.Thread):
@@ -49,7 +41,8 @@ class Writer(threading.Thread):
         with psycopg.connect(libpq_url(self.url), autocommit=True) as conn:
             while not self.stopping.is_set():
                 started = time.perf_counter()
-                conn.execute(ACCEPT, (new_id(), self.client_id, f"w-{uuid.uuid4().hex}"))
+                key = f"w-{uuid.uuid4().hex}"
+                conn.execute(submit.RAW_INSERT, (new_id(), self.client_id, key, "h", "{}"))
                 self.longest = max(self.longest, time.perf_counter() - started)
                 self.count += 1
                 time.sleep(self.interval)

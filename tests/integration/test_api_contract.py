@@ -121,7 +121,7 @@ def test_the_idempotency_key_is_required_on_submission(document: dict[str, Any])
 # looked up in the database), 403 on admin calls, 404 and 422 with a job id in the path, 413 on
 # a POST (the body limit), 415 where a JSON body is read, 409 where a state or key can conflict.
 STATUSES = {
-    ("POST", "/v1/jobs"): {"200", "202", "400", "401", "409", "413", "415", "422", "503"},
+    ("POST", "/v1/jobs"): {"200", "202", "400", "401", "409", "413", "415", "422", "429", "503"},
     ("GET", "/v1/jobs"): {"200", "400", "401", "422", "503"},
     ("GET", "/v1/jobs/{job_id}"): {"200", "401", "404", "422", "503"},
     ("GET", "/v1/jobs/{job_id}/events"): {"200", "401", "404", "422", "503"},

@@ -11,6 +11,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, pool
 
+from jobrelay.db.engine import libpq_url
 from jobrelay.db.tables import metadata
 from tests.support import databases
 from tests.support.servers import Servers
@@ -23,7 +24,11 @@ TABLES = {
     "job_events",
     "job_totals",
     "job_count_deltas",
+    "rate_limits",
+    "broker_blocks",
 }
+# Written often, worthless after a crash (docs/overload.md): no WAL for them.
+UNLOGGED = {"rate_limits", "broker_blocks"}
 
 
 @pytest.fixture
@@ -101,3 +106,12 @@ def test_the_check_constraints_make_nonsense_unrepresentable(empty_database: str
                 "max_attempts) VALUES (gen_random_uuid(), %s, 'k', 'h2', 't', '{}', 3)",
                 (client[0],),
             )
+
+
+def test_the_pressure_tables_are_unlogged(empty_database: str) -> None:
+    databases.migrate(empty_database)
+    with psycopg.connect(libpq_url(empty_database)) as conn:
+        rows = conn.execute(
+            "SELECT relname FROM pg_class WHERE relkind = 'r' AND relpersistence = 'u'"
+        ).fetchall()
+    assert {name for (name,) in rows} == UNLOGGED

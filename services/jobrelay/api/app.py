@@ -17,6 +17,8 @@ from jobrelay.api.auth import Authenticator
 from jobrelay.api.limits import BodyLimitMiddleware
 from jobrelay.api.metrics import ApiMetrics, RequestMetricsMiddleware
 from jobrelay.api.routes import admin, health, jobs
+from jobrelay.api.shedding import SheddingMiddleware
+from jobrelay.core.clients import RateLimit
 from jobrelay.core.registry import Registry
 from jobrelay.core.settings import Settings
 from jobrelay.db.store import Store
@@ -45,7 +47,10 @@ def create_app(
             yield
             return
         app.state.store = Store.connect(
-            settings.database_url, pool_size=settings.db_pool_size, application_name="jobrelay-api"
+            settings.database_url,
+            pool_size=settings.db_pool_size,
+            pool_timeout=settings.db_pool_timeout_seconds,
+            application_name="jobrelay-api",
         )
         app.state.auth = Authenticator(app.state.store)
         # Token lookups are cached while this listens for changes to clients (api/auth.py).
@@ -68,11 +73,15 @@ def create_app(
     app.state.settings = settings
     app.state.registry = registry
     app.state.metrics = metrics = ApiMetrics()
+    # Every client's submission limit unless its row sets its own (docs/overload.md).
+    app.state.rate_limit = RateLimit.of(settings.rate_limit_per_second, settings.rate_limit_burst)
     if store is not None:
         app.state.store = store
         app.state.auth = Authenticator(store)
     problems.install(app)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
+    # Outside the body limit: a shed request's body is never read.
+    app.add_middleware(SheddingMiddleware, admitted=settings.admitted_requests, metrics=metrics)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
     for routes in (jobs, admin, health):
         app.include_router(routes.router)

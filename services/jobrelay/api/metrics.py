@@ -38,12 +38,24 @@ class ApiMetrics(ProcessMetrics):
             "Job submissions by job type and outcome (created, existing, conflict)",
             ["type", "outcome"],
         )
+        self.shed_total = self.counter(
+            "jobrelay_api_shed_requests_total",
+            "Requests refused to protect the API: overloaded (503), rate_limited (429), "
+            "database_unavailable (503: no pooled connection in time, or none to be had)",
+            ["reason"],
+            known=("overloaded", "rate_limited", "database_unavailable"),
+        )
+        self.in_flight = self.gauge(
+            "jobrelay_api_requests_in_flight",
+            "Requests this worker is handling now (what load shedding bounds)",
+        )
         # ``labels()`` takes the metric's lock and rebuilds its key on every call, and every
         # request records one sample (every submission two): the labelled children are looked
         # up once per label set instead. The caches are bounded (a client chooses the method);
         # an evicted child is looked up again, its counts untouched.
         self.request_seconds = functools.lru_cache(maxsize=1024)(self._request_seconds)
         self.submissions = functools.lru_cache(maxsize=1024)(self._submissions)
+        self.shed = functools.lru_cache(maxsize=8)(self.shed_total.labels)
 
     def _request_seconds(self, route: str, method: str, status: int) -> Histogram:
         return self.requests.labels(route, method, str(status))

@@ -37,7 +37,15 @@ _WHEN = {
     413: "payload_too_large: the body is over JOBRELAY_MAX_BODY_BYTES",
     415: "unsupported_media_type: the body is not declared application/json",
     422: "validation_error, unknown_job_type or invalid_payload",
-    503: "database_unavailable or broker_unavailable: retry (with the same Idempotency-Key)",
+    429: "rate_limited: over the client's submission rate; retry after Retry-After",
+    503: "overloaded, database_unavailable or broker_unavailable: retry after Retry-After "
+    "(with the same Idempotency-Key)",
+}
+RETRY_AFTER_HEADER = {
+    "Retry-After": {
+        "schema": {"type": "integer", "minimum": 1},
+        "description": "Seconds to wait before trying again",
+    }
 }
 # Errors are sent as application/problem+json only: the schema goes under that media type (a
 # "model" would also document an application/json body that is never sent).
@@ -48,6 +56,8 @@ PROBLEM_RESPONSES[401] = {
     **PROBLEM_RESPONSES[401],
     "headers": {"WWW-Authenticate": {"schema": {"type": "string"}, "description": "Bearer"}},
 }
+for _status in (429, 503):
+    PROBLEM_RESPONSES[_status] = {**PROBLEM_RESPONSES[_status], "headers": RETRY_AFTER_HEADER}
 
 
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -21,6 +22,7 @@ from jobrelay.core.errors import (
     JobNotFound,
     NotCancellable,
     NotReplayable,
+    RateLimited,
     RequestError,
     StoreUnavailable,
     Unauthorized,
@@ -44,6 +46,7 @@ STATUSES: dict[type[RequestError], int] = {
     IdempotencyConflict: 409,
     NotCancellable: 409,
     NotReplayable: 409,
+    RateLimited: 429,
     UnknownJobType: 422,
     InvalidPayload: 422,
 }
@@ -56,8 +59,25 @@ def status_of(error: RequestError) -> int:
     return 400
 
 
+# How long a client is asked to wait (Retry-After, whole seconds) before trying again after a
+# shed request or an unreachable database; a rate-limited one is told its own wait.
+OVERLOADED_RETRY_AFTER = 1
+DATABASE_RETRY_AFTER = 2
+
+
+def retry_after(seconds: float) -> dict[str, str]:
+    """The Retry-After header: whole seconds (RFC 9110), rounded up, at least 1."""
+    return {"Retry-After": str(max(1, math.ceil(seconds)))}
+
+
 def problem(
-    status: int, code: str, title: str, detail: str | None = None, **extra: Any
+    status: int,
+    code: str,
+    title: str,
+    detail: str | None = None,
+    *,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
 ) -> JSONResponse:
     body: dict[str, Any] = {
         "type": PROBLEM_TYPE_BASE + code,
@@ -68,7 +88,8 @@ def problem(
     if detail:
         body["detail"] = detail
     body.update(extra)
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if status == 401:
+        headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
     return JSONResponse(body, status_code=status, media_type=PROBLEM_CONTENT_TYPE, headers=headers)
 
 
@@ -86,7 +107,13 @@ def _validation_errors(error: RequestValidationError) -> list[dict[str, Any]]:
 
 async def on_request_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestError)
-    return problem(status_of(error), error.code, error.title, error.detail, **error.extra)
+    headers = None
+    if isinstance(error, RateLimited):
+        request.app.state.metrics.shed("rate_limited").inc()
+        headers = retry_after(error.retry_after_seconds)
+    return problem(
+        status_of(error), error.code, error.title, error.detail, headers=headers, **error.extra
+    )
 
 
 async def on_validation_error(request: Request, error: Exception) -> JSONResponse:
@@ -118,8 +145,12 @@ async def on_http_error(request: Request, error: Exception) -> JSONResponse:
 
 async def on_store_unavailable(request: Request, error: Exception) -> JSONResponse:
     log.warning("database unavailable: %s", error)
+    request.app.state.metrics.shed("database_unavailable").inc()
     return problem(
-        503, "database_unavailable", "The database is unavailable; retry with the same key"
+        503,
+        "database_unavailable",
+        "The database is unavailable; retry with the same key",
+        headers=retry_after(DATABASE_RETRY_AFTER),
     )
 
 

@@ -1,11 +1,12 @@
-"""``jobrelay clients create | list | disable | enable | rotate``: API clients and their tokens."""
+"""``jobrelay clients create | list | disable | enable | rotate | limit``: API clients, their
+tokens and their submission limits."""
 
 from __future__ import annotations
 
 import argparse
 import secrets
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from jobrelay.cli.common import (
     CliError,
@@ -17,6 +18,7 @@ from jobrelay.cli.common import (
     settings_from_env,
 )
 from jobrelay.cli.output import parse_duration
+from jobrelay.core.clients import RateLimit
 from jobrelay.core.fingerprint import token_hash
 
 if TYPE_CHECKING:
@@ -28,9 +30,12 @@ EXAMPLES = {
     "clients disable": "jobrelay clients disable shop-backend",
     "clients enable": "jobrelay clients enable shop-backend",
     "clients rotate": "jobrelay clients rotate shop-backend --grace 1h",
+    "clients limit": "jobrelay clients limit shop-backend --per-second 50 --burst 200",
 }
 
 MAX_GRACE_SECONDS = 30 * 86400.0
+MAX_RATE = 1_000_000.0
+MAX_BURST = 1_000_000
 
 
 def new_token() -> str:
@@ -77,6 +82,7 @@ def cmd_clients_list(args: argparse.Namespace) -> int:
                 "previous_token_expires_at": (
                     r.previous_token_expires_at.isoformat() if r.previous_token_expires_at else None
                 ),
+                "rate_limit": _limit_document(r.rate_limit_per_second, r.rate_limit_burst),
             }
             for r in rows
         ]
@@ -87,11 +93,13 @@ def cmd_clients_list(args: argparse.Namespace) -> int:
             print("no clients yet (create one: jobrelay clients create NAME)", file=sys.stderr)
             return 0
         width = max(len(row.name) for row in rows)
-        for item in items:
+        for row, item in zip(rows, items, strict=True):
             role = "admin " if item["admin"] else "client"
             state = "disabled" if item["disabled"] else "enabled "
             grace = item["previous_token_expires_at"]
             note = f"  previous token works until {grace}" if grace else ""
+            if row.rate_limit_per_second is not None:
+                note += f"  limit {row.rate_limit_per_second:g}/s burst {row.rate_limit_burst}"
             print(
                 f"{item['name']:<{width}}  {role}  {state}  {item['id']}  "
                 f"created {item['created_at']}{note}"
@@ -166,6 +174,34 @@ def cmd_clients_rotate(args: argparse.Namespace) -> int:
     return run_with_store(settings, work)
 
 
+def _limit_document(per_second: float | None, burst: int | None) -> dict[str, Any] | None:
+    return None if per_second is None else {"per_second": per_second, "burst": burst}
+
+
+def cmd_clients_limit(args: argparse.Namespace) -> int:
+    settings = settings_from_env()
+    if args.burst is not None and args.per_second is None:
+        raise CliError("--burst needs --per-second")
+    if args.clear == (args.per_second is not None):
+        raise CliError("give --per-second R [--burst B], or --clear")
+    if args.per_second is not None and not 0 < args.per_second <= MAX_RATE:
+        raise CliError(f"--per-second is more than 0 and at most {MAX_RATE:g}")
+    if args.burst is not None and not 1 <= args.burst <= MAX_BURST:
+        raise CliError(f"--burst is 1 to {MAX_BURST}")
+    limit = RateLimit.of(args.per_second, args.burst)
+
+    async def work(store: Store) -> int:
+        if await store.set_client_rate_limit(args.name, limit) is None:
+            raise CliError(f"no client named {args.name!r} (see: jobrelay clients list)")
+        if limit is None:
+            print(f"client {args.name!r} now has the API's limit (JOBRELAY_RATE_LIMIT_*)")
+        else:
+            print(f"client {args.name!r} may submit {limit.describe()}")
+        return 0
+
+    return run_with_store(settings, work)
+
+
 def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
     actions = add_group(
         commands, "clients", "manage API clients and their tokens", EXAMPLES["clients create"]
@@ -214,3 +250,18 @@ def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
         help="how long the previous token keeps working, e.g. 10m or 1h (default: it stops now)",
     )
     rotate.add_argument("--json", action="store_true")
+    limit = add_command(
+        actions,
+        "limit",
+        cmd_clients_limit,
+        "set a client's own submission limit (answered 429 past it), or --clear it",
+        EXAMPLES["clients limit"],
+        argument="name",
+    )
+    limit.add_argument("--per-second", type=float, metavar="R", help="submissions per second")
+    limit.add_argument(
+        "--burst", type=int, metavar="B", help="submissions at once (default: one second's worth)"
+    )
+    limit.add_argument(
+        "--clear", action="store_true", help="back to JOBRELAY_RATE_LIMIT_* (or none)"
+    )

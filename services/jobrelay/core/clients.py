@@ -3,9 +3,33 @@ what a change of a client did. Tokens are never here, only in the store (as hash
 
 from __future__ import annotations
 
+import math
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """Submissions a client may make: ``per_second`` on average, ``burst`` at once."""
+
+    per_second: float
+    burst: int
+
+    @property
+    def interval(self) -> float:
+        """Seconds between two submissions at the steady rate."""
+        return 1.0 / self.per_second
+
+    @classmethod
+    def of(cls, per_second: float | None, burst: int | None) -> RateLimit | None:
+        """None without a rate; without a burst, one second's worth (at least one)."""
+        if per_second is None:
+            return None
+        return cls(per_second, burst if burst is not None else max(1, math.ceil(per_second)))
+
+    def describe(self) -> str:
+        return f"{self.per_second:g}/s, bursts of {self.burst}"
 
 
 @dataclass(frozen=True)
@@ -15,6 +39,9 @@ class Client:
     is_admin: bool
     valid_for_seconds: float | None = None
     """Set when the caller used the previous token of a rotation: how long it still works."""
+
+    rate_limit: RateLimit | None = None
+    """The client's own submission limit; None: the API's settings apply."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +55,9 @@ class ClientListing:
     disabled_at: datetime | None
     previous_token_expires_at: datetime | None
     """While a rotation's grace period runs: when the previous token stops working."""
+
+    rate_limit_per_second: float | None = None
+    rate_limit_burst: int | None = None
 
 
 @dataclass(frozen=True)

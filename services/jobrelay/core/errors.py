@@ -120,6 +120,15 @@ class NotReplayable(RequestError):
     title = "Only quarantined jobs can be replayed"
 
 
+class RateLimited(RequestError):
+    code = "rate_limited"
+    title = "Over this client's submission rate; retry with the same key after Retry-After"
+
+    def __init__(self, retry_after_seconds: float, limit: str) -> None:
+        super().__init__(f"the limit is {limit}")
+        self.retry_after_seconds = retry_after_seconds
+
+
 class UnknownJobType(RequestError):
     code = "unknown_job_type"
     title = "Unknown job type"

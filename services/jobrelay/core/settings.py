@@ -38,6 +38,16 @@ class Settings(BaseSettings):
     api_port: int = Field(8000, ge=0, le=65535)
     api_workers: int = Field(1, ge=1, le=64)
     db_pool_size: int = Field(10, ge=1, le=200)
+    # A request that waits longer than this for a pooled connection answers 503
+    # database_unavailable (with Retry-After) instead of queueing behind the others.
+    db_pool_timeout_seconds: float = Field(2.0, gt=0)
+    # Requests one API worker admits at once; the rest are shed at once with 503 overloaded and
+    # Retry-After (docs/overload.md). Unset: sized from the pool; 0: never shed.
+    api_max_concurrency: int | None = Field(None, ge=0, le=100_000)
+    # Per-client submissions per second (a token bucket: this rate, bursts of ``burst``), shared
+    # by every API process through PostgreSQL; a client row may set its own. Unset: no limit.
+    rate_limit_per_second: float | None = Field(None, gt=0)
+    rate_limit_burst: int | None = Field(None, ge=1, le=1_000_000)
 
     consumer_concurrency: int = Field(8, ge=1, le=1000)
     shutdown_grace_seconds: float = Field(30.0, ge=0)
@@ -59,11 +69,22 @@ class Settings(BaseSettings):
     results_dir: Path = Path("results")
     log_level: str = "INFO"
 
+    @property
+    def admitted_requests(self) -> int:
+        """``api_max_concurrency``, or its default: twice the pool, so that while every
+        connection runs a statement as many requests are parsed and answered around them, and
+        no more wait (docs/overload.md has the measurement)."""
+        if self.api_max_concurrency is not None:
+            return self.api_max_concurrency
+        return ADMITTED_PER_CONNECTION * self.db_pool_size
+
     @field_validator("database_url")
     @classmethod
     def _psycopg_url(cls, url: str) -> str:
         return normalize_database_url(url)
 
+
+ADMITTED_PER_CONNECTION = 2
 
 # The driver jobrelay ships with; the schemes people paste (Heroku, libpq, docker images) name
 # the same database without it.

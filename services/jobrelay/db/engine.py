@@ -25,6 +25,7 @@ def make_engine(
     url: str,
     *,
     pool_size: int = 10,
+    pool_timeout: float = 10.0,
     application_name: str = "jobrelay",
     autocommit: bool = False,
 ) -> AsyncEngine:
@@ -44,7 +45,8 @@ def make_engine(
         # then invalidates the whole pool, so one failure per restart, not per connection.
         pool_pre_ping=False,
         pool_recycle=1800,
-        pool_timeout=10,
+        # Past it the caller gets StoreUnavailable: the API answers 503 rather than queueing.
+        pool_timeout=pool_timeout,
         connect_args={"application_name": application_name, "connect_timeout": 5},
     )
 

@@ -125,7 +125,7 @@ LISTEN_CLIENTS = f"LISTEN {CLIENTS_CHANNEL}"
 # (``valid_for_seconds``: how long the previous token still works; NULL for the current one).
 CLIENT_BY_TOKEN_HASH: TextClause = text(
     """
-    SELECT id, name, is_admin,
+    SELECT id, name, is_admin, rate_limit_per_second, rate_limit_burst,
            CASE WHEN token_hash = :token_hash THEN NULL
                 ELSE EXTRACT(EPOCH FROM previous_token_expires_at - now())::float8
            END AS valid_for_seconds
@@ -177,9 +177,55 @@ ROTATE_CLIENT_TOKEN: TextClause = text(
     """
 )
 
+# A client's own submission limit, or (both NULL) back to the API's settings. Notified like a
+# token change: every API process drops its cached client and reads the new limit.
+SET_CLIENT_RATE_LIMIT: TextClause = text(
+    f"""
+    WITH changed AS (
+        UPDATE clients
+        SET rate_limit_per_second = CAST(:per_second AS float8),
+            rate_limit_burst = CAST(:burst AS int)
+        WHERE name = :name
+        RETURNING id
+    ), forgotten AS (  -- the old limit's bucket state no longer applies
+        DELETE FROM rate_limits r USING changed c WHERE r.client_id = c.id
+    )
+    SELECT id, pg_notify('{CLIENTS_CHANNEL}', id::text)::text AS notified FROM changed
+    """
+)
+
+# --- rate limits (docs/overload.md) ---------------------------------------------------------
+
+# Take one submission from a client's limit: the generic cell rate algorithm. ``allowed_from``
+# is when the client's limit is next back to empty; a submission fits while that lies at most
+# ``burst`` intervals ahead, and pushes it one interval further. One row per client, in an
+# UNLOGGED table: the update commits without waiting for the WAL flush, and concurrent API
+# processes serialize on the row, so the limit holds across all of them exactly.
+# ``retry_after``: seconds until the next submission fits (meaningful when not allowed).
+TAKE_RATE_TOKEN: TextClause = text(
+    """
+    WITH taken AS (
+        INSERT INTO rate_limits AS r (client_id, allowed_from)
+        VALUES (:client_id, now() + make_interval(secs => CAST(:interval AS float8)))
+        ON CONFLICT (client_id) DO UPDATE
+        SET allowed_from = greatest(r.allowed_from, now())
+                           + make_interval(secs => CAST(:interval AS float8))
+        WHERE greatest(r.allowed_from, now()) + make_interval(secs => CAST(:interval AS float8))
+              <= now() + make_interval(secs => CAST(:interval AS float8) * CAST(:burst AS int))
+        RETURNING 1
+    )
+    SELECT EXISTS (SELECT 1 FROM taken) AS allowed,
+           (SELECT EXTRACT(EPOCH FROM greatest(allowed_from, now()) + make_interval(
+                       secs => CAST(:interval AS float8) * (1 - CAST(:burst AS int))) - now()
+                   )::float8
+            FROM rate_limits WHERE client_id = :client_id) AS retry_after
+    """
+)
+
 LIST_CLIENTS: TextClause = text(
     """
     SELECT id, name, is_admin, disabled_at, created_at,
+           rate_limit_per_second, rate_limit_burst,
            CASE WHEN previous_token_expires_at > now() THEN previous_token_expires_at END
                AS previous_token_expires_at
     FROM clients ORDER BY created_at, name

@@ -19,7 +19,7 @@ from sqlalchemy import Row, TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
-from jobrelay.core.clients import Client, ClientChange, ClientListing
+from jobrelay.core.clients import Client, ClientChange, ClientListing, RateLimit
 from jobrelay.core.fingerprint import canonical_json, request_hash_of_json
 from jobrelay.core.ids import new_id
 from jobrelay.core.jobs import Job, JobRequest, JournalEntry
@@ -92,11 +92,27 @@ class Store:
         self._sql_cache: dict[TextClause, str] = {}
 
     @classmethod
-    def connect(cls, url: str, *, pool_size: int = 10, application_name: str = "jobrelay") -> Store:
+    def connect(
+        cls,
+        url: str,
+        *,
+        pool_size: int = 10,
+        pool_timeout: float = 10.0,
+        application_name: str = "jobrelay",
+    ) -> Store:
         return cls(
-            make_engine(url, pool_size=max(2, pool_size // 2), application_name=application_name),
             make_engine(
-                url, pool_size=pool_size, application_name=application_name, autocommit=True
+                url,
+                pool_size=max(2, pool_size // 2),
+                pool_timeout=pool_timeout,
+                application_name=application_name,
+            ),
+            make_engine(
+                url,
+                pool_size=pool_size,
+                pool_timeout=pool_timeout,
+                application_name=application_name,
+                autocommit=True,
             ),
             url,
         )
@@ -174,8 +190,32 @@ class Store:
         if row is None:
             return None
         return Client(
-            id=row.id, name=row.name, is_admin=row.is_admin, valid_for_seconds=row.valid_for_seconds
+            id=row.id,
+            name=row.name,
+            is_admin=row.is_admin,
+            valid_for_seconds=row.valid_for_seconds,
+            rate_limit=RateLimit.of(row.rate_limit_per_second, row.rate_limit_burst),
         )
+
+    async def set_client_rate_limit(self, name: str, limit: RateLimit | None) -> uuid.UUID | None:
+        """Give a client its own submission limit, or (None) the API's again; None when there
+        is no such client."""
+        row = await self.fetch_one(
+            q.SET_CLIENT_RATE_LIMIT,
+            name=name,
+            per_second=limit.per_second if limit else None,
+            burst=limit.burst if limit else None,
+        )
+        return None if row is None else row.id
+
+    async def take_rate_token(self, client_id: uuid.UUID, limit: RateLimit) -> float | None:
+        """Count one submission against the client's limit: None when it fits, otherwise the
+        seconds until one will (nothing is counted then)."""
+        row = await self.fetch_one(
+            q.TAKE_RATE_TOKEN, client_id=client_id, interval=limit.interval, burst=limit.burst
+        )
+        assert row is not None
+        return None if row.allowed else max(0.0, row.retry_after or 0.0)
 
     async def set_client_disabled(self, name: str, *, disabled: bool) -> ClientChange | None:
         """Disable or enable a client by name; None when there is no such client."""

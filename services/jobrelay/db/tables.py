@@ -14,6 +14,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -82,6 +83,15 @@ clients = Table(
     CheckConstraint(
         "(previous_token_hash IS NULL) = (previous_token_expires_at IS NULL)",
         name="previous_token_whole",
+    ),
+    # The client's own submission limit (docs/overload.md); empty: the API's settings apply.
+    Column("rate_limit_per_second", Float),
+    Column("rate_limit_burst", Integer),
+    CheckConstraint(
+        "rate_limit_per_second > 0 AND rate_limit_burst >= 1", name="rate_limit_positive"
+    ),
+    CheckConstraint(
+        "(rate_limit_per_second IS NULL) = (rate_limit_burst IS NULL)", name="rate_limit_whole"
     ),
     Index(
         "ix_clients_previous_token_hash",
@@ -224,4 +234,26 @@ job_count_deltas = Table(
     Column("state", Text, nullable=False),
     Column("code", Text, nullable=False),
     Column("n", Integer, nullable=False),
+)
+
+# Each limited client's next allowed submission time (``queries.TAKE_RATE_TOKEN``). UNLOGGED:
+# written per limited submission, worthless after a crash (emptied then: full bursts again).
+rate_limits = Table(
+    "rate_limits",
+    metadata,
+    Column("client_id", UUID(as_uuid=True), primary_key=True),
+    Column("allowed_from", DateTime(timezone=True), nullable=False),
+    prefixes=["UNLOGGED"],
+)
+
+# Dispatchers that RabbitMQ blocks from publishing (a resource alarm), while it lasts; a row
+# not seen for a while is a dispatcher that stopped while blocked, and is not shown.
+broker_blocks = Table(
+    "broker_blocks",
+    metadata,
+    Column("dispatcher", Text, primary_key=True),
+    Column("reason", Text, nullable=False),
+    Column("since", DateTime(timezone=True), nullable=False),
+    Column("seen_at", DateTime(timezone=True), nullable=False),
+    prefixes=["UNLOGGED"],
 )

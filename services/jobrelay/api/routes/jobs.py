@@ -30,11 +30,13 @@ from jobrelay.api.schemas import (
     TraceView,
     job_location,
 )
+from jobrelay.core.clients import RateLimit
 from jobrelay.core.errors import (
     IdempotencyConflict,
     IdempotencyKeyInvalid,
     JobNotFound,
     NotCancellable,
+    RateLimited,
 )
 from jobrelay.core.jobs import JobRequest, is_valid_idempotency_key
 from jobrelay.core.registry import Registry
@@ -63,7 +65,7 @@ router = APIRouter(route_class=openapi.JsonBodyRoute, responses=V1_PROBLEMS)
             "description": "The key was used before for the same request: that job, now",
             "headers": LOCATION_HEADER,
         },
-        **problem_responses(400, 409, 413, 422),
+        **problem_responses(400, 409, 413, 422, 429),
     },
     summary="Submit a job (idempotent by Idempotency-Key)",
 )
@@ -93,6 +95,12 @@ async def submit_job(
     # hot path.
     store: Store = request.app.state.store
     metrics: ApiMetrics = request.app.state.metrics
+    limit: RateLimit | None = client.rate_limit or request.app.state.rate_limit
+    if limit is not None:
+        # Counted before anything is written: a limited submission leaves no trace.
+        wait = await store.take_rate_token(client.id, limit)
+        if wait is not None:
+            raise RateLimited(wait, limit.describe())
     accepted = await store.accept_job(
         client.id,
         JobRequest(idempotency_key, body.type, body.payload, max_attempts),

@@ -158,3 +158,37 @@ async def test_a_failure_in_one_of_two_batches_in_flight_leaves_only_its_rows_un
     await asyncio.wait_for(task, 2)
     assert [row.published for row in rows] == [True, True, True, False, False]
     assert all(row.last_error == "unroutable: fake" for row in rows[3:])
+
+
+async def test_while_the_broker_blocks_publishing_nothing_is_leased_and_the_block_is_reported() -> (
+    None
+):
+    outbox, publisher = InMemoryOutbox(), FakePublisher()
+    relay = Relay(outbox, publisher, CONFIG, name="d1")
+    await publisher.connect()
+    publisher.block("low on memory")
+    rows = [outbox.add() for _ in range(4)]
+    task = asyncio.create_task(relay.run())
+    await _until(lambda: outbox.broker_blocks == {"d1": "low on memory"})
+    assert relay.metrics.broker_blocked._value.get() == 1
+    assert not any(row.published or row.publish_attempts for row in rows)
+    publisher.unblock()
+    await _until(lambda: all(row.published for row in rows))
+    assert outbox.broker_blocks == {}
+    assert relay.metrics.broker_blocked._value.get() == 0
+    assert relay.metrics.broker_blocks._value.get() == 1
+    relay.stop()
+    await asyncio.wait_for(task, 1)
+
+
+async def test_stop_returns_from_run_while_the_broker_blocks_publishing() -> None:
+    outbox, publisher = InMemoryOutbox(), FakePublisher()
+    relay = Relay(outbox, publisher, RelayConfig(maintenance_interval=30), name="d1")
+    await publisher.connect()
+    publisher.block()
+    outbox.add()
+    task = asyncio.create_task(relay.run())
+    await _until(lambda: bool(outbox.broker_blocks))
+    relay.stop()
+    await asyncio.wait_for(task, 1)
+    assert outbox.broker_blocks == {}  # a stopped dispatcher leaves no block behind

@@ -211,6 +211,12 @@ class RetryingStats(OpenModel):
     next_due_at: str | None
 
 
+class BrokerBlockView(OpenModel):
+    dispatcher: str
+    reason: str
+    since: str
+
+
 class StatsView(OpenModel):
     """``jobrelay stats``: jobs by state, outbox backlog, expired leases, failures by code."""
 
@@ -224,6 +230,11 @@ class StatsView(OpenModel):
     published_never_claimed_after_seconds: float
     redispatched_last_hour: int = Field(
         description="jobs whose message was provably lost and published again in the last hour"
+    )
+    broker_blocks: list[BrokerBlockView] = Field(
+        default_factory=list,
+        description="dispatchers the broker blocks from publishing now (a memory or disk "
+        "alarm); accepted jobs wait in the outbox until it clears",
     )
 
 

@@ -20,6 +20,7 @@ import aio_pika
 import aiormq.exceptions
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
 
+from jobrelay.broker.blocking import BlockWatch
 from jobrelay.broker.connection import connect_broker, unavailable
 from jobrelay.broker.topology import declare_topology
 from jobrelay.core.message import CONTENT_TYPE, Envelope
@@ -87,6 +88,15 @@ class Publisher:
         self._connection: AbstractConnection | None = None
         self._channel: AbstractChannel | None = None
         self._exchange: AbstractExchange | None = None
+        self._blocks = BlockWatch()
+
+    @property
+    def blocked_reason(self) -> str | None:
+        """Why the broker blocks publishing now (``low on memory``…); None while it does not."""
+        return self._blocks.reason if self.ready else None
+
+    async def wait_unblocked(self) -> None:
+        await self._blocks.wait_unblocked()
 
     @property
     def ready(self) -> bool:
@@ -117,6 +127,7 @@ class Publisher:
             if isinstance(error, Exception):
                 raise unavailable(self.url, error) from None
             raise
+        self._blocks.attach(connection)
         self._connection, self._channel, self._exchange = connection, channel, exchange
         log.info("broker connected", extra={"event": "broker_connected"})
 

@@ -35,6 +35,11 @@ def render_stats(stats: dict[str, Any]) -> str:
             f"quarantined  {quarantined or '-'}",
             f"never_claimed {stats['published_never_claimed']}",
             f"redispatched {stats['redispatched_last_hour']} in the last hour (lost messages)",
+            *(
+                f"BROKER BLOCKS PUBLISHING since {block['since']}: {block['reason']} "
+                f"(dispatcher {block['dispatcher']}; the outbox keeps every job)"
+                for block in stats["broker_blocks"]
+            ),
         ]
     )
 

@@ -74,6 +74,11 @@ class OutboxStore(Protocol):
 
     async def fold_job_counts(self) -> int: ...
 
+    async def report_broker_block(self, dispatcher: str, reason: str) -> None:
+        """Say (again) that the broker blocks this dispatcher, for the stats."""
+
+    async def clear_broker_block(self, dispatcher: str) -> None: ...
+
     async def delete_finished_jobs(
         self, state: JobState, retention_seconds: float, limit: int
     ) -> int: ...
@@ -84,6 +89,14 @@ class MessagePublisher(Protocol):
     def ready(self) -> bool:
         """True while a confirming channel is open: ``connect()`` would return at once."""
         ...
+
+    @property
+    def blocked_reason(self) -> str | None:
+        """Why the broker blocks publishing (a resource alarm), or None while it does not."""
+        ...
+
+    async def wait_unblocked(self) -> None:
+        """Returns once publishing is no longer blocked (at once when it is not)."""
 
     async def connect(self) -> None:
         """Make sure a confirming channel is open; raises ``BrokerUnavailable``."""

@@ -6,7 +6,7 @@ the CLI's ``--json`` show.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -27,6 +27,19 @@ class RetryingSummary:
 
 
 @dataclass(frozen=True)
+class BrokerBlock:
+    """A dispatcher the broker blocks from publishing (a resource alarm), since when and why."""
+
+    dispatcher: str
+    reason: str
+    since: datetime
+
+
+# A block report older than this is a dispatcher that stopped while blocked: not shown.
+BROKER_BLOCK_FRESH_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
 class SystemStats:
     jobs_by_state: dict[str, int]  # states without jobs may be absent
     outbox: OutboxBacklog
@@ -39,6 +52,7 @@ class SystemStats:
     # Messages published again because they were lost (the dispatcher's self-healing and
     # `jobs redispatch`), over the last hour.
     redispatched_last_hour: int
+    broker_blocks: list[BrokerBlock] = field(default_factory=list)
 
     def as_document(self) -> dict[str, Any]:
         next_due = self.retrying.next_due_at
@@ -59,4 +73,8 @@ class SystemStats:
             "published_never_claimed": self.published_never_claimed,
             "published_never_claimed_after_seconds": self.published_never_claimed_after_seconds,
             "redispatched_last_hour": self.redispatched_last_hour,
+            "broker_blocks": [
+                {"dispatcher": b.dispatcher, "reason": b.reason, "since": b.since.isoformat()}
+                for b in self.broker_blocks
+            ],
         }

@@ -863,3 +863,29 @@ STATE_WRITES: dict[str, tuple[Transition, ...]] = {
     "REPLAY_JOB": (REPLAY,),
     "QUARANTINE_DELIVERY_LIMITED": (DELIVERY_LIMIT,),
 }
+
+
+# --- broker blocks (docs/overload.md) ---------------------------------------------------------
+
+# A dispatcher the broker blocks says so while it lasts: ``since`` stays from the first report,
+# ``seen_at`` moves with every one, so a dispatcher that stopped while blocked fades from the
+# stats (BROKER_BLOCKS) instead of being shown blocked forever.
+REPORT_BROKER_BLOCK: TextClause = text(
+    """
+    INSERT INTO broker_blocks AS b (dispatcher, reason, since, seen_at)
+    VALUES (:dispatcher, :reason, now(), now())
+    ON CONFLICT (dispatcher) DO UPDATE
+    SET reason = excluded.reason, seen_at = now(),
+        since = CASE WHEN b.reason = excluded.reason THEN b.since ELSE now() END
+    """
+)
+
+CLEAR_BROKER_BLOCK: TextClause = text("DELETE FROM broker_blocks WHERE dispatcher = :dispatcher")
+
+BROKER_BLOCKS: TextClause = text(
+    """
+    SELECT dispatcher, reason, since FROM broker_blocks
+    WHERE seen_at > now() - make_interval(secs => CAST(:fresh_seconds AS float8))
+    ORDER BY since, dispatcher
+    """
+)

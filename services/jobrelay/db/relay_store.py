@@ -76,6 +76,12 @@ class RelayStore:
         totals changed."""
         return len(await self.store.fetch_all(q.FOLD_JOB_COUNTS))
 
+    async def report_broker_block(self, dispatcher: str, reason: str) -> None:
+        await self.store.fetch_all(q.REPORT_BROKER_BLOCK, dispatcher=dispatcher, reason=reason)
+
+    async def clear_broker_block(self, dispatcher: str) -> None:
+        await self.store.fetch_all(q.CLEAR_BROKER_BLOCK, dispatcher=dispatcher)
+
     async def delete_finished_jobs(
         self, state: JobState, retention_seconds: float, limit: int
     ) -> int:

@@ -24,7 +24,13 @@ from jobrelay.core.fingerprint import canonical_json, request_hash_of_json
 from jobrelay.core.ids import new_id
 from jobrelay.core.jobs import Job, JobRequest, JournalEntry
 from jobrelay.core.states import JobState
-from jobrelay.core.stats import OutboxBacklog, RetryingSummary, SystemStats
+from jobrelay.core.stats import (
+    BROKER_BLOCK_FRESH_SECONDS,
+    BrokerBlock,
+    OutboxBacklog,
+    RetryingSummary,
+    SystemStats,
+)
 from jobrelay.core.trace import JobTrace, OutboxEntry, StoredResult
 from jobrelay.db import queries as q
 from jobrelay.db.engine import make_engine, translated_errors
@@ -330,6 +336,11 @@ class Store:
                 )
             ).scalar_one()
             redispatched = (await connection.execute(q.REDISPATCHED_RECENTLY)).scalar_one()
+            blocks = (
+                await connection.execute(
+                    q.BROKER_BLOCKS, {"fresh_seconds": BROKER_BLOCK_FRESH_SECONDS}
+                )
+            ).all()
         oldest = backlog.oldest_due_seconds
         return SystemStats(
             jobs_by_state={row.state: row.n for row in by_state},
@@ -343,6 +354,7 @@ class Store:
             published_never_claimed=never_claimed,
             published_never_claimed_after_seconds=never_claimed_after_seconds,
             redispatched_last_hour=redispatched,
+            broker_blocks=[BrokerBlock(row.dispatcher, row.reason, row.since) for row in blocks],
         )
 
     # --- operations -------------------------------------------------------------------------

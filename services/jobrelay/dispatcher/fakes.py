@@ -3,6 +3,7 @@ of the loop's decisions."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ class InMemoryOutbox:
     rows: dict[int, FakeRow] = field(default_factory=dict)
     unavailable: bool = False
     failed_calls: list[tuple[list[int], str, float]] = field(default_factory=list)
+    broker_blocks: dict[str, str] = field(default_factory=dict)
 
     def add(self, job_type: str = "demo.sleep", *, due_in: float = 0.0) -> FakeRow:
         row = FakeRow(len(self.rows) + 1, uuid.uuid4(), job_type, self.now + due_in)
@@ -89,6 +91,12 @@ class InMemoryOutbox:
         self._check()
         return 0
 
+    async def report_broker_block(self, dispatcher: str, reason: str) -> None:
+        self.broker_blocks[dispatcher] = reason
+
+    async def clear_broker_block(self, dispatcher: str) -> None:
+        self.broker_blocks.pop(dispatcher, None)
+
     async def delete_finished_jobs(
         self, state: JobState, retention_seconds: float, limit: int
     ) -> int:
@@ -104,10 +112,24 @@ class FakePublisher:
     reachable: bool = True
     published: list[OutboxRow] = field(default_factory=list)
     connects: int = 0
+    blocked_reason: str | None = None
+    _unblocked: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def ready(self) -> bool:
         return self.reachable and self.connects > 0
+
+    def block(self, reason: str = "low on memory") -> None:
+        self.blocked_reason = reason
+        self._unblocked.clear()
+
+    def unblock(self) -> None:
+        self.blocked_reason = None
+        self._unblocked.set()
+
+    async def wait_unblocked(self) -> None:
+        if self.blocked_reason is not None:
+            await self._unblocked.wait()
 
     async def connect(self) -> None:
         self.connects += 1

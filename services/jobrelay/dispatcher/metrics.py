@@ -60,6 +60,15 @@ class DispatcherMetrics(ProcessMetrics):
             ["reason"],
             known=("surplus", "stale"),
         )
+        self.broker_blocked = self.gauge(
+            PREFIX + "broker_blocked",
+            "1 while the broker blocks publishing (connection.blocked: a memory or disk alarm); "
+            "nothing is leased then, accepted jobs wait in the outbox.",
+        )
+        self.broker_blocks = self.counter(
+            PREFIX + "broker_blocks",
+            "Times the broker blocked publishing.",
+        )
         self.listener_connected = self.gauge(
             PREFIX + "listener_connected",
             "1 while the LISTEN connection for new outbox rows is up.",

@@ -96,7 +96,9 @@ class Relay:
         *,
         rng: random.Random | None = None,
         housekeeping: Housekeeping | None = None,
+        name: str = "dispatcher",
     ) -> None:
+        self.name = name  # how the stats name this dispatcher (host:pid)
         self.store = store
         self.housekeeping = housekeeping
         self.publisher = publisher
@@ -200,6 +202,9 @@ class Relay:
         in_flight: InFlight | None = None
         try:
             while not (self.stopping.is_set() and in_flight is None):
+                if in_flight is None and self._blocked():
+                    await self._wait_while_blocked()
+                    continue
                 in_flight, result = await self._step(in_flight)
                 if in_flight is not None or result is None or self.stopping.is_set():
                     continue  # a batch in flight to record, or an outage just waited out
@@ -243,7 +248,53 @@ class Relay:
         confirms are failing and connecting again would only delay recording them)."""
         if in_flight is None:
             return True
-        return in_flight.full and self.publisher.ready
+        return in_flight.full and self.publisher.ready and not self._blocked()
+
+    # --- a broker that blocks publishing ------------------------------------------------------
+
+    def _blocked(self) -> bool:
+        return self.publisher.blocked_reason is not None and not self.stopping.is_set()
+
+    async def _wait_while_blocked(self) -> None:
+        """Lease nothing while the broker blocks publishing (a memory or disk alarm): every
+        publish would only wait for its timeout. The API goes on accepting into the outbox
+        meanwhile. Said in the log, the ``broker_blocked`` gauge and the stats (re-reported
+        every maintenance interval) until it ends."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        reason = self.publisher.blocked_reason
+        log.warning(
+            "the broker blocks publishing (%s): relaying paused, accepted jobs wait in the outbox",
+            reason,
+            extra={"event": "broker_blocked", "reason": reason},
+        )
+        self.metrics.broker_blocked.set(1)
+        self.metrics.broker_blocks.inc()
+        while (reason := self.publisher.blocked_reason) is not None and not self.stopping.is_set():
+            with contextlib.suppress(StoreUnavailable):
+                await self.store.report_broker_block(self.name, reason)
+            await self._until_unblocked(self.config.maintenance_interval)
+        self.metrics.broker_blocked.set(0)
+        with contextlib.suppress(StoreUnavailable):
+            await self.store.clear_broker_block(self.name)
+        log.info(
+            "the broker unblocked publishing after %.1fs: relaying again",
+            loop.time() - started,
+            extra={"event": "broker_unblocked"},
+        )
+
+    async def _until_unblocked(self, seconds: float) -> None:
+        """Until publishing is unblocked, ``stop()`` or ``seconds``, whichever first."""
+        waits = [
+            asyncio.create_task(self.publisher.wait_unblocked()),
+            asyncio.create_task(self.stopping.wait()),
+        ]
+        try:
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
 
     async def _wait_out(self, error: StoreUnavailable | BrokerUnavailable) -> None:
         delay = self._outage_delay(self._outages)

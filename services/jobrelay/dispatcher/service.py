@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import socket
 
 from jobrelay.broker.publisher import Publisher
 from jobrelay.core.settings import Settings, mask_url, parse_type_queues
@@ -60,6 +62,7 @@ class Dispatcher:
             relay_config(settings),
             self.metrics,
             housekeeping=self.housekeeper.run_once,
+            name=f"{socket.gethostname()}:{os.getpid()}",
         )
         self.listener = Listener(
             settings.database_url, self.relay.wake, on_state=self.metrics.listener_connected.set

@@ -3,9 +3,45 @@
 What a handler author needs is importable from here::
 
     from jobrelay import JobContext, PermanentError, Registry, TransientError
+
+and so is the client of the HTTP API (``jobrelay.client``), imported on first use, so that
+``import jobrelay`` does not load httpx::
+
+    from jobrelay import ApiError, AsyncClient, Client, IdempotencyConflict, Job
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from jobrelay.core.errors import PermanentError, TransientError
 from jobrelay.core.registry import JobContext, Registry
 
-__all__ = ["JobContext", "PermanentError", "Registry", "TransientError"]
+if TYPE_CHECKING:
+    from jobrelay.client import ApiError, AsyncClient, Client, IdempotencyConflict, Job
+
+_CLIENT_NAMES = frozenset({"ApiError", "AsyncClient", "Client", "IdempotencyConflict", "Job"})
+
+__all__ = [
+    "ApiError",
+    "AsyncClient",
+    "Client",
+    "IdempotencyConflict",
+    "Job",
+    "JobContext",
+    "PermanentError",
+    "Registry",
+    "TransientError",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CLIENT_NAMES:
+        from jobrelay import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'jobrelay' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _CLIENT_NAMES)

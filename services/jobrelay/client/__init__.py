@@ -1,0 +1,35 @@
+"""The jobrelay API from Python (httpx)::
+
+    from jobrelay import Client
+
+    with Client("http://localhost:8000", token) as client:
+        job = client.submit("catalog.export", {"course": "JavaScript"}, key="export-js")
+        job = client.get(job.id)
+        for queued in client.jobs(state="queued"):
+            ...
+
+``AsyncClient`` is the same for asyncio (``async with``, ``await``, ``async for``).
+
+- ``submit(type, payload, *, key=None, max_attempts=None) -> Job``: a random key when none is
+  given. Connection errors, timeouts, 429, 502, 503 and 504 are retried a bounded number of
+  times (``retries``, default 5) with the SAME key, after a jittered exponential backoff or as
+  long as the answer's ``Retry-After`` says (at most a minute); the API makes one job of them.
+- ``get(id)``, ``cancel(id)``, ``jobs(state=None, type=None)`` (every page, following
+  ``next_cursor``). Reads are retried like submissions; a cancel only where the API surely did
+  not act on it (a refused connection, 429, 503), since a repeated cancel answers 409.
+- An error answer raises ``ApiError`` (``status``, ``code``, ``detail``, ``retry_after``);
+  409 ``idempotency_conflict`` raises its subclass ``IdempotencyConflict``. The API still
+  unreachable after the retries: the last ``httpx.TransportError``. No error holds the token.
+
+Not here yet, coming with the scheduling work (SPEC section 10): ``submit(..., run_at=,
+delay=)``, ``submit_many([...])`` (``POST /v1/jobs/batch``) and ``wait(id, timeout)``
+(``GET /v1/jobs/{id}?wait=``). They will be keyword-only arguments and new methods, built on
+the same ``Call``/``Attempts`` pair (``_calls.py``) that the two clients share.
+"""
+
+from jobrelay.client.aio import AsyncClient
+from jobrelay.client.errors import ApiError, IdempotencyConflict
+from jobrelay.client.models import Job, JobLinks
+from jobrelay.client.sync import Client
+
+__all__ = ["ApiError", "AsyncClient", "Client", "IdempotencyConflict", "Job", "JobLinks"]

@@ -1,0 +1,177 @@
+"""What ``Client`` and ``AsyncClient`` share: each API call as a value (``Call``), and the
+decision after each try of one (``Attempts``). The two clients only send and sleep, each its
+own way."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from jobrelay.client._retry import Failure, RetryPolicy, parse_retry_after, status_failure
+from jobrelay.client.errors import ApiError
+from jobrelay.client.models import Job, JobPage
+from jobrelay.core.jobs import is_valid_idempotency_key
+
+T = TypeVar("T")
+Http = TypeVar("Http", bound=httpx.Client | httpx.AsyncClient)
+Transport = TypeVar("Transport", bound=httpx.BaseTransport | httpx.AsyncBaseTransport)
+Answer = TypeVar("Answer", bound=BaseModel)
+
+JobId = uuid.UUID | str
+Outcome = httpx.Response | httpx.TransportError
+
+
+class ClientBase(Generic[Http, Transport]):
+    """What both clients keep: the retry policy and an httpx client (``_open``) that sends
+    the token with every request."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 10.0,
+        retries: int = 5,
+        transport: Transport | None = None,
+    ) -> None:
+        if not token:
+            raise ValueError("token is empty")
+        self._policy = RetryPolicy(retries=retries)
+        self._http = self._open(
+            transport,
+            base_url=base_url,
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+            timeout=timeout,
+        )
+
+    def _open(self, transport: Transport | None, **options: Any) -> Http:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:  # the base URL only, never the token
+        return f"{type(self).__name__}({str(self._http.base_url)!r})"
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One API call: the request, how a success is read, and whether it may be sent again
+    when it is unknown whether the server acted on it (``_retry.Failure.AMBIGUOUS``)."""
+
+    method: str
+    path: str
+    read: Callable[[httpx.Response], T]
+    repeatable: bool = True
+    params: dict[str, str] = field(default_factory=dict)
+    json: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def request(self, http: httpx.Client | httpx.AsyncClient) -> httpx.Request:
+        return http.build_request(
+            self.method, self.path, params=self.params, json=self.json, headers=self.headers
+        )
+
+
+def submit(
+    type: str, payload: dict[str, Any], *, key: str | None, max_attempts: int | None
+) -> Call[Job]:
+    """``POST /v1/jobs``. Every try carries the same key: the API makes one job of them all."""
+    if key is None:
+        key = uuid.uuid4().hex
+    elif not is_valid_idempotency_key(key):
+        raise ValueError("key must be 1 to 200 visible ASCII characters")
+    body: dict[str, Any] = {"type": type, "payload": payload}
+    if max_attempts is not None:
+        body["max_attempts"] = max_attempts
+    return Call("POST", "/v1/jobs", _reader(Job), json=body, headers={"Idempotency-Key": key})
+
+
+def get(id: JobId) -> Call[Job]:
+    return Call("GET", _job_path(id), _reader(Job))
+
+
+def cancel(id: JobId) -> Call[Job]:
+    # Not repeatable: a cancel the server did act on answers 409 not_cancellable when repeated.
+    return Call("POST", f"{_job_path(id)}/cancel", _reader(Job), repeatable=False)
+
+
+def page(
+    state: str | None, type: str | None, page_size: int | None, cursor: str | None
+) -> Call[JobPage]:
+    """One page of ``GET /v1/jobs``, newest first."""
+    wanted = {"state": state, "type": type, "cursor": cursor}
+    params = {name: value for name, value in wanted.items() if value is not None}
+    if page_size is not None:
+        params["limit"] = str(page_size)
+    return Call("GET", "/v1/jobs", _reader(JobPage), params=params)
+
+
+def _job_path(id: JobId) -> str:
+    # Parsed here, so that no other text can reach the URL's path.
+    job_id = id if isinstance(id, uuid.UUID) else uuid.UUID(id)
+    return f"/v1/jobs/{job_id}"
+
+
+def _reader(model: type[Answer]) -> Callable[[httpx.Response], Answer]:
+    def read(response: httpx.Response) -> Answer:
+        try:
+            return model.model_validate_json(response.content)
+        except ValidationError:
+            raise ApiError(
+                response.status_code,
+                "unexpected_answer",
+                f"the answer is not a {model.__name__} (is base_url the jobrelay API?)",
+            ) from None
+
+    return read
+
+
+def transport_failure(error: httpx.TransportError) -> Failure | None:
+    """The kind of failure a transport error is, or None when trying again cannot help (a
+    malformed URL, a protocol error on our side)."""
+    if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
+        return Failure.UNSENT
+    if isinstance(error, httpx.NetworkError | httpx.TimeoutException | httpx.RemoteProtocolError):
+        return Failure.AMBIGUOUS
+    return None
+
+
+@dataclass(frozen=True)
+class Wait:
+    seconds: float
+
+
+class Attempts(Generic[T]):
+    """The tries of one call: after each, ``settle`` gives the call's result, or how long to
+    wait before the next try, or raises the error that ends the call."""
+
+    def __init__(self, call: Call[T], policy: RetryPolicy) -> None:
+        self.call = call
+        self.policy = policy
+        self.retries = 0
+
+    def settle(self, outcome: Outcome) -> T | Wait:
+        if isinstance(outcome, httpx.TransportError):
+            error: Exception = outcome
+            failure, retry_after = transport_failure(outcome), None
+        elif outcome.is_success:
+            return self.call.read(outcome)
+        else:
+            retry_after = parse_retry_after(outcome.headers.get("Retry-After"))
+            error = ApiError.from_answer(
+                outcome.status_code,
+                outcome.content,
+                reason=outcome.reason_phrase,
+                retry_after=retry_after,
+            )
+            failure = status_failure(outcome.status_code)
+        seconds = self.policy.wait(
+            self.retries + 1, failure, repeatable=self.call.repeatable, retry_after=retry_after
+        )
+        if seconds is None:
+            raise error
+        self.retries += 1
+        return Wait(seconds)

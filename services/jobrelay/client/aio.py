@@ -1,0 +1,87 @@
+"""``AsyncClient``: the API from asyncio code. Each method does what ``Client``'s of the same
+name does (see there), awaited."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+
+from jobrelay.client import _calls
+from jobrelay.client._calls import Attempts, Call, ClientBase, JobId, Outcome, Wait
+from jobrelay.client.models import Job
+
+T = TypeVar("T")
+
+
+class AsyncClient(ClientBase[httpx.AsyncClient, httpx.AsyncBaseTransport]):
+    """``Client`` for asyncio: the same arguments, with an ``httpx.AsyncBaseTransport`` as
+    ``transport``; ``async with``, or ``await close()``."""
+
+    def _open(
+        self, transport: httpx.AsyncBaseTransport | None, **options: Any
+    ) -> httpx.AsyncClient:
+        return httpx.AsyncClient(transport=transport, **options)
+
+    _sleep: Callable[[float], Awaitable[Any]] = staticmethod(asyncio.sleep)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    aclose = close  # contextlib.aclosing
+
+    async def submit(
+        self,
+        type: str,
+        payload: dict[str, Any],
+        *,
+        key: str | None = None,
+        max_attempts: int | None = None,
+    ) -> Job:
+        call = _calls.submit(type, payload, key=key, max_attempts=max_attempts)
+        return await self._run(call)
+
+    async def get(self, id: JobId) -> Job:
+        return await self._run(_calls.get(id))
+
+    async def cancel(self, id: JobId) -> Job:
+        return await self._run(_calls.cancel(id))
+
+    async def jobs(
+        self, state: str | None = None, type: str | None = None, *, page_size: int | None = None
+    ) -> AsyncIterator[Job]:
+        cursor: str | None = None
+        while True:
+            page = await self._run(_calls.page(state, type, page_size, cursor))
+            for job in page.items:
+                yield job
+            if (cursor := page.next_cursor) is None:
+                return
+
+    async def _run(self, call: Call[T]) -> T:
+        attempts = Attempts(call, self._policy)
+        while True:
+            settled = attempts.settle(await self._send(call))
+            if not isinstance(settled, Wait):
+                return settled
+            await self._sleep(settled.seconds)
+
+    async def _send(self, call: Call[Any]) -> Outcome:
+        try:
+            return await self._http.send(call.request(self._http))
+        except httpx.TransportError as error:
+            return error

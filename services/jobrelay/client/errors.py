@@ -1,0 +1,74 @@
+"""The errors the client raises for an answer that is not a success."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+
+class ApiError(Exception):
+    """The API answered with an error (a problem+json body, RFC 9457), or with something that
+    is not a job. ``status`` is the HTTP status, ``code`` the problem's stable code
+    (``idempotency_conflict``, ``job_not_found``, ``rate_limited``...; ``http_<status>`` when
+    the body had none, as from a proxy), ``detail`` what it says, ``retry_after`` the seconds
+    the server asked to wait (``Retry-After``) or None, ``problem`` the whole body.
+
+    Neither the message nor the repr holds the request: the token is never in an error."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        detail: str,
+        *,
+        retry_after: float | None = None,
+        problem: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(f"{status} {code}: {detail}")
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.retry_after = retry_after
+        self.problem: dict[str, Any] = dict(problem or {})
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(status={self.status}, code={self.code!r})"
+
+    @classmethod
+    def from_answer(
+        cls, status: int, body: bytes, *, reason: str, retry_after: float | None = None
+    ) -> ApiError:
+        """The error for an answer: of the class its code names (``IdempotencyConflict``),
+        with the problem's code and detail, or ``http_<status>`` and the reason phrase."""
+        problem = _problem(body)
+        code = problem.get("code")
+        if not isinstance(code, str) or not code:
+            code = f"http_{status}"
+        detail = problem.get("detail") or problem.get("title") or reason or "error"
+        kind = IdempotencyConflict if code == IdempotencyConflict.code else cls
+        return kind(status, code, str(detail), retry_after=retry_after, problem=problem)
+
+
+class IdempotencyConflict(ApiError):
+    """409 ``idempotency_conflict``: the key was used before for another type or payload, and
+    nothing changed."""
+
+    code = "idempotency_conflict"
+
+    @property
+    def job_id(self) -> uuid.UUID | None:
+        """The job that holds the key, when the API named it."""
+        try:
+            return uuid.UUID(str(self.problem["job_id"]))
+        except (KeyError, ValueError):
+            return None
+
+
+def _problem(body: bytes) -> dict[str, Any]:
+    try:
+        problem = json.loads(body)
+    except ValueError:  # not JSON (a proxy's page), or not UTF-8
+        return {}
+    return problem if isinstance(problem, dict) else {}

@@ -1,0 +1,49 @@
+"""What the client returns: the API's job view as typed, frozen values."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Answer(BaseModel):
+    # Fields a newer API adds are ignored, so that an older client keeps working.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class JobLinks(_Answer):
+    self: str
+    events: str
+
+
+class Job(_Answer):
+    """One job as the API shows it (``GET /v1/jobs/{id}``). ``state`` is one of ``queued``,
+    ``running``, ``retrying``, ``succeeded``, ``quarantined``, ``cancelled``; ``result`` is
+    set once it succeeded."""
+
+    id: uuid.UUID
+    type: str
+    state: str
+    idempotency_key: str
+    payload: dict[str, Any]
+    attempts: int
+    max_attempts: int
+    created_at: datetime
+    updated_at: datetime
+    available_at: datetime
+    finished_at: datetime | None = None
+    lease_until: datetime | None = None
+    last_error_code: str | None = None
+    last_error: str | None = None
+    result: dict[str, Any] | None = None
+    links: JobLinks
+
+
+class JobPage(_Answer):
+    """One page of ``GET /v1/jobs``; ``Client.jobs`` follows ``next_cursor`` itself."""
+
+    items: list[Job]
+    next_cursor: str | None = None

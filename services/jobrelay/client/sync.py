@@ -1,0 +1,98 @@
+"""``Client``: the API from synchronous code."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+
+from jobrelay.client import _calls
+from jobrelay.client._calls import Attempts, Call, ClientBase, JobId, Outcome, Wait
+from jobrelay.client.models import Job
+
+T = TypeVar("T")
+
+
+class Client(ClientBase[httpx.Client, httpx.BaseTransport]):
+    """The jobrelay API at ``base_url`` as the client whose bearer token is ``token``.
+
+    ``timeout`` bounds each try (seconds); ``retries`` is how many times a request is sent
+    again after a connection error, a timeout, 429, 502, 503 or 504 (waiting as long as the
+    server's ``Retry-After`` says, else a jittered exponential backoff); ``transport`` is an
+    ``httpx.BaseTransport`` to send through instead of the network (``httpx.MockTransport``
+    in tests). Use it as a context manager, or call ``close()``.
+    """
+
+    def _open(self, transport: httpx.BaseTransport | None, **options: Any) -> httpx.Client:
+        return httpx.Client(transport=transport, **options)
+
+    _sleep: Callable[[float], Any] = staticmethod(time.sleep)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def submit(
+        self,
+        type: str,
+        payload: dict[str, Any],
+        *,
+        key: str | None = None,
+        max_attempts: int | None = None,
+    ) -> Job:
+        """Submits a job (``POST /v1/jobs``) and returns it: new (``queued``), or the one
+        this ``key`` made before with the same type and payload. Without a key a random one
+        is used; every retry sends the same key, so a retried submission makes one job. The
+        key was used for another type or payload: ``IdempotencyConflict``; another error
+        answer: ``ApiError``; the API unreachable after the retries: the last
+        ``httpx.TransportError``."""
+        return self._run(_calls.submit(type, payload, key=key, max_attempts=max_attempts))
+
+    def get(self, id: JobId) -> Job:
+        """The job now (``GET /v1/jobs/{id}``); another client's or no job: ApiError 404."""
+        return self._run(_calls.get(id))
+
+    def cancel(self, id: JobId) -> Job:
+        """Cancels a queued or retrying job and returns it; a job that has ended:
+        ApiError 409 ``not_cancellable``. Sent again only when the API surely did not act
+        on it (refused connection, 429, 503)."""
+        return self._run(_calls.cancel(id))
+
+    def jobs(
+        self, state: str | None = None, type: str | None = None, *, page_size: int | None = None
+    ) -> Iterator[Job]:
+        """Every job of this client, newest first, optionally of one state and one type,
+        fetched a page at a time (``page_size``, 1 to 500; the API's default is 50)."""
+        cursor: str | None = None
+        while True:
+            page = self._run(_calls.page(state, type, page_size, cursor))
+            yield from page.items
+            if (cursor := page.next_cursor) is None:
+                return
+
+    def _run(self, call: Call[T]) -> T:
+        attempts = Attempts(call, self._policy)
+        while True:
+            settled = attempts.settle(self._send(call))
+            if not isinstance(settled, Wait):
+                return settled
+            self._sleep(settled.seconds)
+
+    def _send(self, call: Call[Any]) -> Outcome:
+        try:
+            return self._http.send(call.request(self._http))
+        except httpx.TransportError as error:
+            return error

@@ -4,7 +4,7 @@
 PYTHON ?= python3
 PYTEST_ARGS ?=
 
-.PHONY: install lock test-latest run test test-local test-docker test-fast lint format typecheck servers down clean-data bench bench-storage chaos clean
+.PHONY: install lock test-latest run test test-local test-docker test-fast lint format typecheck servers down clean-data bench bench-storage bench-overload chaos clean
 
 ## install: exactly the locked versions (requirements/dev.txt), then jobrelay itself, editable
 install:
@@ -89,6 +89,13 @@ bench:
 STORAGE_JOBS ?= 1000000
 bench-storage:
 	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m benchmarks.storage --jobs $(STORAGE_JOBS)
+
+## bench-overload: accepted jobs/s, shed/s and latency at 32/128/512 concurrent well-behaved
+## clients, load shedding on and off, then the exactly-once check (benchmarks/overload.py).
+## OVERLOAD_ARGS="--seconds 5 --levels 32,512" to vary.
+OVERLOAD_ARGS ?=
+bench-overload:
+	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m benchmarks.overload $(OVERLOAD_ARGS)
 
 ## chaos: the long chaos run (>=10,000 jobs, >=50 faults) on throwaway servers; prints one
 ## summary line, exits non-zero on any violation. CHAOS_ARGS="--profile short --seed 7" to vary.

@@ -17,6 +17,7 @@ sys.path.insert(0, str(ROOT))
 
 import psycopg
 
+from jobrelay.core.fingerprint import token_hash
 from jobrelay.db.engine import libpq_url
 from tests.support import databases
 from tests.support.processes import free_port
@@ -47,6 +48,29 @@ async def sql(url: str, statement: str, params: Any = None) -> list[Any]:
     async with await psycopg.AsyncConnection.connect(libpq_url(url), autocommit=True) as conn:
         cursor = await conn.execute(statement, params)
         return await cursor.fetchall() if cursor.description else []
+
+
+async def create_client(url: str, name: str) -> tuple[uuid.UUID, str]:
+    """A client row with a fresh bearer token: its id and the token."""
+    token = f"jr_bench_{uuid.uuid4().hex}"
+    client_id = uuid.uuid4()
+    async with await psycopg.AsyncConnection.connect(libpq_url(url), autocommit=True) as conn:
+        await conn.execute(
+            "INSERT INTO clients (id, name, token_hash) VALUES (%s, %s, %s)",
+            (client_id, name, token_hash(token)),
+        )
+    return client_id, token
+
+
+def submission(token: str, key: str, body: bytes) -> bytes:
+    """``POST /v1/jobs`` as minimal HTTP/1.1 on a keep-alive connection: the load generators
+    write it to a socket themselves, which costs far less CPU than an HTTP client library."""
+    return (
+        f"POST /v1/jobs HTTP/1.1\r\nHost: bench\r\n"
+        f"Authorization: Bearer {token}\r\n"
+        f"Idempotency-Key: {key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
 
 
 def drop_database(admin_url: str, url: str) -> None:

@@ -27,15 +27,17 @@ import psycopg
 
 from benchmarks._common import (
     admin_database_url,
+    create_client,
     drop_database,
     free_port,
     median,
     percentile,
     scratch_database,
     start_service,
+    submission,
     wait_http,
 )
-from jobrelay.core.fingerprint import request_hash, token_hash
+from jobrelay.core.fingerprint import request_hash
 from jobrelay.core.ids import new_id
 from jobrelay.db.engine import libpq_url
 
@@ -113,12 +115,7 @@ async def http_submissions(
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         try:
             for number in range(per_client):
-                request = (
-                    f"POST /v1/jobs HTTP/1.1\r\nHost: bench\r\n"
-                    f"Authorization: Bearer {token}\r\n"
-                    f"Idempotency-Key: http-{run}-{index}-{number}\r\n"
-                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-                ).encode() + body
+                request = submission(token, f"http-{run}-{index}-{number}", body)
                 sent = time.perf_counter()
                 writer.write(request)
                 status_line = await reader.readline()
@@ -136,17 +133,6 @@ async def http_submissions(
     started = time.perf_counter()
     await asyncio.gather(*(client(i) for i in range(clients)))
     return per_client * clients / (time.perf_counter() - started), latencies, statuses
-
-
-async def create_client(url: str, name: str) -> tuple[uuid.UUID, str]:
-    token = f"jr_bench_{uuid.uuid4().hex}"
-    client_id = uuid.uuid4()
-    async with await psycopg.AsyncConnection.connect(libpq_url(url), autocommit=True) as conn:
-        await conn.execute(
-            "INSERT INTO clients (id, name, token_hash) VALUES (%s, %s, %s)",
-            (client_id, name, token_hash(token)),
-        )
-    return client_id, token
 
 
 async def main() -> None:

@@ -8,6 +8,12 @@ and so is the client of the HTTP API (``jobrelay.client``), imported on first us
 ``import jobrelay`` does not load httpx::
 
     from jobrelay import ApiError, AsyncClient, Client, IdempotencyConflict, Job
+
+and the transactional enqueue (``jobrelay.transactional``), for applications that share
+jobrelay's database: a job written inside the caller's own transaction, also imported on
+first use::
+
+    from jobrelay import UnknownClient, enqueue, enqueue_async
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ from jobrelay.core.registry import JobContext, Registry
 
 if TYPE_CHECKING:
     from jobrelay.client import ApiError, AsyncClient, Client, IdempotencyConflict, Job
+    from jobrelay.transactional import UnknownClient, enqueue, enqueue_async
 
 _CLIENT_NAMES = frozenset({"ApiError", "AsyncClient", "Client", "IdempotencyConflict", "Job"})
+_ENQUEUE_NAMES = frozenset({"UnknownClient", "enqueue", "enqueue_async"})
 
 __all__ = [
     "ApiError",
@@ -32,6 +40,9 @@ __all__ = [
     "PermanentError",
     "Registry",
     "TransientError",
+    "UnknownClient",
+    "enqueue",
+    "enqueue_async",
 ]
 
 
@@ -40,8 +51,12 @@ def __getattr__(name: str) -> Any:
         from jobrelay import client
 
         return getattr(client, name)
+    if name in _ENQUEUE_NAMES:
+        from jobrelay import transactional
+
+        return getattr(transactional, name)
     raise AttributeError(f"module 'jobrelay' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | _CLIENT_NAMES)
+    return sorted(set(globals()) | _CLIENT_NAMES | _ENQUEUE_NAMES)

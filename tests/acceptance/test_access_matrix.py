@@ -30,6 +30,7 @@ ADMIN_ONLY = (401, 401, 403, 403, 200)
 # method, path ({queued} / {quarantined}: a job of the "client" role in that state), statuses
 MATRIX: list[tuple[str, str, tuple[int, ...]]] = [
     ("POST", "/v1/jobs", (401, 401, 202, 202, 202)),
+    ("POST", "/v1/jobs/batch", (401, 401, 200, 200, 200)),
     ("GET", "/v1/jobs", (401, 401, 200, 200, 200)),
     ("GET", "/v1/jobs/{queued}", OWN_JOB),
     ("GET", "/v1/jobs/{queued}/events", OWN_JOB),
@@ -79,6 +80,9 @@ async def call(
     if method == "POST" and path == "/v1/jobs":
         headers = headers | {"Idempotency-Key": uuid.uuid4().hex}
         return await api.post(path, json=SUBMIT, headers=headers)
+    if method == "POST" and path == "/v1/jobs/batch":
+        batch = {"jobs": [{"idempotency_key": uuid.uuid4().hex, **SUBMIT}]}
+        return await api.post(path, json=batch, headers=headers)
     return await api.request(method, path, headers=headers)
 
 

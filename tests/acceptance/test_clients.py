@@ -87,15 +87,17 @@ def test_clients_list_shows_every_client_with_its_role_and_state(settings: Setti
     text = cli(env, "clients", "list")
 
     assert {name: (c["admin"], c["disabled"]) for name, c in clients.items()} == {
+        "jobrelay-scheduler": (False, False),  # built in: owns the periodic schedules' jobs
         "shop": (False, True),
         "ops": (True, False),
     }
     assert clients["shop"]["disabled_at"] is not None
     assert text.returncode == 0
     lines = text.stdout.strip().splitlines()
-    assert len(lines) == 2
-    assert lines[0].split()[:3] == ["shop", "client", "disabled"]
-    assert lines[1].split()[:3] == ["ops", "admin", "enabled"]
+    assert len(lines) == 3
+    assert lines[0].split()[:3] == ["jobrelay-scheduler", "client", "enabled"]
+    assert lines[1].split()[:3] == ["shop", "client", "disabled"]
+    assert lines[2].split()[:3] == ["ops", "admin", "enabled"]
 
 
 def test_disable_refuses_the_token_at_once_and_enable_gives_it_back(api: Api) -> None:

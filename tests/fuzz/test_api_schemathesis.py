@@ -59,6 +59,7 @@ CHECKS = [
 # Answers the fuzzer must have seen by the end, or it did not reach past validation.
 MUST_REACH = {
     ("POST", "/v1/jobs"): {200, 202, 400, 422},
+    ("POST", "/v1/jobs/batch"): {200, 422},
     ("GET", "/v1/jobs"): {200},
     ("GET", "/v1/jobs/{job_id}"): {200, 404},
     ("GET", "/v1/jobs/{job_id}/events"): {200, 404},
@@ -72,6 +73,10 @@ MUST_REACH = {
     ("GET", "/readyz"): {200},
     ("GET", "/metrics"): {200},
 }
+
+# A submission alice made before the fuzzer runs: sent again as it was, it is answered 200.
+REPEATED_KEY = "fuzz-repeated"
+REPEATED = {"type": "demo.sleep", "payload": {"seconds": 0}}
 
 VALID_SUBMISSIONS = [
     {"type": "demo.sleep", "payload": {"seconds": 0}},
@@ -89,7 +94,7 @@ async def seeded_jobs(store: Store, alice: str, bob: str) -> list[uuid.UUID]:
             store, "SELECT id FROM clients WHERE name IN ('alice', 'bob') ORDER BY name"
         )
     )
-    queued = await submit(store, alice_id, "demo.sleep", {"seconds": 0})
+    queued = await submit(store, alice_id, "demo.sleep", {"seconds": 0}, key=REPEATED_KEY)
     succeeded = await submit(store, alice_id, "demo.sleep", {"seconds": 1})
     quarantined = await submit(store, alice_id, "demo.fail", {"mode": "permanent", "times": 1})
     foreign = await submit(store, bob_id, "demo.sleep", {"seconds": 0})
@@ -135,6 +140,11 @@ def steered(case: Any, seeded_jobs: list[uuid.UUID], types: list[str]) -> st.Sea
             st.sampled_from(VALID_SUBMISSIONS).map(
                 lambda good: replace_case(case, body={**case.body, **good})
             )
+        )
+    if case.headers and "Idempotency-Key" in case.headers:
+        headers = {**case.headers, "Idempotency-Key": REPEATED_KEY}
+        variants.append(
+            st.just(REPEATED).map(lambda body: replace_case(case, headers=headers, body=dict(body)))
         )
     return st.one_of(variants)
 

@@ -122,11 +122,14 @@ def test_the_idempotency_key_is_required_on_submission(document: dict[str, Any])
 # a POST (the body limit), 415 where a JSON body is read, 409 where a state or key can conflict.
 STATUSES = {
     ("POST", "/v1/jobs"): {"200", "202", "400", "401", "409", "413", "415", "422", "429", "503"},
+    ("POST", "/v1/jobs/batch"): {"200", "400", "401", "413", "415", "422", "429", "503"},
     ("GET", "/v1/jobs"): {"200", "400", "401", "422", "503"},
     ("GET", "/v1/jobs/{job_id}"): {"200", "401", "404", "422", "503"},
     ("GET", "/v1/jobs/{job_id}/events"): {"200", "401", "404", "422", "503"},
     ("GET", "/v1/jobs/{job_id}/trace"): {"200", "401", "404", "422", "503"},
-    ("POST", "/v1/jobs/{job_id}/cancel"): {"200", "401", "404", "409", "413", "422", "503"},
+    ("POST", "/v1/jobs/{job_id}/cancel"): {
+        *("200", "202", "401", "404", "409", "413", "422", "503")
+    },
     ("GET", "/v1/admin/stats"): {"200", "401", "403", "503"},
     ("GET", "/v1/admin/quarantine"): {"200", "401", "403", "422", "503"},
     ("POST", "/v1/admin/jobs/{job_id}/replay"): {

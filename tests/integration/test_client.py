@@ -213,3 +213,56 @@ def test_a_submission_made_while_the_api_is_down_lands_once_when_it_is_back(
     assert stored(settings, "across-restart") == (1, 1)
     with api.client() as reader:
         assert [found.id for found in reader.jobs()] == [job.id]
+
+
+def test_a_delayed_submission_and_a_batch(api: Api) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    with api.client() as client:
+        later = client.submit("catalog.export", JS, key="later", delay=timedelta(minutes=5))
+        assert later.run_at is not None
+        assert later.run_at > datetime.now(UTC) + timedelta(minutes=4)
+        at = datetime(2030, 1, 1, tzinfo=UTC)
+        assert client.submit("catalog.export", MD, run_at=at).run_at == at
+        with pytest.raises(ValueError, match="time zone"):
+            client.submit("catalog.export", JS, run_at=datetime(2030, 1, 1))
+        answers = client.submit_many(
+            [
+                {"type": "catalog.export", "payload": JS, "key": "b1"},
+                {"type": "catalog.export", "payload": MD, "key": "later"},  # another request
+                {"type": "no.such.type", "payload": {}},
+                {"type": "demo.sleep", "payload": {"seconds": 0}, "delay": 60},
+            ]
+        )
+        assert isinstance(answers[0], Job) and answers[0].state == "queued"
+        assert isinstance(answers[1], IdempotencyConflict) and answers[1].status == 409
+        assert isinstance(answers[2], ApiError) and answers[2].code == "unknown_job_type"
+        assert isinstance(answers[3], Job) and answers[3].run_at is not None
+        # The same batch again: the same jobs (the keys were the caller's or are new).
+        again = client.submit_many([{"type": "catalog.export", "payload": JS, "key": "b1"}])
+        assert isinstance(again[0], Job) and again[0].id == answers[0].id
+
+
+def test_wait_returns_the_finished_job_or_times_out(api: Api, settings: Settings) -> None:
+    with api.client() as client:
+        job = client.submit("catalog.export", JS)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match="still queued"):
+            client.wait(job.id, timeout=0.5)
+        assert 0.5 <= time.monotonic() - started < 5
+
+        def finish_soon() -> None:
+            time.sleep(0.3)
+            engine = sqlalchemy.create_engine(settings.database_url)
+            with engine.begin() as conn:
+                conn.execute(
+                    text("UPDATE jobs SET state = 'cancelled', finished_at = now() WHERE id = :id"),
+                    {"id": job.id},
+                )
+            engine.dispose()
+
+        finisher = threading.Thread(target=finish_soon)
+        finisher.start()
+        done = client.wait(job.id, timeout=30)
+        finisher.join()
+        assert done.state == "cancelled" and done.finished

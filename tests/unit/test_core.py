@@ -34,7 +34,10 @@ def test_the_transition_table_matches_the_spec() -> None:
     assert not can_transition(JobState.SUCCEEDED, JobState.RUNNING)
     assert not can_transition(JobState.CANCELLED, JobState.QUEUED)
     assert not can_transition(JobState.QUEUED, JobState.SUCCEEDED)
-    assert {JobState.QUEUED, JobState.RETRYING} == CANCELLABLE_STATES
+    assert can_transition(JobState.QUEUED, JobState.CANCELLED)  # at once
+    assert can_transition(JobState.RETRYING, JobState.CANCELLED)
+    assert can_transition(JobState.RUNNING, JobState.CANCELLED)  # requested, then its worker
+    assert {JobState.QUEUED, JobState.RETRYING, JobState.RUNNING} == CANCELLABLE_STATES
     assert set(TRANSITIONS) == set(JobState)
     for state in TERMINAL_STATES - {JobState.QUARANTINED}:
         assert TRANSITIONS[state] == frozenset()

@@ -192,3 +192,21 @@ async def test_stop_returns_from_run_while_the_broker_blocks_publishing() -> Non
     relay.stop()
     await asyncio.wait_for(task, 1)
     assert outbox.broker_blocks == {}  # a stopped dispatcher leaves no block behind
+
+
+async def test_the_loop_wakes_when_the_next_row_comes_due_not_at_the_poll() -> None:
+    """A delayed job's row is published at its due time, with no NOTIFY and a long poll."""
+    outbox, publisher = InMemoryOutbox(), FakePublisher()
+    relay = Relay(outbox, publisher, RelayConfig(poll_interval=30, maintenance_interval=30))
+    loop = asyncio.get_running_loop()
+    outbox.now = loop.time()
+    row = outbox.add(due_in=0.2)
+    task = asyncio.create_task(relay.run())
+    try:
+        while not row.published:
+            outbox.now = loop.time()  # the fake outbox's clock follows the loop's
+            await asyncio.sleep(0.01)
+            assert loop.time() < row.due_at + 1, "not published near its due time"
+    finally:
+        relay.stop()
+        await asyncio.wait_for(task, 1)

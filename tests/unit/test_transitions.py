@@ -138,7 +138,7 @@ def test_a_finish_that_journals_other_events_than_declared_is_caught() -> None:
 
 
 def test_every_exit_of_a_worker_from_running_is_one_statement() -> None:
-    worker_exits = {"complete", "retry", "quarantine"}
+    worker_exits = {"complete", "retry", "quarantine", "cancel_running"}
     makers = {
         name for name, made in q.STATE_WRITES.items() if {t.name for t in made} & worker_exits
     }
@@ -162,6 +162,7 @@ def test_the_table_of_moves_is_derived_from_the_transitions() -> None:
         JobState.RETRYING,
         JobState.QUARANTINED,
         JobState.QUEUED,  # release, rescue
+        JobState.CANCELLED,  # its worker carried out a cancel request
     }
     assert TRANSITIONS[JobState.QUARANTINED] == {JobState.QUEUED}
-    assert {JobState.QUEUED, JobState.RETRYING} == CANCELLABLE_STATES
+    assert {JobState.QUEUED, JobState.RETRYING, JobState.RUNNING} == CANCELLABLE_STATES

@@ -7,50 +7,23 @@ import asyncio
 import random
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 from jobrelay.consumer.fakes import InMemoryExecutionStore
 from jobrelay.consumer.metrics import ConsumerMetrics
 from jobrelay.consumer.worker import Backoff, Disposition, Verdict, Worker
 from jobrelay.core.errors import PermanentError
-from jobrelay.core.execution import Claimed, Finish, LeaseTerms
+from jobrelay.core.execution import Claimed, Finish, LeaseTerms, Renewal
 from jobrelay.core.jobs import Job, Succeeded
 from jobrelay.core.message import Envelope
 from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobEvent, JobState
-
-NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = NOW
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-@dataclass
-class FakeDelivery:
-    body: bytes
-    redelivered: bool | None = False
-    settled: list[str] = field(default_factory=list)
-
-    async def ack(self, multiple: bool = False) -> None:
-        self.settled.append("ack")
-
-    async def nack(self, multiple: bool = False, requeue: bool = True) -> None:
-        self.settled.append("requeue" if requeue else "dead_letter")
-
-
-class Empty(BaseModel):
-    pass
+from tests.support.worker_fakes import NOW, Clock, Empty, FakeDelivery
 
 
 @dataclass
@@ -218,7 +191,7 @@ class CountingRenewals(InMemoryExecutionStore):
         super().__init__(clock)
         self.renewals = 0
 
-    async def renew(self, job_id: uuid.UUID, lease: LeaseTerms) -> bool:
+    async def renew(self, job_id: uuid.UUID, lease: LeaseTerms) -> Renewal:
         self.renewals += 1
         return await super().renew(job_id, lease)
 
@@ -293,7 +266,7 @@ async def test_a_stale_worker_cannot_finish_after_a_reclaim(setup: Setup) -> Non
     assert isinstance(first, Claimed)
     assert isinstance(second, Claimed)
     assert second.reclaimed
-    assert not await setup.store.renew(job.id, LeaseTerms(first.lease_token, 30))
+    assert await setup.store.renew(job.id, LeaseTerms(first.lease_token, 30)) is Renewal.LOST
     finish = await setup.store.finish(
         job.id, lease_token=first.lease_token, attempt=1, outcome=Succeeded({})
     )

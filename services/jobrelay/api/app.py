@@ -16,8 +16,11 @@ from jobrelay.api import openapi, problems
 from jobrelay.api.auth import Authenticator
 from jobrelay.api.limits import BodyLimitMiddleware
 from jobrelay.api.metrics import ApiMetrics, RequestMetricsMiddleware
+from jobrelay.api.notifications import ApiNotifications
 from jobrelay.api.routes import admin, health, jobs
+from jobrelay.api.routes.jobs import BATCH_PATH
 from jobrelay.api.shedding import SheddingMiddleware
+from jobrelay.api.waiting import FinishWaiters
 from jobrelay.core.clients import RateLimit
 from jobrelay.core.registry import Registry
 from jobrelay.core.settings import Settings
@@ -53,8 +56,10 @@ def create_app(
             application_name="jobrelay-api",
         )
         app.state.auth = Authenticator(app.state.store)
-        # Token lookups are cached while this listens for changes to clients (api/auth.py).
-        listener = asyncio.create_task(app.state.auth.listen(settings.database_url))
+        # Token lookups are cached, and ?wait requests wait, while this listens (one
+        # connection: api/notifications.py).
+        notifications = ApiNotifications(app.state.auth, app.state.waiters)
+        listener = asyncio.create_task(notifications.listen(settings.database_url))
         try:
             yield
         finally:
@@ -73,13 +78,18 @@ def create_app(
     app.state.settings = settings
     app.state.registry = registry
     app.state.metrics = metrics = ApiMetrics()
+    app.state.waiters = FinishWaiters()
     # Every client's submission limit unless its row sets its own (docs/overload.md).
     app.state.rate_limit = RateLimit.of(settings.rate_limit_per_second, settings.rate_limit_burst)
     if store is not None:
         app.state.store = store
         app.state.auth = Authenticator(store)
     problems.install(app)
-    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_body_bytes=settings.max_body_bytes,
+        per_path={BATCH_PATH: settings.max_batch_bytes},
+    )
     # Outside the body limit: a shed request's body is never read.
     app.add_middleware(SheddingMiddleware, admitted=settings.admitted_requests, metrics=metrics)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)

@@ -1,6 +1,6 @@
 """Bearer-token authentication with a cache, so a hot client costs no query per request.
 
-The cache is trusted only while this process LISTENs (``db/listener.py``) on the channel that
+The cache is trusted only while this process LISTENs (``api/notifications.py``) on the channel that
 every change of a client's tokens notifies (``queries.CLIENTS_CHANNEL``: disable, enable,
 rotate): a notification empties it, so a disabled client or a rotated token is refused at once
 by every API process. While that connection is down, every request is looked up.
@@ -20,8 +20,6 @@ from fastapi.security.base import SecurityBase
 from jobrelay.core.clients import Client
 from jobrelay.core.errors import Forbidden, Unauthorized
 from jobrelay.core.fingerprint import token_hash
-from jobrelay.db.listener import API_APPLICATION_NAME, Listener
-from jobrelay.db.queries import LISTEN_CLIENTS
 from jobrelay.db.store import Store
 
 # A safety net only: notifications empty the cache at once.
@@ -72,20 +70,6 @@ class Authenticator:
                 self._cache.clear()
             self._cache[digest] = (now + ttl, client)
         return client
-
-    async def listen(self, database_url: str) -> None:
-        """Keep the cache trustworthy until cancelled: every notification empties it, and
-        while the listening connection is down every request is looked up."""
-        await Listener(
-            database_url,
-            self.invalidate,
-            listen=LISTEN_CLIENTS,
-            application_name=API_APPLICATION_NAME,
-            on_state=self._set_listening,
-        ).run()
-
-    def _set_listening(self, listening: bool) -> None:
-        self.listening = listening
 
 
 class BearerClient(SecurityBase):

@@ -1,4 +1,5 @@
-"""A pure ASGI middleware that refuses bodies over the limit with 413 before the app reads them."""
+"""A pure ASGI middleware that refuses bodies over the limit with 413 before the app reads them;
+a path may have its own limit (the batch submission's is larger)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,21 @@ from jobrelay.api.problems import PROBLEM_CONTENT_TYPE, PROBLEM_TYPE_BASE
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_body_bytes: int, per_path: dict[str, int] | None = None
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.per_path = per_path or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
+        limit = self.per_path.get(scope["path"], self.max_body_bytes)
         declared = _content_length(scope)
-        if declared is not None and declared > self.max_body_bytes:
-            await self._refuse(send)
+        if declared is not None and declared > limit:
+            await self._refuse(send, limit)
             return
         # Buffer up to the limit (bodies are small by contract), then replay to the app.
         chunks: list[bytes] = []
@@ -33,8 +38,8 @@ class BodyLimitMiddleware:
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_body_bytes:
-                await self._refuse(send)
+            if size > limit:
+                await self._refuse(send, limit)
                 return
             chunks.append(chunk)
             more = message.get("more_body", False)
@@ -50,13 +55,13 @@ class BodyLimitMiddleware:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, send: Send) -> None:
+    async def _refuse(self, send: Send, limit: int) -> None:
         body: dict[str, Any] = {
             "type": PROBLEM_TYPE_BASE + "payload_too_large",
             "title": "Request body too large",
             "status": 413,
             "code": "payload_too_large",
-            "detail": f"the body limit is {self.max_body_bytes} bytes",
+            "detail": f"the body limit is {limit} bytes",
         }
         encoded = json.dumps(body).encode()
         await send(

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.json_schema import models_json_schema
 
 from jobrelay.api import problems
-from jobrelay.api.schemas import Problem
+from jobrelay.api.schemas import BatchItem, Problem
 from jobrelay.core.registry import Registry
 
 PROBLEM_CONTENT: dict[str, Any] = {
@@ -128,7 +128,14 @@ def install(app: FastAPI, registry: Registry, *, submit_path: str = "/v1/jobs") 
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            document_job_types(build(), registry, submit_path)
+            document = build()
+            components = document.setdefault("components", {}).setdefault("schemas", {})
+            # The batch reads its items one by one (each answered alone): the document still
+            # describes them, by this component.
+            components["BatchItem"] = BatchItem.model_json_schema(
+                ref_template="#/components/schemas/{model}"
+            )
+            document_job_types(document, registry, submit_path)
         return app.openapi_schema  # type: ignore[return-value]
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -151,35 +158,50 @@ def document_job_types(schema: dict[str, Any], registry: Registry, submit_path: 
             models.append(job_type.payload_model)
     refs, definitions = _payload_schemas(models, components)
     components.update(definitions)
+    shared = {
+        field: generic.get("properties", {}).get(field, {})
+        for field in ("max_attempts", "run_at", "delay_seconds")
+    }
+    batch_key = components.get("BatchItem", {}).get("properties", {}).get("idempotency_key")
     variants: dict[str, str] = {}
+    batch_variants: dict[str, str] = {}
     for job_type in job_types:
         model = job_type.payload_model
-        name = "SubmitJob." + _COMPONENT_NAME.sub("_", job_type.name)
-        components[name] = {
+        name = _COMPONENT_NAME.sub("_", job_type.name)
+        variant: dict[str, Any] = {
             "title": f"Submit {job_type.name}",
             "description": job_type.description or f"A {job_type.name} job",
             "type": "object",
             "properties": {
                 "type": {"type": "string", "const": job_type.name},
                 "payload": refs[model],
-                "max_attempts": generic.get("properties", {}).get(
-                    "max_attempts", {"type": "integer", "minimum": 1}
-                ),
+                **shared,
             },
             "required": ["type", "payload"] if _needs_payload(model) else ["type"],
             "additionalProperties": False,
         }
-        variants[job_type.name] = f"#/components/schemas/{name}"
+        components["SubmitJob." + name] = variant
+        variants[job_type.name] = f"#/components/schemas/SubmitJob.{name}"
+        if batch_key is not None:
+            components["BatchItem." + name] = {
+                **variant,
+                "properties": {**variant["properties"], "idempotency_key": batch_key},
+                "required": [*variant["required"], "idempotency_key"],
+            }
+            batch_variants[job_type.name] = f"#/components/schemas/BatchItem.{name}"
     operation["requestBody"] = {
         "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "oneOf": [{"$ref": ref} for ref in variants.values()],
-                    "discriminator": {"propertyName": "type", "mapping": variants},
-                }
-            }
-        },
+        "content": {"application/json": {"schema": _one_of(variants)}},
+    }
+    if batch_variants:
+        components["BatchItem"] = _one_of(batch_variants)
+
+
+def _one_of(variants: dict[str, str]) -> dict[str, Any]:
+    """One of the variants, chosen by ``type``."""
+    return {
+        "oneOf": [{"$ref": ref} for ref in variants.values()],
+        "discriminator": {"propertyName": "type", "mapping": variants},
     }
 
 

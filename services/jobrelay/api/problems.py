@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jobrelay.core.errors import (
@@ -19,6 +20,7 @@ from jobrelay.core.errors import (
     IdempotencyKeyMissing,
     InvalidCursor,
     InvalidPayload,
+    InvalidSchedule,
     JobNotFound,
     NotCancellable,
     NotReplayable,
@@ -49,6 +51,7 @@ STATUSES: dict[type[RequestError], int] = {
     RateLimited: 429,
     UnknownJobType: 422,
     InvalidPayload: 422,
+    InvalidSchedule: 422,
 }
 
 
@@ -79,6 +82,16 @@ def problem(
     headers: dict[str, str] | None = None,
     **extra: Any,
 ) -> JSONResponse:
+    body = problem_document(status, code, title, detail, **extra)
+    if status == 401:
+        headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_CONTENT_TYPE, headers=headers)
+
+
+def problem_document(
+    status: int, code: str, title: str, detail: str | None = None, **extra: Any
+) -> dict[str, Any]:
+    """The problem+json body itself (a batch answers one per failed item)."""
     body: dict[str, Any] = {
         "type": PROBLEM_TYPE_BASE + code,
         "title": title,
@@ -88,12 +101,14 @@ def problem(
     if detail:
         body["detail"] = detail
     body.update(extra)
-    if status == 401:
-        headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
-    return JSONResponse(body, status_code=status, media_type=PROBLEM_CONTENT_TYPE, headers=headers)
+    return body
 
 
-def _validation_errors(error: RequestValidationError) -> list[dict[str, Any]]:
+def request_error_document(error: RequestError) -> dict[str, Any]:
+    return problem_document(status_of(error), error.code, error.title, error.detail, **error.extra)
+
+
+def validation_errors(error: RequestValidationError | ValidationError) -> list[dict[str, Any]]:
     # Only where and what: pydantic's "input" may echo a payload or a secret.
     return [
         {
@@ -118,7 +133,7 @@ async def on_request_error(request: Request, error: Exception) -> JSONResponse:
 
 async def on_validation_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestValidationError)
-    errors = _validation_errors(error)
+    errors = validation_errors(error)
     if any(item["type"] == "json_invalid" for item in errors):
         return problem(400, "malformed_json", "The request body is not valid JSON")
     # The header is required in the document; its own 400 codes say what is wrong with it.

@@ -9,7 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from jobrelay.core.jobs import Job
+from jobrelay.core.errors import InvalidSchedule
+from jobrelay.core.jobs import MAX_DELAY_SECONDS, Job, JobRequest
 from jobrelay.core.states import JobState
 
 # Query text reaches SQL parameters, and PostgreSQL text cannot hold a NUL character.
@@ -26,6 +27,18 @@ class SubmitJob(BaseModel):
     payload: dict[str, Any] = Field(default_factory=dict, examples=[{"course": "JavaScript"}])
     # Strict: JSON true is not an attempt count (lax mode would read it as 1).
     max_attempts: int | None = Field(None, ge=1, le=100, strict=True)
+    run_at: datetime | None = Field(
+        None,
+        description="Not published before this time (RFC 3339 with an offset); "
+        "not with delay_seconds",
+        examples=["2026-12-24T18:00:00+01:00"],
+    )
+    delay_seconds: float | None = Field(
+        None,
+        ge=0,
+        le=MAX_DELAY_SECONDS,
+        description="Not published before this many seconds from now; not with run_at",
+    )
 
     @field_validator("payload")
     @classmethod
@@ -34,6 +47,22 @@ class SubmitJob(BaseModel):
         if problem is not None:
             raise ValueError(problem)
         return payload
+
+    def as_request(self, idempotency_key: str, max_attempts: int) -> JobRequest:
+        """The request for the store; ``InvalidSchedule`` for both due times, or a ``run_at``
+        without an offset (its time would depend on the server's zone)."""
+        if self.run_at is not None and self.delay_seconds is not None:
+            raise InvalidSchedule("give run_at or delay_seconds, not both")
+        if self.run_at is not None and self.run_at.utcoffset() is None:
+            raise InvalidSchedule("run_at needs an offset, e.g. 2026-12-24T18:00:00Z")
+        return JobRequest(
+            idempotency_key,
+            self.type,
+            self.payload,
+            max_attempts,
+            run_at=self.run_at,
+            delay_seconds=self.delay_seconds,
+        )
 
 
 def unstorable_json(value: Any) -> str | None:
@@ -56,6 +85,32 @@ def unstorable_json(value: Any) -> str | None:
     return None
 
 
+MAX_BATCH_JOBS = 1000
+
+
+class BatchItem(SubmitJob):
+    """One job of a batch: a submission with its own idempotency key."""
+
+    idempotency_key: str = Field(
+        min_length=1, max_length=200, description="As the Idempotency-Key header of one job"
+    )
+
+
+class SubmitBatch(BaseModel):
+    """``POST /v1/jobs/batch``: each item is checked on its own (``BatchItem``), so one bad
+    item is answered alone and the others go on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    jobs: list[dict[str, Any]] = Field(
+        min_length=1,
+        max_length=MAX_BATCH_JOBS,
+        description="1 to 1,000 jobs, each a BatchItem (#/components/schemas/BatchItem). An "
+        "item that is not one is answered alone, in its result (400/422), so the request "
+        "itself accepts any objects here.",
+    )
+
+
 class JobLinks(BaseModel):
     self: str
     events: str
@@ -72,6 +127,10 @@ class JobView(BaseModel):
     created_at: datetime
     updated_at: datetime
     available_at: datetime
+    run_at: datetime | None = Field(description="The due time the submission asked for")
+    cancel_requested_at: datetime | None = Field(
+        description="A cancel asked while it ran: its consumer is stopping the handler"
+    )
     finished_at: datetime | None
     lease_until: datetime | None
     last_error_code: str | None
@@ -93,6 +152,8 @@ class JobView(BaseModel):
             created_at=job.created_at,
             updated_at=job.updated_at,
             available_at=job.available_at,
+            run_at=job.run_at,
+            cancel_requested_at=job.cancel_requested_at,
             finished_at=job.finished_at,
             lease_until=job.lease_until,
             last_error_code=job.last_error_code,
@@ -130,6 +191,19 @@ class Problem(BaseModel):
     errors: list[dict[str, Any]] | None = Field(
         None, description="Where and what, for a request that failed validation"
     )
+
+
+class BatchResult(BaseModel):
+    """One item's answer: its status as a single submission would have had it, and the job
+    (202 new, 200 the key's existing job) or the problem."""
+
+    status: int
+    job: JobView | None = None
+    error: Problem | None = None
+
+
+class BatchAnswer(BaseModel):
+    results: list[BatchResult] = Field(description="One per submitted job, in order")
 
 
 # --- operators' answers -------------------------------------------------------------------

@@ -2,6 +2,8 @@
 once and answers the rest ``503 overloaded`` with ``Retry-After`` at once, before reading their
 body (docs/overload.md).
 
+``?wait`` reads are not counted (they have their own bound, ``api/waiting.py``).
+
 Without it a burst queues without bound in the worker: every request is eventually accepted,
 but after seconds, past the point where its client gave up (and may retry, doubling the work).
 Shed at the door, an accepted request waits at most for the admitted ones ahead of it, and a
@@ -11,6 +13,7 @@ an overloaded worker is alive, and its metrics are what an operator needs then.
 
 from __future__ import annotations
 
+from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from jobrelay.api.metrics import ApiMetrics
@@ -27,12 +30,13 @@ class SheddingMiddleware:
         self.in_flight = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.admitted or scope["path"] in NEVER_SHED:
+        if scope["type"] != "http" or not self.admitted or _exempt(scope):
             await self.app(scope, receive, send)
             return
         if self.in_flight >= self.admitted:
             self.metrics.shed("overloaded").inc()
-            await _overloaded(self.admitted)(scope, receive, send)
+            detail = f"this worker admits {self.admitted} requests at once"
+            await overloaded(detail)(scope, receive, send)
             return
         self.in_flight += 1
         self.metrics.in_flight.set(self.in_flight)
@@ -43,11 +47,19 @@ class SheddingMiddleware:
             self.metrics.in_flight.set(self.in_flight)
 
 
-def _overloaded(admitted: int) -> ASGIApp:
+def _exempt(scope: Scope) -> bool:
+    """Probes and scrapers; and ``?wait`` reads, which hold no connection while they wait and
+    have their own bound (``api/waiting.py``)."""
+    if scope["path"] in NEVER_SHED:
+        return True
+    return scope["method"] == "GET" and b"wait=" in scope.get("query_string", b"")
+
+
+def overloaded(detail: str) -> JSONResponse:
     return problem(
         503,
         "overloaded",
         "The API is at capacity; retry with the same key after Retry-After",
-        f"this worker admits {admitted} requests at once",
+        detail,
         headers=retry_after(OVERLOADED_RETRY_AFTER),
     )

@@ -4,7 +4,8 @@ Every error prints one line to stderr and exits non-zero; nothing prints a trace
 mistake a user can make.
 
 This module only assembles the parser; each command group lives in a module of its own
-(``services``, ``clients``, ``submit``, ``jobs``, ``quarantine``, ``healthcheck``, ``stats``)
+(``services``, ``clients``, ``submit``, ``jobs``, ``quarantine``, ``healthcheck``, ``stats``,
+``schedules``)
 that imports ``common`` and jobrelay's packages, never another command module.
 """
 
@@ -13,7 +14,16 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from jobrelay.cli import clients, healthcheck, jobs, quarantine, services, stats, submit
+from jobrelay.cli import (
+    clients,
+    healthcheck,
+    jobs,
+    quarantine,
+    schedules,
+    services,
+    stats,
+    submit,
+)
 from jobrelay.cli.common import exit_status
 
 __all__ = ["build_parser", "main"]
@@ -36,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     quarantine.register(commands)
     healthcheck.register(commands)
     stats.register(commands)
+    schedules.register(commands)
     return parser
 
 

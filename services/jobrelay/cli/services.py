@@ -92,7 +92,7 @@ def cmd_dispatcher(args: argparse.Namespace) -> int:
 
     settings = settings_from_env()
     configure_logging("dispatcher", settings.log_level, Masker.from_settings(settings))
-    return eventloop.run(run_dispatcher(settings))
+    return eventloop.run(run_dispatcher(settings, handlers=args.handlers))
 
 
 def cmd_consumer(args: argparse.Namespace) -> int:
@@ -131,13 +131,14 @@ def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
     api.add_argument("--port", type=int, default=None)
     api.add_argument("--handlers", default=None, help=HANDLERS_HELP)
 
-    add_command(
+    dispatcher = add_command(
         commands,
         "dispatcher",
         cmd_dispatcher,
-        "relay the outbox to RabbitMQ",
+        "relay the outbox to RabbitMQ and make the jobs of periodic schedules",
         EXAMPLES["dispatcher"],
     )
+    dispatcher.add_argument("--handlers", default=None, help=HANDLERS_HELP)
     consumer = add_command(
         commands, "consumer", cmd_consumer, "run jobs from a work queue", EXAMPLES["consumer"]
     )

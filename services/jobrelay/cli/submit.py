@@ -8,9 +8,11 @@ import os
 import urllib.error
 import urllib.request
 import uuid
+from datetime import datetime
 from typing import Any
 
 from jobrelay.cli.common import CliError, Subcommands, add_command, print_json
+from jobrelay.cli.output import parse_duration
 
 EXAMPLE = 'jobrelay submit catalog.export --payload \'{"course": "JavaScript"}\' --key k1'
 
@@ -31,6 +33,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"type": args.type, "payload": payload}
     if args.max_attempts is not None:
         body["max_attempts"] = args.max_attempts
+    body.update(_due_time(args))
     request = urllib.request.Request(
         args.api_url.rstrip("/") + "/v1/jobs",
         data=json.dumps(body).encode(),
@@ -53,6 +56,26 @@ def cmd_submit(args: argparse.Namespace) -> int:
         verb = "accepted" if status == 202 else "already known"
         print(f"{verb}: job {answer['id']} ({answer['type']}) is {answer['state']}; key {key}")
     return 0
+
+
+def _due_time(args: argparse.Namespace) -> dict[str, Any]:
+    """``run_at`` (RFC 3339 with an offset) or ``delay_seconds`` from --run-at / --delay."""
+    if args.run_at and args.delay:
+        raise CliError("give --run-at or --delay, not both")
+    if args.run_at:
+        try:
+            when = datetime.fromisoformat(args.run_at)
+        except ValueError:
+            raise CliError(f"--run-at {args.run_at!r} is not an RFC 3339 time") from None
+        if when.utcoffset() is None:
+            raise CliError("--run-at needs an offset, e.g. 2026-12-24T18:00:00Z or +01:00")
+        return {"run_at": when.isoformat()}
+    if args.delay:
+        try:
+            return {"delay_seconds": parse_duration(args.delay)}
+        except ValueError as error:
+            raise CliError(f"--delay: {error}") from None
+    return {}
 
 
 def field_errors(problem: dict[str, Any]) -> list[str]:
@@ -98,6 +121,10 @@ def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
     submit.add_argument("--payload", default="{}", help="the payload as JSON")
     submit.add_argument("--key", help="Idempotency-Key (default: a new UUID)")
     submit.add_argument("--max-attempts", type=int, default=None)
+    submit.add_argument(
+        "--run-at", metavar="TIME", help="not before this time (RFC 3339 with an offset)"
+    )
+    submit.add_argument("--delay", metavar="DURATION", help="not before this long, e.g. 90s, 10m")
     submit.add_argument(
         "--api-url", default=os.environ.get("JOBRELAY_API_URL", "http://127.0.0.1:8000")
     )

@@ -10,21 +10,22 @@
 
 ``AsyncClient`` is the same for asyncio (``async with``, ``await``, ``async for``).
 
-- ``submit(type, payload, *, key=None, max_attempts=None) -> Job``: a random key when none is
-  given. Connection errors, timeouts, 429, 502, 503 and 504 are retried a bounded number of
-  times (``retries``, default 5) with the SAME key, after a jittered exponential backoff or as
-  long as the answer's ``Retry-After`` says (at most a minute); the API makes one job of them.
+- ``submit(type, payload, *, key=None, max_attempts=None, run_at=None, delay=None) -> Job``:
+  a random key when none is given. Connection errors, timeouts, 429, 502, 503 and 504 are
+  retried a bounded number of times (``retries``, default 5) with the SAME key, after a
+  jittered exponential backoff or as long as the answer's ``Retry-After`` says (at most a
+  minute); the API makes one job of them. ``run_at`` (an aware datetime) or ``delay``
+  (seconds or a timedelta): not run before then.
+- ``submit_many([{"type": ..., "payload": ..., "key": ...}, ...])``: up to 1,000 jobs in one
+  request (``POST /v1/jobs/batch``), one ``Job`` or ``ApiError`` per job, in order.
 - ``get(id)``, ``cancel(id)``, ``jobs(state=None, type=None)`` (every page, following
   ``next_cursor``). Reads are retried like submissions; a cancel only where the API surely did
   not act on it (a refused connection, 429, 503), since a repeated cancel answers 409.
+- ``wait(id, timeout)``: the job once finished, woken by the API (``?wait=``), or
+  ``TimeoutError``.
 - An error answer raises ``ApiError`` (``status``, ``code``, ``detail``, ``retry_after``);
   409 ``idempotency_conflict`` raises its subclass ``IdempotencyConflict``. The API still
   unreachable after the retries: the last ``httpx.TransportError``. No error holds the token.
-
-Not here yet, coming with the scheduling work (SPEC section 10): ``submit(..., run_at=,
-delay=)``, ``submit_many([...])`` (``POST /v1/jobs/batch``) and ``wait(id, timeout)``
-(``GET /v1/jobs/{id}?wait=``). They will be keyword-only arguments and new methods, built on
-the same ``Call``/``Attempts`` pair (``_calls.py``) that the two clients share.
 """
 
 from jobrelay.client.aio import AsyncClient

@@ -4,9 +4,12 @@ own way."""
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 import httpx
@@ -14,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from jobrelay.client._retry import Failure, RetryPolicy, parse_retry_after, status_failure
 from jobrelay.client.errors import ApiError
-from jobrelay.client.models import Job, JobPage
+from jobrelay.client.models import BatchAnswer, Job, JobPage
 from jobrelay.core.jobs import is_valid_idempotency_key
 
 T = TypeVar("T")
@@ -23,6 +26,8 @@ Transport = TypeVar("Transport", bound=httpx.BaseTransport | httpx.AsyncBaseTran
 Answer = TypeVar("Answer", bound=BaseModel)
 
 JobId = uuid.UUID | str
+MAX_BATCH = 1000
+MAX_WAIT_SECONDS = 60.0
 Outcome = httpx.Response | httpx.TransportError
 
 
@@ -68,25 +73,122 @@ class Call(Generic[T]):
     params: dict[str, str] = field(default_factory=dict)
     json: dict[str, Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    extra_time: float = 0.0  # seconds the server may take on purpose (a ?wait)
 
     def request(self, http: httpx.Client | httpx.AsyncClient) -> httpx.Request:
+        extensions: dict[str, Any] = {}
+        if self.extra_time:
+            timeout = http.timeout.as_dict()
+            if timeout["read"] is not None:
+                timeout["read"] += self.extra_time
+            extensions["timeout"] = timeout
         return http.build_request(
-            self.method, self.path, params=self.params, json=self.json, headers=self.headers
+            self.method,
+            self.path,
+            params=self.params,
+            json=self.json,
+            headers=self.headers,
+            extensions=extensions,
         )
 
 
 def submit(
-    type: str, payload: dict[str, Any], *, key: str | None, max_attempts: int | None
+    type: str,
+    payload: dict[str, Any],
+    *,
+    key: str | None,
+    max_attempts: int | None,
+    run_at: datetime | None = None,
+    delay: float | timedelta | None = None,
 ) -> Call[Job]:
     """``POST /v1/jobs``. Every try carries the same key: the API makes one job of them all."""
-    if key is None:
-        key = uuid.uuid4().hex
-    elif not is_valid_idempotency_key(key):
-        raise ValueError("key must be 1 to 200 visible ASCII characters")
+    key = _key(key)
+    body = job_body(type, payload, max_attempts=max_attempts, run_at=run_at, delay=delay)
+    return Call("POST", "/v1/jobs", _reader(Job), json=body, headers={"Idempotency-Key": key})
+
+
+def submit_many(jobs: Iterable[Mapping[str, Any]]) -> Call[list[Job | ApiError]]:
+    """``POST /v1/jobs/batch``: each job a mapping with ``type`` and the keyword arguments of
+    ``submit`` (``payload``, ``key``, ``max_attempts``, ``run_at``, ``delay``). A job without a
+    key gets a random one here, so every try of the batch carries the same keys."""
+    items = []
+    for job in jobs:
+        unknown = set(job) - {"type", "payload", "key", "max_attempts", "run_at", "delay"}
+        if unknown:
+            raise ValueError(f"unknown fields for a job: {', '.join(sorted(unknown))}")
+        body = job_body(
+            job["type"],
+            job.get("payload", {}),
+            max_attempts=job.get("max_attempts"),
+            run_at=job.get("run_at"),
+            delay=job.get("delay"),
+        )
+        items.append({"idempotency_key": _key(job.get("key")), **body})
+    if not 1 <= len(items) <= MAX_BATCH:
+        raise ValueError(f"a batch is 1 to {MAX_BATCH} jobs")
+    return Call("POST", "/v1/jobs/batch", _batch_results, json={"jobs": items})
+
+
+def job_body(
+    type: str,
+    payload: dict[str, Any],
+    *,
+    max_attempts: int | None,
+    run_at: datetime | None,
+    delay: float | timedelta | None,
+) -> dict[str, Any]:
     body: dict[str, Any] = {"type": type, "payload": payload}
     if max_attempts is not None:
         body["max_attempts"] = max_attempts
-    return Call("POST", "/v1/jobs", _reader(Job), json=body, headers={"Idempotency-Key": key})
+    if run_at is not None and delay is not None:
+        raise ValueError("give run_at or delay, not both")
+    if run_at is not None:
+        if run_at.utcoffset() is None:
+            raise ValueError("run_at needs a time zone (datetime.now(UTC), not datetime.now())")
+        body["run_at"] = run_at.isoformat()
+    if delay is not None:
+        body["delay_seconds"] = delay.total_seconds() if isinstance(delay, timedelta) else delay
+    return body
+
+
+def _key(key: str | None) -> str:
+    if key is None:
+        return uuid.uuid4().hex
+    if not is_valid_idempotency_key(key):
+        raise ValueError("key must be 1 to 200 visible ASCII characters")
+    return key
+
+
+def _batch_results(response: httpx.Response) -> list[Job | ApiError]:
+    answer = _reader(BatchAnswer)(response)
+    return [
+        item.job
+        if item.job is not None
+        else ApiError.from_answer(item.status, json.dumps(item.error or {}).encode(), reason="")
+        for item in answer.results
+    ]
+
+
+def wait_step(id: JobId, deadline: float) -> Call[Job]:
+    """The next read of a ``wait``: ``GET /v1/jobs/{id}?wait=`` for what is left of the
+    time (at most the API's 60 s), a plain read when nothing is left. Each try's own timeout
+    covers the wait."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return get(id)
+    seconds = min(left, MAX_WAIT_SECONDS)
+    return Call(
+        "GET", _job_path(id), _reader(Job), params={"wait": f"{seconds:.3f}"}, extra_time=seconds
+    )
+
+
+def waited(job: Job, deadline: float, id: JobId) -> Job | None:
+    """The job when the wait is over; None to read again; ``TimeoutError`` past the time."""
+    if job.finished:
+        return job
+    if time.monotonic() >= deadline:
+        raise TimeoutError(f"job {id} is still {job.state}")
+    return None
 
 
 def get(id: JobId) -> Call[Job]:

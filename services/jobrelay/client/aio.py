@@ -4,7 +4,9 @@ name does (see there), awaited."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -12,6 +14,7 @@ import httpx
 
 from jobrelay.client import _calls
 from jobrelay.client._calls import Attempts, Call, ClientBase, JobId, Outcome, Wait
+from jobrelay.client.errors import ApiError
 from jobrelay.client.models import Job
 
 T = TypeVar("T")
@@ -51,9 +54,24 @@ class AsyncClient(ClientBase[httpx.AsyncClient, httpx.AsyncBaseTransport]):
         *,
         key: str | None = None,
         max_attempts: int | None = None,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
     ) -> Job:
-        call = _calls.submit(type, payload, key=key, max_attempts=max_attempts)
+        call = _calls.submit(
+            type, payload, key=key, max_attempts=max_attempts, run_at=run_at, delay=delay
+        )
         return await self._run(call)
+
+    async def submit_many(self, jobs: Iterable[Mapping[str, Any]]) -> list[Job | ApiError]:
+        return await self._run(_calls.submit_many(jobs))
+
+    # The name of the argument is the API's (Client.wait); it bounds the whole wait.
+    async def wait(self, id: JobId, timeout: float) -> Job:  # noqa: ASYNC109
+        deadline = time.monotonic() + timeout
+        while True:
+            job = await self._run(_calls.wait_step(id, deadline))
+            if (done := _calls.waited(job, deadline, id)) is not None:
+                return done
 
     async def get(self, id: JobId) -> Job:
         return await self._run(_calls.get(id))

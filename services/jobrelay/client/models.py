@@ -34,12 +34,32 @@ class Job(_Answer):
     created_at: datetime
     updated_at: datetime
     available_at: datetime
+    run_at: datetime | None = None
+    cancel_requested_at: datetime | None = None
     finished_at: datetime | None = None
     lease_until: datetime | None = None
     last_error_code: str | None = None
     last_error: str | None = None
     result: dict[str, Any] | None = None
     links: JobLinks
+
+    @property
+    def finished(self) -> bool:
+        """Succeeded, quarantined or cancelled: it will not change again by itself."""
+        return self.state in FINISHED_STATES
+
+
+FINISHED_STATES = frozenset({"succeeded", "quarantined", "cancelled"})
+
+
+class BatchItemAnswer(_Answer):
+    status: int
+    job: Job | None = None
+    error: dict[str, Any] | None = None
+
+
+class BatchAnswer(_Answer):
+    results: list[BatchItemAnswer]
 
 
 class JobPage(_Answer):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -11,6 +12,7 @@ import httpx
 
 from jobrelay.client import _calls
 from jobrelay.client._calls import Attempts, Call, ClientBase, JobId, Outcome, Wait
+from jobrelay.client.errors import ApiError
 from jobrelay.client.models import Job
 
 T = TypeVar("T")
@@ -52,22 +54,47 @@ class Client(ClientBase[httpx.Client, httpx.BaseTransport]):
         *,
         key: str | None = None,
         max_attempts: int | None = None,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
     ) -> Job:
         """Submits a job (``POST /v1/jobs``) and returns it: new (``queued``), or the one
-        this ``key`` made before with the same type and payload. Without a key a random one
-        is used; every retry sends the same key, so a retried submission makes one job. The
-        key was used for another type or payload: ``IdempotencyConflict``; another error
-        answer: ``ApiError``; the API unreachable after the retries: the last
+        this ``key`` made before with the same type, payload and due time. Without a key a
+        random one is used; every retry sends the same key, so a retried submission makes one
+        job. ``run_at`` (an aware datetime) or ``delay`` (seconds or a timedelta): not run
+        before then. The key was used for another request: ``IdempotencyConflict``; another
+        error answer: ``ApiError``; the API unreachable after the retries: the last
         ``httpx.TransportError``."""
-        return self._run(_calls.submit(type, payload, key=key, max_attempts=max_attempts))
+        call = _calls.submit(
+            type, payload, key=key, max_attempts=max_attempts, run_at=run_at, delay=delay
+        )
+        return self._run(call)
+
+    def submit_many(self, jobs: Iterable[Mapping[str, Any]]) -> list[Job | ApiError]:
+        """Submits up to 1,000 jobs in one request (``POST /v1/jobs/batch``); each job is a
+        mapping of ``type`` and ``submit``'s keyword arguments. One answer per job, in
+        order: its ``Job``, or the ``ApiError`` it alone got (409, 422...). Retried as a
+        whole, with the same keys."""
+        return self._run(_calls.submit_many(jobs))
+
+    def wait(self, id: JobId, timeout: float) -> Job:
+        """The job once it has finished (succeeded, quarantined or cancelled), woken by the
+        API as it finishes (``?wait=``); ``TimeoutError`` if it has not after ``timeout``
+        seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self._run(_calls.wait_step(id, deadline))
+            if (done := _calls.waited(job, deadline, id)) is not None:
+                return done
 
     def get(self, id: JobId) -> Job:
         """The job now (``GET /v1/jobs/{id}``); another client's or no job: ApiError 404."""
         return self._run(_calls.get(id))
 
     def cancel(self, id: JobId) -> Job:
-        """Cancels a queued or retrying job and returns it; a job that has ended:
-        ApiError 409 ``not_cancellable``. Sent again only when the API surely did not act
+        """Cancels a queued or retrying job and returns it (``cancelled``); a running job is
+        returned still ``running`` and ends ``cancelled`` once its consumer stopped the handler
+        (202; asked again, the same answer); a job that has ended: ApiError 409
+        ``not_cancellable``. Sent again only when the API surely did not act
         on it (refused connection, 429, 503)."""
         return self._run(_calls.cancel(id))
 

@@ -4,6 +4,7 @@ It follows the transitions of ``core/states.py`` as the SQL of ``db/queries.py``
 move is checked against its transition's source states and lease, a fenced one against the
 lease token, and journaled with the transition's events. Its clock is injected; setting
 ``reachable`` to False makes every call raise ``StoreUnavailable``, like a database that is away.
+``request_cancel`` asks to cancel a running job, as the API does.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from jobrelay.core.execution import (
     PutBack,
     Refusal,
     Refused,
+    Renewal,
 )
 from jobrelay.core.jobs import (
+    Cancelled,
     Job,
     JobRequest,
     JournalEntry,
@@ -38,6 +41,7 @@ from jobrelay.core.jobs import (
     Succeeded,
 )
 from jobrelay.core.states import (
+    CANCEL_RUNNING,
     CLAIM,
     COMPLETE,
     DEFER,
@@ -98,6 +102,17 @@ class InMemoryExecutionStore:
     def events(self, job_id: uuid.UUID) -> list[JobEvent]:
         return [JobEvent(entry.event) for entry in self.journal[job_id]]
 
+    def request_cancel(self, job_id: uuid.UUID) -> bool:
+        """The job's client asks to cancel it while it runs, as ``REQUEST_CANCEL`` does: the
+        request and a `cancel_requested` event the first time. False: it is not running."""
+        job = self.jobs[job_id]
+        if job.state is not JobState.RUNNING:
+            return False
+        if job.cancel_requested_at is None:
+            self.jobs[job_id] = dataclasses.replace(job, cancel_requested_at=self.clock())
+            self._record(job, JobEvent.CANCEL_REQUESTED, job.attempts, "by its client")
+        return True
+
     # --- the port -------------------------------------------------------------------------------
 
     async def claim(
@@ -153,21 +168,27 @@ class InMemoryExecutionStore:
         self._record(job, JobEvent.DUPLICATE_DELIVERY, job.attempts, f"job {job.state}")
         return Refused(Refusal.DUPLICATE, job)
 
-    async def renew(self, job_id: uuid.UUID, lease: LeaseTerms) -> bool:
+    async def renew(self, job_id: uuid.UUID, lease: LeaseTerms) -> Renewal:
         self._reach()
         job = self.jobs.get(job_id)
         if job is None or not self._allows(COMPLETE, job, lease.token):  # held and alive
-            return False
+            return Renewal.LOST
         self.jobs[job_id] = dataclasses.replace(job, lease_until=self._later(lease.seconds))
-        return True
+        return Renewal.HELD if job.cancel_requested_at is None else Renewal.CANCEL_REQUESTED
+
+    async def cancel_requested(self, job_id: uuid.UUID, lease: LeaseTerms) -> bool:
+        self._reach()
+        job = self.jobs.get(job_id)
+        return job is not None and job.lease_token == lease.token and bool(job.cancel_requested_at)
 
     async def finish(
         self, job_id: uuid.UUID, *, lease_token: uuid.UUID, attempt: int, outcome: Outcome
     ) -> Finish:
         self._reach()
         job = self.jobs[job_id]
-        if self._written(job, lease_token, outcome):
-            return Finish.WRITTEN
+        written = self._written(job, lease_token, outcome)
+        if written is not None:
+            return written
         if self._already_done(job, attempt, outcome):
             return Finish.ALREADY
         self._record(job, JobEvent.STALE_COMPLETION_REJECTED, attempt, "lease no longer held")
@@ -221,16 +242,30 @@ class InMemoryExecutionStore:
             finished_at=self.clock(),
         )
 
-    def _written(self, job: Job, lease_token: uuid.UUID, outcome: Outcome) -> bool:
+    def _written(self, job: Job, lease_token: uuid.UUID, outcome: Outcome) -> Finish | None:
+        """Make the outcome's move as ``FINISH_JOBS`` does (None: the lease is not ours)."""
         match outcome:
             case Succeeded(result=result):
                 if not self._allows(COMPLETE, job, lease_token):
-                    return False
+                    return None
                 self._move(job, COMPLETE, finished_at=self.clock())
                 self.results[job.id] = StoredResult(result, job.attempts, self.clock())
+            case RetryLater(error_code=code, error=error) if job.cancel_requested_at:
+                # Its cancel was requested meanwhile: cancelled instead of retried.
+                if not self._allows(CANCEL_RUNNING, job, lease_token):
+                    return None
+                self._move(
+                    job,
+                    CANCEL_RUNNING,
+                    last_error_code=code,
+                    last_error=error,
+                    finished_at=self.clock(),
+                    detail=f"{code}: not retried, its cancel was requested",
+                )
+                return Finish.CANCELLED
             case RetryLater(available_at=available_at, error_code=code, error=error):
                 if not self._allows(RETRY, job, lease_token):
-                    return False
+                    return None
                 self._move(
                     job,
                     RETRY,
@@ -242,9 +277,15 @@ class InMemoryExecutionStore:
                 self.outbox.append((job.id, available_at))
             case Quarantine(reason_code=code, error=error):
                 if not self._allows(QUARANTINE, job, lease_token):
-                    return False
+                    return None
                 self._quarantine(job, QUARANTINE, code, error)
-        return True
+            case Cancelled():
+                if not self._allows(CANCEL_RUNNING, job, lease_token):
+                    return None
+                self._move(
+                    job, CANCEL_RUNNING, finished_at=self.clock(), detail="its cancel was requested"
+                )
+        return Finish.WRITTEN
 
     def _already_done(self, job: Job, attempt: int, outcome: Outcome) -> bool:
         match outcome:
@@ -252,9 +293,12 @@ class InMemoryExecutionStore:
                 stored = self.results.get(job.id)
                 return stored is not None and stored.attempt == attempt
             case RetryLater():
-                return job.state is JobState.RETRYING and job.attempts == attempt
+                ended = (JobState.RETRYING, JobState.CANCELLED)  # cancelled: its cancel was asked
+                return job.state in ended and job.attempts == attempt
             case Quarantine():
                 return job.state is JobState.QUARANTINED and job.attempts == attempt
+            case Cancelled():
+                return job.state is JobState.CANCELLED and job.attempts == attempt
         return False  # pragma: no cover
 
     def _record(self, job: Job, event: JobEvent, attempt: int, detail: str | None) -> None:

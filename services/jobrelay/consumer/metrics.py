@@ -14,9 +14,9 @@ class ConsumerMetrics(ProcessMetrics):
         super().__init__(registry)
         self.deliveries = self.counter(
             "jobrelay_consumer_deliveries_total",
-            "Deliveries handled, by outcome (succeeded, retried, quarantined, duplicate, stale, "
-            "malformed, unknown_job, attempts_exhausted, lease_lost, store_unavailable, "
-            "interrupted).",
+            "Deliveries handled, by outcome (succeeded, retried, quarantined, cancelled, "
+            "duplicate, stale, malformed, unknown_job, attempts_exhausted, lease_lost, "
+            "store_unavailable, interrupted). cancelled: its client cancelled the running job.",
             ["outcome"],
         )
         self.job_duration = self.histogram(

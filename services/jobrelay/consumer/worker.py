@@ -1,5 +1,6 @@
 """One delivery, start to end (docs/life-of-a-job.md, step 3): decode, claim, run under a
 heartbeat, decide, store once, and only then ack or nack — in one place, after processing.
+The heartbeat also carries a client's cancel of the running job to the handler.
 
 The database is the judge of who owns a job: every report is fenced by the claim's lease token,
 and the broker only hears about an outcome after PostgreSQL committed it.
@@ -17,6 +18,7 @@ import random
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -43,9 +45,17 @@ from jobrelay.core.execution import (
     PutBack,
     Refusal,
     Refused,
+    Renewal,
 )
 from jobrelay.core.failures import MESSAGE_MAX_BYTES, Failure, class_name, cut_head, storable
-from jobrelay.core.jobs import Outcome, Quarantine, RetryLater, Succeeded, decide_outcome
+from jobrelay.core.jobs import (
+    Cancelled,
+    Outcome,
+    Quarantine,
+    RetryLater,
+    Succeeded,
+    decide_outcome,
+)
 from jobrelay.core.masking import Masker
 from jobrelay.core.message import Envelope, MalformedMessage
 from jobrelay.core.registry import AsyncHandler, JobContext, JobType, Registry, SyncHandler
@@ -88,6 +98,19 @@ class LeaseLost:
     seconds: float
 
 
+@dataclass(frozen=True)
+class CancelRequested:
+    """The job's client asked to cancel it: the handler was stopped after ``seconds``."""
+
+    seconds: float
+
+
+# How often a running job's heartbeat asks whether its cancel was requested, between renewals.
+CANCEL_POLL_SECONDS = 1.0
+# What the heartbeat returns when it ends an attempt for a cancel (else: why the lease is lost).
+CANCEL = "cancel_requested"
+
+
 class Backoff:
     """Growing, jittered pauses while the database is unreachable: back off, never spin.
 
@@ -117,6 +140,7 @@ class Worker:
         metrics: ConsumerMetrics | None = None,
         *,
         heartbeat_interval: float | None = None,
+        cancel_poll_interval: float | None = None,
         store_patience: float | None = None,
         rng: random.Random | None = None,
         name: str | None = None,
@@ -133,6 +157,8 @@ class Worker:
         self.mask = Masker.from_settings(settings)
         self.metrics = metrics or ConsumerMetrics()
         self.heartbeat_interval = heartbeat_interval or settings.lease_seconds / 3
+        # Between renewals the heartbeat polls for a cancel request this often (``_heartbeat``).
+        self.cancel_poll_interval = cancel_poll_interval or CANCEL_POLL_SECONDS
         # How long a claim or a final write keeps retrying through a database outage before
         # the delivery is requeued instead.
         self.store_patience = store_patience or max(10.0, 2 * settings.lease_seconds)
@@ -272,6 +298,11 @@ class Worker:
         job = claim.job
         extra = {"job_id": str(job.id), "attempt": job.attempts, "type": job.type}
         log.info("claimed", extra={**extra, "event": "claimed"})
+        if job.cancel_requested_at is not None:
+            # Asked of an earlier attempt that ended before it could carry it out (its consumer
+            # crashed or stopped): the handler does not run again.
+            log.info("cancel requested earlier: not run", extra={**extra, "event": CANCEL})
+            return await self._conclude(claim, Cancelled(), job.type, 0.0)
         try:
             job_type, payload = self._resolve(job.type, job.payload)
         except (UnknownJobType, InvalidPayload, PermanentError) as error:
@@ -288,6 +319,9 @@ class Worker:
                 extra={**extra, "event": "lease_lost"},
             )
             return Verdict(Disposition.REQUEUE, "lease_lost", pause=run.reason == "unreachable")
+        if isinstance(run, CancelRequested):
+            log.info("cancel requested: handler stopped", extra={**extra, "event": CANCEL})
+            return await self._conclude(claim, Cancelled(), job.type, run.seconds)
         outcome = decide_outcome(
             attempt=job.attempts,
             max_attempts=job.max_attempts,
@@ -348,7 +382,7 @@ class Worker:
                 "outcome rejected: the lease is no longer ours",
                 extra={**extra, "event": "stale_completion_rejected"},
             )
-        elif isinstance(outcome, Succeeded):
+        elif isinstance(outcome, Succeeded | Cancelled):
             log.info("attempt finished", extra={**extra, "event": verdict.outcome})
         else:
             # The traceback goes with the line (the formatter masks it and cuts it to size).
@@ -356,7 +390,7 @@ class Worker:
                 "attempt failed: %s",
                 outcome.failure.summary() if outcome.failure else outcome.error,
                 exc_info=error,
-                extra={**extra, "event": verdict.outcome, **_outcome_context(outcome)},
+                extra={**extra, "event": verdict.outcome, **_outcome_context(outcome, finish)},
             )
         return verdict
 
@@ -364,7 +398,7 @@ class Worker:
 
     async def _run_under_lease(
         self, claim: Claimed, job_type: JobType, payload: BaseModel, lease_deadline: float
-    ) -> HandlerRun | LeaseLost:
+    ) -> HandlerRun | LeaseLost | CancelRequested:
         job = claim.job
         context = JobContext(
             job_id=job.id,
@@ -381,8 +415,9 @@ class Worker:
         handler = asyncio.create_task(self._call_handler(job_type, context, payload))
         heartbeat: asyncio.Task[str] | None = None
         try:
-            # Most handlers end before the first renewal is due: their heartbeat never starts.
-            await asyncio.wait({handler}, timeout=self._first_renewal_in(lease_deadline))
+            # Most handlers end before the first renewal or cancel poll is due: their heartbeat
+            # never starts.
+            await asyncio.wait({handler}, timeout=self._first_beat_in(lease_deadline))
             if not handler.done():
                 heartbeat = asyncio.create_task(self._heartbeat(claim, lease_deadline))
                 await asyncio.wait({handler, heartbeat}, return_when=asyncio.FIRST_COMPLETED)
@@ -392,15 +427,28 @@ class Worker:
             await cancel_and_wait([handler, *([heartbeat] if heartbeat else [])])
             await _shielded(self._release(claim))
             raise
-        if heartbeat is not None and heartbeat.done():  # it only ends when the lease is gone
-            await cancel_and_wait([handler])
-            return LeaseLost(heartbeat.result(), time.monotonic() - started)
+        if heartbeat is not None and heartbeat.done():  # the lease is gone, or a cancel asked
+            return await self._stop_handler(handler, heartbeat.result(), started)
         if heartbeat is not None:
             await cancel_and_wait([heartbeat])
         return handler.result()
 
-    def _first_renewal_in(self, deadline: float) -> float:
-        return max(0.0, min(self.heartbeat_interval, deadline - time.monotonic()))
+    @staticmethod
+    async def _stop_handler(
+        handler: asyncio.Task[HandlerRun], why: str, started: float
+    ) -> HandlerRun | LeaseLost | CancelRequested:
+        """End an attempt the heartbeat ended: an ``async`` handler is cancelled at its next
+        await; a plain one's thread runs on to its end and its result is dropped. A handler
+        that had ended already reports its own end: a cancel request is moot then."""
+        if why == CANCEL and handler.done():
+            return handler.result()
+        await cancel_and_wait([handler])
+        seconds = time.monotonic() - started
+        return CancelRequested(seconds) if why == CANCEL else LeaseLost(why, seconds)
+
+    def _first_beat_in(self, deadline: float) -> float:
+        first = min(self.heartbeat_interval, self.cancel_poll_interval)
+        return max(0.0, min(first, deadline - time.monotonic()))
 
     async def _call_handler(
         self, job_type: JobType, context: JobContext, payload: BaseModel
@@ -426,25 +474,62 @@ class Worker:
         return HandlerRun(result, None, time.monotonic() - started)
 
     async def _heartbeat(self, claim: Claimed, deadline: float) -> str:
-        """Renew the lease every interval; return (ending the attempt) once it cannot be kept."""
+        """Keep the lease and watch for a cancel request; return (ending the attempt) why the
+        attempt must end: ``CANCEL``, or the lease cannot be kept (``"taken"``,
+        ``"unreachable"``).
+
+        It renews the lease every ``heartbeat_interval`` (lease/3), and the renewal says in the
+        same statement whether a cancel was requested. Between renewals it polls for that alone
+        every ``cancel_poll_interval`` (1 s), so a cancel takes effect within about a second
+        however long the lease. The cost: a renewal writes a row version (and an entry in the
+        index on ``lease_until``), so renewals stay at lease/3; a poll only reads by primary
+        key, and the polls of one consumer's jobs fall on one shared grid of the loop's clock
+        (``_until_next_beat``), where ``ExecutionStore`` makes one statement of them: about one
+        read a second per consumer process, not per running job.
+        """
         job_id, lease = claim.job.id, LeaseTerms(claim.lease_token, self.lease_seconds)
         interval = self.heartbeat_interval
-        # Started when the first renewal is due (``_run_under_lease``): renew at once.
+        renew_at = deadline - self.lease_seconds + interval  # the claim was the last renewal
         while True:
             asked = time.monotonic()
-            try:
-                async with asyncio.timeout(max(0.1, min(interval, deadline - asked))):
-                    renewed = await self.store.renew(job_id, lease)
-            except (StoreUnavailable, TimeoutError):
-                self.metrics.store_errors.inc()
-                if time.monotonic() >= deadline:
-                    return "unreachable"
+            if asked < renew_at:
+                if await self._cancel_requested(job_id, lease):
+                    return CANCEL
             else:
-                if not renewed:
-                    return "taken"
-                deadline = asked + self.lease_seconds
-                self.metrics.lease_renewals.inc()
-            await asyncio.sleep(max(0.01, min(interval, deadline - time.monotonic())))
+                try:
+                    async with asyncio.timeout(max(0.1, min(interval, deadline - asked))):
+                        renewal = await self.store.renew(job_id, lease)
+                except (StoreUnavailable, TimeoutError):
+                    self.metrics.store_errors.inc()
+                    if time.monotonic() >= deadline:
+                        return "unreachable"
+                    renew_at = time.monotonic() + min(interval, self.cancel_poll_interval)
+                else:
+                    if renewal is Renewal.LOST:
+                        return "taken"
+                    self.metrics.lease_renewals.inc()
+                    if renewal is Renewal.CANCEL_REQUESTED:
+                        return CANCEL
+                    deadline, renew_at = asked + self.lease_seconds, asked + interval
+            await asyncio.sleep(self._until_next_beat(renew_at, deadline))
+
+    async def _cancel_requested(self, job_id: uuid.UUID, lease: LeaseTerms) -> bool:
+        """The poll between renewals. A failed one answers no: the next renewal decides."""
+        try:
+            async with asyncio.timeout(self.cancel_poll_interval):
+                return await self.store.cancel_requested(job_id, lease)
+        except (StoreUnavailable, TimeoutError):
+            self.metrics.store_errors.inc()
+            return False
+
+    def _until_next_beat(self, renew_at: float, deadline: float) -> float:
+        """The pause until the next renewal, or the next poll if that comes first. Polls fall
+        on multiples of ``cancel_poll_interval`` of the loop's clock, the same for every
+        heartbeat of this process, so that they wake in one turn of the loop."""
+        now, poll = time.monotonic(), self.cancel_poll_interval
+        loop_now = asyncio.get_running_loop().time()
+        next_poll = (loop_now // poll + 1) * poll - loop_now
+        return max(0.01, min(renew_at - now, next_poll, deadline - now))
 
     async def _release(self, claim: Claimed) -> None:
         # Unreachable database: the lease expires on its own and the dispatcher rescues the job.
@@ -545,6 +630,8 @@ def _holds_nul(value: Any) -> bool:
 def _verdict_for(outcome: Outcome, finish: Finish) -> Verdict:
     if finish is Finish.STALE:
         return Verdict(Disposition.ACK, "stale")
+    if isinstance(outcome, Cancelled) or finish is Finish.CANCELLED:
+        return Verdict(Disposition.ACK, "cancelled")
     if isinstance(outcome, Succeeded):
         return Verdict(Disposition.ACK, "succeeded")
     if isinstance(outcome, RetryLater):
@@ -552,7 +639,9 @@ def _verdict_for(outcome: Outcome, finish: Finish) -> Verdict:
     return Verdict(Disposition.DEAD_LETTER, "quarantined")
 
 
-def _outcome_context(outcome: Outcome) -> dict[str, str]:
+def _outcome_context(outcome: Outcome, finish: Finish) -> dict[str, str]:
+    if isinstance(outcome, RetryLater) and finish is Finish.CANCELLED:  # not retried after all
+        return {"reason": outcome.error_code}
     if isinstance(outcome, RetryLater):
         return {"reason": outcome.error_code, "retry_at": outcome.available_at.isoformat()}
     if isinstance(outcome, Quarantine):

@@ -112,7 +112,7 @@ class IdempotencyConflict(RequestError):
 
 class NotCancellable(RequestError):
     code = "not_cancellable"
-    title = "Only queued or retrying jobs can be cancelled"
+    title = "Only queued, retrying or running jobs can be cancelled"
 
 
 class NotReplayable(RequestError):
@@ -137,3 +137,8 @@ class UnknownJobType(RequestError):
 class InvalidPayload(RequestError):
     code = "invalid_payload"
     title = "The payload does not match the job type's schema"
+
+
+class InvalidSchedule(RequestError):
+    code = "invalid_schedule"
+    title = "Give run_at (RFC 3339 with an offset) or delay_seconds, not both"

@@ -59,6 +59,17 @@ class Finish(StrEnum):
     WRITTEN = "written"
     ALREADY = "already"  # an earlier try of this very write committed; its answer was lost
     STALE = "stale"  # the lease is no longer ours: nothing written but the journal entry
+    # Written as a cancel instead: a retry of a job whose client asked to cancel it while it
+    # ran is not scheduled; the job is `cancelled`.
+    CANCELLED = "cancelled"
+
+
+class Renewal(StrEnum):
+    """What a heartbeat's renewal found."""
+
+    HELD = "held"  # extended
+    CANCEL_REQUESTED = "cancel_requested"  # extended, and its client asked to cancel the job
+    LOST = "lost"  # no longer ours (expired or taken over): nothing extended
 
 
 class Delivery(Protocol):
@@ -139,14 +150,22 @@ class ExecutionStore(Protocol):
         ``delay_seconds`` (attempts untouched), or quarantine it past the patience."""
         ...
 
-    async def renew(self, job_id: uuid.UUID, lease: LeaseTerms) -> bool:
-        """Extend the lease; False when it is no longer ours (expired or taken over)."""
+    async def renew(self, job_id: uuid.UUID, lease: LeaseTerms) -> Renewal:
+        """Extend the lease, and say whether a cancel of the job was requested (one
+        statement); ``LOST`` when it is no longer ours (expired or taken over)."""
+        ...
+
+    async def cancel_requested(self, job_id: uuid.UUID, lease: LeaseTerms) -> bool:
+        """Was a cancel of the job requested while this lease holds it? Read only: the
+        heartbeat asks between renewals (False too when the lease is no longer ours: the next
+        renewal finds that out)."""
         ...
 
     async def finish(
         self, job_id: uuid.UUID, *, lease_token: uuid.UUID, attempt: int, outcome: Outcome
     ) -> Finish:
-        """Carry out a decided outcome once, fenced by the lease token."""
+        """Carry out a decided outcome once, fenced by the lease token (a retry of a job
+        whose cancel was requested: cancelled instead, ``Finish.CANCELLED``)."""
         ...
 
     async def release(self, job_id: uuid.UUID, *, lease_token: uuid.UUID, detail: str) -> bool:

@@ -6,7 +6,8 @@ import random
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from jobrelay.core.errors import HandlerError, PermanentError
@@ -38,20 +39,61 @@ class Job:
     last_error_code: str | None = None
     last_error: str | None = None
     result: dict[str, Any] | None = None
+    run_at: datetime | None = None
+    """The due time the submission asked for; None: due at once."""
+
+    cancel_requested_at: datetime | None = None
+    """A cancel asked while it ran: its consumer cancels the handler."""
+
+
+# The longest delay a submission may ask for: a year.
+MAX_DELAY_SECONDS = 365 * 86400
 
 
 @dataclass(frozen=True)
 class JobRequest:
     """What a client asks for: a job of ``type`` with ``payload`` and an attempt budget, under
-    its idempotency key (the API, ``jobrelay submit`` and the tests all submit one)."""
+    its idempotency key, due at once, at ``run_at`` or ``delay_seconds`` after it is accepted
+    (at most one of them). The API, the client, ``jobrelay.enqueue``, the scheduler and the
+    tests all submit one."""
 
     idempotency_key: str
     type: str
     payload: Any
     max_attempts: int
+    run_at: datetime | None = None
+    delay_seconds: float | None = None
 
-    def as_new_job(self, job_id: uuid.UUID, client_id: uuid.UUID, *, at: datetime) -> Job:
-        """The job just accepted for it: queued, no attempt yet, due ``at``."""
+    def __post_init__(self) -> None:
+        if self.run_at is not None and self.delay_seconds is not None:
+            raise ValueError("run_at and delay_seconds exclude each other")
+        if self.run_at is not None and self.run_at.utcoffset() is None:
+            raise ValueError("run_at needs a time zone offset")
+        if self.delay_seconds is not None and not 0 <= self.delay_seconds <= MAX_DELAY_SECONDS:
+            raise ValueError(f"delay_seconds is 0 to {MAX_DELAY_SECONDS}")
+
+    @property
+    def schedule(self) -> dict[str, Any] | None:
+        """When it asked to run, as the idempotency fingerprint sees it (None: at once). A delay
+        is fingerprinted as asked, not as the time it came to: the same request retried later
+        is still the same request."""
+        if self.run_at is not None:
+            return {"run_at": self.run_at.astimezone(UTC).isoformat()}
+        if self.delay_seconds is not None:
+            return {"delay_seconds": self.delay_seconds}
+        return None
+
+    def as_new_job(
+        self,
+        job_id: uuid.UUID,
+        client_id: uuid.UUID,
+        *,
+        at: datetime,
+        available_at: datetime | None = None,
+    ) -> Job:
+        """The job just accepted for it at ``at``: queued, no attempt yet, due at
+        ``available_at`` (at once when None)."""
+        due = available_at or at
         return Job(
             job_id,
             client_id,
@@ -61,9 +103,10 @@ class JobRequest:
             JobState.QUEUED,
             attempts=0,
             max_attempts=self.max_attempts,
-            available_at=at,
+            available_at=due,
             created_at=at,
             updated_at=at,
+            run_at=due if self.schedule is not None else None,
         )
 
 
@@ -126,7 +169,20 @@ class Quarantine:
     failure: Failure | None = None
 
 
-Outcome = Succeeded | RetryLater | Quarantine
+@dataclass(frozen=True)
+class Cancelled:
+    """Its client asked to cancel the job while it ran, and the handler was stopped (or had
+    not started): no result is kept, no retry scheduled."""
+
+
+Outcome = Succeeded | RetryLater | Quarantine | Cancelled
+
+
+class CancelAnswer(StrEnum):
+    """What a client's cancel (``POST /v1/jobs/{id}/cancel``) did to its job."""
+
+    CANCELLED = "cancelled"  # it was queued or retrying: cancelled now
+    REQUESTED = "requested"  # it is running: its worker stops the handler (asked now or before)
 
 
 def decide_outcome(

@@ -13,12 +13,14 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from jobrelay.core.errors import InvalidPayload, UnknownJobType
+from jobrelay.core.schedules import Schedule, check_every
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ def safe_validation_errors(error: ValidationError) -> list[dict[str, Any]]:
 @dataclass
 class Registry:
     types: dict[str, JobType] = field(default_factory=dict)
+    schedules: dict[str, Schedule] = field(default_factory=dict)
 
     def register(self, job_type: JobType) -> JobType:
         if job_type.name in self.types:
@@ -111,6 +114,60 @@ class Registry:
             return handler
 
         return decorate
+
+    def schedule(
+        self,
+        name: str,
+        *,
+        type: str,
+        payload: BaseModel | dict[str, Any] | None = None,
+        every: int | timedelta | None = None,
+        cron: str | None = None,
+        max_attempts: int | None = None,
+    ) -> Schedule:
+        """A periodic job (``jobrelay.core.schedules``): one job of ``type`` with ``payload``
+        every ``every`` seconds (ticks aligned on the Unix epoch) or at each minute the
+        five-field ``cron`` expression names, in UTC. ``type`` must be registered in this
+        registry already, and ``payload`` (a dict or the type's model) must match its schema.
+        Every mistake is a ``ValueError`` naming the schedule."""
+        if isinstance(payload, BaseModel):
+            payload = payload.model_dump(mode="json")
+        if isinstance(every, timedelta):
+            try:
+                every = check_every(every)
+            except ValueError as error:
+                raise ValueError(f"schedule {name!r}: {error}") from None
+        scheduled = Schedule(
+            name,
+            type,
+            payload if payload is not None else {},
+            every=every,
+            cron=cron,
+            max_attempts=max_attempts,
+        )
+        job_type = self.types.get(type)
+        if job_type is None:
+            raise ValueError(
+                f"schedule {name!r}: unknown job type {type!r} (register it in this registry "
+                "before the schedule)"
+            )
+        try:
+            job_type.payload_model.model_validate(scheduled.payload)
+        except ValidationError as error:
+            problems = "; ".join(
+                f"{'.'.join(item['loc']) or 'payload'}: {item['msg']}"
+                for item in safe_validation_errors(error)
+            )
+            raise ValueError(
+                f"schedule {name!r}: the payload does not match the schema of {type!r}: {problems}"
+            ) from None
+        return self.add_schedule(scheduled)
+
+    def add_schedule(self, schedule: Schedule) -> Schedule:
+        if schedule.name in self.schedules:
+            raise ValueError(f"schedule {schedule.name!r} is declared twice")
+        self.schedules[schedule.name] = schedule
+        return schedule
 
     def get(self, name: str) -> JobType:
         try:

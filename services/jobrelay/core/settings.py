@@ -34,6 +34,8 @@ class Settings(BaseSettings):
     redispatch_after_seconds: float = Field(300.0, ge=0)
 
     max_body_bytes: int = Field(65536, ge=1024)
+    # The body of POST /v1/jobs/batch (up to 1,000 jobs) may be this large.
+    max_batch_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     api_host: str = "127.0.0.1"
     api_port: int = Field(8000, ge=0, le=65535)
     api_workers: int = Field(1, ge=1, le=64)

@@ -34,6 +34,7 @@ class JobEvent(StrEnum):
     CANCELLED = "cancelled"
     DEFERRED = "deferred"  # a consumer did not know the type; due again after a backoff
     REDISPATCHED = "redispatched"  # its message was provably missing and was published again
+    CANCEL_REQUESTED = "cancel_requested"  # of a running job; its consumer cancels the handler
 
 
 class Lease(StrEnum):
@@ -114,6 +115,16 @@ RESCUE = Transition(
     "rescue", _RUNNING, JobState.QUEUED, (JobEvent.LEASE_EXPIRED,), lease=Lease.EXPIRED
 )
 CANCEL = Transition("cancel", _WAITING, JobState.CANCELLED, (JobEvent.CANCELLED,))
+# A running job whose client asked to cancel it (``jobs.cancel_requested_at``): its worker
+# stopped the handler, or its attempt failed with attempts left (no retry is scheduled).
+CANCEL_RUNNING = Transition(
+    "cancel_running",
+    _RUNNING,
+    JobState.CANCELLED,
+    (JobEvent.CANCELLED,),
+    fenced=True,
+    lease=Lease.LIVE,
+)
 REPLAY = Transition(
     "replay", frozenset({JobState.QUARANTINED}), JobState.QUEUED, (JobEvent.REPLAYED,)
 )
@@ -131,6 +142,7 @@ ALL_TRANSITIONS: tuple[Transition, ...] = (
     RELEASE,
     RESCUE,
     CANCEL,
+    CANCEL_RUNNING,
     REPLAY,
 )
 
@@ -145,6 +157,8 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 TERMINAL_STATES: frozenset[JobState] = frozenset(
     {JobState.SUCCEEDED, JobState.QUARANTINED, JobState.CANCELLED}
 )
+# What a client may cancel: `queued` and `retrying` at once, `running` by a request its worker
+# carries out (`POST /v1/jobs/{id}/cancel`).
 CANCELLABLE_STATES: frozenset[JobState] = frozenset(
     source for source, targets in TRANSITIONS.items() if JobState.CANCELLED in targets
 )

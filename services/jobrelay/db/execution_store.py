@@ -5,7 +5,8 @@ answers with, and re-exports).
 Claims and final writes are group commits (``db/group_commit.py``): the deliveries a consumer
 has in flight together share one statement, one round trip and one commit, each row fenced by
 its own lease token. A row the statement did not move takes the rare path alone. Every exit of
-a worker from `running` (success, retry, quarantine) is the one guarded ``FINISH_JOBS``.
+a worker from `running` (success, retry, quarantine, cancel) is the one guarded ``FINISH_JOBS``.
+The heartbeats' cancel polls are grouped the same way (one read for the jobs in flight).
 
 Every write that reports on a job is fenced by the lease token of the claim that made it, so a
 worker whose lease expired and was taken over can never complete, retry or quarantine the job.
@@ -32,15 +33,22 @@ from jobrelay.core.execution import (
     PutBack,
     Refusal,
     Refused,
+    Renewal,
 )
 from jobrelay.core.failures import Failure
-from jobrelay.core.jobs import Outcome, Quarantine, RetryLater, Succeeded
+from jobrelay.core.jobs import Cancelled, Outcome, Quarantine, RetryLater, Succeeded
 from jobrelay.core.states import JobEvent, JobState
 from jobrelay.db import queries as q
 from jobrelay.db.group_commit import GroupCommit
 from jobrelay.db.store import Store, job_from_row
 
 _EXHAUSTED_TEXT = "no attempts left: earlier attempts crashed or lost their lease"
+
+
+@dataclass(frozen=True)
+class _CancelPoll:
+    job_id: uuid.UUID
+    lease_token: uuid.UUID
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,8 @@ class _FinishRequest:
                     error=error,
                     failure=_failure_json(failure),
                 )
+            case Cancelled():
+                return cls(job_id, lease_token, JobState.CANCELLED)
         raise AssertionError(f"unknown outcome {outcome!r}")  # pragma: no cover
 
 
@@ -101,9 +111,11 @@ class ExecutionStore:
         self.store = store
         self._claims = GroupCommit(self._claim_group, max_size=self.GROUP_SIZE)
         self._finishes = GroupCommit(self._finish_group, max_size=self.GROUP_SIZE)
+        self._cancel_polls = GroupCommit(self._cancel_poll_group, max_size=4 * self.GROUP_SIZE)
 
     async def close(self) -> None:
         """Wait for the groups in flight."""
+        await self._cancel_polls.close()
         await self._claims.close()
         await self._finishes.close()
 
@@ -137,9 +149,9 @@ class ExecutionStore:
         claimed = {(row.id, row.lease_token): row for row in rows}
         return [claimed.get((r.job_id, r.lease_token)) for r in requests]
 
-    async def _finish_group(self, requests: Sequence[_FinishRequest]) -> list[bool]:
+    async def _finish_group(self, requests: Sequence[_FinishRequest]) -> list[JobState | None]:
         """One statement carries out every decided outcome of the group whose lease is still
-        held; each request learns whether its row was moved."""
+        held; each request learns the state its row was moved to (None: not moved)."""
         rows = await self.store.fetch_all(
             q.FINISH_JOBS,
             ids=[r.job_id for r in requests],
@@ -151,8 +163,19 @@ class ExecutionStore:
             errors=[r.error for r in requests],
             failures=[r.failure for r in requests],
         )
-        moved = {(row.id, row.asked_token) for row in rows}
-        return [(r.job_id, r.lease_token) in moved for r in requests]
+        # Keyed by outcome too: of two reports under one token (a completion and a cancel in
+        # one group), only the one the statement made is answered as moved.
+        moved = {(row.id, row.asked_token, row.target): JobState(row.ends_as) for row in rows}
+        return [moved.get((r.job_id, r.lease_token, r.target.value)) for r in requests]
+
+    async def _cancel_poll_group(self, requests: Sequence[_CancelPoll]) -> list[bool]:
+        """One read for the group: which of its jobs, under the asking lease, have a cancel
+        requested."""
+        rows = await self.store.fetch_all(
+            q.CANCELS_REQUESTED, ids=list({r.job_id for r in requests})
+        )
+        requested = {(row.id, row.lease_token) for row in rows}
+        return [(r.job_id, r.lease_token) in requested for r in requests]
 
     async def _refusal(
         self, connection: AsyncConnection, job_id: uuid.UUID, lease_token: uuid.UUID
@@ -208,18 +231,30 @@ class ExecutionStore:
             )
             return Refused(Refusal.DUPLICATE, job)
 
-    async def renew(self, job_id: uuid.UUID, lease: LeaseTerms) -> bool:
-        """Extend the lease; False when it is no longer ours (expired or taken over)."""
+    async def renew(self, job_id: uuid.UUID, lease: LeaseTerms) -> Renewal:
+        """Extend the lease, and learn in the same statement whether a cancel was requested;
+        ``LOST`` when it is no longer ours (expired or taken over)."""
         row = await self.store.fetch_one(
             q.RENEW_LEASE, id=job_id, lease_token=lease.token, lease_seconds=lease.seconds
         )
-        return row is not None
+        if row is None:
+            return Renewal.LOST
+        return Renewal.CANCEL_REQUESTED if row.cancel_requested else Renewal.HELD
+
+    async def cancel_requested(self, job_id: uuid.UUID, lease: LeaseTerms) -> bool:
+        """Was a cancel of the job requested while this lease holds it? One read for every
+        job of this consumer that asks in the same turn of the event loop."""
+        return await self._cancel_polls.submit(_CancelPoll(job_id, lease.token))
 
     async def finish(
         self, job_id: uuid.UUID, *, lease_token: uuid.UUID, attempt: int, outcome: Outcome
     ) -> Finish:
-        """Carry out a decided outcome in one transaction, fenced by the lease token."""
-        if await self._write(job_id, lease_token, outcome):
+        """Carry out a decided outcome in one transaction, fenced by the lease token. A retry
+        of a job whose cancel was requested ends it cancelled instead (``Finish.CANCELLED``)."""
+        ends_as = await self._write(job_id, lease_token, outcome)
+        if ends_as is not None:
+            if ends_as is JobState.CANCELLED and not isinstance(outcome, Cancelled):
+                return Finish.CANCELLED
             return Finish.WRITTEN
         async with self.store.transaction() as connection:  # the rare path: why not?
             trace = (await connection.execute(q.ATTEMPT_TRACE, {"id": job_id})).first()
@@ -234,9 +269,12 @@ class ExecutionStore:
             )
             return Finish.STALE
 
-    async def _write(self, job_id: uuid.UUID, lease_token: uuid.UUID, outcome: Outcome) -> bool:
+    async def _write(
+        self, job_id: uuid.UUID, lease_token: uuid.UUID, outcome: Outcome
+    ) -> JobState | None:
         """State, result or retry (a new outbox row), error and journal: one statement for the
-        group, fenced by each row's token (``FINISH_JOBS``)."""
+        group, fenced by each row's token (``FINISH_JOBS``). The state it moved the job to, or
+        None when the lease is no longer ours."""
         return await self._finishes.submit(_FinishRequest.of(job_id, lease_token, outcome))
 
     async def release(self, job_id: uuid.UUID, *, lease_token: uuid.UUID, detail: str) -> bool:
@@ -266,9 +304,13 @@ def _already_done(trace: Any, attempt: int, outcome: Outcome) -> bool:
         case Succeeded():
             return bool(trace.result_attempt == attempt)
         case RetryLater():
-            return bool(trace.state == JobState.RETRYING and trace.attempts == attempt)
+            # A retry ends the job cancelled instead when its cancel was requested.
+            ended = (JobState.RETRYING, JobState.CANCELLED)
+            return bool(trace.state in ended and trace.attempts == attempt)
         case Quarantine():
             return bool(trace.state == JobState.QUARANTINED and trace.attempts == attempt)
+        case Cancelled():
+            return bool(trace.state == JobState.CANCELLED and trace.attempts == attempt)
     return False  # pragma: no cover
 
 
@@ -280,4 +322,6 @@ def _outcome_name(outcome: Outcome) -> str:
             return "retry"
         case Quarantine():
             return "quarantine"
+        case Cancelled():
+            return "cancel"
     return "outcome"  # pragma: no cover

@@ -1,11 +1,12 @@
 """PostgreSQL LISTEN/NOTIFY as a callback, on a connection of its own.
 
-Two channels are listened to: ``queries.OUTBOX_CHANNEL`` (a statement trigger on the outbox:
-new rows wake the dispatcher) and ``queries.CLIENTS_CHANNEL`` (every change of a client's
-tokens: the API's token cache empties). Notifications sent while the connection is down are
-lost: every (re)connect calls ``on_notify`` once in case something was missed, and ``on_state``
-tells the caller when it cannot rely on notifications (the relay polls too; the API then looks
-every token up).
+Three channels are listened to: ``queries.OUTBOX_CHANNEL`` (a statement trigger on the outbox:
+new rows wake the dispatcher), and on one connection per API process ``queries.CLIENTS_CHANNEL``
+(every change of a client's tokens or limit: the API's token cache empties) and
+``queries.FINISHED_CHANNEL`` (a job became terminal: its ``?wait`` requests answer). Notifications
+sent while the connection is down are lost: every (re)connect calls ``on_notify`` once in case
+something was missed, and ``on_state`` tells the caller when it cannot rely on notifications
+(the relay polls too; the API then looks every token up, and waiters poll).
 """
 
 from __future__ import annotations
@@ -35,13 +36,18 @@ class Listener:
         listen: str = q.LISTEN_OUTBOX,
         application_name: str = APPLICATION_NAME,
         on_state: Callable[[bool], None] | None = None,
+        on_message: Callable[[str, str], None] | None = None,
         health_check_seconds: float = 30.0,
         max_backoff_seconds: float = 5.0,
     ) -> None:
+        """``listen``: one or more LISTEN statements. ``on_message(channel, payload)``, when
+        given, receives each notification instead of ``on_notify``, which then only marks a
+        (re)connect."""
         self.url = libpq_url(database_url)
         self.listen = listen
         self.application_name = application_name
         self.on_notify = on_notify
+        self.on_message = on_message
         self.on_state = on_state or (lambda _connected: None)
         self.health_check_seconds = health_check_seconds
         self.max_backoff_seconds = max_backoff_seconds
@@ -79,8 +85,11 @@ class Listener:
             log.info(self.listen, extra={"event": "listener_connected"})
             self.on_notify()  # anything sent while we were away
             while True:
-                async for _notify in connection.notifies(timeout=self.health_check_seconds):
-                    self.on_notify()
+                async for notify in connection.notifies(timeout=self.health_check_seconds):
+                    if self.on_message is None:
+                        self.on_notify()
+                    else:
+                        self.on_message(notify.channel, notify.payload)
                 # A quiet period: make sure the connection is still alive (a half-open TCP
                 # connection would otherwise wait forever).
                 await connection.execute(q.LISTENER_PING)

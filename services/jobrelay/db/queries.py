@@ -16,6 +16,7 @@ from sqlalchemy import TextClause, text
 
 from jobrelay.core.states import (
     CANCEL,
+    CANCEL_RUNNING,
     CLAIM,
     COMPLETE,
     DEFER,
@@ -38,7 +39,8 @@ from jobrelay.core.states import (
 _JOB_COLUMNS = """
     j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, j.state,
     j.attempts, j.max_attempts, j.available_at, j.lease_token, j.lease_until,
-    j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at
+    j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at, j.run_at,
+    j.cancel_requested_at
 """
 
 
@@ -120,6 +122,10 @@ INSERT_CLIENT: TextClause = text(
 # at once by every API process.
 CLIENTS_CHANNEL = "jobrelay_clients"
 LISTEN_CLIENTS = f"LISTEN {CLIENTS_CHANNEL}"
+# A job entered a finished state (trigger jobs_notify_finished, migration 0005); the payload is
+# its id. ``GET /v1/jobs/{id}?wait=`` answers on it.
+FINISHED_CHANNEL = "jobrelay_jobs_finished"
+LISTEN_API = f"LISTEN {CLIENTS_CHANNEL}; LISTEN {FINISHED_CHANNEL}"
 
 # A client's current token, or its previous one until the rotation's grace period ends
 # (``valid_for_seconds``: how long the previous token still works; NULL for the current one).
@@ -196,28 +202,27 @@ SET_CLIENT_RATE_LIMIT: TextClause = text(
 
 # --- rate limits (docs/overload.md) ---------------------------------------------------------
 
-# Take one submission from a client's limit: the generic cell rate algorithm. ``allowed_from``
-# is when the client's limit is next back to empty; a submission fits while that lies at most
-# ``burst`` intervals ahead, and pushes it one interval further. One row per client, in an
-# UNLOGGED table: the update commits without waiting for the WAL flush, and concurrent API
-# processes serialize on the row, so the limit holds across all of them exactly.
-# ``retry_after``: seconds until the next submission fits (meaningful when not allowed).
+# Take ``count`` submissions from a client's limit: the generic cell rate algorithm.
+# ``allowed_from`` is when the client's limit is next back to empty; submissions fit while that
+# lies at most ``:window`` (burst x interval) ahead, and push it ``:cost`` (count x interval)
+# further. One row per client, in an UNLOGGED table: the update commits without waiting for the
+# WAL flush, and concurrent API processes serialize on the row, so the limit holds across all
+# of them exactly. ``retry_after``: seconds until they would fit (meaningful when not allowed).
 TAKE_RATE_TOKEN: TextClause = text(
     """
     WITH taken AS (
         INSERT INTO rate_limits AS r (client_id, allowed_from)
-        VALUES (:client_id, now() + make_interval(secs => CAST(:interval AS float8)))
+        VALUES (:client_id, now() + make_interval(secs => CAST(:cost AS float8)))
         ON CONFLICT (client_id) DO UPDATE
         SET allowed_from = greatest(r.allowed_from, now())
-                           + make_interval(secs => CAST(:interval AS float8))
-        WHERE greatest(r.allowed_from, now()) + make_interval(secs => CAST(:interval AS float8))
-              <= now() + make_interval(secs => CAST(:interval AS float8) * CAST(:burst AS int))
+                           + make_interval(secs => CAST(:cost AS float8))
+        WHERE greatest(r.allowed_from, now()) + make_interval(secs => CAST(:cost AS float8))
+              <= now() + make_interval(secs => CAST(:window AS float8))
         RETURNING 1
     )
     SELECT EXISTS (SELECT 1 FROM taken) AS allowed,
-           (SELECT EXTRACT(EPOCH FROM greatest(allowed_from, now()) + make_interval(
-                       secs => CAST(:interval AS float8) * (1 - CAST(:burst AS int))) - now()
-                   )::float8
+           (SELECT EXTRACT(EPOCH FROM greatest(allowed_from, now()) - now())::float8
+                   + CAST(:cost AS float8) - CAST(:window AS float8)
             FROM rate_limits WHERE client_id = :client_id) AS retry_after
     """
 )
@@ -232,6 +237,18 @@ LIST_CLIENTS: TextClause = text(
     """
 )
 
+# The client ``jobrelay.enqueue`` names by id (:id, NULL when not a uuid) or name (:name, NULL
+# when given a uuid); a name that is also another client's id means the id's client.
+CLIENT_BY_ID_OR_NAME: TextClause = text(
+    """
+    SELECT id, name, disabled_at IS NOT NULL AS disabled
+    FROM clients
+    WHERE id = CAST(:id AS uuid) OR name = CAST(:name AS text)
+    ORDER BY (id = CAST(:id AS uuid)) IS TRUE DESC
+    LIMIT 1
+    """
+)
+
 # --- accept (docs/life-of-a-job.md, "1. Accept") --------------------------------------------
 
 # One statement writes the job, its outbox row and the `received` event: they commit together
@@ -243,9 +260,12 @@ ACCEPT_JOB: TextClause = text(
     """
     WITH j AS (
         INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload,
-                          max_attempts)
-        VALUES (:id, :client_id, :idempotency_key, :request_hash, :type,
-                CAST(:payload AS jsonb), :max_attempts)
+                          max_attempts, run_at, available_at)
+        SELECT :id, :client_id, :idempotency_key, :request_hash, :type,
+               CAST(:payload AS jsonb), :max_attempts, due.at, coalesce(due.at, now())
+        FROM (SELECT coalesce(CAST(:run_at AS timestamptz),
+                              now() + make_interval(secs => CAST(:delay_seconds AS float8)))
+                     AS at) AS due
         ON CONFLICT (client_id, idempotency_key) DO NOTHING
         RETURNING id, created_at, updated_at, available_at
     ), new_outbox AS (
@@ -257,6 +277,44 @@ ACCEPT_JOB: TextClause = text(
     """
 )
 
+# A batch's new jobs in one statement (``POST /v1/jobs/batch``): the same rows as ACCEPT_JOB,
+# one per element of the arrays. A key that exists (or repeats within the batch) inserts
+# nothing and comes back in no row; the caller reads those jobs with JOBS_BY_KEYS.
+ACCEPT_JOBS: TextClause = text(
+    """
+    WITH asked AS (
+        SELECT a.*, coalesce(a.run_at, now() + make_interval(secs => a.delay_seconds)) AS due
+        FROM unnest(CAST(:ids AS uuid[]), CAST(:idempotency_keys AS text[]),
+                    CAST(:request_hashes AS text[]), CAST(:types AS text[]),
+                    CAST(:payloads AS jsonb[]), CAST(:max_attempts AS int[]),
+                    CAST(:run_ats AS timestamptz[]), CAST(:delays AS float8[]))
+             AS a(id, idempotency_key, request_hash, type, payload, max_attempts, run_at,
+                  delay_seconds)
+    ), j AS (
+        INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload,
+                          max_attempts, run_at, available_at)
+        SELECT id, :client_id, idempotency_key, request_hash, type, payload, max_attempts,
+               due, coalesce(due, now())
+        FROM asked
+        ON CONFLICT (client_id, idempotency_key) DO NOTHING
+        RETURNING id, idempotency_key, created_at, available_at
+    ), new_outbox AS (
+        INSERT INTO outbox (job_id, available_at) SELECT id, available_at FROM j
+    ), new_event AS (
+        INSERT INTO job_events (job_id, event, attempt) SELECT id, 'received', 0 FROM j
+    )
+    SELECT id, idempotency_key, created_at, available_at FROM j
+    """
+)
+
+JOBS_BY_KEYS: TextClause = text(
+    f"""
+    SELECT {_JOB_COLUMNS}, r.result
+    FROM jobs j LEFT JOIN job_results r ON r.job_id = j.id
+    WHERE j.client_id = :client_id AND j.idempotency_key = ANY(CAST(:idempotency_keys AS text[]))
+    """
+)
+
 JOB_BY_KEY: TextClause = text(
     f"""
     SELECT {_JOB_COLUMNS}, r.result
@@ -264,6 +322,14 @@ JOB_BY_KEY: TextClause = text(
     WHERE j.client_id = :client_id AND j.idempotency_key = :idempotency_key
     """
 )
+
+# --- periodic schedules (jobrelay/dispatcher/scheduler.py) -------------------------------------
+
+# The built-in client that owns the jobs of schedules (migration 0005), by name.
+SCHEDULER_CLIENT_ID: TextClause = text("SELECT id FROM clients WHERE name = :name")
+
+# The database's clock: every dispatcher reads the ticks of schedules on the same one.
+DATABASE_NOW: TextClause = text("SELECT clock_timestamp() AS now")
 
 # --- reading jobs ---------------------------------------------------------------------------
 
@@ -313,6 +379,29 @@ CANCEL_JOB: TextClause = text(
         SELECT id, 'cancelled', attempts, :detail FROM cancelled
     )
     SELECT id FROM cancelled
+    """
+)
+
+# A cancel of a running job is a request its worker carries out (docs/states.md,
+# `cancel_running`): ``cancel_requested_at`` and a `cancel_requested` event, the first time
+# only. Not a transition: the state is the worker's to change. Its row comes back whether
+# the request is new (``first``) or was made before; no row: the job is not running.
+REQUEST_CANCEL: TextClause = text(
+    """
+    WITH running AS (
+        SELECT id, attempts, cancel_requested_at IS NULL AS first FROM jobs
+        WHERE id = :id AND (CAST(:client_id AS uuid) IS NULL OR client_id = :client_id)
+          AND state = 'running'
+        FOR UPDATE
+    ), requested AS (
+        UPDATE jobs j SET cancel_requested_at = now(), updated_at = now()
+        FROM running r WHERE j.id = r.id AND r.first
+        RETURNING j.id, j.attempts
+    ), event AS (
+        INSERT INTO job_events (job_id, event, attempt, detail)
+        SELECT id, 'cancel_requested', attempts, :detail FROM requested
+    )
+    SELECT id, first FROM running
     """
 )
 
@@ -584,16 +673,28 @@ RENEW_LEASE: TextClause = text(
     """
     UPDATE jobs SET lease_until = now() + make_interval(secs => :lease_seconds)
     WHERE id = :id AND lease_token = :lease_token AND state = 'running' AND lease_until > now()
-    RETURNING lease_until
+    RETURNING lease_until, cancel_requested_at IS NOT NULL AS cancel_requested
+    """
+)
+
+# The heartbeat's poll between renewals, for a group of running jobs: which of them (by id and
+# lease token) have a cancel requested. Read only: no row version, no WAL, no dead tuple.
+CANCELS_REQUESTED: TextClause = text(
+    """
+    SELECT id, lease_token FROM jobs
+    WHERE id = ANY(CAST(:ids AS uuid[])) AND cancel_requested_at IS NOT NULL
     """
 )
 
 # Every exit of a worker from `running`, for a group of jobs: each row's decided outcome (its
-# :targets entry: succeeded, retrying or quarantined) with its state, result or retry (a new
-# outbox row), error and journal entry, all in one statement, and only while that row's lease is
-# the worker's and alive. The rows moved come back as (id, asked_token): two reports on one job in
-# a group (a stale worker's and the owner's) are told apart by token. A row not moved (a stale
-# lease) is looked into by its own caller. Arrays unused by an outcome hold NULL for its row.
+# :targets entry: succeeded, retrying, quarantined or cancelled) with its state, result or retry
+# (a new outbox row), error and journal entry, all in one statement, and only while that row's
+# lease is the worker's and alive. A retry of a job whose client asked to cancel it meanwhile
+# ends it `cancelled` instead (``ends_as``; no outbox row). The rows moved come back as (id,
+# asked_token, target, ends_as): two reports on one job in a group (a stale worker's and the
+# owner's) are told apart by token and target. A row not moved (a stale lease) is looked into
+# by its own caller.
+# Arrays unused by an outcome hold NULL for its row.
 FINISH_JOBS: TextClause = text(
     f"""
     WITH asked AS (
@@ -604,45 +705,58 @@ FINISH_JOBS: TextClause = text(
                       AS a(job_id, asked_token, target, result, retry_at, error_code, error,
                            failure)
     ), locked AS (
-        SELECT id FROM jobs WHERE id IN (SELECT job_id FROM asked) ORDER BY id FOR UPDATE
+        SELECT id, cancel_requested_at IS NOT NULL AS cancel_requested
+        FROM jobs WHERE id IN (SELECT job_id FROM asked) ORDER BY id FOR UPDATE
+    ), decided AS (
+        SELECT a.*, CASE WHEN a.target = '{RETRY.target}' AND l.cancel_requested
+                         THEN '{CANCEL_RUNNING.target}' ELSE a.target END AS ends_as
+        FROM locked l JOIN asked a ON a.job_id = l.id
     ), moved AS (
         UPDATE jobs j
-        SET state = CASE a.target WHEN '{COMPLETE.target}' THEN '{COMPLETE.target}'
-                                  WHEN '{RETRY.target}' THEN '{RETRY.target}'
-                                  WHEN '{QUARANTINE.target}' THEN '{QUARANTINE.target}' END,
+        SET state = CASE a.ends_as WHEN '{COMPLETE.target}' THEN '{COMPLETE.target}'
+                                   WHEN '{RETRY.target}' THEN '{RETRY.target}'
+                                   WHEN '{QUARANTINE.target}' THEN '{QUARANTINE.target}'
+                                   WHEN '{CANCEL_RUNNING.target}' THEN '{CANCEL_RUNNING.target}'
+                    END,
             lease_token = NULL, lease_until = NULL,
-            available_at = coalesce(a.retry_at, j.available_at),
+            available_at = CASE WHEN a.ends_as = '{RETRY.target}' THEN a.retry_at
+                                ELSE j.available_at END,
             last_error_code = coalesce(a.error_code, j.last_error_code),
             last_error = coalesce(a.error, j.last_error),
-            finished_at = CASE WHEN a.target <> '{RETRY.target}' THEN now() END,
+            finished_at = CASE WHEN a.ends_as <> '{RETRY.target}' THEN now() END,
             updated_at = now()
-        FROM locked l JOIN asked a ON a.job_id = l.id
-        WHERE j.id = l.id AND {_shared_guard((COMPLETE, RETRY, QUARANTINE), "a.asked_token")}
-        RETURNING j.id, j.attempts, j.available_at, a.asked_token, a.target, a.result,
-                  a.error_code, a.failure
+        FROM decided a
+        WHERE j.id = a.job_id
+          AND {_shared_guard((COMPLETE, RETRY, QUARANTINE, CANCEL_RUNNING), "a.asked_token")}
+        RETURNING j.id, j.attempts, j.available_at, a.asked_token, a.target, a.ends_as,
+                  a.result, a.error_code, a.failure
     ), stored AS (
         INSERT INTO job_results (job_id, result, attempt)
         SELECT id, CAST(result AS jsonb), attempts FROM moved
-        WHERE target = '{COMPLETE.target}'
+        WHERE ends_as = '{COMPLETE.target}'
     ), new_outbox AS (
         INSERT INTO outbox (job_id, available_at)
-        SELECT id, available_at FROM moved WHERE target = '{RETRY.target}'
+        SELECT id, available_at FROM moved WHERE ends_as = '{RETRY.target}'
     ), event AS (
         INSERT INTO job_events (job_id, event, attempt, detail, error)
-        SELECT id, CASE target WHEN '{COMPLETE.target}' THEN 'succeeded'
-                               WHEN '{RETRY.target}' THEN 'retry_scheduled'
-                               WHEN '{QUARANTINE.target}' THEN 'quarantined' END,
+        SELECT id, CASE ends_as WHEN '{COMPLETE.target}' THEN 'succeeded'
+                                WHEN '{RETRY.target}' THEN 'retry_scheduled'
+                                WHEN '{QUARANTINE.target}' THEN 'quarantined'
+                                WHEN '{CANCEL_RUNNING.target}' THEN 'cancelled' END,
                attempts,
-               CASE target
-                   WHEN '{RETRY.target}' THEN
+               CASE
+                   WHEN ends_as = '{RETRY.target}' THEN
                        error_code || ': retry at '
                        || to_char(available_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
-                   WHEN '{QUARANTINE.target}' THEN error_code
+                   WHEN target = '{RETRY.target}' THEN
+                       error_code || ': not retried, its cancel was requested'
+                   WHEN target = '{QUARANTINE.target}' THEN error_code
+                   WHEN target = '{CANCEL_RUNNING.target}' THEN 'its cancel was requested'
                END,
                CAST(failure AS jsonb)
         FROM moved
     )
-    SELECT id, asked_token FROM moved
+    SELECT id, asked_token, target, ends_as FROM moved
     """
 )
 
@@ -723,7 +837,8 @@ REPLAY_JOB: TextClause = text(
     WITH r AS (
         UPDATE jobs
         SET state = '{REPLAY.target}', max_attempts = attempts + :budget, available_at = now(),
-            finished_at = NULL, updated_at = now(), type_unknown_since = NULL
+            finished_at = NULL, updated_at = now(), type_unknown_since = NULL,
+            cancel_requested_at = NULL  -- a cancel asked of an earlier attempt is not the replay's
         WHERE id = :id AND {_guard(REPLAY)}
         RETURNING id, attempts, available_at
     ), new_outbox AS (
@@ -857,7 +972,7 @@ STATE_WRITES: dict[str, tuple[Transition, ...]] = {
     "RESCUE_EXPIRED_LEASES": (RESCUE,),
     "CLAIM_JOBS": (CLAIM, RECLAIM),
     "QUARANTINE_EXHAUSTED": (EXHAUST,),
-    "FINISH_JOBS": (COMPLETE, RETRY, QUARANTINE),
+    "FINISH_JOBS": (COMPLETE, RETRY, QUARANTINE, CANCEL_RUNNING),
     "DEFER_UNKNOWN_TYPE": (DEFER, UNKNOWN_TYPE),
     "RELEASE_LEASE": (RELEASE,),
     "REPLAY_JOB": (REPLAY,),

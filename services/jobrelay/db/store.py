@@ -7,7 +7,7 @@ Each public method is one short transaction. Connection failures surface as
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,8 +22,8 @@ from sqlalchemy.util import greenlet_spawn
 from jobrelay.core.clients import Client, ClientChange, ClientListing, RateLimit
 from jobrelay.core.fingerprint import canonical_json, request_hash_of_json
 from jobrelay.core.ids import new_id
-from jobrelay.core.jobs import Job, JobRequest, JournalEntry
-from jobrelay.core.states import JobState
+from jobrelay.core.jobs import CancelAnswer, Job, JobRequest, JournalEntry
+from jobrelay.core.states import TERMINAL_STATES, JobState
 from jobrelay.core.stats import (
     BROKER_BLOCK_FRESH_SECONDS,
     BrokerBlock,
@@ -73,6 +73,8 @@ def job_from_row(row: Any) -> Job:
         last_error_code=data["last_error_code"],
         last_error=data["last_error"],
         result=data.get("result"),
+        run_at=data.get("run_at"),
+        cancel_requested_at=data.get("cancel_requested_at"),
     )
 
 
@@ -214,11 +216,17 @@ class Store:
         )
         return None if row is None else row.id
 
-    async def take_rate_token(self, client_id: uuid.UUID, limit: RateLimit) -> float | None:
-        """Count one submission against the client's limit: None when it fits, otherwise the
-        seconds until one will (nothing is counted then)."""
+    async def take_rate_token(
+        self, client_id: uuid.UUID, limit: RateLimit, count: int = 1
+    ) -> float | None:
+        """Count ``count`` submissions against the client's limit (at most a burst: a batch
+        larger than that counts as one burst): None when they fit, otherwise the seconds until
+        they will (nothing is counted then)."""
         row = await self.fetch_one(
-            q.TAKE_RATE_TOKEN, client_id=client_id, interval=limit.interval, burst=limit.burst
+            q.TAKE_RATE_TOKEN,
+            client_id=client_id,
+            cost=limit.interval * min(count, limit.burst),
+            window=limit.interval * limit.burst,
         )
         assert row is not None
         return None if row.allowed else max(0.0, row.retry_after or 0.0)
@@ -257,7 +265,7 @@ class Store:
 
     async def accept_job(self, client_id: uuid.UUID, request: JobRequest) -> AcceptResult:
         payload_json = canonical_json(request.payload)  # serialized once: stored, fingerprinted
-        fingerprint = request_hash_of_json(request.type, payload_json)
+        fingerprint = request_hash_of_json(request.type, payload_json, request.schedule)
         # Two statements, each atomic: the insert of job + outbox + event, then (only when the
         # key existed) a read of the existing job. ON CONFLICT waits for a concurrent insert of
         # the same key to commit, so the read finds it, unless retention deleted that job in
@@ -273,9 +281,13 @@ class Store:
                 type=request.type,
                 payload=payload_json,
                 max_attempts=request.max_attempts,
+                run_at=request.run_at,
+                delay_seconds=request.delay_seconds,
             )
             if inserted is not None:
-                job = request.as_new_job(job_id, client_id, at=inserted.created_at)
+                job = request.as_new_job(
+                    job_id, client_id, at=inserted.created_at, available_at=inserted.available_at
+                )
                 return AcceptResult(job=job, created=True, conflict=False)
             existing = await self.fetch_one(
                 q.JOB_BY_KEY, client_id=client_id, idempotency_key=request.idempotency_key
@@ -284,6 +296,72 @@ class Store:
                 conflict = existing.request_hash != fingerprint
                 return AcceptResult(job=job_from_row(existing), created=False, conflict=conflict)
         raise RuntimeError("an idempotency key's job kept vanishing between insert and read")
+
+    async def accept_jobs(
+        self, client_id: uuid.UUID, requests: Sequence[JobRequest]
+    ) -> list[AcceptResult]:
+        """Many submissions at once, each with the rules of ``accept_job``; one result per
+        request, in order. The new jobs are written in one transaction: all of them or none."""
+        payloads = [canonical_json(request.payload) for request in requests]
+        fingerprints = [
+            request_hash_of_json(request.type, payload, request.schedule)
+            for request, payload in zip(requests, payloads, strict=True)
+        ]
+        ids = [new_id() for _ in requests]
+        keys = [request.idempotency_key for request in requests]
+        async with self.transaction() as connection:
+            inserted = {
+                row.idempotency_key: row
+                for row in await connection.execute(
+                    q.ACCEPT_JOBS,
+                    {
+                        "client_id": client_id,
+                        "ids": ids,
+                        "idempotency_keys": keys,
+                        "request_hashes": fingerprints,
+                        "types": [request.type for request in requests],
+                        "payloads": payloads,
+                        "max_attempts": [request.max_attempts for request in requests],
+                        "run_ats": [request.run_at for request in requests],
+                        "delays": [request.delay_seconds for request in requests],
+                    },
+                )
+            }
+            # Keys that existed, or came twice in this batch: their jobs as they are now.
+            existing = {
+                row.idempotency_key: row
+                for row in await connection.execute(
+                    q.JOBS_BY_KEYS,
+                    {
+                        "client_id": client_id,
+                        "idempotency_keys": [key for key in keys if key not in inserted],
+                    },
+                )
+            }
+        results: list[AcceptResult | None] = [None] * len(requests)
+        position = {job_id: index for index, job_id in enumerate(ids)}
+        for row in inserted.values():  # the items that made their key's job
+            index = position[row.id]
+            job = requests[index].as_new_job(
+                row.id, client_id, at=row.created_at, available_at=row.available_at
+            )
+            results[index] = AcceptResult(job=job, created=True, conflict=False)
+        for index, (request, key) in enumerate(zip(requests, keys, strict=True)):
+            if results[index] is not None:
+                continue
+            if key in inserted:  # the key came again in this batch: the job just made
+                maker = position[inserted[key].id]
+                made = results[maker]
+                assert made is not None
+                conflict = fingerprints[maker] != fingerprints[index]
+                results[index] = AcceptResult(job=made.job, created=False, conflict=conflict)
+            elif key in existing:
+                conflict = existing[key].request_hash != fingerprints[index]
+                job = job_from_row(existing[key])
+                results[index] = AcceptResult(job=job, created=False, conflict=conflict)
+            else:  # retention deleted the key's job meanwhile: the key is free again
+                results[index] = await self.accept_job(client_id, request)
+        return [result for result in results if result is not None]
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -316,9 +394,23 @@ class Store:
 
     async def cancel_job(
         self, job_id: uuid.UUID, *, client_id: uuid.UUID | None, detail: str
-    ) -> bool:
-        row = await self.fetch_one(q.CANCEL_JOB, id=job_id, client_id=client_id, detail=detail)
-        return row is not None
+    ) -> CancelAnswer | None:
+        """Cancel a queued or retrying job at once, or ask the worker of a running one to stop
+        it (recorded once: asked again, the same answer). None: no such job (of this client),
+        or it has finished. ``detail`` goes with the journal entry.
+
+        Each statement is guarded on the states it expects; a job that moved between the two
+        (claimed, or its retry scheduled) is tried again."""
+        for _ in range(3):  # each retry means the job moved meanwhile: it soon stops moving
+            arguments = {"id": job_id, "client_id": client_id, "detail": detail}
+            if await self.fetch_one(q.CANCEL_JOB, **arguments) is not None:
+                return CancelAnswer.CANCELLED
+            if await self.fetch_one(q.REQUEST_CANCEL, **arguments) is not None:
+                return CancelAnswer.REQUESTED
+            job = await self.get_job(job_id, client_id=client_id)
+            if job is None or job.state in TERMINAL_STATES:
+                return None
+        return None
 
     # --- stats ------------------------------------------------------------------------------
 

@@ -123,6 +123,10 @@ jobs = Table(
     _moment("finished_at"),
     # When a consumer first met this job's type without knowing it (cleared by a claim).
     _moment("type_unknown_since"),
+    # The due time the submission asked for (run_at, delay_seconds); empty: due at once.
+    _moment("run_at"),
+    # A cancel asked of this job while it ran; its consumer's heartbeat carries it.
+    _moment("cancel_requested_at"),
     UniqueConstraint("client_id", "idempotency_key"),
     CheckConstraint(_in_list("state", JOB_STATES), name="state_known"),
     CheckConstraint(

@@ -69,6 +69,12 @@ class DispatcherMetrics(ProcessMetrics):
             PREFIX + "broker_blocks",
             "Times the broker blocked publishing.",
         )
+        self.scheduled = self.counter(
+            PREFIX + "scheduled_jobs",
+            "Jobs made by periodic schedules (one a tick, whichever dispatcher made it), by "
+            "schedule.",
+            ["schedule"],
+        )
         self.listener_connected = self.gauge(
             PREFIX + "listener_connected",
             "1 while the LISTEN connection for new outbox rows is up.",

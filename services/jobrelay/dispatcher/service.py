@@ -11,13 +11,18 @@ import signal
 import socket
 
 from jobrelay.broker.publisher import Publisher
+from jobrelay.core.errors import ConfigurationError
+from jobrelay.core.registry import Registry
 from jobrelay.core.settings import Settings, mask_url, parse_type_queues
 from jobrelay.db.listener import Listener
 from jobrelay.db.relay_store import RelayStore
+from jobrelay.db.schedule_store import ScheduleStore
 from jobrelay.db.store import Store
 from jobrelay.dispatcher.housekeeping import Housekeeper
 from jobrelay.dispatcher.metrics import DispatcherMetrics
 from jobrelay.dispatcher.relay import Relay, RelayConfig
+from jobrelay.dispatcher.scheduler import Scheduler, scheduler_config
+from jobrelay.handlers.loading import registry_for
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +45,16 @@ def relay_config(settings: Settings) -> RelayConfig:
 
 
 class Dispatcher:
-    """One dispatcher: the relay loop and its listener. ``run()`` returns after ``stop()``."""
+    """One dispatcher: the relay loop, its listener and the scheduler of the registry's
+    periodic schedules (``registry``: JOBRELAY_HANDLERS when None). ``run()`` returns after
+    ``stop()``."""
 
-    def __init__(self, settings: Settings, metrics: DispatcherMetrics | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: DispatcherMetrics | None = None,
+        registry: Registry | None = None,
+    ) -> None:
         self.settings = settings
         self.metrics = metrics or DispatcherMetrics()
         self.store = Store.connect(
@@ -67,24 +79,47 @@ class Dispatcher:
         self.listener = Listener(
             settings.database_url, self.relay.wake, on_state=self.metrics.listener_connected.set
         )
+        self.scheduler = Scheduler(
+            ScheduleStore(self.store),
+            registry if registry is not None else registry_for(settings),
+            scheduler_config(settings),
+            self.metrics,
+        )
 
     def stop(self) -> None:
         self.relay.stop()
 
     async def run(self) -> None:
         listening = asyncio.create_task(self.listener.run(), name="dispatcher-listener")
+        scheduling = asyncio.create_task(
+            self.scheduler.run(self.relay.stopping), name="dispatcher-scheduler"
+        )
         try:
             await self.relay.run()
         finally:
             listening.cancel()
-            await asyncio.gather(listening, return_exceptions=True)
+            scheduling.cancel()
+            await asyncio.gather(listening, scheduling, return_exceptions=True)
             await self.housekeeper.close()
             await self.publisher.close()
             await self.store.close()
 
 
-async def run_dispatcher(settings: Settings) -> int:
-    dispatcher = Dispatcher(settings)
+async def run_dispatcher(settings: Settings, handlers: str | None = None) -> int:
+    """The ``jobrelay dispatcher`` command; ``handlers`` (``--handlers``) overrides
+    JOBRELAY_HANDLERS, whose schedules this dispatcher makes."""
+    try:
+        registry = registry_for(settings, handlers)
+    except (ConfigurationError, ValueError) as error:
+        log.error("cannot start: %s", error, extra={"event": "configuration_error"})
+        return 2
+    log.info(
+        "schedules: %s",
+        ", ".join(f"{s.name} ({s.type}, {s.timing})" for s in registry.schedules.values())
+        or "none",
+        extra={"event": "schedules", "schedules": ",".join(sorted(registry.schedules))},
+    )
+    dispatcher = Dispatcher(settings, registry=registry)
     if settings.metrics_port:
         dispatcher.metrics.serve(settings.metrics_port)
     loop = asyncio.get_running_loop()

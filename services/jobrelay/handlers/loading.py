@@ -41,8 +41,10 @@ def load_registry(spec: str = "", *, builtins: bool = True) -> Registry:
         )
     combined = Registry()
     defined_by: dict[str, str] = {}
+    scheduled_by: dict[str, str] = {}
     for source in sources:
-        for job_type in import_registry(source):
+        imported = import_registry(source)
+        for job_type in imported:
             known = combined.types.get(job_type.name)
             if known is job_type:
                 continue
@@ -53,6 +55,17 @@ def load_registry(spec: str = "", *, builtins: bool = True) -> Registry:
                 )
             combined.register(job_type)
             defined_by[job_type.name] = source
+        for schedule in imported.schedules.values():
+            declared = combined.schedules.get(schedule.name)
+            if declared is schedule:
+                continue
+            if declared is not None:
+                raise ConfigurationError(
+                    f"schedule {schedule.name!r} is declared twice: by "
+                    f"{scheduled_by[schedule.name]} and by {source}"
+                )
+            combined.add_schedule(schedule)
+            scheduled_by[schedule.name] = source
     return combined
 
 
@@ -68,6 +81,8 @@ def import_registry(spec: str) -> Registry:
         raise ConfigurationError(
             f"cannot import handlers module {module_name!r} (from {os.getcwd()}): {error}"
         ) from None
+    except ValueError as error:  # a job type or a schedule declared wrongly in it
+        raise ConfigurationError(f"handlers module {module_name!r}: {error}") from None
     registry = getattr(module, attribute, None)
     if not isinstance(registry, Registry):
         raise ConfigurationError(f"{spec!r} is not a jobrelay Registry")

@@ -29,3 +29,6 @@ LIVE_STATES_0003 = ("queued", "running", "retrying")
 def in_list(column: str, values: Sequence[str]) -> str:
     """``column IN ('a', 'b')``: the text of a CHECK constraint."""
     return f"{column} IN ({', '.join(repr(value) for value in values)})"
+
+
+EVENTS_0005 = (*EVENTS_0002, "cancel_requested")

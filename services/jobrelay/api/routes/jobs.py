@@ -7,6 +7,7 @@ import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
+from pydantic import ValidationError
 
 from jobrelay.api import openapi
 from jobrelay.api.deps import (
@@ -18,32 +19,40 @@ from jobrelay.api.deps import (
     PageDep,
     StoreDep,
 )
-from jobrelay.api.metrics import ApiMetrics
 from jobrelay.api.openapi import problem_responses
+from jobrelay.api.problems import (
+    problem_document,
+    request_error_document,
+    status_of,
+    validation_errors,
+)
 from jobrelay.api.schemas import (
     NO_NUL,
+    BatchAnswer,
+    BatchItem,
+    BatchResult,
     EventList,
     EventView,
     JobPage,
     JobView,
+    SubmitBatch,
     SubmitJob,
     TraceView,
     job_location,
 )
-from jobrelay.core.clients import RateLimit
+from jobrelay.api.shedding import overloaded
+from jobrelay.api.submission import count_outcome, job_request, take_rate_limit
+from jobrelay.api.waiting import MAX_WAIT_SECONDS, FinishWaiters, TooManyWaiters
 from jobrelay.core.errors import (
     IdempotencyConflict,
-    IdempotencyKeyInvalid,
     JobNotFound,
     NotCancellable,
-    RateLimited,
+    RequestError,
 )
-from jobrelay.core.jobs import JobRequest, is_valid_idempotency_key
-from jobrelay.core.registry import Registry
-from jobrelay.core.settings import Settings
+from jobrelay.core.jobs import CancelAnswer, JobRequest
 from jobrelay.core.states import JobState
 from jobrelay.core.trace import trace_document
-from jobrelay.db.store import Store
+from jobrelay.db.store import AcceptResult, Store
 
 log = logging.getLogger("jobrelay.api")
 
@@ -85,33 +94,13 @@ async def submit_job(
         ),
     ],
 ) -> Response:
-    if not is_valid_idempotency_key(idempotency_key):
-        raise IdempotencyKeyInvalid()
-    registry: Registry = request.app.state.registry
-    registry.validate_payload(body.type, body.payload)
-    settings: Settings = request.app.state.settings
-    max_attempts = body.max_attempts or registry.max_attempts_for(body.type, settings.max_attempts)
+    asked = job_request(request, idempotency_key, body)
+    await take_rate_limit(request, client)
     # From the app's state rather than a StoreDep: one dependency fewer to solve on the
     # hot path.
     store: Store = request.app.state.store
-    metrics: ApiMetrics = request.app.state.metrics
-    limit: RateLimit | None = client.rate_limit or request.app.state.rate_limit
-    if limit is not None:
-        # Counted before anything is written: a limited submission leaves no trace.
-        wait = await store.take_rate_token(client.id, limit)
-        if wait is not None:
-            raise RateLimited(wait, limit.describe())
-    accepted = await store.accept_job(
-        client.id,
-        JobRequest(idempotency_key, body.type, body.payload, max_attempts),
-    )
-    if accepted.conflict:
-        metrics.submissions(body.type, "conflict").inc()
-        raise IdempotencyConflict(
-            "the key was used for another type or payload", job_id=str(accepted.job.id)
-        )
-    outcome = "created" if accepted.created else "existing"
-    metrics.submissions(body.type, outcome).inc()
+    accepted = await store.accept_job(client.id, asked)
+    count_outcome(request.app.state.metrics, body.type, accepted)
     log.info(
         "job accepted" if accepted.created else "job submitted again with the same key",
         extra={
@@ -129,6 +118,60 @@ async def submit_job(
         media_type="application/json",
         headers={"Location": job_location(accepted.job.id)},
     )
+
+
+BATCH_PATH = "/v1/jobs/batch"
+
+
+@router.post(
+    BATCH_PATH,
+    response_model=BatchAnswer,
+    responses=problem_responses(400, 413, 422, 429),
+    summary="Submit up to 1,000 jobs, each answered on its own, in order",
+)
+async def submit_batch(body: SubmitBatch, request: Request, client: ClientDep) -> BatchAnswer:
+    """Each item has the rules of ``POST /v1/jobs`` (its key in ``idempotency_key``) and gets
+    its own answer: 202 new, 200 the key's job, 409, 400 or 422 with the problem. The new jobs
+    of one request are written in one transaction. The rate limit counts every valid item;
+    over it, the whole batch is 429 and nothing is written."""
+    answers: list[BatchResult | None] = []
+    asked: list[tuple[int, JobRequest]] = []
+    for index, raw in enumerate(body.jobs):
+        try:
+            item = BatchItem.model_validate(raw)
+            asked.append((index, job_request(request, item.idempotency_key, item)))
+            answers.append(None)
+        except ValidationError as error:
+            answers.append(_item_problem(422, "validation_error", error))
+        except RequestError as error:
+            answers.append(
+                BatchResult(status=status_of(error), error=request_error_document(error))
+            )
+    await take_rate_limit(request, client, count=len(asked))
+    store: Store = request.app.state.store
+    accepted = await store.accept_jobs(client.id, [job for _, job in asked]) if asked else []
+    for (index, job), result in zip(asked, accepted, strict=True):
+        answers[index] = _item_answer(request, job, result)
+    return BatchAnswer(results=[answer for answer in answers if answer is not None])
+
+
+def _request_problem(error: RequestError) -> BatchResult:
+    return BatchResult(status=status_of(error), error=request_error_document(error))
+
+
+def _item_problem(status: int, code: str, error: ValidationError) -> BatchResult:
+    document = problem_document(
+        status, code, "The job is not valid", errors=validation_errors(error)
+    )
+    return BatchResult(status=status, error=document)
+
+
+def _item_answer(request: Request, job: JobRequest, accepted: AcceptResult) -> BatchResult:
+    try:
+        count_outcome(request.app.state.metrics, job.type, accepted)
+    except IdempotencyConflict as error:
+        return _request_problem(error)
+    return BatchResult(status=202 if accepted.created else 200, job=JobView.of(accepted.job))
 
 
 @router.get(
@@ -160,7 +203,28 @@ async def list_jobs(
     responses=JOB_PROBLEMS,
     summary="One of your jobs, with its result once succeeded",
 )
-async def get_job(job: OwnJobDep) -> JobView:
+async def get_job(
+    job: OwnJobDep,
+    request: Request,
+    store: StoreDep,
+    wait: Annotated[
+        float | None,
+        Query(
+            gt=0,
+            le=MAX_WAIT_SECONDS,
+            description="Answer once the job is finished, or after this many seconds with "
+            "its current view",
+        ),
+    ] = None,
+) -> Any:
+    if wait is not None:
+        waiters: FinishWaiters = request.app.state.waiters
+        try:
+            job = await waiters.wait(
+                job, wait, lambda: store.get_job(job.id, client_id=job.client_id)
+            )
+        except TooManyWaiters:
+            return overloaded(f"this process holds {waiters.max_waiters} waiting requests")
     return JobView.of(job)
 
 
@@ -197,14 +261,27 @@ async def job_trace(job: OwnJobDep, store: StoreDep) -> dict[str, Any]:
 @router.post(
     "/v1/jobs/{job_id}/cancel",
     response_model=JobView,
-    responses=problem_responses(404, 409, 413, 422),
-    summary="Cancel a queued or retrying job",
+    responses={
+        200: {"description": "Cancelled: the job was queued or retrying"},
+        202: {
+            "model": JobView,
+            "description": "The job is running: its cancel is requested (asked again, the same "
+            "answer). Its consumer stops the handler and the job ends `cancelled`, unless the "
+            "attempt finished first",
+        },
+        **problem_responses(404, 409, 413, 422),
+    },
+    summary="Cancel a job: at once when queued or retrying, by request when running",
 )
-async def cancel_job(job_id: uuid.UUID, client: ClientDep, store: StoreDep) -> JobView:
-    cancelled = await store.cancel_job(job_id, client_id=client.id, detail="cancelled by client")
+async def cancel_job(
+    job_id: uuid.UUID, client: ClientDep, store: StoreDep, response: Response
+) -> JobView:
+    answer = await store.cancel_job(job_id, client_id=client.id, detail="by its client")
     job = await store.get_job(job_id, client_id=client.id)
     if job is None:
         raise JobNotFound()
-    if not cancelled:
+    if answer is None:
         raise NotCancellable(f"the job is {job.state.value}", state=job.state.value)
+    if answer is CancelAnswer.REQUESTED:
+        response.status_code = 202
     return JobView.of(job)

@@ -1,0 +1,41 @@
+"""The API process's one listening connection: client changes empty the token cache
+(``api/auth.py``), finished jobs wake ``?wait`` requests (``api/waiting.py``)."""
+
+from __future__ import annotations
+
+from jobrelay.api.auth import Authenticator
+from jobrelay.api.waiting import FinishWaiters
+from jobrelay.db import queries as q
+from jobrelay.db.listener import API_APPLICATION_NAME, Listener
+
+
+class ApiNotifications:
+    def __init__(self, auth: Authenticator, waiters: FinishWaiters) -> None:
+        self.auth = auth
+        self.waiters = waiters
+
+    async def listen(self, database_url: str) -> None:
+        """Until cancelled: while the connection is down, tokens are looked up every time and
+        waiters read their jobs once a second."""
+        await Listener(
+            database_url,
+            self._missed,
+            listen=q.LISTEN_API,
+            application_name=API_APPLICATION_NAME,
+            on_state=self._set_listening,
+            on_message=self._message,
+        ).run()
+
+    def _message(self, channel: str, payload: str) -> None:
+        if channel == q.FINISHED_CHANNEL:
+            self.waiters.finished(payload)
+        else:
+            self.auth.invalidate()
+
+    def _missed(self) -> None:
+        self.auth.invalidate()
+        self.waiters.wake_all()
+
+    def _set_listening(self, listening: bool) -> None:
+        self.auth.listening = listening
+        self.waiters.set_listening(listening)

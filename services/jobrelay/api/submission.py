@@ -1,0 +1,48 @@
+"""What a single submission and each item of a batch share: the checks that make a request of
+a body, the client's rate limit, and the counting of outcomes (``routes/jobs.py``)."""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+from jobrelay.api.metrics import ApiMetrics
+from jobrelay.api.schemas import SubmitJob
+from jobrelay.core.clients import Client, RateLimit
+from jobrelay.core.errors import IdempotencyConflict, IdempotencyKeyInvalid, RateLimited
+from jobrelay.core.jobs import JobRequest, is_valid_idempotency_key
+from jobrelay.core.registry import Registry
+from jobrelay.core.settings import Settings
+from jobrelay.db.store import AcceptResult, Store
+
+
+def job_request(request: Request, idempotency_key: str, body: SubmitJob) -> JobRequest:
+    """The request for the store, or the ``RequestError`` that says what is wrong with it."""
+    if not is_valid_idempotency_key(idempotency_key):
+        raise IdempotencyKeyInvalid()
+    registry: Registry = request.app.state.registry
+    registry.validate_payload(body.type, body.payload)
+    settings: Settings = request.app.state.settings
+    max_attempts = body.max_attempts or registry.max_attempts_for(body.type, settings.max_attempts)
+    return body.as_request(idempotency_key, max_attempts)
+
+
+async def take_rate_limit(request: Request, client: Client, count: int = 1) -> None:
+    """Count ``count`` submissions against the client's limit; ``RateLimited`` past it. Called
+    before anything is written: a limited submission leaves no trace."""
+    limit: RateLimit | None = client.rate_limit or request.app.state.rate_limit
+    if limit is None or count == 0:
+        return
+    store: Store = request.app.state.store
+    wait = await store.take_rate_token(client.id, limit, count)
+    if wait is not None:
+        raise RateLimited(wait, limit.describe())
+
+
+def count_outcome(metrics: ApiMetrics, job_type: str, accepted: AcceptResult) -> None:
+    """Count the submission; ``IdempotencyConflict`` when the key was used for another one."""
+    if accepted.conflict:
+        metrics.submissions(job_type, "conflict").inc()
+        raise IdempotencyConflict(
+            "the key was used for another type, payload or due time", job_id=str(accepted.job.id)
+        )
+    metrics.submissions(job_type, "created" if accepted.created else "existing").inc()

@@ -1,0 +1,382 @@
+"""``jobrelay.enqueue``: a job written inside the caller's own transaction (SPEC section 11).
+
+An application that shares jobrelay's PostgreSQL database creates a job in the same transaction
+as its own rows, as River's ``InsertTx`` does: the job, its outbox row and its ``received`` event
+are written through the caller's connection and commit or roll back with everything else the
+caller writes there. Committed, the dispatcher relays the job like one the API accepted; rolled
+back, there is no job and no message. ``enqueue`` never begins, commits or rolls back anything.
+
+Two functions, one for each kind of connection, so that a forgotten ``await`` cannot silently
+enqueue nothing (each refuses the other's connections with a ``TypeError`` naming the right one):
+
+- ``enqueue(connection, ...) -> Job``: a psycopg 3 ``Connection``, an SQLAlchemy ``Connection``,
+  ``Session`` or ``scoped_session``;
+- ``await enqueue_async(connection, ...) -> Job``: a psycopg ``AsyncConnection``, an SQLAlchemy
+  ``AsyncConnection``, ``AsyncSession`` or ``async_scoped_session``.
+
+Both run the API's accept statements (``queries.ACCEPT_JOB``, ``queries.JOB_BY_KEY``) under the
+API's idempotency rules, scoped to the client: a new key makes a job; the same key with the same
+type, payload and schedule returns the job it made (committed, or made earlier in this same
+transaction); another request under the key raises ``jobrelay.IdempotencyConflict`` and writes
+nothing. No statement fails on the way (the insert is ``ON CONFLICT DO NOTHING``), so the
+caller's transaction stays usable after a conflict. Every argument is checked before the first
+statement, for the same reason.
+
+Under READ COMMITTED (PostgreSQL's default), a key another open transaction has just used
+waits for that transaction: its job if it commits, a new one if it rolls back. Under
+REPEATABLE READ or SERIALIZABLE, a key committed by a transaction that ended after yours began
+raises the driver's serialization failure, as any ``INSERT ... ON CONFLICT`` does there: retry
+the whole transaction. On a connection in autocommit mode outside a transaction block each
+statement commits on its own: the job is then accepted at once, as through the API.
+
+Errors of the caller's connection (a broken connection, an aborted transaction) propagate as
+its driver raises them: the connection and its error handling are the caller's.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import namedtuple_row
+from sqlalchemy import Connection as SAConnection
+from sqlalchemy import TextClause
+from sqlalchemy.dialects.postgresql import psycopg as sa_psycopg
+from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
+from sqlalchemy.ext.asyncio import AsyncSession, async_scoped_session
+from sqlalchemy.orm import Session, scoped_session
+
+from jobrelay.api.schemas import unstorable_json
+from jobrelay.core.fingerprint import canonical_json, request_hash_of_json
+from jobrelay.core.ids import new_id
+from jobrelay.core.jobs import IDEMPOTENCY_KEY_MAX, Job, JobRequest, is_valid_idempotency_key
+from jobrelay.core.registry import Registry
+from jobrelay.db import queries as q
+from jobrelay.db.store import ACCEPT_TRIES, job_from_row
+
+__all__ = ["DEFAULT_MAX_ATTEMPTS", "UnknownClient", "enqueue", "enqueue_async"]
+
+# JOBRELAY_MAX_ATTEMPTS's default: enqueue runs in the caller's process and reads no settings.
+DEFAULT_MAX_ATTEMPTS = 3
+# The API's bounds on what a submission may ask for (api/schemas.py, SubmitJob).
+MAX_ATTEMPTS_LIMIT = 100
+TYPE_MAX = 200
+
+SyncConnectionLike = psycopg.Connection[Any] | SAConnection | Session | scoped_session[Any]
+AsyncConnectionLike = (
+    psycopg.AsyncConnection[Any] | SAAsyncConnection | AsyncSession | async_scoped_session[Any]
+)
+
+_SQLALCHEMY_SYNC = (SAConnection, Session, scoped_session)
+_SQLALCHEMY_ASYNC = (SAAsyncConnection, AsyncSession, async_scoped_session)
+
+
+class UnknownClient(ValueError):
+    """``client`` names no client, or a disabled one (``disabled``): nothing was written."""
+
+    code = "unknown_client"
+
+    def __init__(self, client: object, *, disabled: bool = False) -> None:
+        state = "is disabled" if disabled else "does not exist"
+        super().__init__(f"jobrelay client {client!r} {state}")
+        self.client = client
+        self.disabled = disabled
+
+
+def enqueue(
+    connection: SyncConnectionLike,
+    *,
+    client: str | uuid.UUID,
+    type: str,
+    payload: dict[str, Any],
+    key: str,
+    run_at: datetime | None = None,
+    delay_seconds: float | None = None,
+    max_attempts: int | None = None,
+    registry: Registry | None = None,
+) -> Job:
+    """Write a job of ``type`` with ``payload`` for ``client`` under idempotency ``key`` in the
+    transaction open on ``connection`` (psycopg 3 ``Connection``, SQLAlchemy ``Connection`` or
+    ``Session``), and return it: the new job, or the one the key already made for the same
+    request. Nothing is committed here: the job exists once the caller commits.
+
+    - ``client``: a client's name, or its id (a ``uuid.UUID`` or its text). ``UnknownClient``
+      (a ``ValueError``) when there is none or it is disabled.
+    - ``key``: 1-200 visible ASCII characters, scoped to the client; ``ValueError`` otherwise.
+    - ``payload``: a JSON object (a dict) that PostgreSQL's jsonb can store: no NaN, no
+      infinity, no NUL character.
+    - ``run_at`` (with a time zone) or ``delay_seconds`` (0 to a year), not both: not relayed
+      before then. They belong to the request: the same key with another schedule conflicts.
+    - ``max_attempts``: 1-100; when not given, the registry's limit for the type, else 3.
+    - ``registry``: when given, the type must be one of its types and the payload must match
+      the type's schema (``UnknownJobType``, ``InvalidPayload``), as the API checks. Without
+      it only the type's shape is checked (a non-empty string): a consumer that does not know
+      the type defers the job and in the end quarantines it (``unknown_job_type``).
+
+    Raises ``jobrelay.IdempotencyConflict`` when the key was used for another type, payload or
+    schedule (``job_id``: the job that holds it): nothing is written and the transaction stays
+    usable. It is the class the HTTP client raises for a ``409`` (an ``ApiError`` with status
+    409 and code ``idempotency_conflict``): one ``except`` handles both ways of submitting.
+    """
+    execute = _sync_executor(connection)
+    submission = _submission(type, payload, key, run_at, delay_seconds, max_attempts, registry)
+    steps = _accept(client, submission)
+    step = next(steps)
+    while True:
+        rows = execute(*step)
+        try:
+            step = steps.send(rows)
+        except StopIteration as done:
+            job: Job = done.value
+            return job
+
+
+async def enqueue_async(
+    connection: AsyncConnectionLike,
+    *,
+    client: str | uuid.UUID,
+    type: str,
+    payload: dict[str, Any],
+    key: str,
+    run_at: datetime | None = None,
+    delay_seconds: float | None = None,
+    max_attempts: int | None = None,
+    registry: Registry | None = None,
+) -> Job:
+    """``enqueue`` on an async connection: a psycopg ``AsyncConnection``, an SQLAlchemy
+    ``AsyncConnection`` or ``AsyncSession``. Arguments, result and errors as for ``enqueue``."""
+    execute = _async_executor(connection)
+    submission = _submission(type, payload, key, run_at, delay_seconds, max_attempts, registry)
+    steps = _accept(client, submission)
+    step = next(steps)
+    while True:
+        rows = await execute(*step)
+        try:
+            step = steps.send(rows)
+        except StopIteration as done:
+            job: Job = done.value
+            return job
+
+
+# --- deciding: the checks and the statements, free of any connection -----------------------
+
+# One statement to run and its parameters; the rows it returned are sent back.
+Step = tuple[TextClause, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class _Submission:
+    request: JobRequest
+    payload_json: str  # serialized once: stored and fingerprinted
+    fingerprint: str
+
+
+def _submission(
+    job_type: str,
+    payload: dict[str, Any],
+    key: str,
+    run_at: datetime | None,
+    delay_seconds: float | None,
+    max_attempts: int | None,
+    registry: Registry | None,
+) -> _Submission:
+    """The checked request, or the error that says what is wrong with it."""
+    if not isinstance(key, str) or not is_valid_idempotency_key(key):
+        raise ValueError(
+            f"key must be 1 to {IDEMPOTENCY_KEY_MAX} visible ASCII characters (0x21-0x7E)"
+        )
+    if not isinstance(job_type, str) or not 1 <= len(job_type) <= TYPE_MAX or "\x00" in job_type:
+        raise ValueError(f"type must be a string of 1 to {TYPE_MAX} characters, without NUL")
+    if not isinstance(payload, dict):
+        raise TypeError(f"payload must be a JSON object (a dict), not {_kind(payload)}")
+    problem = unstorable_json(payload)
+    if problem is not None:
+        raise ValueError(f"payload cannot be stored: {problem}")
+    try:
+        payload_json = canonical_json(payload)
+    except (TypeError, ValueError) as error:  # a value JSON has no form for; a cycle
+        raise TypeError(f"payload is not JSON: {error}") from None
+    if registry is not None:
+        registry.validate_payload(job_type, payload)
+    if max_attempts is None:
+        max_attempts = (
+            registry.max_attempts_for(job_type, DEFAULT_MAX_ATTEMPTS)
+            if registry is not None
+            else DEFAULT_MAX_ATTEMPTS
+        )
+    elif (
+        not isinstance(max_attempts, int)
+        or isinstance(max_attempts, bool)
+        or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
+    ):
+        raise ValueError(f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}")
+    # Checks the schedule: an offset on run_at, a delay within a year, not both.
+    request = JobRequest(
+        key, job_type, payload, max_attempts, run_at=run_at, delay_seconds=delay_seconds
+    )
+    fingerprint = request_hash_of_json(job_type, payload_json, request.schedule)
+    return _Submission(request, payload_json, fingerprint)
+
+
+def _accept(client: str | uuid.UUID, submission: _Submission) -> Generator[Step, list[Any], Job]:
+    """The accept of ``Store.accept_job``, step by step: the client, then the insert of job,
+    outbox row and event, then (only when the key was taken) the job that holds the key.
+    A job that retention deleted between the insert and the read freed its key: insert again."""
+    client_id = yield from _client_id(client)
+    request = submission.request
+    for _ in range(ACCEPT_TRIES):
+        job_id = new_id()
+        inserted = yield (
+            q.ACCEPT_JOB,
+            {
+                "id": job_id,
+                "client_id": client_id,
+                "idempotency_key": request.idempotency_key,
+                "request_hash": submission.fingerprint,
+                "type": request.type,
+                "payload": submission.payload_json,
+                "max_attempts": request.max_attempts,
+                "run_at": request.run_at,
+                "delay_seconds": request.delay_seconds,
+            },
+        )
+        if inserted:
+            row = inserted[0]
+            return request.as_new_job(
+                job_id, client_id, at=row.created_at, available_at=row.available_at
+            )
+        existing = yield (
+            q.JOB_BY_KEY,
+            {"client_id": client_id, "idempotency_key": request.idempotency_key},
+        )
+        if existing:
+            row = existing[0]
+            if row.request_hash != submission.fingerprint:
+                raise _conflict(row.id)
+            return job_from_row(row)
+    raise RuntimeError("an idempotency key's job kept vanishing between insert and read")
+
+
+def _client_id(client: str | uuid.UUID) -> Generator[Step, list[Any], uuid.UUID]:
+    by_id: uuid.UUID | None
+    by_name: str | None
+    if isinstance(client, uuid.UUID):
+        by_id, by_name = client, None
+    elif isinstance(client, str):
+        if not client or "\x00" in client:  # no client has such a name (nor could have)
+            raise UnknownClient(client)
+        by_id, by_name = _as_uuid(client), client
+    else:
+        raise TypeError(f"client must be a client's name or id, not {_kind(client)}")
+    rows = yield q.CLIENT_BY_ID_OR_NAME, {"id": by_id, "name": by_name}
+    if not rows:
+        raise UnknownClient(client)
+    if rows[0].disabled:
+        raise UnknownClient(client, disabled=True)
+    found: uuid.UUID = rows[0].id
+    return found
+
+
+def _as_uuid(text: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        return None
+
+
+def _conflict(job_id: uuid.UUID) -> Exception:
+    """The HTTP client's ``IdempotencyConflict``, with the problem the API would answer.
+    Imported here, on this rare path only: the client's package loads httpx."""
+    from jobrelay.client.errors import IdempotencyConflict
+
+    detail = "the key was used for another type, payload or schedule"
+    problem = {
+        "title": "This Idempotency-Key was already used for a different request",
+        "status": 409,
+        "code": IdempotencyConflict.code,
+        "detail": detail,
+        "job_id": str(job_id),
+    }
+    return IdempotencyConflict(409, IdempotencyConflict.code, detail, problem=problem)
+
+
+def _kind(value: object) -> str:
+    return type(value).__name__
+
+
+# --- acting: one statement on the caller's connection ----------------------------------------
+
+
+_PSYCOPG_DIALECT = sa_psycopg.dialect()  # type: ignore[no-untyped-call]
+
+
+@functools.cache
+def _psycopg_sql(statement: TextClause) -> str:
+    """The statement with psycopg's placeholders (``%(name)s``), compiled once, as
+    ``Store`` compiles it for its pooled psycopg connections."""
+    return str(statement.compile(dialect=_PSYCOPG_DIALECT))
+
+
+def _sync_executor(connection: object) -> Callable[[TextClause, dict[str, Any]], list[Any]]:
+    if isinstance(connection, psycopg.Connection):
+        raw = connection
+
+        def run_psycopg(statement: TextClause, params: dict[str, Any]) -> list[Any]:
+            with raw.cursor(row_factory=namedtuple_row) as cursor:
+                cursor.execute(_psycopg_sql(statement), params)
+                return cursor.fetchall() if cursor.description else []
+
+        return run_psycopg
+    if isinstance(connection, _SQLALCHEMY_SYNC):
+        alchemy = connection
+
+        def run_sqlalchemy(statement: TextClause, params: dict[str, Any]) -> list[Any]:
+            result = alchemy.execute(statement, params)
+            return list(result.all())  # every statement of enqueue returns rows
+
+        return run_sqlalchemy
+    if isinstance(connection, (psycopg.AsyncConnection, *_SQLALCHEMY_ASYNC)):
+        raise TypeError(
+            f"an async connection ({_kind(connection)}) needs "
+            "`await jobrelay.enqueue_async(connection, ...)`"
+        )
+    raise TypeError(
+        "enqueue needs a psycopg Connection or an SQLAlchemy Connection or Session, "
+        f"not {_kind(connection)}"
+    )
+
+
+def _async_executor(
+    connection: object,
+) -> Callable[[TextClause, dict[str, Any]], Awaitable[list[Any]]]:
+    if isinstance(connection, psycopg.AsyncConnection):
+        raw = connection
+
+        async def run_psycopg(statement: TextClause, params: dict[str, Any]) -> list[Any]:
+            async with raw.cursor(row_factory=namedtuple_row) as cursor:
+                await cursor.execute(_psycopg_sql(statement), params)
+                return await cursor.fetchall() if cursor.description else []
+
+        return run_psycopg
+    if isinstance(connection, _SQLALCHEMY_ASYNC):
+        alchemy = connection
+
+        async def run_sqlalchemy(statement: TextClause, params: dict[str, Any]) -> list[Any]:
+            result = await alchemy.execute(statement, params)
+            return list(result.all())  # every statement of enqueue returns rows
+
+        return run_sqlalchemy
+    if isinstance(connection, (psycopg.Connection, *_SQLALCHEMY_SYNC)):
+        raise TypeError(
+            f"a sync connection ({_kind(connection)}) needs "
+            "`jobrelay.enqueue(connection, ...)`, without await"
+        )
+    raise TypeError(
+        "enqueue_async needs a psycopg AsyncConnection or an SQLAlchemy AsyncConnection or "
+        f"AsyncSession, not {_kind(connection)}"
+    )

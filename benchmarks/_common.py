@@ -77,6 +77,25 @@ def drop_database(admin_url: str, url: str) -> None:
     databases.drop_database(admin_url, url)
 
 
+def start_api(
+    url: str, port: int, workers: int, *, pool_size: int = 16, **env: str
+) -> subprocess.Popen[bytes]:
+    """``jobrelay api`` on ``url``'s database and ``port``, answering once its /healthz does;
+    ``env``: more JOBRELAY_* settings."""
+    api = start_service(
+        ["api"],
+        {
+            "JOBRELAY_DATABASE_URL": url,
+            "JOBRELAY_API_PORT": str(port),
+            "JOBRELAY_API_WORKERS": str(workers),
+            "JOBRELAY_DB_POOL_SIZE": str(pool_size),
+            **env,
+        },
+    )
+    wait_http(f"http://127.0.0.1:{port}/healthz")
+    return api
+
+
 def start_service(args: list[str], env_overrides: dict[str, str]) -> subprocess.Popen[bytes]:
     env = os.environ | env_overrides
     env["PYTHONPATH"] = str(ROOT)

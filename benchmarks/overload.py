@@ -70,9 +70,8 @@ from benchmarks._common import (
     percentile,
     scratch_database,
     sql,
-    start_service,
+    start_api,
     submission,
-    wait_http,
 )
 from jobrelay import eventloop
 
@@ -467,21 +466,15 @@ def run_mode(
     url = scratch_database(admin_url)
     client_id, token = asyncio.run(create_client(url, "bench-overload"))
     port = free_port()
-    env = {
-        "JOBRELAY_DATABASE_URL": url,
-        "JOBRELAY_API_PORT": str(port),
-        "JOBRELAY_API_WORKERS": str(args.workers),
-        "JOBRELAY_DB_POOL_SIZE": str(args.pool_size),
-    }
+    env = {}
     if not shedding:
         env[MAX_CONCURRENCY] = "0"
     elif args.admitted is not None:
         env[MAX_CONCURRENCY] = str(args.admitted)
-    api = start_service(["api"], env)
+    api = start_api(url, port, args.workers, pool_size=args.pool_size, **env)
     base = uuid.uuid4().hex[:8]
     figures = []
     try:
-        wait_http(f"http://127.0.0.1:{port}/healthz")
         generators.start(port, token, f"{base}-warm", 8, 2.0)
         generators.collect()
         for clients in args.levels:

@@ -201,15 +201,7 @@ async def accept_raw(admin_url: str, side: Side, args: argparse.Namespace) -> No
 
 def start_api(side: Side, args: argparse.Namespace) -> None:
     side.api_port = common.free_port()
-    side.api = common.start_service(
-        ["api"],
-        {
-            "JOBRELAY_DATABASE_URL": side.url,
-            "JOBRELAY_API_PORT": str(side.api_port),
-            "JOBRELAY_API_WORKERS": str(args.api_workers),
-            "JOBRELAY_DB_POOL_SIZE": "16",
-        },
-    )
+    side.api = common.start_api(side.url, side.api_port, args.api_workers)
 
 
 async def accept_http(admin_url: str, side: Side, args: argparse.Namespace) -> None:
@@ -495,7 +487,6 @@ async def measure(admin_url: str, empty: Side, full: Side, args: argparse.Namesp
     for side in sides:
         start_api(side, args)
     for side in sides:
-        common.wait_http(f"http://127.0.0.1:{side.api_port}/healthz")
         await submit.http_submissions(side.api_port, side.accept_token, 400, 8)  # warm up
     for round_number in range(args.rounds):
         for side in in_turn(sides, round_number):

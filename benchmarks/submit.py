@@ -33,9 +33,8 @@ from benchmarks._common import (
     median,
     percentile,
     scratch_database,
-    start_service,
+    start_api,
     submission,
-    wait_http,
 )
 from jobrelay.core.fingerprint import request_hash
 from jobrelay.core.ids import new_id
@@ -150,17 +149,8 @@ async def main() -> None:
     url = scratch_database(admin_url)
     port = free_port()
     client_id, token = await create_client(url, "bench")
-    api = start_service(
-        ["api"],
-        {
-            "JOBRELAY_DATABASE_URL": url,
-            "JOBRELAY_API_PORT": str(port),
-            "JOBRELAY_API_WORKERS": str(args.workers),
-            "JOBRELAY_DB_POOL_SIZE": "16",
-        },
-    )
+    api = start_api(url, port, args.workers)
     try:
-        wait_http(f"http://127.0.0.1:{port}/healthz")
         await http_submissions(port, token, 400, 8)  # warm up
         api_rates, raw_rates, celery_rates, all_latencies = [], [], [], []
         for _ in range(args.rounds):

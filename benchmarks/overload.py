@@ -1,5 +1,6 @@
 """Accepted jobs per second as concurrent clients grow past the API's capacity, with load
-shedding on and off (SPEC §15), and a check that well-behaved retries keep every job exactly once.
+shedding on and off (docs/overload.md), and a check that well-behaved retries keep every job
+exactly once.
 
     python scripts/servers.py run -- python -m benchmarks.overload \\
         [--seconds 20] [--levels 32,128,512] [--workers 2]

@@ -1,6 +1,6 @@
-"""Cancelling a running job (SPEC section 10) against real PostgreSQL and RabbitMQ: through the
-API with a real dispatcher and consumer, and the store's fences when a completion races the
-cancel."""
+"""Cancelling a running job (README, "Cancelling and waiting") against real PostgreSQL and
+RabbitMQ: through the API with a real dispatcher and consumer, and the store's fences when a
+completion races the cancel."""
 
 from __future__ import annotations
 

@@ -1,12 +1,22 @@
 """What the worker's unit tests share: a hand-driven clock, a delivery that records how it was
-settled, and an empty payload model (the in-memory store is ``jobrelay.consumer.fakes``)."""
+settled, an empty payload model and a worker with fast timings (the in-memory store is
+``jobrelay.consumer.fakes``)."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
+
+from jobrelay.consumer.metrics import ConsumerMetrics
+from jobrelay.consumer.worker import Backoff, Worker
+from jobrelay.core.execution import ExecutionStore
+from jobrelay.core.registry import Registry
+from jobrelay.core.settings import Settings
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -34,3 +44,26 @@ class FakeDelivery:
 
 class Empty(BaseModel):
     pass
+
+
+def unit_worker(
+    store: ExecutionStore, registry: Registry, clock: Clock, tmp_path: Path, **options: Any
+) -> Worker:
+    """A worker on the in-memory store with a 30 s lease, a seeded rng and outages that pass in
+    milliseconds; ``options``: Worker's keyword arguments to change (``heartbeat_interval``...)."""
+    settings = Settings(lease_seconds=30.0, retry_base_seconds=1.0, results_dir=tmp_path)
+    return Worker(
+        store,
+        registry,
+        settings,
+        ConsumerMetrics(),
+        **{
+            "heartbeat_interval": 10.0,
+            "store_patience": 0.02,
+            "rng": random.Random(7),
+            "name": "unit",
+            "clock": clock,
+            "backoff": Backoff(base=0.001, cap=0.005),
+            **options,
+        },
+    )

@@ -6,7 +6,6 @@ makes exactly one outcome."""
 from __future__ import annotations
 
 import asyncio
-import random
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -17,15 +16,13 @@ from typing import Any
 import pytest
 
 from jobrelay.consumer.fakes import InMemoryExecutionStore
-from jobrelay.consumer.metrics import ConsumerMetrics
-from jobrelay.consumer.worker import Backoff, Verdict, Worker
+from jobrelay.consumer.worker import Verdict, Worker
 from jobrelay.core.execution import Claimed, Finish, LeaseTerms, Renewal
 from jobrelay.core.jobs import Cancelled, Job, Succeeded
 from jobrelay.core.message import Envelope
 from jobrelay.core.registry import JobContext, Registry
-from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobEvent, JobState
-from tests.support.worker_fakes import NOW, Clock, Empty, FakeDelivery
+from tests.support.worker_fakes import NOW, Clock, Empty, FakeDelivery, unit_worker
 
 
 class CountingStore(InMemoryExecutionStore):
@@ -57,19 +54,13 @@ class Setup:
     calls: list[int] = field(default_factory=list)
 
     def worker(self, *, heartbeat_interval: float = 10.0, poll: float = 0.02) -> Worker:
-        settings = Settings(lease_seconds=30.0, retry_base_seconds=1.0, results_dir=self.tmp_path)
-        return Worker(
+        return unit_worker(
             self.store,
             self.registry,
-            settings,
-            ConsumerMetrics(),
+            self.clock,
+            self.tmp_path,
             heartbeat_interval=heartbeat_interval,
             cancel_poll_interval=poll,
-            store_patience=0.02,
-            rng=random.Random(7),
-            name="unit",
-            clock=self.clock,
-            backoff=Backoff(base=0.001, cap=0.005),
         )
 
 

@@ -4,7 +4,6 @@ a delivery that records how it was settled. No servers, no sleeping beyond milli
 from __future__ import annotations
 
 import asyncio
-import random
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -14,16 +13,14 @@ from typing import Any
 import pytest
 
 from jobrelay.consumer.fakes import InMemoryExecutionStore
-from jobrelay.consumer.metrics import ConsumerMetrics
-from jobrelay.consumer.worker import Backoff, Disposition, Verdict, Worker
+from jobrelay.consumer.worker import Disposition, Verdict, Worker
 from jobrelay.core.errors import PermanentError
 from jobrelay.core.execution import Claimed, Finish, LeaseTerms, Renewal
 from jobrelay.core.jobs import Job, Succeeded
 from jobrelay.core.message import Envelope
 from jobrelay.core.registry import JobContext, Registry
-from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobEvent, JobState
-from tests.support.worker_fakes import NOW, Clock, Empty, FakeDelivery
+from tests.support.worker_fakes import NOW, Clock, Empty, FakeDelivery, unit_worker
 
 
 @dataclass
@@ -35,18 +32,12 @@ class Setup:
     handler_calls: list[int] = field(default_factory=list)
 
     def worker(self, *, heartbeat_interval: float = 10.0) -> Worker:
-        settings = Settings(lease_seconds=30.0, retry_base_seconds=1.0, results_dir=self.tmp_path)
-        return Worker(
+        return unit_worker(
             self.store,
             self.registry,
-            settings,
-            ConsumerMetrics(),
+            self.clock,
+            self.tmp_path,
             heartbeat_interval=heartbeat_interval,
-            store_patience=0.02,
-            rng=random.Random(7),
-            name="unit",
-            clock=self.clock,
-            backoff=Backoff(base=0.001, cap=0.005),
         )
 
     async def deliver(self, job: Job) -> tuple[FakeDelivery, Verdict]:

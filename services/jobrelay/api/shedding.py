@@ -52,7 +52,8 @@ def _exempt(scope: Scope) -> bool:
     have their own bound (``api/waiting.py``)."""
     if scope["path"] in NEVER_SHED:
         return True
-    return scope["method"] == "GET" and b"wait=" in scope.get("query_string", b"")
+    query = b"&" + scope.get("query_string", b"")
+    return scope["method"] == "GET" and b"&wait=" in query
 
 
 def overloaded(detail: str) -> JSONResponse:

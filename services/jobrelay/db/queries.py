@@ -251,13 +251,21 @@ CLIENT_BY_ID_OR_NAME: TextClause = text(
 
 # --- accept (docs/life-of-a-job.md, "1. Accept") --------------------------------------------
 
+# What every accept writes beside the jobs it inserted (CTE ``j``): their outbox rows, due when
+# they are, and their `received` events.
+_OUTBOX_ROW_AND_RECEIVED = """, new_outbox AS (
+        INSERT INTO outbox (job_id, available_at) SELECT id, available_at FROM j
+    ), new_event AS (
+        INSERT INTO job_events (job_id, event, attempt) SELECT id, 'received', 0 FROM j
+    )"""
+
 # One statement writes the job, its outbox row and the `received` event: they commit together
 # or not at all. ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to finish,
 # so of N identical concurrent requests exactly one inserts and the others see its row.
 # The caller knows every column of the new job but the database's times: only those come back
 # (reading back the whole row, its payload parsed again, was a fifth of the accept's driver CPU).
 ACCEPT_JOB: TextClause = text(
-    """
+    f"""
     WITH j AS (
         INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload,
                           max_attempts, run_at, available_at)
@@ -268,11 +276,7 @@ ACCEPT_JOB: TextClause = text(
                      AS at) AS due
         ON CONFLICT (client_id, idempotency_key) DO NOTHING
         RETURNING id, created_at, updated_at, available_at
-    ), new_outbox AS (
-        INSERT INTO outbox (job_id, available_at) SELECT id, available_at FROM j
-    ), new_event AS (
-        INSERT INTO job_events (job_id, event, attempt) SELECT id, 'received', 0 FROM j
-    )
+    ){_OUTBOX_ROW_AND_RECEIVED}
     SELECT created_at, updated_at, available_at FROM j
     """
 )
@@ -281,7 +285,7 @@ ACCEPT_JOB: TextClause = text(
 # one per element of the arrays. A key that exists (or repeats within the batch) inserts
 # nothing and comes back in no row; the caller reads those jobs with JOBS_BY_KEYS.
 ACCEPT_JOBS: TextClause = text(
-    """
+    f"""
     WITH asked AS (
         SELECT a.*, coalesce(a.run_at, now() + make_interval(secs => a.delay_seconds)) AS due
         FROM unnest(CAST(:ids AS uuid[]), CAST(:idempotency_keys AS text[]),
@@ -298,11 +302,7 @@ ACCEPT_JOBS: TextClause = text(
         FROM asked
         ON CONFLICT (client_id, idempotency_key) DO NOTHING
         RETURNING id, idempotency_key, created_at, available_at
-    ), new_outbox AS (
-        INSERT INTO outbox (job_id, available_at) SELECT id, available_at FROM j
-    ), new_event AS (
-        INSERT INTO job_events (job_id, event, attempt) SELECT id, 'received', 0 FROM j
-    )
+    ){_OUTBOX_ROW_AND_RECEIVED}
     SELECT id, idempotency_key, created_at, available_at FROM j
     """
 )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Mapping
 
 from jobrelay.core.errors import ConfigurationError
 from jobrelay.core.registry import Registry
@@ -40,33 +41,41 @@ def load_registry(spec: str = "", *, builtins: bool = True) -> Registry:
             "no job types: JOBRELAY_BUILTINS is false and JOBRELAY_HANDLERS names no registry"
         )
     combined = Registry()
-    defined_by: dict[str, str] = {}
-    scheduled_by: dict[str, str] = {}
+    type_sources: dict[str, str] = {}
+    schedule_sources: dict[str, str] = {}
     for source in sources:
         imported = import_registry(source)
         for job_type in imported:
-            known = combined.types.get(job_type.name)
-            if known is job_type:
-                continue
-            if known is not None:
-                raise ConfigurationError(
-                    f"job type {job_type.name!r} is defined twice: by {defined_by[job_type.name]}"
-                    f" and by {source}"
-                )
-            combined.register(job_type)
-            defined_by[job_type.name] = source
+            named = ("job type", job_type.name, "defined")
+            if _new_in(combined.types, named, job_type, type_sources, source):
+                combined.register(job_type)
         for schedule in imported.schedules.values():
-            declared = combined.schedules.get(schedule.name)
-            if declared is schedule:
-                continue
-            if declared is not None:
-                raise ConfigurationError(
-                    f"schedule {schedule.name!r} is declared twice: by "
-                    f"{scheduled_by[schedule.name]} and by {source}"
-                )
-            combined.add_schedule(schedule)
-            scheduled_by[schedule.name] = source
+            named = ("schedule", schedule.name, "declared")
+            if _new_in(combined.schedules, named, schedule, schedule_sources, source):
+                combined.add_schedule(schedule)
     return combined
+
+
+def _new_in(
+    known: Mapping[str, object],
+    named: tuple[str, str, str],
+    item: object,
+    sources: dict[str, str],
+    source: str,
+) -> bool:
+    """Whether ``item`` (``named``: its kind, name, and how one makes it) is new to the
+    combined registry, noting where it came from; the same object again is not; another one
+    under its name is a ``ConfigurationError``."""
+    kind, name, made = named
+    before = known.get(name)
+    if before is item:
+        return False
+    if before is not None:
+        raise ConfigurationError(
+            f"{kind} {name!r} is {made} twice: by {sources[name]} and by {source}"
+        )
+    sources[name] = source
+    return True
 
 
 def import_registry(spec: str) -> Registry:

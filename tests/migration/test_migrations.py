@@ -26,6 +26,7 @@ TABLES = {
     "job_count_deltas",
     "rate_limits",
     "broker_blocks",
+    "console_keys",
 }
 # Written often, worthless after a crash (docs/overload.md): no WAL for them.
 UNLOGGED = {"rate_limits", "broker_blocks"}

@@ -18,7 +18,9 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
+    SmallInteger,
     Table,
     Text,
     UniqueConstraint,
@@ -127,6 +129,8 @@ jobs = Table(
     _moment("run_at"),
     # A cancel asked of this job while it ran; its consumer's heartbeat carries it.
     _moment("cancel_requested_at"),
+    # The W3C trace context its messages carry (migration 0006; docs/observability.md).
+    Column("traceparent", Text),
     UniqueConstraint("client_id", "idempotency_key"),
     CheckConstraint(_in_list("state", JOB_STATES), name="state_known"),
     CheckConstraint(
@@ -260,4 +264,15 @@ broker_blocks = Table(
     Column("since", DateTime(timezone=True), nullable=False),
     Column("seen_at", DateTime(timezone=True), nullable=False),
     prefixes=["UNLOGGED"],
+)
+
+# The console's signing key for session cookies and CSRF tokens: one row, made by migration 0006.
+console_keys = Table(
+    "console_keys",
+    metadata,
+    Column("id", SmallInteger, primary_key=True),
+    Column("secret", LargeBinary, nullable=False),
+    _set_at_insert("created_at"),
+    CheckConstraint("id = 1", name="one_key"),
+    CheckConstraint("octet_length(secret) >= 30", name="secret_long_enough"),
 )

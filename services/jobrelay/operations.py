@@ -28,6 +28,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from aio_pika.abc import AbstractConnection
@@ -37,10 +38,12 @@ from jobrelay.broker.connection import connect_broker
 from jobrelay.broker.quarantine import QuarantinedMessage
 from jobrelay.core.errors import BrokerUnavailable, UnknownJobType
 from jobrelay.core.registry import Registry
+from jobrelay.core.schedules import Schedule
 from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobState
 from jobrelay.core.trace import trace_document
 from jobrelay.db.quarantine_store import LOCK_WAIT_SECONDS, QuarantineBusy, QuarantineStore
+from jobrelay.db.schedule_store import ScheduleStore
 from jobrelay.db.store import Store
 
 log = logging.getLogger("jobrelay.operations")
@@ -284,3 +287,23 @@ class Operations:
                 progress(total, total)
             if len(batch) < 500:
                 return total
+
+
+async def schedule_document(
+    schedule: Schedule, now: datetime, store: ScheduleStore, client_id: uuid.UUID
+) -> dict[str, Any]:
+    """A schedule as ``jobrelay schedules`` and the console show it: its latest tick, whether
+    that tick's job exists, and its next tick."""
+    latest = schedule.latest_tick(now)
+    job = await store.job_by_key(client_id, schedule.key(latest))
+    return {
+        "name": schedule.name,
+        "type": schedule.type,
+        "every_seconds": schedule.every,
+        "cron": schedule.cron,
+        "max_attempts": schedule.max_attempts,
+        "latest_tick": latest.isoformat(),
+        "latest_key": schedule.key(latest),
+        "latest_job": None if job is None else {"id": str(job.id), "state": job.state.value},
+        "next_tick": schedule.next_tick(now).isoformat(),
+    }

@@ -155,3 +155,10 @@ def test_jobrelay_migrate_gives_up_on_an_unreachable_database_after_its_wait(
     assert "did not answer within 1 s" in done.stderr
     assert "s3cret" not in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_wheel_carries_the_consoles_templates_and_assets(installed_wheel: Path) -> None:
+    console = installed_wheel / "jobrelay" / "console"
+    for name in ("templates/base.html", "templates/job.html", "static/console.css"):
+        assert (console / name).is_file(), name
+    assert (console / "static" / "console.js").is_file()

@@ -228,6 +228,7 @@ OPERATOR_STATEMENTS = {
     "PUBLISHED_NEVER_CLAIMED": {"older_than_seconds": 300},
     "REDISPATCHED_RECENTLY": {},
     "QUARANTINED_COUNT": {},
+    "FINISHED_PER_MINUTE": {},
     "DELETE_FINISHED_JOBS": {"state": "succeeded", "retention_seconds": DAY, "limit": 500},
     "DELETE_PUBLISHED_OUTBOX": {"retention_seconds": DAY, "limit": 500},
 }

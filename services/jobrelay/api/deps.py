@@ -83,10 +83,10 @@ def _page(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=200, pattern=NO_NUL)] = None,
 ) -> Page:
-    return Page(limit, _decode_cursor(cursor) if cursor else None)
+    return Page(limit, decode_cursor(cursor) if cursor else None)
 
 
-def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
     try:
         created_at, _, job_id = base64.urlsafe_b64decode(cursor.encode()).decode().partition("|")
         return datetime.fromisoformat(created_at), uuid.UUID(job_id)

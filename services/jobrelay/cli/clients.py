@@ -4,7 +4,6 @@ tokens and their submission limits."""
 from __future__ import annotations
 
 import argparse
-import secrets
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -17,8 +16,8 @@ from jobrelay.cli.common import (
     run_with_store,
     settings_from_env,
 )
-from jobrelay.cli.output import parse_duration
-from jobrelay.core.clients import RateLimit
+from jobrelay.core.clients import MAX_GRACE_SECONDS, RateLimit, new_token
+from jobrelay.core.durations import parse_duration
 from jobrelay.core.fingerprint import token_hash
 
 if TYPE_CHECKING:
@@ -33,14 +32,8 @@ EXAMPLES = {
     "clients limit": "jobrelay clients limit shop-backend --per-second 50 --burst 200",
 }
 
-MAX_GRACE_SECONDS = 30 * 86400.0
 MAX_RATE = 1_000_000.0
 MAX_BURST = 1_000_000
-
-
-def new_token() -> str:
-    """A bearer token: 256 random bits; only its SHA-256 is stored."""
-    return "jr_" + secrets.token_urlsafe(32)
 
 
 def cmd_clients_create(args: argparse.Namespace) -> int:

@@ -18,7 +18,8 @@ from jobrelay.cli.common import (
     run_with_store,
     settings_from_env,
 )
-from jobrelay.cli.output import parse_duration, render_trace
+from jobrelay.cli.output import render_trace
+from jobrelay.core.durations import parse_duration
 from jobrelay.core.trace import trace_document
 
 if TYPE_CHECKING:

@@ -1,21 +1,8 @@
-"""How the CLI shows things to a person: a job's trace as lines, durations typed by hand."""
+"""How the CLI shows things to a person: a job's trace as lines."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
-
-_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in ``90``, ``90s``, ``15m``, ``2h`` or ``1d``; ValueError with a readable
-    message when ``text`` is not a duration."""
-    match = _DURATION.match(text.lower())
-    if match is None:
-        raise ValueError(f"{text!r} is not a duration like 90s, 15m, 2h or 1d")
-    return float(match.group(1)) * _UNITS[match.group(2)]
 
 
 def render_trace(trace: dict[str, Any]) -> str:

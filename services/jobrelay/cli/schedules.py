@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import uuid
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from jobrelay.cli.common import (
@@ -16,34 +14,15 @@ from jobrelay.cli.common import (
     run_with_store,
     settings_from_env,
 )
-from jobrelay.core.schedules import SCHEDULER_CLIENT, Schedule
+from jobrelay.core.schedules import SCHEDULER_CLIENT
 
 if TYPE_CHECKING:
-    from jobrelay.db.schedule_store import ScheduleStore
     from jobrelay.db.store import Store
 
 EXAMPLE = "jobrelay schedules --handlers myapp.jobs:registry --json"
 HANDLERS_HELP = (
     "comma-separated module:registry list whose schedules to list (overrides JOBRELAY_HANDLERS)"
 )
-
-
-async def schedule_document(
-    schedule: Schedule, now: datetime, store: ScheduleStore, client_id: uuid.UUID
-) -> dict[str, Any]:
-    latest = schedule.latest_tick(now)
-    job = await store.job_by_key(client_id, schedule.key(latest))
-    return {
-        "name": schedule.name,
-        "type": schedule.type,
-        "every_seconds": schedule.every,
-        "cron": schedule.cron,
-        "max_attempts": schedule.max_attempts,
-        "latest_tick": latest.isoformat(),
-        "latest_key": schedule.key(latest),
-        "latest_job": None if job is None else {"id": str(job.id), "state": job.state.value},
-        "next_tick": schedule.next_tick(now).isoformat(),
-    }
 
 
 def render_schedules(document: dict[str, Any]) -> str:
@@ -83,6 +62,7 @@ def cmd_schedules(args: argparse.Namespace) -> int:
 
     async def work(store: Store) -> int:
         from jobrelay.db.schedule_store import ScheduleStore
+        from jobrelay.operations import schedule_document
 
         schedule_store = ScheduleStore(store)
         now = await schedule_store.now()

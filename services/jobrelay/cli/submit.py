@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from jobrelay.cli.common import CliError, Subcommands, add_command, print_json
-from jobrelay.cli.output import parse_duration
+from jobrelay.core.durations import parse_duration
 
 EXAMPLE = 'jobrelay submit catalog.export --payload \'{"course": "JavaScript"}\' --key k1'
 

@@ -1,12 +1,22 @@
 """API clients as the rest of the system sees them: who is calling, what a listing shows, and
-what a change of a client did. Tokens are never here, only in the store (as hashes)."""
+what a change of a client did. Tokens are made here (``new_token``) and never kept: the store
+holds their hashes."""
 
 from __future__ import annotations
 
 import math
+import secrets
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+
+# The longest an old token stays accepted after a rotation (`clients rotate --grace`).
+MAX_GRACE_SECONDS = 30 * 86400.0
+
+
+def new_token() -> str:
+    """A bearer token: 256 random bits; only its SHA-256 is stored."""
+    return "jr_" + secrets.token_urlsafe(32)
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,12 @@ class Masker:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Masker:
-        return cls.for_urls([settings.database_url, settings.amqp_url])
+        masker = cls.for_urls([settings.database_url, settings.amqp_url])
+        if settings.console_secret is None:
+            return masker
+        # The console's signing key (JOBRELAY_CONSOLE_SECRET): never printed, masked if it were.
+        secrets = (settings.console_secret.get_secret_value(), *masker.secrets)
+        return cls(tuple(sorted(set(secrets), key=len, reverse=True)))
 
 
 def _passwords(url: str) -> set[str]:

@@ -78,3 +78,13 @@ class SystemStats:
                 for b in self.broker_blocks
             ],
         }
+
+
+@dataclass(frozen=True)
+class FinishedMinute:
+    """Jobs that finished in one minute of the last hour, by how they ended (the console's
+    chart): ``quarantined`` are the failures no retry fixed."""
+
+    minute: datetime
+    succeeded: int
+    quarantined: int

@@ -1,0 +1,34 @@
+"""The operator console at ``/ui/`` on the API's port (docs/console.md): server-rendered pages
+over the same store, operations and CLI code paths as ``/v1/admin`` and ``jobrelay``.
+
+- ``security.py``: the signed session cookie, CSRF tokens, flash messages, safe redirects (pure);
+- ``keys.py``: the signing key (``JOBRELAY_CONSOLE_SECRET`` or the database's ``console_keys``);
+- ``web.py``: templates, the signed-in operator, the CSRF check, HTML error pages;
+- ``charts.py``: the inline SVG's geometry (pure);
+- one module of routes per page: ``signin``, ``overview``, ``jobs``, ``quarantine``,
+  ``schedules``, ``clients``.
+
+Every asset is served by the API itself (``static/``): no CDN, no external font, so the console
+works in a closed network. The routes are not part of the API's OpenAPI document.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from jobrelay.console import clients, jobs, overview, quarantine, schedules, signin
+from jobrelay.console.keys import ConsoleKey
+from jobrelay.console.web import STATIC_DIR, STATIC_PATH, ConsoleAssets
+from jobrelay.core.settings import Settings
+
+__all__ = ["install"]
+
+
+def install(app: FastAPI, settings: Settings) -> None:
+    """Serve the console's assets and pages from ``app``."""
+    app.state.console_key = ConsoleKey(settings.console_secret)
+    # Before the pages: the catch-all of signin.fallback would otherwise answer for them.
+    app.mount(STATIC_PATH, ConsoleAssets(directory=STATIC_DIR), name="console-static")
+    for pages in (signin, overview, jobs, quarantine, schedules, clients):
+        app.include_router(pages.router)
+    app.include_router(signin.fallback)

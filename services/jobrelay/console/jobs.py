@@ -1,0 +1,222 @@
+"""Jobs: the listing (filters, find by id, keyset pages), one job with its trace as a timeline,
+and cancelling one. The listing is the store's of ``GET /v1/jobs`` (``Store.list_jobs``, a
+client's jobs newest first through ``ix_jobs_client_id_created_at_id``); across clients it is
+each client's page merged, so no page reads more than a page per client."""
+
+from __future__ import annotations
+
+import urllib.parse
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+
+from jobrelay.api.deps import Page, decode_cursor
+from jobrelay.console.charts import timeline
+from jobrelay.console.security import Flash
+from jobrelay.console.web import (
+    ActingDep,
+    ConsoleRoute,
+    Operator,
+    OperatorDep,
+    PageError,
+    parse_job_id,
+    pretty_json,
+    redirect,
+    render,
+    store_of,
+)
+from jobrelay.core.clients import ClientListing
+from jobrelay.core.errors import InvalidCursor
+from jobrelay.core.jobs import CancelAnswer, Job
+from jobrelay.core.states import TERMINAL_STATES, JobState
+from jobrelay.core.trace import trace_document
+from jobrelay.db.store import Store
+
+router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
+
+JOBS_PATH = "/ui/jobs"
+PAGE_SIZE = 50
+# "Previous" links carry the cursors of the pages before (at most this many; further back, the
+# newest page is one click away).
+TRAIL_MAX = 30
+FIRST_PAGE = "~"  # in a trail: the page without a cursor
+STATES = [state.value for state in JobState]
+CANCELLABLE = frozenset(JobState) - TERMINAL_STATES
+
+Text = Annotated[str, Query(max_length=200)]
+
+
+@dataclass(frozen=True)
+class Filters:
+    state: str
+    type: str
+    client: str
+
+    def link(self, **extra: str) -> str:
+        """The listing with these filters (and ``extra``, e.g. a cursor)."""
+        wanted = {"state": self.state, "type": self.type, "client": self.client, **extra}
+        query = urllib.parse.urlencode({k: v for k, v in wanted.items() if v})
+        return f"{JOBS_PATH}?{query}" if query else JOBS_PATH
+
+
+@dataclass(frozen=True)
+class Paging:
+    """Where this page is: its cursor and the trail of cursors before it."""
+
+    cursor: str
+    trail: list[str]
+
+    @classmethod
+    def of(cls, cursor: str, trail: str) -> Paging:
+        return cls(cursor, [step for step in trail.split(",") if step][-TRAIL_MAX:])
+
+    def links(self, filters: Filters, next_cursor: str | None) -> dict[str, str | None]:
+        here = self.cursor or FIRST_PAGE
+        forward = None
+        if next_cursor is not None:
+            forward = filters.link(cursor=next_cursor, trail=",".join([*self.trail, here]))
+        back = None
+        if self.trail:
+            previous = self.trail[-1]
+            back = filters.link(
+                cursor="" if previous == FIRST_PAGE else previous, trail=",".join(self.trail[:-1])
+            )
+        elif self.cursor:  # the trail was cut short: back to the start
+            back = filters.link()
+        newest = filters.link() if self.cursor else None
+        return {"next": forward, "previous": back, "newest": newest}
+
+
+async def jobs_of(
+    store: Store, owners: Sequence[ClientListing], filters: Filters, page: Page
+) -> list[Job]:
+    """The page of jobs of ``owners``, newest first: each owner's page, merged."""
+    found: list[Job] = []
+    for owner in owners:
+        found += await store.list_jobs(
+            client_id=owner.id,
+            state=filters.state or None,
+            job_type=filters.type or None,
+            limit=page.limit,
+            after=page.after,
+        )
+    found.sort(key=lambda job: (job.created_at, job.id), reverse=True)
+    return found[: page.limit]
+
+
+def _page(cursor: str) -> Page:
+    try:
+        return Page(PAGE_SIZE, decode_cursor(cursor) if cursor else None)
+    except InvalidCursor:
+        raise PageError(
+            400, "This page link is not valid", "Start again from the newest jobs."
+        ) from None
+
+
+async def listing(
+    request: Request,
+    operator: Operator,
+    filters: Filters,
+    paging: Paging,
+    *,
+    notice: str | None = None,
+    status: int = 200,
+    find_value: str = "",
+) -> Response:
+    if filters.state and filters.state not in STATES:
+        raise PageError(400, "Unknown state", f"A job's state is one of {', '.join(STATES)}.")
+    page = _page(paging.cursor)
+    store = store_of(request)
+    clients = await store.list_clients()
+    owners = [c for c in clients if c.name == filters.client] if filters.client else clients
+    jobs = await jobs_of(store, owners, filters, page)
+    names = {client.id: client.name for client in clients}
+    context: dict[str, Any] = {
+        "rows": [(job, names.get(job.client_id, "?")) for job in jobs],
+        "filters": filters,
+        "states": STATES,
+        "client_names": [client.name for client in clients],
+        "links": paging.links(filters, page.next_cursor(jobs)),
+        "notice": notice,
+        "find_value": find_value,
+        "unknown_client": bool(filters.client) and not owners,
+    }
+    return await render(request, "jobs.html", context, status=status, operator=operator)
+
+
+@router.get(JOBS_PATH)
+async def jobs_page(
+    request: Request,
+    operator: OperatorDep,
+    state: Text = "",
+    type: Text = "",
+    client: Text = "",
+    cursor: Annotated[str, Query(max_length=200)] = "",
+    trail: Annotated[str, Query(max_length=200 * TRAIL_MAX)] = "",
+) -> Response:
+    filters = Filters(state.strip(), type.strip(), client.strip())
+    return await listing(request, operator, filters, Paging.of(cursor, trail))
+
+
+@router.get(JOBS_PATH + "/find")
+async def find_job(request: Request, operator: OperatorDep, id: Text = "") -> Response:
+    """To the job's page; a malformed or unknown id is said so on the listing."""
+    wanted = parse_job_id(id)
+    if wanted is not None and await store_of(request).get_job(wanted) is not None:
+        return await redirect(request, f"{JOBS_PATH}/{wanted}")
+    if wanted is None:
+        notice, status = f"{id.strip()!r} is not a job id (a UUID).", 400
+    else:
+        notice, status = f"There is no job {wanted}.", 404
+    empty = Filters("", "", "")
+    return await listing(
+        request, operator, empty, Paging.of("", ""), notice=notice, status=status, find_value=id
+    )
+
+
+@router.get(JOBS_PATH + "/{job_id}")
+async def job_page(request: Request, operator: OperatorDep, job_id: str) -> Response:
+    wanted = parse_job_id(job_id)
+    trace = await store_of(request).trace(wanted) if wanted is not None else None
+    if trace is None:
+        raise PageError(404, "No such job", "No job has this id (retention may have deleted it).")
+    job = trace.job
+    document = trace_document(trace)  # the operators' view: failures with their tracebacks
+    context = {
+        "job": job,
+        "trace": document,
+        "client_name": trace.client_name,
+        "payload": pretty_json(job.payload),
+        "result": pretty_json(trace.result.result) if trace.result else None,
+        "failure": document["last_failure"],
+        "timeline": timeline(trace.events),
+        "outbox": trace.outbox,
+        "cancellable": job.state in CANCELLABLE and job.cancel_requested_at is None,
+        "replayable": job.state == JobState.QUARANTINED,
+    }
+    return await render(request, "job.html", context, operator=operator)
+
+
+CANCEL_OUTCOMES = {
+    CancelAnswer.CANCELLED: "Cancelled.",
+    CancelAnswer.REQUESTED: "Cancel requested: its consumer stops the handler, and the job "
+    "ends cancelled unless the attempt finishes first.",
+}
+
+
+@router.post(JOBS_PATH + "/{job_id}/cancel")
+async def cancel_job(request: Request, operator: ActingDep, job_id: uuid.UUID) -> Response:
+    store = store_of(request)
+    answer = await store.cancel_job(
+        job_id, client_id=None, detail=f"by an operator in the console ({operator.name})"
+    )
+    if answer is None:
+        job = await store.get_job(job_id)
+        state = job.state.value if job else "gone"
+        flash = Flash("error", f"Not cancelled: the job is {state}.")
+    else:
+        flash = Flash("ok", CANCEL_OUTCOMES[answer])
+    return await redirect(request, f"{JOBS_PATH}/{job_id}", flash)

@@ -5,8 +5,24 @@ several services in one test process never share counts), metrics made in it, an
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+# How the values of one gauge in several processes add up (prometheus_client's multiprocess
+# modes); "live…": only the processes still running count.
+GaugeMode = Literal[
+    "all",
+    "liveall",
+    "min",
+    "livemin",
+    "max",
+    "livemax",
+    "sum",
+    "livesum",
+    "mostrecent",
+    "livemostrecent",
+]
 
 
 class ProcessMetrics:
@@ -28,8 +44,10 @@ class ProcessMetrics:
             metric.labels(value)
         return metric
 
-    def gauge(self, name: str, text: str) -> Gauge:
-        return Gauge(name, text, registry=self.registry)
+    def gauge(self, name: str, text: str, *, multiprocess_mode: GaugeMode = "all") -> Gauge:
+        """``multiprocess_mode``: how the workers' values add up when they share a directory
+        (``api/multiprocess.py``), e.g. ``livesum``; ignored in a process of its own."""
+        return Gauge(name, text, registry=self.registry, multiprocess_mode=multiprocess_mode)
 
     def histogram(
         self, name: str, text: str, labels: Sequence[str] = (), *, buckets: Sequence[float]

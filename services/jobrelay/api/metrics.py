@@ -4,29 +4,41 @@ from __future__ import annotations
 
 import functools
 import time
+from pathlib import Path
 
 from prometheus_client import (
+    CollectorRegistry,
     Counter,
     GCCollector,
     Histogram,
     PlatformCollector,
     ProcessCollector,
+    generate_latest,
 )
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from jobrelay.api import multiprocess
+from jobrelay.api.stats_metrics import StatsCollector, StatsSnapshots
 from jobrelay.metrics import ProcessMetrics
 
 
 class ApiMetrics(ProcessMetrics):
     """The API's Prometheus metrics, in a registry of their own that the app holds: two apps
     in one process (tests) never share counts, and ``/metrics`` serves exactly these, with the
-    process and runtime collectors the default registry would have added."""
+    process and runtime collectors the default registry would have added, and the system's
+    counts (``api/stats_metrics.py``).
 
-    def __init__(self) -> None:
+    With ``multiprocess_dir`` (several workers, ``api/multiprocess.py``) the metrics are
+    written to that directory and ``/metrics`` serves what every worker wrote there instead.
+    """
+
+    def __init__(self, multiprocess_dir: Path | None = None) -> None:
         super().__init__()
-        ProcessCollector(registry=self.registry)
-        PlatformCollector(registry=self.registry)
-        GCCollector(registry=self.registry)
+        self.multiprocess_dir = multiprocess_dir
+        self.served = self._served_registry(multiprocess_dir)
+        # Added to the scrape as this process read them: never summed over the workers.
+        self.stats = StatsSnapshots()
+        self.served.register(StatsCollector(self.stats))
         self.requests = self.histogram(
             "jobrelay_api_request_seconds",
             "API request latency by route template, method and status",
@@ -47,8 +59,11 @@ class ApiMetrics(ProcessMetrics):
         )
         self.in_flight = self.gauge(
             "jobrelay_api_requests_in_flight",
-            "Requests this worker is handling now (what load shedding bounds)",
+            "Requests the API workers are handling now (what load shedding bounds, per worker)",
+            multiprocess_mode="livesum",
         )
+        # A worker that took a dead worker's pid reopens its files: not its requests.
+        self.in_flight.set(0)
         # ``labels()`` takes the metric's lock and rebuilds its key on every call, and every
         # request records one sample (every submission two): the labelled children are looked
         # up once per label set instead. The caches are bounded (a client chooses the method);
@@ -56,6 +71,20 @@ class ApiMetrics(ProcessMetrics):
         self.request_seconds = functools.lru_cache(maxsize=1024)(self._request_seconds)
         self.submissions = functools.lru_cache(maxsize=1024)(self._submissions)
         self.shed = functools.lru_cache(maxsize=8)(self.shed_total.labels)
+
+    def _served_registry(self, multiprocess_dir: Path | None) -> CollectorRegistry:
+        if multiprocess_dir is not None:
+            return multiprocess.served_registry(multiprocess_dir)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        return self.registry
+
+    def exposition(self) -> bytes:
+        """The text ``/metrics`` serves (after ``stats.refresh``)."""
+        if self.multiprocess_dir is not None:
+            multiprocess.forget_dead_workers(self.multiprocess_dir)
+        return generate_latest(self.served)
 
     def _request_seconds(self, route: str, method: str, status: int) -> Histogram:
         return self.requests.labels(route, method, str(status))

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from jobrelay.api import openapi
 from jobrelay.api.metrics import ApiMetrics
@@ -55,4 +55,6 @@ async def readyz(request: Request) -> Any:
 )
 async def metrics(request: Request) -> Response:
     owned: ApiMetrics = request.app.state.metrics
-    return Response(generate_latest(owned.registry), media_type=CONTENT_TYPE_LATEST)
+    # The system's counts, read at most every few seconds by this worker (never an error).
+    await owned.stats.refresh(request.app.state.store)
+    return Response(owned.exposition(), media_type=CONTENT_TYPE_LATEST)

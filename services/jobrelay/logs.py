@@ -5,6 +5,7 @@ module never logs payloads, tokens or passwords: every text of a line (the messa
 values, an exception's traceback) goes through a ``Masker`` that knows the service's database
 and broker passwords and recognises tokens and URL passwords by their shape. A logged
 exception keeps its traceback (``error`` is its class, ``traceback`` the text, at most 16 KiB).
+A line logged while a traced job is handled carries its ``trace_id`` (``current_trace_id``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import logging
 import sys
 import traceback
+from contextvars import ContextVar
 from datetime import UTC, datetime
 
 from jobrelay.core.failures import TRACEBACK_MAX_BYTES, class_name, cut_tail
@@ -24,6 +26,11 @@ _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
     "asctime",
     "color_message",  # uvicorn's copy of msg with terminal colours
 }
+
+# The trace id (32 hex digits) of the job this context handles: set by ``jobrelay/tracing.py``
+# around an accept, and a delivery's processing (whether spans are exported or not), so that
+# every line logged meanwhile, a handler's too, says which trace it belongs to.
+current_trace_id: ContextVar[str | None] = ContextVar("jobrelay_trace_id", default=None)
 
 
 class JsonFormatter(logging.Formatter):
@@ -45,6 +52,8 @@ class JsonFormatter(logging.Formatter):
                 line[key] = (
                     value if isinstance(value, int | float | bool) else self.mask(str(value))
                 )
+        if "trace_id" not in line and (trace_id := current_trace_id.get()) is not None:
+            line["trace_id"] = trace_id
         if record.exc_info and record.exc_info[0] is not None:
             line["error"] = class_name(record.exc_info[0])
             text = "".join(traceback.format_exception(*record.exc_info))

@@ -52,11 +52,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
 from sqlalchemy.ext.asyncio import AsyncSession, async_scoped_session
 from sqlalchemy.orm import Session, scoped_session
 
+from jobrelay import tracing
 from jobrelay.api.schemas import unstorable_json
 from jobrelay.core.fingerprint import canonical_json, request_hash_of_json
 from jobrelay.core.ids import new_id
 from jobrelay.core.jobs import IDEMPOTENCY_KEY_MAX, Job, JobRequest, is_valid_idempotency_key
 from jobrelay.core.registry import Registry
+from jobrelay.core.tracecontext import valid_traceparent
 from jobrelay.db import queries as q
 from jobrelay.db.store import ACCEPT_TRIES, job_from_row
 
@@ -100,6 +102,7 @@ def enqueue(
     delay_seconds: float | None = None,
     max_attempts: int | None = None,
     registry: Registry | None = None,
+    traceparent: str | None = None,
 ) -> Job:
     """Write a job of ``type`` with ``payload`` for ``client`` under idempotency ``key`` in the
     transaction open on ``connection`` (psycopg 3 ``Connection``, SQLAlchemy ``Connection`` or
@@ -118,6 +121,10 @@ def enqueue(
       the type's schema (``UnknownJobType``, ``InvalidPayload``), as the API checks. Without
       it only the type's shape is checked (a non-empty string): a consumer that does not know
       the type defers the job and in the end quarantines it (``unknown_job_type``).
+    - ``traceparent``: the W3C trace context the job's publish and execution continue
+      (docs/observability.md); by default the caller's current OpenTelemetry span, when there
+      is one. ``ValueError`` when it is not a valid ``traceparent``. Not part of the request:
+      the same key with another trace context is the same request, and keeps its first one.
 
     Raises ``jobrelay.IdempotencyConflict`` when the key was used for another type, payload or
     schedule (``job_id``: the job that holds it): nothing is written and the transaction stays
@@ -125,7 +132,9 @@ def enqueue(
     409 and code ``idempotency_conflict``): one ``except`` handles both ways of submitting.
     """
     execute = _sync_executor(connection)
-    submission = _submission(type, payload, key, run_at, delay_seconds, max_attempts, registry)
+    submission = _submission(
+        type, payload, key, run_at, delay_seconds, max_attempts, registry, traceparent
+    )
     steps = _accept(client, submission)
     step = next(steps)
     while True:
@@ -148,11 +157,14 @@ async def enqueue_async(
     delay_seconds: float | None = None,
     max_attempts: int | None = None,
     registry: Registry | None = None,
+    traceparent: str | None = None,
 ) -> Job:
     """``enqueue`` on an async connection: a psycopg ``AsyncConnection``, an SQLAlchemy
     ``AsyncConnection`` or ``AsyncSession``. Arguments, result and errors as for ``enqueue``."""
     execute = _async_executor(connection)
-    submission = _submission(type, payload, key, run_at, delay_seconds, max_attempts, registry)
+    submission = _submission(
+        type, payload, key, run_at, delay_seconds, max_attempts, registry, traceparent
+    )
     steps = _accept(client, submission)
     step = next(steps)
     while True:
@@ -175,6 +187,7 @@ class _Submission:
     request: JobRequest
     payload_json: str  # serialized once: stored and fingerprinted
     fingerprint: str
+    traceparent: str | None  # stored with a new job, not fingerprinted
 
 
 def _submission(
@@ -185,6 +198,7 @@ def _submission(
     delay_seconds: float | None,
     max_attempts: int | None,
     registry: Registry | None,
+    traceparent: str | None = None,
 ) -> _Submission:
     """The checked request, or the error that says what is wrong with it."""
     if not isinstance(key, str) or not is_valid_idempotency_key(key):
@@ -221,7 +235,19 @@ def _submission(
         key, job_type, payload, max_attempts, run_at=run_at, delay_seconds=delay_seconds
     )
     fingerprint = request_hash_of_json(job_type, payload_json, request.schedule)
-    return _Submission(request, payload_json, fingerprint)
+    return _Submission(request, payload_json, fingerprint, _trace_context(traceparent))
+
+
+def _trace_context(traceparent: str | None) -> str | None:
+    """The given ``traceparent``, checked; else the caller's current span's, if any."""
+    if traceparent is None:
+        return tracing.current_traceparent()
+    checked = valid_traceparent(traceparent) if isinstance(traceparent, str) else None
+    if checked is None:
+        raise ValueError(
+            "traceparent must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>, lowercase)"
+        )
+    return checked
 
 
 def _accept(client: str | uuid.UUID, submission: _Submission) -> Generator[Step, list[Any], Job]:
@@ -244,12 +270,17 @@ def _accept(client: str | uuid.UUID, submission: _Submission) -> Generator[Step,
                 "max_attempts": request.max_attempts,
                 "run_at": request.run_at,
                 "delay_seconds": request.delay_seconds,
+                "traceparent": submission.traceparent,
             },
         )
         if inserted:
             row = inserted[0]
             return request.as_new_job(
-                job_id, client_id, at=row.created_at, available_at=row.available_at
+                job_id,
+                client_id,
+                at=row.created_at,
+                available_at=row.available_at,
+                traceparent=submission.traceparent,
             )
         existing = yield (
             q.JOB_BY_KEY,

@@ -38,6 +38,13 @@ async def take_rate_limit(request: Request, client: Client, count: int = 1) -> N
         raise RateLimited(wait, limit.describe())
 
 
+def accept_outcome(accepted: AcceptResult) -> str:
+    """What a submission came to, as the metrics and the accept span name it."""
+    if accepted.conflict:
+        return "conflict"
+    return "created" if accepted.created else "existing"
+
+
 def count_outcome(metrics: ApiMetrics, job_type: str, accepted: AcceptResult) -> None:
     """Count the submission; ``IdempotencyConflict`` when the key was used for another one."""
     if accepted.conflict:

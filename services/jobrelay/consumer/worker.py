@@ -27,6 +27,7 @@ from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 
+from jobrelay import tracing
 from jobrelay.consumer.metrics import ConsumerMetrics
 from jobrelay.core.errors import (
     InvalidPayload,
@@ -171,10 +172,13 @@ class Worker:
 
     # --- the one place a delivery is settled ------------------------------------------------
 
-    async def handle(self, delivery: Delivery) -> Verdict:
-        """Process one delivery and settle it with the broker. Never raises but on cancel."""
+    async def handle(self, delivery: Delivery, *, traceparent: str | None = None) -> Verdict:
+        """Process one delivery and settle it with the broker. Never raises but on cancel.
+        ``traceparent``: the message's trace context (its header), which the execution
+        continues (``jobrelay/tracing.py``)."""
         self.metrics.in_flight.inc()
         verdict = INTERRUPTED
+        execution = tracing.executing(traceparent)
         try:
             verdict = await self.process(delivery.body, redelivered=bool(delivery.redelivered))
             if verdict.pause:
@@ -187,6 +191,7 @@ class Worker:
             await asyncio.sleep(1.0)
         finally:
             await self._settle(delivery, verdict)
+            execution.end(verdict.outcome)
             self.metrics.in_flight.dec()
         return verdict
 
@@ -297,6 +302,7 @@ class Worker:
     async def _attempt(self, claim: Claimed, *, lease_deadline: float) -> Verdict:
         job = claim.job
         extra = {"job_id": str(job.id), "attempt": job.attempts, "type": job.type}
+        tracing.execution_claimed(job)  # from here on the handler's trace is the job's
         log.info("claimed", extra={**extra, "event": "claimed"})
         if job.cancel_requested_at is not None:
             # Asked of an earlier attempt that ended before it could carry it out (its consumer
@@ -385,12 +391,15 @@ class Worker:
         elif isinstance(outcome, Succeeded | Cancelled):
             log.info("attempt finished", extra={**extra, "event": verdict.outcome})
         else:
+            summary = outcome.failure.summary() if outcome.failure else outcome.error
+            context = _outcome_context(outcome, finish)
+            tracing.execution_failed(context.get("reason", verdict.outcome), summary)
             # The traceback goes with the line (the formatter masks it and cuts it to size).
             log.warning(
                 "attempt failed: %s",
-                outcome.failure.summary() if outcome.failure else outcome.error,
+                summary,
                 exc_info=error,
-                extra={**extra, "event": verdict.outcome, **_outcome_context(outcome, finish)},
+                extra={**extra, "event": verdict.outcome, **context},
             )
         return verdict
 

@@ -45,6 +45,9 @@ class Job:
     cancel_requested_at: datetime | None = None
     """A cancel asked while it ran: its consumer cancels the handler."""
 
+    traceparent: str | None = None
+    """The W3C trace context of its accept (core/tracecontext.py); None: not traced."""
+
 
 # The longest delay a submission may ask for: a year.
 MAX_DELAY_SECONDS = 365 * 86400
@@ -90,9 +93,10 @@ class JobRequest:
         *,
         at: datetime,
         available_at: datetime | None = None,
+        traceparent: str | None = None,
     ) -> Job:
         """The job just accepted for it at ``at``: queued, no attempt yet, due at
-        ``available_at`` (at once when None)."""
+        ``available_at`` (at once when None), stored with ``traceparent``."""
         due = available_at or at
         return Job(
             job_id,
@@ -107,6 +111,7 @@ class JobRequest:
             created_at=at,
             updated_at=at,
             run_at=due if self.schedule is not None else None,
+            traceparent=traceparent,
         )
 
 

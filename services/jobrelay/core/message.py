@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from jobrelay.core.tracecontext import valid_traceparent
 
 MESSAGE_VERSION = 1
 CONTENT_TYPE = "application/json"
 MAX_TYPE_LENGTH = 200
+# The job's W3C trace context rides in the message headers (not the body, which stays the
+# envelope alone), under the name a W3C propagator reads (docs/observability.md).
+TRACEPARENT_HEADER = "traceparent"
 
 
 class MalformedMessage(ValueError):
@@ -57,3 +63,16 @@ class Envelope:
         except ValueError:
             raise MalformedMessage("job_id is not a UUID") from None
         return cls(job_id=job_id, type=job_type, version=version)
+
+
+def trace_headers(traceparent: str | None) -> dict[str, Any] | None:
+    """The headers of a job's message: its ``traceparent`` if it has one, else none at all."""
+    return None if traceparent is None else {TRACEPARENT_HEADER: traceparent}
+
+
+def traceparent_of(headers: Mapping[str, Any] | None) -> str | None:
+    """The valid ``traceparent`` of a message's headers (written by ``trace_headers``, or by
+    anyone: a malformed one is ignored), else None."""
+    if not headers:
+        return None
+    return valid_traceparent(headers.get(TRACEPARENT_HEADER))

@@ -35,6 +35,7 @@ class OutboxRow:
     job_id: uuid.UUID
     type: str
     publish_attempts: int
+    traceparent: str | None = None  # the job's trace context (core/tracecontext.py)
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ _JOB_COLUMNS = """
     j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, j.state,
     j.attempts, j.max_attempts, j.available_at, j.lease_token, j.lease_until,
     j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at, j.run_at,
-    j.cancel_requested_at
+    j.cancel_requested_at, j.traceparent
 """
 
 
@@ -268,9 +268,10 @@ ACCEPT_JOB: TextClause = text(
     f"""
     WITH j AS (
         INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload,
-                          max_attempts, run_at, available_at)
+                          max_attempts, run_at, available_at, traceparent)
         SELECT :id, :client_id, :idempotency_key, :request_hash, :type,
-               CAST(:payload AS jsonb), :max_attempts, due.at, coalesce(due.at, now())
+               CAST(:payload AS jsonb), :max_attempts, due.at, coalesce(due.at, now()),
+               CAST(:traceparent AS text)
         FROM (SELECT coalesce(CAST(:run_at AS timestamptz),
                               now() + make_interval(secs => CAST(:delay_seconds AS float8)))
                      AS at) AS due
@@ -283,7 +284,8 @@ ACCEPT_JOB: TextClause = text(
 
 # A batch's new jobs in one statement (``POST /v1/jobs/batch``): the same rows as ACCEPT_JOB,
 # one per element of the arrays. A key that exists (or repeats within the batch) inserts
-# nothing and comes back in no row; the caller reads those jobs with JOBS_BY_KEYS.
+# nothing and comes back in no row; the caller reads those jobs with JOBS_BY_KEYS. The jobs of
+# one request share its trace context (:traceparent).
 ACCEPT_JOBS: TextClause = text(
     f"""
     WITH asked AS (
@@ -296,9 +298,9 @@ ACCEPT_JOBS: TextClause = text(
                   delay_seconds)
     ), j AS (
         INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload,
-                          max_attempts, run_at, available_at)
+                          max_attempts, run_at, available_at, traceparent)
         SELECT id, :client_id, idempotency_key, request_hash, type, payload, max_attempts,
-               due, coalesce(due, now())
+               due, coalesce(due, now()), CAST(:traceparent AS text)
         FROM asked
         ON CONFLICT (client_id, idempotency_key) DO NOTHING
         RETURNING id, idempotency_key, created_at, available_at
@@ -493,6 +495,31 @@ _STRANDED = """
 
 PUBLISHED_NEVER_CLAIMED: TextClause = text(f"SELECT count(*) AS n FROM jobs j WHERE {_STRANDED}")
 
+# The console's chart (docs/console.md): jobs that finished succeeded or quarantined in each of
+# the last 60 minutes, the current one included, one row per minute (zeros too). Read through
+# ix_jobs_state_finished_at, so it costs the last hour's finishes, never the history. The span
+# is written out rather than a parameter: the planner then estimates it from now() every time
+# (a generic plan guesses a third of the table). A job counts in its current state: a
+# quarantined job replayed since counts where it ended.
+FINISHED_PER_MINUTE: TextClause = text(
+    """
+    SELECT m.minute, coalesce(f.succeeded, 0) AS succeeded,
+           coalesce(f.quarantined, 0) AS quarantined
+    FROM generate_series(date_trunc('minute', now()) - interval '59 minutes',
+                         date_trunc('minute', now()), interval '1 minute') AS m(minute)
+    LEFT JOIN (
+        SELECT date_trunc('minute', finished_at) AS minute,
+               count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
+               count(*) FILTER (WHERE state = 'quarantined') AS quarantined
+        FROM jobs
+        WHERE state IN ('succeeded', 'quarantined') AND finished_at IS NOT NULL
+          AND finished_at >= date_trunc('minute', now()) - interval '59 minutes'
+        GROUP BY 1
+    ) AS f ON f.minute = m.minute
+    ORDER BY m.minute
+    """
+)
+
 # --- relay (docs/life-of-a-job.md, "2. Relay") ----------------------------------------------
 
 # A statement trigger on the outbox (migration 0001) notifies this channel on every insert. The
@@ -520,7 +547,7 @@ LEASE_OUTBOX_BATCH: TextClause = text(
         publish_attempts = o.publish_attempts + 1
     FROM due, jobs j
     WHERE o.id = due.id AND j.id = o.job_id
-    RETURNING o.id, o.job_id, j.type, o.publish_attempts
+    RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent
     """
 )
 
@@ -1004,3 +1031,10 @@ BROKER_BLOCKS: TextClause = text(
     ORDER BY since, dispatcher
     """
 )
+
+
+# --- the console (docs/console.md) -----------------------------------------------------------
+
+# The key the console signs its cookies and forms with (migration 0006 made it), read once per
+# API process unless JOBRELAY_CONSOLE_SECRET is set.
+CONSOLE_KEY: TextClause = text("SELECT secret FROM console_keys WHERE id = 1")

@@ -31,7 +31,11 @@ class RelayStore:
         )
         leased = [
             OutboxRow(
-                id=row.id, job_id=row.job_id, type=row.type, publish_attempts=row.publish_attempts
+                id=row.id,
+                job_id=row.job_id,
+                type=row.type,
+                publish_attempts=row.publish_attempts,
+                traceparent=row.traceparent,
             )
             for row in rows
         ]

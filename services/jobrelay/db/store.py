@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from psycopg.errors import UndefinedTable
 from psycopg.pq import TransactionStatus
 from psycopg.rows import namedtuple_row
 from sqlalchemy import Row, TextClause
@@ -27,6 +28,7 @@ from jobrelay.core.states import TERMINAL_STATES, JobState
 from jobrelay.core.stats import (
     BROKER_BLOCK_FRESH_SECONDS,
     BrokerBlock,
+    FinishedMinute,
     OutboxBacklog,
     RetryingSummary,
     SystemStats,
@@ -75,6 +77,7 @@ def job_from_row(row: Any) -> Job:
         result=data.get("result"),
         run_at=data.get("run_at"),
         cancel_requested_at=data.get("cancel_requested_at"),
+        traceparent=data.get("traceparent"),
     )
 
 
@@ -263,7 +266,11 @@ class Store:
 
     # --- accept -----------------------------------------------------------------------------
 
-    async def accept_job(self, client_id: uuid.UUID, request: JobRequest) -> AcceptResult:
+    async def accept_job(
+        self, client_id: uuid.UUID, request: JobRequest, *, traceparent: str | None = None
+    ) -> AcceptResult:
+        """``traceparent``: the W3C trace context stored with a new job (core/tracecontext.py).
+        Not part of the request: a key's job keeps the one it was made with."""
         payload_json = canonical_json(request.payload)  # serialized once: stored, fingerprinted
         fingerprint = request_hash_of_json(request.type, payload_json, request.schedule)
         # Two statements, each atomic: the insert of job + outbox + event, then (only when the
@@ -283,10 +290,15 @@ class Store:
                 max_attempts=request.max_attempts,
                 run_at=request.run_at,
                 delay_seconds=request.delay_seconds,
+                traceparent=traceparent,
             )
             if inserted is not None:
                 job = request.as_new_job(
-                    job_id, client_id, at=inserted.created_at, available_at=inserted.available_at
+                    job_id,
+                    client_id,
+                    at=inserted.created_at,
+                    available_at=inserted.available_at,
+                    traceparent=traceparent,
                 )
                 return AcceptResult(job=job, created=True, conflict=False)
             existing = await self.fetch_one(
@@ -298,10 +310,15 @@ class Store:
         raise RuntimeError("an idempotency key's job kept vanishing between insert and read")
 
     async def accept_jobs(
-        self, client_id: uuid.UUID, requests: Sequence[JobRequest]
+        self,
+        client_id: uuid.UUID,
+        requests: Sequence[JobRequest],
+        *,
+        traceparent: str | None = None,
     ) -> list[AcceptResult]:
         """Many submissions at once, each with the rules of ``accept_job``; one result per
-        request, in order. The new jobs are written in one transaction: all of them or none."""
+        request, in order. The new jobs are written in one transaction: all of them or none,
+        each with ``traceparent``."""
         payloads = [canonical_json(request.payload) for request in requests]
         fingerprints = [
             request_hash_of_json(request.type, payload, request.schedule)
@@ -324,6 +341,7 @@ class Store:
                         "max_attempts": [request.max_attempts for request in requests],
                         "run_ats": [request.run_at for request in requests],
                         "delays": [request.delay_seconds for request in requests],
+                        "traceparent": traceparent,
                     },
                 )
             }
@@ -343,7 +361,11 @@ class Store:
         for row in inserted.values():  # the items that made their key's job
             index = position[row.id]
             job = requests[index].as_new_job(
-                row.id, client_id, at=row.created_at, available_at=row.available_at
+                row.id,
+                client_id,
+                at=row.created_at,
+                available_at=row.available_at,
+                traceparent=traceparent,
             )
             results[index] = AcceptResult(job=job, created=True, conflict=False)
         for index, (request, key) in enumerate(zip(requests, keys, strict=True)):
@@ -360,7 +382,7 @@ class Store:
                 job = job_from_row(existing[key])
                 results[index] = AcceptResult(job=job, created=False, conflict=conflict)
             else:  # retention deleted the key's job meanwhile: the key is free again
-                results[index] = await self.accept_job(client_id, request)
+                results[index] = await self.accept_job(client_id, request, traceparent=traceparent)
         return [result for result in results if result is not None]
 
     # --- reading ----------------------------------------------------------------------------
@@ -448,6 +470,22 @@ class Store:
             redispatched_last_hour=redispatched,
             broker_blocks=[BrokerBlock(row.dispatcher, row.reason, row.since) for row in blocks],
         )
+
+    async def finished_per_minute(self) -> list[FinishedMinute]:
+        """Jobs finished (succeeded, quarantined) in each minute of the last hour, oldest first,
+        sixty minutes whether or not any job finished in them."""
+        return [
+            FinishedMinute(row.minute, row.succeeded, row.quarantined)
+            for row in await self.fetch_all(q.FINISHED_PER_MINUTE)
+        ]
+
+    async def console_key(self) -> bytes | None:
+        """The console's signing key (migration 0006); None before that revision."""
+        try:
+            row = await self.fetch_one(q.CONSOLE_KEY)
+        except UndefinedTable:
+            return None
+        return None if row is None else bytes(row.secret)
 
     # --- operations -------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from jobrelay.core.errors import BrokerUnavailable, StoreUnavailable
 from jobrelay.core.relay import MessagePublisher, OutboxRow, OutboxStore, PublishOutcome
 from jobrelay.core.retry import backoff
 from jobrelay.core.states import JobState
+from jobrelay.core.tracecontext import trace_id_of
 from jobrelay.dispatcher.metrics import DispatcherMetrics
 
 log = logging.getLogger(__name__)
@@ -182,16 +183,16 @@ class Relay:
 
     def _log_failures(self, failures: Sequence[PublishOutcome]) -> None:
         first = failures[0]
+        extra: dict[str, object] = {
+            "event": "publish_failed",
+            "reason": first.reason,
+            "outbox_id": first.row.id,
+            "job_id": str(first.row.job_id),
+        }
+        if first.row.traceparent is not None:  # the line names the job: its trace too
+            extra["trace_id"] = trace_id_of(first.row.traceparent)
         log.warning(
-            "publish failed for %d row(s): %s",
-            len(failures),
-            first.error_text,
-            extra={
-                "event": "publish_failed",
-                "reason": first.reason,
-                "outbox_id": first.row.id,
-                "job_id": str(first.row.job_id),
-            },
+            "publish failed for %d row(s): %s", len(failures), first.error_text, extra=extra
         )
 
     # --- the loop ----------------------------------------------------------------------------

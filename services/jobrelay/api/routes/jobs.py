@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Request, Response
 from pydantic import ValidationError
 
+from jobrelay import tracing
 from jobrelay.api import openapi
 from jobrelay.api.deps import (
     JOB_PROBLEMS,
@@ -41,7 +42,7 @@ from jobrelay.api.schemas import (
     job_location,
 )
 from jobrelay.api.shedding import overloaded
-from jobrelay.api.submission import count_outcome, job_request, take_rate_limit
+from jobrelay.api.submission import accept_outcome, count_outcome, job_request, take_rate_limit
 from jobrelay.api.waiting import MAX_WAIT_SECONDS, FinishWaiters, TooManyWaiters
 from jobrelay.core.errors import (
     IdempotencyConflict,
@@ -60,8 +61,11 @@ log = logging.getLogger("jobrelay.api")
 router = APIRouter(route_class=openapi.JsonBodyRoute, responses=V1_PROBLEMS)
 
 
+SUBMIT_PATH = "/v1/jobs"
+
+
 @router.post(
-    "/v1/jobs",
+    SUBMIT_PATH,
     status_code=202,
     response_model=JobView,
     responses={
@@ -94,22 +98,25 @@ async def submit_job(
         ),
     ],
 ) -> Response:
-    asked = job_request(request, idempotency_key, body)
-    await take_rate_limit(request, client)
-    # From the app's state rather than a StoreDep: one dependency fewer to solve on the
-    # hot path.
-    store: Store = request.app.state.store
-    accepted = await store.accept_job(client.id, asked)
-    count_outcome(request.app.state.metrics, body.type, accepted)
-    log.info(
-        "job accepted" if accepted.created else "job submitted again with the same key",
-        extra={
-            "job_id": str(accepted.job.id),
-            "type": body.type,
-            "attempt": 0,
-            "event": "received" if accepted.created else "idempotent_repeat",
-        },
-    )
+    # The span of the accept (tracing on), or the submitter's trace context passed on (off).
+    with tracing.accepting(request.headers, SUBMIT_PATH) as accept:
+        asked = job_request(request, idempotency_key, body)
+        await take_rate_limit(request, client)
+        # From the app's state rather than a StoreDep: one dependency fewer to solve on the
+        # hot path.
+        store: Store = request.app.state.store
+        accepted = await store.accept_job(client.id, asked, traceparent=accept.traceparent)
+        accept.accepted(accepted.job.id, body.type, client.name, accept_outcome(accepted))
+        count_outcome(request.app.state.metrics, body.type, accepted)
+        log.info(
+            "job accepted" if accepted.created else "job submitted again with the same key",
+            extra={
+                "job_id": str(accepted.job.id),
+                "type": body.type,
+                "attempt": 0,
+                "event": "received" if accepted.created else "idempotent_repeat",
+            },
+        )
     # Serialized once here rather than re-validated through response_model: this is the
     # hot path, and the model above is still what the OpenAPI document describes.
     return Response(
@@ -136,22 +143,36 @@ async def submit_batch(body: SubmitBatch, request: Request, client: ClientDep) -
     over it, the whole batch is 429 and nothing is written."""
     answers: list[BatchResult | None] = []
     asked: list[tuple[int, JobRequest]] = []
-    for index, raw in enumerate(body.jobs):
-        try:
-            item = BatchItem.model_validate(raw)
-            asked.append((index, job_request(request, item.idempotency_key, item)))
-            answers.append(None)
-        except ValidationError as error:
-            answers.append(_item_problem(422, "validation_error", error))
-        except RequestError as error:
-            answers.append(
-                BatchResult(status=status_of(error), error=request_error_document(error))
+    # One span for the request; its new jobs share its trace context.
+    with tracing.accepting(request.headers, BATCH_PATH) as accept:
+        for index, raw in enumerate(body.jobs):
+            try:
+                item = BatchItem.model_validate(raw)
+                asked.append((index, job_request(request, item.idempotency_key, item)))
+                answers.append(None)
+            except ValidationError as error:
+                answers.append(_item_problem(422, "validation_error", error))
+            except RequestError as error:
+                answers.append(
+                    BatchResult(status=status_of(error), error=request_error_document(error))
+                )
+        await take_rate_limit(request, client, count=len(asked))
+        store: Store = request.app.state.store
+        accepted = (
+            await store.accept_jobs(
+                client.id, [job for _, job in asked], traceparent=accept.traceparent
             )
-    await take_rate_limit(request, client, count=len(asked))
-    store: Store = request.app.state.store
-    accepted = await store.accept_jobs(client.id, [job for _, job in asked]) if asked else []
-    for (index, job), result in zip(asked, accepted, strict=True):
-        answers[index] = _item_answer(request, job, result)
+            if asked
+            else []
+        )
+        for (index, job), result in zip(asked, accepted, strict=True):
+            answers[index] = _item_answer(request, job, result)
+        accept.batch(
+            client.name,
+            len(body.jobs),
+            (accept_outcome(result) for result in accepted),
+            invalid=len(body.jobs) - len(asked),
+        )
     return BatchAnswer(results=[answer for answer in answers if answer is not None])
 
 

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+from pydantic import SecretStr
+
 from jobrelay.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +33,7 @@ def jobrelay_env(values: Mapping[str, str]) -> dict[str, str]:
 def service_env(settings: Settings, **extra: str) -> dict[str, str]:
     """The process environment that carries ``settings`` as JOBRELAY_* variables."""
     values = {
-        f"JOBRELAY_{k.upper()}": str(v)
+        f"JOBRELAY_{k.upper()}": v.get_secret_value() if isinstance(v, SecretStr) else str(v)
         for k, v in settings.model_dump().items()
         if v is not None  # unset: the process keeps the default
     }

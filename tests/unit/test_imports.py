@@ -35,6 +35,8 @@ IO_LIBRARIES = frozenset(
         "urllib.request",
         "uvloop",
         "alembic",
+        "opentelemetry",
+        "jinja2",
     }
 )
 ADAPTERS = ("jobrelay.db", "jobrelay.broker")
@@ -43,6 +45,7 @@ SERVICES = (
     "jobrelay.dispatcher",
     "jobrelay.consumer",
     "jobrelay.cli",
+    "jobrelay.console",
     "jobrelay.operations",
 )
 

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI
 
+from jobrelay import console, tracing
 from jobrelay.api import openapi, problems
 from jobrelay.api.auth import Authenticator
 from jobrelay.api.limits import BodyLimitMiddleware
@@ -30,11 +34,21 @@ from jobrelay.handlers.loading import registry_for
 log = logging.getLogger("jobrelay.api")
 
 
+def _without_fastapi_spans() -> dict[str, Any]:
+    """FastAPI's own spans stay off (every request's: probes, scrapes, the console): a job's
+    trace has one API span, ``jobrelay.accept``, the server span (``tracing.py``). Only the
+    FastAPI versions that trace by themselves take the ``telemetry`` argument."""
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters:
+        return {"telemetry": {"tracing": False}}
+    return {}
+
+
 def create_app(
     settings: Settings,
     *,
     store: Store | None = None,
     registry: Registry | None = None,
+    metrics_dir: Path | None = None,
 ) -> FastAPI:
     # The same job types as the consumers (JOBRELAY_HANDLERS): submissions are validated here.
     registry = registry or registry_for(settings)
@@ -68,16 +82,21 @@ def create_app(
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await listener
             await app.state.store.close()
+            # Here, not at exit: uvicorn ends a process it stopped on SIGTERM by that signal,
+            # and atexit handlers do not run then.
+            await asyncio.to_thread(tracing.shutdown)
 
     app = FastAPI(
         title="jobrelay",
         version="1",
         description="Durable background jobs: accepted means recorded, with its outbox row.",
         lifespan=lifespan,
+        **_without_fastapi_spans(),
     )
     app.state.settings = settings
     app.state.registry = registry
-    app.state.metrics = metrics = ApiMetrics()
+    # metrics_dir: shared with the other workers (api/multiprocess.py).
+    app.state.metrics = metrics = ApiMetrics(metrics_dir)
     app.state.waiters = FinishWaiters()
     # Every client's submission limit unless its row sets its own (docs/overload.md).
     app.state.rate_limit = RateLimit.of(settings.rate_limit_per_second, settings.rate_limit_burst)
@@ -95,5 +114,6 @@ def create_app(
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
     for routes in (jobs, admin, health):
         app.include_router(routes.router)
+    console.install(app, settings)  # /ui/: the operator console and its assets (docs/console.md)
     openapi.install(app, registry)
     return app

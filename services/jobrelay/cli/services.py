@@ -68,40 +68,50 @@ def cmd_api(args: argparse.Namespace) -> int:
     host = args.host or settings.api_host
     port = args.port if args.port is not None else settings.api_port
     if settings.api_workers > 1:
-        uvicorn.run(
-            "jobrelay.api.main:build_app",
-            factory=True,
-            host=host,
-            port=port,
-            workers=settings.api_workers,
-            log_config=None,
-            access_log=False,
-        )
+        from jobrelay.api.multiprocess import worker_metrics_dir
+
+        # The workers' metrics in one directory, added up by whichever answers a scrape.
+        with worker_metrics_dir():
+            uvicorn.run(
+                "jobrelay.api.main:build_app",
+                factory=True,
+                host=host,
+                port=port,
+                workers=settings.api_workers,
+                log_config=None,
+                access_log=False,
+            )
         return 0
+    from jobrelay import tracing
     from jobrelay.api.app import create_app
 
+    tracing.setup("api")  # the workers above set it up each for itself (api/main.py)
     app = create_app(settings, registry=registry)
     uvicorn.run(app, host=host, port=port, log_config=None, access_log=False)
     return 0
 
 
 def cmd_dispatcher(args: argparse.Namespace) -> int:
+    from jobrelay import tracing
     from jobrelay.core.masking import Masker
     from jobrelay.dispatcher.service import run_dispatcher
     from jobrelay.logs import configure_logging
 
     settings = settings_from_env()
     configure_logging("dispatcher", settings.log_level, Masker.from_settings(settings))
+    tracing.setup("dispatcher")  # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set
     return eventloop.run(run_dispatcher(settings, handlers=args.handlers))
 
 
 def cmd_consumer(args: argparse.Namespace) -> int:
+    from jobrelay import tracing
     from jobrelay.consumer.service import run_consumer
     from jobrelay.core.masking import Masker
     from jobrelay.logs import configure_logging
 
     settings = settings_from_env()
     configure_logging("consumer", settings.log_level, Masker.from_settings(settings))
+    tracing.setup("consumer")  # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set
     concurrency = args.concurrency or settings.consumer_concurrency
     if concurrency < 1:
         raise CliError("--concurrency must be at least 1")

@@ -1,8 +1,9 @@
 """Throwaway PostgreSQL + RabbitMQ servers under one project-local directory.
 
 ``scripts/servers.py`` is the entry point and documents the commands; this package holds the
-code, by server: ``common`` (layout, state file, ports, processes), ``postgres``, ``rabbitmq``,
-``lifecycle`` (both together, the exported environment) and ``cli``. Stdlib only.
+code, by server: ``common`` (layout, state file, ports, processes), ``postgres``, ``rabbitmq``
+(one node or a cluster of several, and their fault helpers), ``lifecycle`` (both together, the
+exported environment) and ``cli``. Stdlib only.
 """
 
 # The importable API (explicit re-exports): what scripts/servers.py offers when loaded by path.
@@ -15,5 +16,12 @@ from .lifecycle import up as up
 from .postgres import pg_restart as pg_restart
 from .postgres import pg_start as pg_start
 from .postgres import pg_stop as pg_stop
+from .rabbitmq import rabbit_kill as rabbit_kill
+from .rabbitmq import rabbit_nodes as rabbit_nodes
+from .rabbitmq import rabbit_pause as rabbit_pause
 from .rabbitmq import rabbit_restart_app as rabbit_restart_app
+from .rabbitmq import rabbit_resume as rabbit_resume
+from .rabbitmq import rabbit_start as rabbit_start
+from .rabbitmq import rabbit_start_app as rabbit_start_app
+from .rabbitmq import rabbit_stop_app as rabbit_stop_app
 from .rabbitmq import rabbitmqctl as rabbitmqctl

@@ -21,19 +21,45 @@ from .common import (
     log,
     raise_interrupted,
 )
-from .lifecycle import data_paths, format_exports, has_data, read_env, start_all, status, stop_all
+from .lifecycle import (
+    data_paths,
+    format_exports,
+    has_data,
+    read_env,
+    requested_nodes,
+    start_all,
+    status,
+    stop_all,
+)
 from .postgres import pg_restart, pg_start, pg_stop
-from .rabbitmq import rabbit_restart_app, rabbitmqctl_passthrough
+from .rabbitmq import (
+    rabbit_kill,
+    rabbit_pause,
+    rabbit_restart_app,
+    rabbit_resume,
+    rabbit_start,
+    rabbit_start_app,
+    rabbit_stop_app,
+    rabbitmqctl_passthrough,
+)
 
 DESCRIPTION = "Throwaway PostgreSQL + RabbitMQ servers for jobrelay development, tests and CI."
 SIMPLE_COMMANDS = {
-    "up": "start both servers (idempotent) and print export lines",
-    "status": "show what is running (exit 1 unless both are up)",
+    "status": "show what is running (exit 1 unless all of it is up)",
     "env": "print the export lines of the running servers",
     "pg-stop": "immediate (crash-like) PostgreSQL stop",
     "pg-start": "start PostgreSQL again and wait until ready",
     "pg-restart": "pg-stop, then pg-start",
-    "rabbit-restart-app": "rabbitmqctl stop_app + start_app, wait until ready",
+}
+# Fault helpers acting on one RabbitMQ node, by number (1 to N; 1 is the single node).
+NODE_COMMANDS: dict[str, tuple[str, Callable[[int], None]]] = {
+    "rabbit-restart-app": ("stop_app + start_app, wait until ready", rabbit_restart_app),
+    "rabbit-stop-app": ("rabbitmqctl stop_app (the node stops serving)", rabbit_stop_app),
+    "rabbit-start-app": ("rabbitmqctl start_app, wait until ready", rabbit_start_app),
+    "rabbit-kill": ("SIGKILL the node's beam.smp", rabbit_kill),
+    "rabbit-start": ("start a killed node again (it rejoins), wait until ready", rabbit_start),
+    "rabbit-pause": ("SIGSTOP the node's beam.smp and its children", rabbit_pause),
+    "rabbit-resume": ("SIGCONT the node's processes, wait until it serves", rabbit_resume),
 }
 
 
@@ -44,8 +70,24 @@ def parser() -> argparse.ArgumentParser:
         epilog="See the module docstring for details.",
     )
     sub = top.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    p_up = sub.add_parser(
+        "up",
+        help="start both servers (idempotent) and print export lines",
+        description="Start both servers (idempotent) and print export lines.",
+    )
+    add_nodes_option(p_up)
     for name, text in SIMPLE_COMMANDS.items():
         sub.add_parser(name, help=text, description=text)
+    for name, (text, _action) in NODE_COMMANDS.items():
+        p_node = sub.add_parser(name, help=text, description=text)
+        default = 1 if name == "rabbit-restart-app" else None
+        p_node.add_argument(
+            "node",
+            type=node_number,
+            nargs="?" if default else None,
+            default=default,
+            help="node number, 1 to N" + (" (default 1)" if default else ""),
+        )
     p_down = sub.add_parser(
         "down",
         help="stop both servers, keeping their data for the next up",
@@ -57,10 +99,31 @@ def parser() -> argparse.ArgumentParser:
     )
     p_run = sub.add_parser("run", help="up, run CMD with the env merged in, down")
     p_run.add_argument("--keep", action="store_true", help="leave the servers running")
+    add_nodes_option(p_run)
     p_run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
-    p_ctl = sub.add_parser("rabbitmqctl", help="rabbitmqctl against our node")
+    p_ctl = sub.add_parser("rabbitmqctl", help="rabbitmqctl against our node (or --node N)")
+    p_ctl.add_argument(
+        "--node", type=node_number, default=1, help="which node of a cluster (default 1)"
+    )
     p_ctl.add_argument("args", nargs=argparse.REMAINDER, help="rabbitmqctl arguments")
     return top
+
+
+def add_nodes_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--rabbitmq-nodes",
+        type=node_number,
+        default=None,
+        metavar="N",
+        help="run RabbitMQ as a cluster of N nodes on this machine (default: "
+        "$JOBRELAY_RABBITMQ_NODES, else 1)",
+    )
+
+
+def node_number(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"not a node number (1, 2, ...): {text!r}")
+    return int(text)
 
 
 def after_dashes(words: list[str]) -> list[str]:
@@ -71,11 +134,12 @@ def after_dashes(words: list[str]) -> list[str]:
 # --- commands -----------------------------------------------------------------------------------
 
 
-def cmd_up(_args: argparse.Namespace) -> int:
+def cmd_up(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
+    nodes = requested_nodes(args.rabbitmq_nodes)
     lay = layout()
     with locked(lay):
-        env, started = start_all(lay)
+        env, started = start_all(lay, nodes)
     log(
         f"ready in {time.monotonic() - t0:.1f}s ({lay.env})"
         if started
@@ -115,11 +179,12 @@ def cmd_env(_args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    return run_with_servers(after_dashes(args.command), args.keep)
+    nodes = requested_nodes(args.rabbitmq_nodes)
+    return run_with_servers(after_dashes(args.command), args.keep, nodes)
 
 
 def cmd_rabbitmqctl(args: argparse.Namespace) -> int:
-    return rabbitmqctl_passthrough(after_dashes(args.args))
+    return rabbitmqctl_passthrough(after_dashes(args.args), node=args.node)
 
 
 def quietly(action: Callable[[], None]) -> Callable[[argparse.Namespace], int]:
@@ -127,6 +192,16 @@ def quietly(action: Callable[[], None]) -> Callable[[argparse.Namespace], int]:
 
     def command(_args: argparse.Namespace) -> int:
         action()
+        return 0
+
+    return command
+
+
+def on_node(action: Callable[[int], None]) -> Callable[[argparse.Namespace], int]:
+    """A fault helper on one RabbitMQ node as a command (quiet, like the others)."""
+
+    def command(args: argparse.Namespace) -> int:
+        action(args.node)
         return 0
 
     return command
@@ -142,14 +217,14 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "pg-stop": quietly(pg_stop),
     "pg-start": quietly(pg_start),
     "pg-restart": quietly(pg_restart),
-    "rabbit-restart-app": quietly(rabbit_restart_app),
+    **{name: on_node(action) for name, (_text, action) in NODE_COMMANDS.items()},
 }
 
 
 # --- run -- CMD ---------------------------------------------------------------------------------
 
 
-def run_with_servers(command: list[str], keep: bool) -> int:
+def run_with_servers(command: list[str], keep: bool, nodes: int = 1) -> int:
     """up, run `command` with the env merged in, down (unless --keep or pre-existing)."""
     if not command:
         raise ServerError("run needs a command: scripts/servers.py run -- CMD ARGS...")
@@ -171,7 +246,7 @@ def run_with_servers(command: list[str], keep: bool) -> int:
     try:
         with locked(lay):
             started = True  # if up fails half-way, still clean up
-            env, started = start_all(lay)
+            env, started = start_all(lay, nodes)
         if not started:
             log("servers were already running; leaving them running afterwards")
         child = spawn(command, env)

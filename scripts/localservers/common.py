@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,10 +92,29 @@ class State:
     mgmt_port: int
     dist_port: int
     epmd_started_by_us: bool = False
+    # The other nodes of a RabbitMQ cluster (`up --rabbitmq-nodes N`), node 2 first: each one's
+    # [amqp, management, distribution] ports. Empty for the single node.
+    cluster_ports: list[list[int]] = field(default_factory=list)
 
     @property
     def node(self) -> str:
-        return f"jobrelay-{self.amqp_port}@localhost"
+        """The name of RabbitMQ node 1 (the only one, unless a cluster was asked for)."""
+        return node_name(self.amqp_port)
+
+    @property
+    def rabbit_nodes(self) -> int:
+        return 1 + len(self.cluster_ports)
+
+    def ports(self) -> list[int]:
+        """Every port handed out to these servers."""
+        taken = [self.pg_port, self.amqp_port, self.mgmt_port, self.dist_port]
+        return taken + [port for ports in self.cluster_ports for port in ports]
+
+
+def node_name(amqp_port: int) -> str:
+    """A RabbitMQ node's name, from its AMQP port: unique on this machine (nodes of every
+    servers directory register in the one epmd), and stable with its data."""
+    return f"jobrelay-{amqp_port}@localhost"
 
 
 def base_dir() -> Path:

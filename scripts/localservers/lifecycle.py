@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -27,7 +28,13 @@ from .common import (
 from .postgres import pg_bindir, pg_ensure, pg_halt, pg_ready, pg_running, pg_status
 from .rabbitmq import (
     RABBITMQ_BIN,
+    Node,
+    cluster_formed,
+    nodes_of,
+    rabbit_forget_data,
     rabbit_halt,
+    rabbit_join,
+    rabbit_kept_data,
     rabbit_launch,
     rabbit_pids,
     rabbit_ready,
@@ -37,18 +44,31 @@ from .rabbitmq import (
 )
 
 RABBIT_PORT_KEYS = ["amqp", "mgmt", "dist"]
+NODES_ENV = "JOBRELAY_RABBITMQ_NODES"
+MAX_NODES = 9
 
 # --- the environment ----------------------------------------------------------------------------
 
 
 def env_vars(lay: Layout, state: State) -> dict[str, str]:
-    return {
+    """The variables for jobrelay. A cluster's JOBRELAY_AMQP_URL lists every node, node 1
+    first; JOBRELAY_RABBITMQ_API_URL and JOBRELAY_RABBITMQ_NODE stay node 1's."""
+    nodes = nodes_of(lay, state)
+    env = {
         "JOBRELAY_DATABASE_URL": f"postgresql+psycopg://jobrelay:jobrelay@127.0.0.1:{state.pg_port}/jobrelay",
-        "JOBRELAY_AMQP_URL": f"amqp://guest:guest@127.0.0.1:{state.amqp_port}/",
+        "JOBRELAY_AMQP_URL": ",".join(node.describe()["amqp_url"] for node in nodes),
         "JOBRELAY_RABBITMQ_API_URL": f"http://guest:guest@127.0.0.1:{state.mgmt_port}/",
         "JOBRELAY_SERVERS_DIR": str(lay.base),
         "JOBRELAY_RABBITMQ_NODE": state.node,
     }
+    if len(nodes) > 1:
+        env[NODES_ENV] = str(len(nodes))  # a later `up` in this environment keeps the cluster
+        env["JOBRELAY_RABBITMQ_CLUSTER"] = json.dumps(
+            [node.describe() for node in nodes], separators=(",", ":")
+        )
+        # jobrelay's quorum queues with a replica on every node, said explicitly.
+        env["JOBRELAY_QUORUM_GROUP_SIZE"] = str(len(nodes))
+    return env
 
 
 def format_exports(env: dict[str, str]) -> str:
@@ -76,6 +96,19 @@ def read_env() -> dict[str, str]:
 # --- ports --------------------------------------------------------------------------------------
 
 
+def requested_nodes(nodes: int | None = None) -> int:
+    """How many RabbitMQ nodes to run: `nodes` (--rabbitmq-nodes), else
+    $JOBRELAY_RABBITMQ_NODES, else 1."""
+    if nodes is None:
+        value = os.environ.get(NODES_ENV, "").strip() or "1"
+        if not value.isdigit():
+            raise ServerError(f"{NODES_ENV} must be a number of nodes (1 to {MAX_NODES})")
+        nodes = int(value)
+    if not 1 <= nodes <= MAX_NODES:
+        raise ServerError(f"a RabbitMQ cluster here has 1 to {MAX_NODES} nodes, not {nodes}")
+    return nodes
+
+
 def desired_ports(previous: State | None) -> tuple[dict[str, int], set[str]]:
     """Ports from JOBRELAY_*_PORT, else those of the previous run, else fresh free ones.
 
@@ -98,6 +131,16 @@ def desired_ports(previous: State | None) -> tuple[dict[str, int], set[str]]:
     return ports, fixed
 
 
+def desired_cluster_ports(previous: State | None, state: State, nodes: int) -> list[list[int]]:
+    """The other nodes' ports: those of the previous run while it had the same nodes, else
+    fresh ones."""
+    if previous is not None and previous.rabbit_nodes == nodes:
+        return [list(ports) for ports in previous.cluster_ports]
+    taken = set(state.ports())
+    fresh = iter(p for p in free_ports(3 * nodes + 4) if p not in taken)
+    return [[next(fresh), next(fresh), next(fresh)] for _ in range(nodes - 1)]
+
+
 def settle_ports(state: State, keys: list[str], fixed: set[str]) -> None:
     """Make sure the ports of the servers about to start are free.
 
@@ -110,22 +153,33 @@ def settle_ports(state: State, keys: list[str], fixed: set[str]) -> None:
             continue
         if key in fixed:
             raise ServerError(f"port {port} ({PORT_ENV[key]}) is already in use on 127.0.0.1")
-        taken = {state.pg_port, state.amqp_port, state.mgmt_port, state.dist_port}
-        setattr(state, f"{key}_port", next(p for p in free_ports(5) if p not in taken))
+        setattr(state, f"{key}_port", _fresh_port(state))
+
+
+def settle_cluster_ports(state: State) -> None:
+    """The other nodes' ports, as settle_ports does for node 1's (none is fixed)."""
+    for ports in state.cluster_ports:
+        for index, port in enumerate(ports):
+            if not port_free(port):
+                ports[index] = _fresh_port(state)
+
+
+def _fresh_port(state: State) -> int:
+    taken = set(state.ports())
+    return next(p for p in free_ports(len(taken) + 1) if p not in taken)
 
 
 # --- start and stop -----------------------------------------------------------------------------
 
 
-def start_all(lay: Layout) -> tuple[dict[str, str], bool]:
-    """Ensure both servers run; returns (env, whether anything had to be started)."""
+def start_all(lay: Layout, nodes: int = 1) -> tuple[dict[str, str], bool]:
+    """Ensure both servers run, RabbitMQ as `nodes` clustered nodes; returns (env, whether
+    anything had to be started)."""
     previous = load_state(lay)
     ports, fixed = desired_ports(previous)
     state = State(ports["pg"], ports["amqp"], ports["mgmt"], ports["dist"])
-    same_rabbit = previous is not None and all(
-        getattr(previous, f"{key}_port") == getattr(state, f"{key}_port")
-        for key in RABBIT_PORT_KEYS
-    )
+    state.cluster_ports = desired_cluster_ports(previous, state, nodes)
+    same_rabbit = previous is not None and _node_names(lay, previous) == _node_names(lay, state)
     if previous is not None and same_rabbit:
         state.epmd_started_by_us = previous.epmd_started_by_us
     pg_ok = (
@@ -134,7 +188,7 @@ def start_all(lay: Layout) -> tuple[dict[str, str], bool]:
         and pg_running(lay) > 0
         and pg_ready(lay, state)
     )
-    rabbit_ok = same_rabbit and bool(rabbit_pids(lay)) and rabbit_ready(state)
+    rabbit_ok = same_rabbit and bool(rabbit_pids(lay)) and _rabbit_serves(lay, state)
     if pg_ok and rabbit_ok:
         return env_vars(lay, state), False
 
@@ -145,6 +199,8 @@ def start_all(lay: Layout) -> tuple[dict[str, str], bool]:
     if not rabbit_ok:
         rabbit_halt(lay, previous)
         settle_ports(state, RABBIT_PORT_KEYS, fixed)
+        settle_cluster_ports(state)
+        _forget_other_cluster(lay, previous, state)
     if not pg_ok:
         pg_halt(lay, "immediate")
         settle_ports(state, ["pg"], fixed)
@@ -162,28 +218,71 @@ def start_all(lay: Layout) -> tuple[dict[str, str], bool]:
     return env, True
 
 
-def _start(lay: Layout, state: State, *, pg_ok: bool, rabbit_ok: bool) -> None:
-    """Start whichever server is not healthy: RabbitMQ first (slow boot), PostgreSQL while
-    it boots."""
-    kept_rabbit = (lay.rabbit_mnesia / state.node).exists()
-    if not rabbit_ok:
+def _node_names(lay: Layout, state: State) -> list[str]:
+    return [node.name for node in nodes_of(lay, state)]
+
+
+def _rabbit_serves(lay: Layout, state: State) -> bool:
+    nodes = nodes_of(lay, state)
+    return rabbit_ready(nodes[0]) if len(nodes) == 1 else cluster_formed(nodes)
+
+
+def _forget_other_cluster(lay: Layout, previous: State | None, state: State) -> None:
+    """Kept RabbitMQ data of a cluster is used again only by the same nodes: a node's data
+    names its peers, and a node whose peers changed would wait for them in vain. (A single
+    node whose port changed starts empty beside its old data, as it always did.)"""
+    if previous is None or not lay.rabbit_mnesia.exists():
+        return
+    if max(previous.rabbit_nodes, state.rabbit_nodes) == 1:
+        return
+    if _node_names(lay, previous) != _node_names(lay, state):
         log(
-            f"starting RabbitMQ node {state.node} (amqp {state.amqp_port}, "
-            f"management {state.mgmt_port})" + (" with its kept data" if kept_rabbit else "")
+            f"RabbitMQ goes from {previous.rabbit_nodes} to {state.rabbit_nodes} node(s) (or "
+            "new ports): starting it afresh, without the queues and messages it kept"
         )
-        rabbit_launch(lay, state)
+        rabbit_forget_data(lay)
+
+
+def _start(lay: Layout, state: State, *, pg_ok: bool, rabbit_ok: bool) -> None:
+    """Start whichever server is not healthy: RabbitMQ first (slow boot; a cluster's nodes all
+    at once), PostgreSQL while it boots, then join the cluster's nodes."""
+    kept_rabbit = rabbit_kept_data(lay, state)
+    if not rabbit_ok:
+        _launch_all(lay, state, kept=kept_rabbit)
     save_state(lay, state)  # before waiting: an interrupted start must still be cleaned up
     if not pg_ok:
         log(f"starting PostgreSQL on 127.0.0.1:{state.pg_port}")
         pg_ensure(lay, state)
     if not rabbit_ok:
         _wait_for_rabbit(lay, state, kept_rabbit=kept_rabbit)
+        if state.rabbit_nodes > 1:
+            rabbit_join(lay, state)
+
+
+def _launch_all(lay: Layout, state: State, *, kept: bool) -> None:
+    nodes = nodes_of(lay, state)
+    if len(nodes) == 1:
+        log(f"starting RabbitMQ node {_ports(nodes[0])}" + (" with its kept data" if kept else ""))
+    else:
+        log(
+            f"starting a RabbitMQ cluster of {len(nodes)} nodes"
+            + (" with their kept data" if kept else "")
+            + ": "
+            + ", ".join(f"{node.number}: {_ports(node)}" for node in nodes)
+        )
+    for node in nodes:
+        rabbit_launch(lay, state, node)
+
+
+def _ports(node: Node) -> str:
+    return f"{node.name} (amqp {node.amqp_port}, management {node.mgmt_port})"
 
 
 def _wait_for_rabbit(lay: Layout, state: State, *, kept_rabbit: bool) -> None:
-    """Wait for the node; if it does not come up from its kept data, start it afresh once."""
+    """Wait for every node; if they do not come up from their kept data, start afresh once."""
     try:
-        rabbit_wait(lay, state)
+        for node in nodes_of(lay, state):
+            rabbit_wait(lay, node)
     except ServerError as exc:
         if not kept_rabbit:
             raise
@@ -192,8 +291,10 @@ def _wait_for_rabbit(lay: Layout, state: State, *, kept_rabbit: bool) -> None:
             f"{str(exc).splitlines()[0]}"
         )
         rabbit_halt(lay, state)
-        rabbit_launch(lay, state, fresh=True)
-        rabbit_wait(lay, state)
+        rabbit_forget_data(lay)
+        _launch_all(lay, state, kept=False)
+        for node in nodes_of(lay, state):
+            rabbit_wait(lay, node)
 
 
 def data_paths(lay: Layout) -> dict[str, Path]:
@@ -240,11 +341,13 @@ def _delete_data(lay: Layout) -> None:
 # --- the importable API -------------------------------------------------------------------------
 
 
-def up() -> dict[str, str]:
-    """Start both servers (idempotent) and return the JOBRELAY_* variables."""
+def up(rabbitmq_nodes: int | None = None) -> dict[str, str]:
+    """Start both servers (idempotent) and return the JOBRELAY_* variables. RabbitMQ runs as
+    `rabbitmq_nodes` clustered nodes (default: $JOBRELAY_RABBITMQ_NODES, else 1)."""
+    nodes = requested_nodes(rabbitmq_nodes)
     lay = layout()
     with locked(lay):
-        return start_all(lay)[0]
+        return start_all(lay, nodes)[0]
 
 
 def down(*, delete_data: bool = False) -> None:
@@ -255,11 +358,19 @@ def down(*, delete_data: bool = False) -> None:
 
 
 def status() -> dict[str, str]:
-    """{"postgres": ..., "rabbitmq": ...} human-readable states."""
+    """{"postgres": ..., "rabbitmq": ...} human-readable states; a cluster's nodes are
+    "rabbitmq-1", "rabbitmq-2", ..."""
     lay = layout()
     state = load_state(lay)
     if state is None:
         stray = processes_of(lay)
         note = f" ({len(stray)} stray processes, run down)" if stray else ""
         return {"postgres": "not running" + note, "rabbitmq": "not running" + note}
-    return {"postgres": pg_status(lay, state), "rabbitmq": rabbit_status(lay, state)}
+    states = {"postgres": pg_status(lay, state)}
+    nodes = nodes_of(lay, state)
+    if len(nodes) == 1:
+        states["rabbitmq"] = rabbit_status(lay, nodes[0])
+    else:
+        for node in nodes:
+            states[f"rabbitmq-{node.number}"] = rabbit_status(lay, node)
+    return states

@@ -64,7 +64,14 @@ def compose() -> dict[str, Any]:
 def test_compose_declares_the_whole_system(compose: dict[str, Any]) -> None:
     assert "name" not in compose  # docker-compose 1.29 rejects a top-level name
     services = compose["services"]
-    assert set(services) == {"postgres", "rabbitmq", *JOBRELAY_SERVICES}
+    default = {name for name, service in services.items() if "profiles" not in service}
+    assert default == {"postgres", "rabbitmq", *JOBRELAY_SERVICES}
+    profiled = {name: service.get("profiles") for name, service in services.items()}
+    assert {name for name, profiles in profiled.items() if profiles == ["cluster"]} == {
+        "rabbitmq-2",
+        "rabbitmq-3",
+        "rabbitmq-cluster",
+    }  # docs/cluster.md
     assert services["rabbitmq"]["image"].endswith("-management}")
     for name in ("postgres", "rabbitmq", "api", "dispatcher", "consumer"):
         assert services[name]["healthcheck"]["test"], name

@@ -336,6 +336,11 @@ def management_request(api_url: str, method: str, path: str, body: Any = None) -
 
 
 def vhost_amqp_url(amqp_url: str, vhost: str) -> str:
+    """The URL on ``vhost``; each node's, for a cluster's comma-separated list."""
+    return ",".join(_on_vhost(url.strip(), vhost) for url in amqp_url.split(","))
+
+
+def _on_vhost(amqp_url: str, vhost: str) -> str:
     parts = urllib.parse.urlsplit(amqp_url)
     return urllib.parse.urlunsplit(
         (parts.scheme, parts.netloc, "/" + urllib.parse.quote(vhost, safe=""), "", "")

@@ -5,7 +5,8 @@ One plain (not robust) connection with one confirming channel. When it breaks, e
 flight fails with "connection_lost" (the outcome is unknown: the row stays unpublished and a
 later publish may duplicate it), the publisher forgets the connection, and the next
 ``connect()`` opens a new one and declares the topology again. Reconnecting ourselves keeps the
-order of events simple: no publish ever waits on a background reconnect.
+order of events simple: no publish ever waits on a background reconnect. ``url`` may list the
+nodes of a cluster: the new connection goes to the first that answers (broker/connection.py).
 """
 
 from __future__ import annotations
@@ -14,16 +15,19 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence, Set
+from functools import partial
 from typing import Any
 
 import aio_pika
 import aiormq.exceptions
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
+from opentelemetry.trace import Span
 
+from jobrelay import tracing
 from jobrelay.broker.blocking import BlockWatch
 from jobrelay.broker.connection import connect_broker, unavailable
 from jobrelay.broker.topology import declare_topology
-from jobrelay.core.message import CONTENT_TYPE, Envelope
+from jobrelay.core.message import CONTENT_TYPE, Envelope, trace_headers
 from jobrelay.core.relay import (
     CHANNEL_ERROR,
     CONNECTION_LOST,
@@ -39,11 +43,18 @@ from jobrelay.eventloop import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
+# Outcomes after which the connection is not used again. A nack too: on RabbitMQ 3.10, a channel
+# that first published to a quorum queue while the queue had no leader (its node had just died)
+# is nacked for good, while a new channel's publishes are confirmed (docs/cluster.md).
+REOPEN_AFTER = (CONNECTION_LOST, CHANNEL_ERROR, NACKED)
 
-def build_message(row: OutboxRow) -> aio_pika.Message:
-    """The message for one outbox row: short, persistent, identified by outbox and job id."""
+
+def build_message(row: OutboxRow, traceparent: str | None = None) -> aio_pika.Message:
+    """The message for one outbox row: short, persistent, identified by outbox and job id, with
+    the trace context (``traceparent``: the publish span's; else the job's) in its headers."""
     return aio_pika.Message(
         body=Envelope(job_id=row.job_id, type=row.type).encode(),
+        headers=trace_headers(traceparent or row.traceparent),
         content_type=CONTENT_TYPE,
         delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
         message_id=str(row.id),
@@ -79,12 +90,14 @@ class Publisher:
         delivery_limit: int,
         type_queues: dict[str, str] | None = None,
         connect_timeout: float = 5.0,
+        group_size: int | None = None,
     ) -> None:
-        self.url = url
+        self.url = url  # one URL or a cluster's list (broker/connection.py)
         self.publish_timeout = publish_timeout
         self.delivery_limit = delivery_limit
         self.type_queues = type_queues or {}
         self.connect_timeout = connect_timeout
+        self.group_size = group_size
         self._connection: AbstractConnection | None = None
         self._channel: AbstractChannel | None = None
         self._exchange: AbstractExchange | None = None
@@ -119,7 +132,10 @@ class Publisher:
             async with asyncio.timeout(self.connect_timeout):
                 channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
                 exchange = await declare_topology(
-                    channel, delivery_limit=self.delivery_limit, type_queues=self.type_queues
+                    channel,
+                    delivery_limit=self.delivery_limit,
+                    type_queues=self.type_queues,
+                    group_size=self.group_size,
                 )
         except BaseException as error:
             with contextlib.suppress(Exception):
@@ -142,14 +158,17 @@ class Publisher:
         exchange, connection = self._exchange, self._connection
         if exchange is None or not self.ready:
             return [PublishOutcome(row, CONNECTION_LOST, "not connected") for row in rows]
-        # One deadline for the batch, not one per publish: a timer (and, on Python 3.11, a
-        # task) per message cost more than the publish itself.
-        publishes = [
-            asyncio.ensure_future(
-                exchange.publish(build_message(row), routing_key=row.type, mandatory=True)
-            )
-            for row in rows
-        ]
+        if tracing.enabled():
+            publishes = self._start_traced(exchange, rows)
+        else:
+            # One deadline for the batch, not one per publish: a timer (and, on Python 3.11, a
+            # task) per message cost more than the publish itself.
+            publishes = [
+                asyncio.ensure_future(
+                    exchange.publish(build_message(row), routing_key=row.type, mandatory=True)
+                )
+                for row in rows
+            ]
         try:
             _, late = await asyncio.wait(publishes, timeout=self.publish_timeout)
         except BaseException:  # cancelled (the relay stopping): none of them outlives the batch
@@ -159,10 +178,28 @@ class Publisher:
         outcomes = [
             _outcome(row, publish, late) for row, publish in zip(rows, publishes, strict=True)
         ]
-        broken = any(outcome.reason in (CONNECTION_LOST, CHANNEL_ERROR) for outcome in outcomes)
+        broken = any(outcome.reason in REOPEN_AFTER for outcome in outcomes)
         if broken and self._connection is connection:
             await self._forget()
         return outcomes
+
+    @staticmethod
+    def _start_traced(
+        exchange: AbstractExchange, rows: Sequence[OutboxRow]
+    ) -> list[asyncio.Future[Any]]:
+        """``publish_batch``'s publishes with a PRODUCER span each, ended by the broker's
+        answer to that message (its confirm, a nack or return, or the batch giving up on it)."""
+        publishes: list[asyncio.Future[Any]] = []
+        for row in rows:
+            span, traceparent = tracing.publish_span(row)
+            publish = asyncio.ensure_future(
+                exchange.publish(
+                    build_message(row, traceparent), routing_key=row.type, mandatory=True
+                )
+            )
+            publish.add_done_callback(partial(_end_span, span))
+            publishes.append(publish)
+        return publishes
 
     async def close(self) -> None:
         await self._forget()
@@ -175,12 +212,24 @@ class Publisher:
                 await asyncio.wait_for(connection.close(), self.connect_timeout)
 
 
+def _end_span(span: Span, publish: asyncio.Future[Any]) -> None:
+    if publish.cancelled():  # no confirm within the publish timeout, or the relay stopping
+        tracing.end_publish_span(span, (TIMEOUT, "no confirm before the publish was given up"))
+        return
+    error = publish.exception()
+    tracing.end_publish_span(span, None if error is None else classify(error))
+
+
 def _outcome(
     row: OutboxRow, publish: asyncio.Future[Any], late: Set[asyncio.Future[Any]]
 ) -> PublishOutcome:
     """A publish's outcome: confirmed, or why not."""
     if publish in late:
         return PublishOutcome(row, *classify(TimeoutError()))
+    if publish.cancelled():
+        # Not by us (the late ones are ours): aiormq cancels the confirms it waits for when it
+        # gives up on a connection that stopped answering (missed heartbeats).
+        return PublishOutcome(row, CONNECTION_LOST, "confirm cancelled: connection lost")
     error = publish.exception()
     if error is None:
         return PublishOutcome(row)

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import aio_pika.exceptions
 import aiormq
-from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage, AbstractQueue
 
 from jobrelay.core.execution import ForwardingDelivery
 from jobrelay.core.message import Envelope, MalformedMessage
@@ -27,7 +28,6 @@ from jobrelay.core.states import JobState
 from jobrelay.core.topology import (
     QUARANTINE_EXCHANGE,
     QUARANTINE_QUEUE,
-    quarantine_queue_arguments,
 )
 
 PEEK_LIMIT = 10_000
@@ -116,11 +116,9 @@ async def peek(connection: AbstractConnection, limit: int = PEEK_LIMIT) -> list[
     """Every message in the quarantine queue (up to ``limit``), left in place."""
     channel = await connection.channel()
     try:
-        queue = await channel.declare_queue(
-            QUARANTINE_QUEUE, durable=True, arguments=quarantine_queue_arguments()
-        )
+        queue = await quarantine_queue(channel)
         seen: list[QuarantinedMessage] = []
-        while len(seen) < limit:
+        while queue is not None and len(seen) < limit:
             message = await queue.get(no_ack=False, fail=False)
             if message is None:
                 break
@@ -128,6 +126,16 @@ async def peek(connection: AbstractConnection, limit: int = PEEK_LIMIT) -> list[
         return seen
     finally:
         await channel.close()  # returns every unacked message to the queue
+
+
+async def quarantine_queue(channel: AbstractChannel) -> AbstractQueue | None:
+    """The quarantine queue as it is (a passive declare), or None before any service declared
+    it: reading or purging it never creates it, nor compares its arguments with ours (its
+    replica count, say: docs/cluster.md). The topology declares it (broker/topology.py)."""
+    try:
+        return await channel.declare_queue(QUARANTINE_QUEUE, passive=True)
+    except aio_pika.exceptions.ChannelNotFoundEntity:
+        return None
 
 
 @dataclass
@@ -151,11 +159,9 @@ async def hold(connection: AbstractConnection, limit: int = PEEK_LIMIT) -> Async
     process dies."""
     channel = await connection.channel()
     try:
-        queue = await channel.declare_queue(
-            QUARANTINE_QUEUE, durable=True, arguments=quarantine_queue_arguments()
-        )
+        queue = await quarantine_queue(channel)
         held = Held()
-        while len(held.messages) < limit:
+        while queue is not None and len(held.messages) < limit:
             message = await queue.get(no_ack=False, fail=False)
             if message is None:
                 break
@@ -232,9 +238,9 @@ def _rank(message: QuarantinedMessage) -> int:
 async def purge(connection: AbstractConnection) -> int:
     channel = await connection.channel()
     try:
-        queue = await channel.declare_queue(
-            QUARANTINE_QUEUE, durable=True, arguments=quarantine_queue_arguments()
-        )
+        queue = await quarantine_queue(channel)
+        if queue is None:
+            return 0
         result = await queue.purge()
         return int(getattr(result, "message_count", 0) or 0)
     finally:

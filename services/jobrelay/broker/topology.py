@@ -1,12 +1,26 @@
 """Declare the broker topology idempotently (names and arguments: ``core/topology.py``). The
-dispatcher's publisher (on every connect) and every consumer (at start) do this."""
+dispatcher's publisher (on every connect) and every consumer (at start) do this.
+
+With ``group_size`` (``JOBRELAY_QUORUM_GROUP_SIZE``) a quorum queue is created with that many
+replicas. The value only matters at creation, yet RabbitMQ refuses to redeclare a queue with
+another one, with one where it had none, or with none where it had one: a queue that already
+exists with another group size (made before the setting was set, or since it changed, or by a
+service that lacks it) is taken as it is, with a warning, instead of failing every start
+(docs/cluster.md).
+"""
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 import aio_pika
+import aiormq.exceptions
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractQueue
 
 from jobrelay.core import topology as names
+
+log = logging.getLogger(__name__)
 
 
 async def declare_topology(
@@ -14,14 +28,15 @@ async def declare_topology(
     *,
     delivery_limit: int,
     type_queues: dict[str, str] | None = None,
+    group_size: int | None = None,
 ) -> AbstractExchange:
     """Exchanges, the default work queue, per-type queues and the quarantine. Returns the
     exchange the dispatcher publishes to."""
     quarantine_exchange = await channel.declare_exchange(
         names.QUARANTINE_EXCHANGE, aio_pika.ExchangeType.FANOUT, durable=True
     )
-    quarantine = await channel.declare_queue(
-        names.QUARANTINE_QUEUE, durable=True, arguments=names.quarantine_queue_arguments()
+    quarantine = await declare_quorum_queue(
+        channel, names.QUARANTINE_QUEUE, names.quarantine_queue_arguments(group_size)
     )
     await quarantine.bind(quarantine_exchange)
 
@@ -34,20 +49,54 @@ async def declare_topology(
         durable=True,
         arguments=names.jobs_exchange_arguments(),
     )
-    default = await declare_work_queue(channel, names.DEFAULT_QUEUE, delivery_limit)
+    default = await declare_work_queue(channel, names.DEFAULT_QUEUE, delivery_limit, group_size)
     await default.bind(unrouted)
     for queue_name, job_types in names.typed_queue_bindings(type_queues or {}).items():
-        queue = await declare_work_queue(channel, queue_name, delivery_limit)
+        queue = await declare_work_queue(channel, queue_name, delivery_limit, group_size)
         for job_type in job_types:
             await queue.bind(jobs, routing_key=job_type)
     return jobs
 
 
 async def declare_work_queue(
-    channel: AbstractChannel, name: str, delivery_limit: int
+    channel: AbstractChannel, name: str, delivery_limit: int, group_size: int | None = None
 ) -> AbstractQueue:
-    return await channel.declare_queue(
+    return await declare_quorum_queue(
+        channel,
         names.work_queue_name(name),
-        durable=True,
-        arguments=names.work_queue_arguments(delivery_limit),
+        names.work_queue_arguments(delivery_limit, group_size),
     )
+
+
+async def declare_quorum_queue(
+    channel: AbstractChannel, name: str, arguments: dict[str, Any]
+) -> AbstractQueue:
+    """Declare a durable queue with ``arguments``; one that exists with another initial group
+    size is taken as it is (a passive declare; its other arguments are not compared then)."""
+    if not await _group_size_fits(channel, name, arguments):
+        log.warning(
+            "queue %s exists with another %s than %s: it keeps its replicas (change them with "
+            "rabbitmq-queues grow / shrink)",
+            name,
+            names.GROUP_SIZE_ARGUMENT,
+            arguments.get(names.GROUP_SIZE_ARGUMENT, "none"),
+            extra={"event": "quorum_group_size_differs", "queue": name},
+        )
+        return await channel.declare_queue(name, passive=True)
+    return await channel.declare_queue(name, durable=True, arguments=arguments)
+
+
+async def _group_size_fits(channel: AbstractChannel, name: str, arguments: dict[str, Any]) -> bool:
+    """Try the declaration on a throwaway channel of the same connection (a refused
+    declaration closes its channel): False only when the broker refuses it for the group
+    size. Any other refusal is left to the real declaration to report."""
+    underlay = await channel.get_underlay_channel()
+    probe = await underlay.connection.channel(publisher_confirms=False)
+    try:
+        await probe.queue_declare(name, durable=True, arguments=arguments)
+    except aiormq.exceptions.ChannelPreconditionFailed as error:
+        return names.GROUP_SIZE_ARGUMENT not in str(error)
+    finally:
+        if not probe.is_closed:
+            await probe.close()
+    return True

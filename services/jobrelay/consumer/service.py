@@ -23,6 +23,7 @@ from jobrelay.consumer.metrics import ConsumerMetrics
 from jobrelay.consumer.worker import Worker
 from jobrelay.core.errors import ConfigurationError
 from jobrelay.core.execution import Delivery
+from jobrelay.core.message import traceparent_of
 from jobrelay.core.registry import Registry
 from jobrelay.core.settings import Settings, mask_url, parse_type_queues
 from jobrelay.core.topology import work_queue_name
@@ -116,9 +117,14 @@ class Consumer:
             # Per-consumer QoS: quorum queues refuse a global one.
             await channel.set_qos(prefetch_count=self.concurrency)
             await declare_topology(
-                channel, delivery_limit=settings.delivery_limit, type_queues=self.type_queues
+                channel,
+                delivery_limit=settings.delivery_limit,
+                type_queues=self.type_queues,
+                group_size=settings.quorum_group_size,
             )
-            queue = await declare_work_queue(channel, self.queue_name, settings.delivery_limit)
+            queue = await declare_work_queue(
+                channel, self.queue_name, settings.delivery_limit, settings.quorum_group_size
+            )
             tag = await queue.consume(self._on_message, no_ack=False)
         except Exception as error:
             # E.g. a queue declared elsewhere with other arguments (PRECONDITION_FAILED).
@@ -164,7 +170,8 @@ class Consumer:
             settled_by = quarantine.DeadLetterByHand(message, self.queue_name)
         # Registered on arrival, in the broker's order: acks then go out in groups.
         delivery = GroupAcked(message, self.acks.groups_for(message), settled_by)
-        task = asyncio.create_task(self.worker.handle(delivery))
+        traceparent = traceparent_of(message.headers)
+        task = asyncio.create_task(self.worker.handle(delivery, traceparent=traceparent))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 

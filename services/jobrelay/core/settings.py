@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+import urllib.parse
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -13,7 +14,12 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="JOBRELAY_", extra="ignore", frozen=True)
 
     database_url: str = "postgresql+psycopg://jobrelay:jobrelay@localhost:5432/jobrelay"
+    # One broker URL, or the nodes of one RabbitMQ cluster separated by commas: each service
+    # connects to the first that answers and moves to another when it loses it (docs/cluster.md).
     amqp_url: str = "amqp://guest:guest@localhost:5672/"
+    # Replicas of each quorum queue jobrelay creates (x-quorum-initial-group-size). Unset: the
+    # broker's default, a replica on every node of the cluster (docs/cluster.md).
+    quorum_group_size: int | None = Field(None, ge=1, le=99)
 
     lease_seconds: float = Field(30.0, gt=0)
     max_attempts: int = Field(3, ge=1, le=1000)
@@ -67,6 +73,12 @@ class Settings(BaseSettings):
     # unknown this long is the job quarantined (unknown_job_type).
     unknown_type_patience_seconds: float = Field(3600.0, ge=0)
 
+    # The operator console (/ui/, docs/console.md): how long a sign-in lasts, and the key its
+    # cookies and forms are signed with. Unset, the key is the database's own (console_keys,
+    # made by migration 0006), shared by every API process; set, it must be the same on all.
+    console_session_seconds: int = Field(8 * 3600, ge=60, le=30 * 86400)
+    console_secret: SecretStr | None = Field(None, min_length=32)
+
     metrics_port: int = Field(0, ge=0, le=65535)
     results_dir: Path = Path("results")
     log_level: str = "INFO"
@@ -84,6 +96,11 @@ class Settings(BaseSettings):
     @classmethod
     def _psycopg_url(cls, url: str) -> str:
         return normalize_database_url(url)
+
+    @field_validator("amqp_url")
+    @classmethod
+    def _amqp_urls(cls, url: str) -> str:
+        return ",".join(amqp_urls(url))
 
 
 ADMITTED_PER_CONNECTION = 2
@@ -107,9 +124,89 @@ def normalize_database_url(url: str) -> str:
     return f"{DATABASE_SCHEME}://{rest}"
 
 
+# The password of a URL: up to its "@", never past the "//" of the next URL in a list.
+_URL_PASSWORD = re.compile(r"(//[^:/@]+:)(?:(?!//)[^@])*@")
+
+
 def mask_url(url: str) -> str:
-    """The URL with its password replaced, safe for logs and error messages."""
-    return re.sub(r"(//[^:/@]+:)[^@]*@", r"\1***@", url)
+    """The URL (or each URL of a comma-separated list) with its password replaced, safe for
+    logs and error messages."""
+    return _URL_PASSWORD.sub(r"\1***@", url)
+
+
+AMQP_SCHEMES = ("amqp", "amqps")
+
+
+def amqp_urls(spec: str) -> list[str]:
+    """The broker URLs of ``JOBRELAY_AMQP_URL``, in the order they are tried: one URL, or the
+    nodes of one cluster separated by commas. Every entry must be an ``amqp://`` URL with a
+    host, all of them on the same vhost and all with TLS or none (a list that would move a
+    service to another vhost, or off TLS, is a mistake). Anything else is a ValueError that
+    names the entry by its position, never the entry itself.
+
+    A node without a user (``amqp://h2:5672/``) takes the user and password of the first URL:
+    a cluster's users are the same on every node, and the password is written once."""
+    entries = [entry.strip() for entry in spec.split(",")]
+    if len(entries) == 1 and not entries[0]:
+        raise ValueError(f"no broker URL; use {_AMQP_FORM}, or several separated by commas")
+    vhosts: dict[str, int] = {}
+    schemes: dict[str, int] = {}
+    for position, entry in enumerate(entries, start=1):
+        label = f"entry {position} of {len(entries)}" if len(entries) > 1 else "the URL"
+        scheme, vhost = _amqp_parts(entry, label)
+        vhosts.setdefault(vhost, position)
+        schemes.setdefault(scheme, position)
+    if len(vhosts) > 1:
+        shown = ", ".join(f"{vhost!r} (entry {position})" for vhost, position in vhosts.items())
+        raise ValueError(
+            f"the broker URLs name different vhosts: {shown}; list the nodes of one cluster, "
+            "on one vhost"
+        )
+    if len(schemes) > 1:
+        raise ValueError(
+            "the broker URLs mix amqp:// and amqps://: use TLS for every node or for none"
+        )
+    first = urllib.parse.urlsplit(entries[0]).netloc
+    if "@" not in first:
+        return entries
+    userinfo = first.rpartition("@")[0]
+    return [entries[0]] + [_with_userinfo(entry, userinfo) for entry in entries[1:]]
+
+
+def _with_userinfo(entry: str, userinfo: str) -> str:
+    """``entry`` with ``userinfo`` (``user:password``) unless it names a user of its own."""
+    if "@" in urllib.parse.urlsplit(entry).netloc:
+        return entry
+    scheme, _, rest = entry.partition("://")
+    return f"{scheme}://{userinfo}@{rest}"
+
+
+_AMQP_FORM = "amqp://USER:PASSWORD@HOST:PORT/VHOST"
+
+
+def _amqp_parts(entry: str, label: str) -> tuple[str, str]:
+    """(scheme, vhost) of one broker URL, or a ValueError about it (password masked)."""
+    if not entry:
+        raise ValueError(f"{label} is empty (a stray comma?); use {_AMQP_FORM}")
+    scheme, sep, _rest = entry.partition("://")
+    if not sep or scheme.lower() not in AMQP_SCHEMES:
+        shown = scheme.lower()[:40] if sep else "none"
+        raise ValueError(
+            f"{label} is not an AMQP URL (scheme {shown!r}); use {_AMQP_FORM} or amqps://"
+        )
+    # The entry itself is never shown: a password with a raw comma in it would be cut in two,
+    # and half of it would not look like a password to mask_url.
+    try:
+        parts = urllib.parse.urlsplit(entry)
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number
+    except ValueError:
+        raise ValueError(
+            f"{label} has an invalid host or port (a comma in a password is written %2C)"
+        ) from None
+    if not parts.hostname:
+        raise ValueError(f"{label} names no host; use {_AMQP_FORM}")
+    # As the AMQP client reads it: the path without its leading "/", or "/" when empty.
+    return scheme.lower(), urllib.parse.unquote(parts.path[1:]) or "/"
 
 
 def parse_type_queues(spec: str) -> dict[str, str]:

@@ -7,6 +7,9 @@ which feeds ``jobrelay.jobs.default``. So the default queue takes all types exce
 ones, and a type without a handler anywhere still lands somewhere visible instead of being
 dropped. Only when the default queue's binding is missing is a message unroutable, and then the
 broker returns it and the dispatcher records the error (``mandatory`` + ``on_return_raises``).
+
+The work queues and the quarantine are quorum queues: on a cluster each has a replica on every
+node (the broker's default) or on ``JOBRELAY_QUORUM_GROUP_SIZE`` nodes (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ UNROUTED_EXCHANGE = "jobrelay.jobs.unrouted"
 QUARANTINE_EXCHANGE = "jobrelay.quarantine"
 QUARANTINE_QUEUE = "jobrelay.quarantine"
 DEFAULT_QUEUE = "jobrelay.jobs.default"
+# How many nodes hold a replica of a new quorum queue. Set only at creation: RabbitMQ refuses a
+# redeclaration with another value (or with none, or one where there was none).
+GROUP_SIZE_ARGUMENT = "x-quorum-initial-group-size"
 
 
 def work_queue_name(name: str) -> str:
@@ -29,7 +35,7 @@ def jobs_exchange_arguments() -> dict[str, Any]:
     return {"alternate-exchange": UNROUTED_EXCHANGE}
 
 
-def work_queue_arguments(delivery_limit: int) -> dict[str, Any]:
+def work_queue_arguments(delivery_limit: int, group_size: int | None = None) -> dict[str, Any]:
     return {
         "x-queue-type": "quorum",
         "x-dead-letter-exchange": QUARANTINE_EXCHANGE,
@@ -37,11 +43,18 @@ def work_queue_arguments(delivery_limit: int) -> dict[str, Any]:
         "x-dead-letter-strategy": "at-least-once",
         "x-overflow": "reject-publish",
         "x-delivery-limit": delivery_limit,
+        **quorum_group(group_size),
     }
 
 
-def quarantine_queue_arguments() -> dict[str, Any]:
-    return {"x-queue-type": "quorum"}
+def quarantine_queue_arguments(group_size: int | None = None) -> dict[str, Any]:
+    return {"x-queue-type": "quorum", **quorum_group(group_size)}
+
+
+def quorum_group(group_size: int | None) -> dict[str, Any]:
+    """The replica count of a new quorum queue; none (the broker's default: every node of the
+    cluster) when unset."""
+    return {} if group_size is None else {GROUP_SIZE_ARGUMENT: group_size}
 
 
 def typed_queue_bindings(type_queues: dict[str, str]) -> dict[str, list[str]]:

@@ -66,6 +66,7 @@ class Dispatcher:
             publish_timeout=settings.publish_timeout_seconds,
             delivery_limit=settings.delivery_limit,
             type_queues=type_queues,
+            group_size=settings.quorum_group_size,
         )
         self.housekeeper = Housekeeper(self.store, settings, self.metrics, type_queues=type_queues)
         self.relay = Relay(

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aio_pika
 import psycopg
 
 from chaos.workload import Kind, Ledger
+from jobrelay.broker.connection import connect_broker
 from jobrelay.db.engine import libpq_url
 from jobrelay.db.quarantine_store import QUARANTINE_LOCK_KEY
 from tests.support.servers import management_request
@@ -117,7 +117,7 @@ def work_queue_depths(api_url: str, vhost: str) -> dict[str, int]:
 
 async def ready_messages(amqp_url: str, queue: str) -> int:
     """Exact count of ready messages (a passive declare answers from the queue itself)."""
-    connection = await aio_pika.connect(amqp_url, timeout=10)
+    connection = await connect_broker(amqp_url, seconds=10)  # any node of a cluster
     async with connection:
         channel = await connection.channel()
         declared = await channel.declare_queue(queue, passive=True)
@@ -136,7 +136,7 @@ async def read_quarantine(amqp_url: str, database_url: str) -> tuple[Counter[str
         libpq_url(database_url), connect_timeout=5
     ) as lock:
         await lock.execute("SELECT pg_advisory_xact_lock(%s)", (QUARANTINE_LOCK_KEY,))
-        connection = await aio_pika.connect(amqp_url, timeout=10)
+        connection = await connect_broker(amqp_url, seconds=10)  # any node of a cluster
         async with connection:
             channel = await connection.channel()
             queue = await channel.declare_queue(QUARANTINE_QUEUE, passive=True)

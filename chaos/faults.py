@@ -1,13 +1,18 @@
 """The faults, and a schedule of them drawn from the seed.
 
 Each fault is injected and healed before the next one starts (a killed process is restarted, a
-paused one continued, the proxy set back to ``pass``), so that at the end the system is whole
-again and must reach quiescence by itself.
+paused one continued, the proxy set back to ``pass``, a stopped broker node started again), so
+that at the end the system is whole again and must reach quiescence by itself.
+
+On a RabbitMQ cluster (profile ``cluster``, docs/cluster.md) the node faults stop, kill or pause
+one node at a time; each service reaches every node through a proxy of its own, so the AMQP
+proxy faults hit one node's connections.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections import Counter
@@ -32,7 +37,13 @@ class Fault(StrEnum):
     RESET_DB = "reset_db"
     RESET_AMQP = "reset_amqp"
     DELAY_DB = "delay_db"
+    # One node of a cluster at a time:
+    NODE_STOP_APP = "node_stop_app"  # rabbitmqctl stop_app, later start_app
+    NODE_KILL = "node_kill"  # SIGKILL its beam, later start it again (it rejoins)
+    NODE_PAUSE = "node_pause"  # SIGSTOP its processes, later SIGCONT
 
+
+NODE_FAULTS = (Fault.NODE_STOP_APP, Fault.NODE_KILL, Fault.NODE_PAUSE)
 
 WEIGHTS = {
     Fault.KILL_CONSUMER: 3.0,
@@ -57,12 +68,16 @@ class Planned:
     seconds: float  # how long the fault lasts (where that means something)
 
 
-def schedule(rng: random.Random, count: int, window: float) -> list[Planned]:
-    """``count`` faults over ``window`` seconds: every kind at least once when ``count``
-    allows, the rest drawn by weight; all of it a function of the seed."""
-    kinds = list(Fault)[:count]
+def schedule(
+    rng: random.Random, count: int, window: float, *, node_faults: int = 0
+) -> list[Planned]:
+    """``count`` process and connection faults plus ``node_faults`` broker node faults over
+    ``window`` seconds: every kind at least once when the counts allow, the rest drawn by weight
+    (node faults take turns); all of it a function of the seed."""
+    kinds = list(WEIGHTS)[:count]
     faults, weights = list(WEIGHTS), list(WEIGHTS.values())
     kinds += rng.choices(faults, weights, k=max(0, count - len(kinds)))
+    kinds += [NODE_FAULTS[n % len(NODE_FAULTS)] for n in range(node_faults)]
     rng.shuffle(kinds)
     times = sorted(rng.uniform(2.0, window) for _ in kinds)
     return [
@@ -75,7 +90,7 @@ def schedule(rng: random.Random, count: int, window: float) -> list[Planned]:
 class Injector:
     consumers: list[Service]
     dispatchers: list[Service]
-    proxies: dict[str, Proxy]  # "db", "amqp"
+    proxies: dict[str, Proxy]  # "db", and "amqp1".."amqpN": one per broker node
     lease_seconds: float
     log: Callable[[str], None]
     injected: Counter[str] = field(default_factory=Counter)
@@ -120,13 +135,37 @@ class Injector:
             case Fault.BLACKHOLE_DB:
                 await self._proxy_fault("db", Mode.BLACKHOLE, fault.seconds)
             case Fault.BLACKHOLE_AMQP:
-                await self._proxy_fault("amqp", Mode.BLACKHOLE, fault.seconds)
+                await self._proxy_fault(self._amqp(fault), Mode.BLACKHOLE, fault.seconds)
             case Fault.RESET_DB:
                 await self._proxy_fault("db", Mode.RESET, fault.seconds / 2)
             case Fault.RESET_AMQP:
-                await self._proxy_fault("amqp", Mode.RESET, fault.seconds / 2)
+                await self._proxy_fault(self._amqp(fault), Mode.RESET, fault.seconds / 2)
             case Fault.DELAY_DB:
                 await self._proxy_fault("db", Mode.DELAY, fault.seconds, delay=0.1)
+            case Fault.NODE_STOP_APP | Fault.NODE_KILL | Fault.NODE_PAUSE:
+                await self._node_fault(fault)
+
+    @property
+    def nodes(self) -> int:
+        return sum(1 for name in self.proxies if name.startswith("amqp"))
+
+    def _amqp(self, fault: Planned) -> str:
+        return f"amqp{fault.target % self.nodes + 1}"
+
+    async def _node_fault(self, fault: Planned) -> None:
+        """Down for 2-5 s (a killed node then boots, which takes longer), then back."""
+        servers = servers_script()
+        node = fault.target % self.nodes + 1
+        down, up = {
+            Fault.NODE_STOP_APP: (servers.rabbit_stop_app, servers.rabbit_start_app),
+            Fault.NODE_KILL: (servers.rabbit_kill, servers.rabbit_start),
+            Fault.NODE_PAUSE: (servers.rabbit_pause, servers.rabbit_resume),
+        }[fault.fault]
+        await asyncio.to_thread(down, node)
+        try:
+            await asyncio.sleep(fault.seconds)
+        finally:
+            await asyncio.to_thread(up, node)
 
     @staticmethod
     def _pick(services: list[Service], target: int) -> Service:
@@ -149,7 +188,23 @@ class Injector:
         """Everything back to normal: proxies pass, servers up, every process running."""
         for proxy in self.proxies.values():
             await asyncio.to_thread(proxy.set_mode, Mode.PASS)
-        await asyncio.to_thread(servers_script().pg_start)
-        await asyncio.to_thread(servers_script().rabbitmqctl, "start_app")
+        servers = servers_script()
+        await asyncio.to_thread(servers.pg_start)
+        if self.nodes == 1:
+            await asyncio.to_thread(servers.rabbitmqctl, "start_app")
+        for node in range(1, self.nodes + 1) if self.nodes > 1 else ():
+            await asyncio.to_thread(heal_node, node)
         for service in [*self.consumers, *self.dispatchers]:
             service.resume()
+
+
+def heal_node(node: int) -> None:
+    """Broker node ``node`` serving again, whatever fault it was left in: continued if paused,
+    booted if killed, its app started if stopped."""
+    servers = servers_script()
+    with contextlib.suppress(servers.ServerError):
+        servers.rabbit_resume(node)
+    try:
+        servers.rabbit_start(node)  # nothing to do if it serves; boots it if it is gone
+    except servers.ServerError:  # alive but not serving: its app was stopped
+        servers.rabbit_start_app(node)

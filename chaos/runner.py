@@ -19,6 +19,7 @@ from chaos.proxy import Proxy
 from chaos.system import (
     Scratch,
     Service,
+    amqp_nodes,
     find_or_start_servers,
     host_port,
     run_name,
@@ -44,11 +45,16 @@ class Profile:
     concurrency: int
     workers: int  # HTTP requests in flight at most
     quiescence_timeout: float
+    node_faults: int = 0  # stop, kill or pause one RabbitMQ node at a time (a cluster)
+    rabbitmq_nodes: int = 1  # the cluster this profile needs (docs/cluster.md)
 
 
 PROFILES = {
     "short": Profile("short", 1500, 13, 50.0, 3, 4, 16, 120.0),
     "long": Profile("long", 10_000, 60, 330.0, 3, 4, 16, 300.0),
+    # Node faults last longer (a killed node boots again): fewer per minute, a longer load.
+    "cluster": Profile("cluster", 10_000, 20, 480.0, 3, 4, 16, 300.0, 36, 3),
+    "cluster-short": Profile("cluster-short", 1500, 6, 90.0, 3, 4, 16, 150.0, 6, 3),
 }
 
 
@@ -94,18 +100,24 @@ class Run:
             if done.returncode != 0:
                 raise RuntimeError(f"`services {' '.join(args)}` failed: {done.stderr.strip()}")
         token = str(json.loads(done.stdout)["token"])
-        self.proxies = {
-            "db": Proxy("db", *host_port(self.servers.database_url, 5432)),
-            "amqp": Proxy("amqp", *host_port(self.servers.amqp_url, 5672)),
+        # A proxy per broker node: the AMQP faults cut one node's connections.
+        nodes = amqp_nodes(self.servers.amqp_url)
+        self.proxies = {"db": Proxy("db", *host_port(self.servers.database_url, 5432))} | {
+            f"amqp{n}": Proxy(f"amqp{n}", *host_port(url, 5672))
+            for n, url in enumerate(nodes, start=1)
         }
         ports = {name: proxy.start() for name, proxy in self.proxies.items()}
+        proxied_amqp = ",".join(
+            with_netloc(url, "127.0.0.1", ports[f"amqp{n}"])
+            for n, url in enumerate(amqp_nodes(scratch.amqp_url), start=1)
+        )
         api_port = free_port()
         env = jobrelay_env(
             {
                 "JOBRELAY_DATABASE_URL": with_netloc(
                     scratch.database_url, "127.0.0.1", ports["db"]
                 ),
-                "JOBRELAY_AMQP_URL": with_netloc(scratch.amqp_url, "127.0.0.1", ports["amqp"]),
+                "JOBRELAY_AMQP_URL": proxied_amqp,
                 "JOBRELAY_LEASE_SECONDS": str(LEASE_SECONDS),
                 "JOBRELAY_RETRY_BASE_SECONDS": "0.2",
                 "JOBRELAY_RETRY_MAX_SECONDS": "1.0",
@@ -153,7 +165,12 @@ class Run:
     async def load_under_faults(self, api_url: str, token: str) -> faults.Injector:
         rng = random.Random(self.options.seed)
         submissions = plan(rng, self.profile.jobs, f"chaos-{self.options.seed}")
-        planned_faults = faults.schedule(rng, self.profile.faults, self.profile.load_seconds)
+        planned_faults = faults.schedule(
+            rng,
+            self.profile.faults,
+            self.profile.load_seconds,
+            node_faults=self.profile.node_faults,
+        )
         injector = faults.Injector(
             self.consumers, self.dispatchers, self.proxies, LEASE_SECONDS, log=self.note
         )
@@ -314,6 +331,8 @@ class Run:
             f"quarantine_messages={figures['quarantine_messages']}",
             f"faults={fault_counts or 'none'}",
             f"faults_total={sum(injector.injected.values())}",
+            f"node_faults={sum(injector.injected[kind] for kind in faults.NODE_FAULTS)}",
+            f"rabbitmq_nodes={injector.nodes}",
             f"lost={count['lost']}",
             f"duplicate_results={count['duplicate_results']}",
             f"duplicate_effects={count['duplicate_effects']}",
@@ -338,7 +357,16 @@ class Run:
 
 
 async def run(options: Options) -> int:
-    servers = find_or_start_servers()
+    servers = find_or_start_servers(rabbitmq_nodes=options.profile.rabbitmq_nodes)
+    if len(amqp_nodes(servers.amqp_url)) < options.profile.rabbitmq_nodes:
+        say(
+            f"profile {options.profile.name} needs a cluster of {options.profile.rabbitmq_nodes} "
+            "RabbitMQ nodes; the servers in the environment have fewer: "
+            f"JOBRELAY_RABBITMQ_NODES={options.profile.rabbitmq_nodes} make chaos "
+            f"CHAOS_ARGS='--profile {options.profile.name}'"
+        )
+        servers.close()
+        return 2
     chaos = Run(options, servers)
     say(f"seed={options.seed} profile={options.profile.name} workdir={chaos.workdir}")
     ok = False

@@ -9,6 +9,7 @@ test suite already does (servers, vhosts, databases, processes) comes from ``tes
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import urllib.parse
@@ -28,17 +29,24 @@ from tests.support.servers import (
 )
 
 
-def find_or_start_servers() -> Servers:
+def find_or_start_servers(*, rabbitmq_nodes: int = 1) -> Servers:
     """The servers of the environment when ``scripts/servers.py`` runs them (the faults need
-    its helpers); else throwaway ones, stopped by ``Servers.close()``."""
+    its helpers); else throwaway ones (a RabbitMQ cluster of ``rabbitmq_nodes``), stopped by
+    ``Servers.close()``."""
     found = from_environment()
     if found is not None and found.servers_dir:
         return found
     print("chaos: no servers in the environment; starting throwaway ones", flush=True)
+    os.environ["JOBRELAY_RABBITMQ_NODES"] = str(rabbitmq_nodes)
     return from_servers_script()
 
 
 # --- URLs ---------------------------------------------------------------------------------------
+
+
+def amqp_nodes(amqp_url: str) -> list[str]:
+    """The URL of each node of ``JOBRELAY_AMQP_URL`` (one, or a cluster's comma-separated list)."""
+    return [url.strip() for url in amqp_url.split(",") if url.strip()]
 
 
 def host_port(url: str, default_port: int) -> tuple[str, int]:

@@ -1,0 +1,43 @@
+"""One chaos run as the test tiers make it (``python -m chaos`` as a process), checked the
+same way: it must exit 0 and print one summary line with nothing lost or doubled."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_chaos_profile(
+    profile: str, seed: int, workdir: Path, *, env: dict[str, str] | None = None, timeout: float
+) -> str:
+    """Run ``profile`` with ``seed``; returns its summary line, having asserted that the run
+    passed and that the line says ``lost=0`` and ``duplicate_results=0``."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "chaos",
+            "--profile",
+            profile,
+            "--seed",
+            str(seed),
+            "--workdir",
+            str(workdir),
+        ],
+        cwd=ROOT,
+        env={**(env if env is not None else os.environ), "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    summary = [line for line in done.stdout.splitlines() if line.startswith("chaos: seed=")]
+    print(done.stdout)
+    print(done.stderr[-20000:], file=sys.stderr)
+    assert done.returncode == 0, f"chaos run failed (seed {seed}):\n{done.stderr[-8000:]}"
+    assert len(summary) == 1
+    assert " lost=0 " in summary[0] and " duplicate_results=0 " in summary[0]
+    return summary[0]

@@ -4,7 +4,7 @@
 PYTHON ?= python3
 PYTEST_ARGS ?=
 
-.PHONY: install lock test-latest run test test-local test-docker test-fast lint format typecheck servers down clean-data bench bench-storage bench-overload chaos clean
+.PHONY: install lock test-latest run test test-local test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster chaos chaos-cluster clean
 
 ## install: exactly the locked versions (requirements/dev.txt), then jobrelay itself, editable
 install:
@@ -52,6 +52,12 @@ test-docker:
 test-fast:
 	$(PYTHON) -m pytest tests/unit -q
 
+## test-browser: the console in headless Chromium (tests/browser; Debian's chromium package),
+## screenshots in JOBRELAY_SCREENSHOTS_DIR (.local/screenshots/); test-local runs it too
+test-browser:
+	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m pytest -p no:cacheprovider tests/browser \
+		$(PYTEST_ARGS)
+
 lint:
 	ruff check services tests benchmarks scripts chaos examples
 	ruff format --check services tests benchmarks scripts chaos examples
@@ -97,11 +103,25 @@ OVERLOAD_ARGS ?=
 bench-overload:
 	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m benchmarks.overload $(OVERLOAD_ARGS)
 
+## bench-cluster: the relay and end-to-end benchmarks on a 3-node RabbitMQ cluster (quorum queues
+## on every node) beside a single node, alternated per round; medians and cluster/single ratios
+## (benchmarks/cluster.py). It starts its own two server sets and deletes them at the end.
+## CLUSTER_BENCH_ARGS="--rounds 3 --e2e-jobs 5000" to vary.
+CLUSTER_BENCH_ARGS ?=
+bench-cluster:
+	$(PYTHON) -m benchmarks.cluster $(CLUSTER_BENCH_ARGS)
+
 ## chaos: the long chaos run (>=10,000 jobs, >=50 faults) on throwaway servers; prints one
 ## summary line, exits non-zero on any violation. CHAOS_ARGS="--profile short --seed 7" to vary.
 CHAOS_ARGS ?= --profile long
 chaos:
 	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m chaos $(CHAOS_ARGS)
+
+## chaos-cluster: the same on a three-node RabbitMQ cluster (>=10,000 jobs, 36 node faults: stop,
+## kill, pause one node at a time, plus process faults; docs/cluster.md)
+CLUSTER_CHAOS_ARGS ?= --profile cluster
+chaos-cluster:
+	$(PYTHON) scripts/servers.py run --rabbitmq-nodes 3 -- $(PYTHON) -m chaos $(CLUSTER_CHAOS_ARGS)
 
 ## images: where no registry answers, stand-ins of python:3.11-slim, postgres:15 and
 ## rabbitmq:3.10-management from Debian packages, and the wheels of the lock in wheels/

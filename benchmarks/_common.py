@@ -35,6 +35,13 @@ def admin_database_url() -> str:
     return url
 
 
+def first_node(amqp_url: str) -> str:
+    """The first URL of ``JOBRELAY_AMQP_URL``, which lists a cluster's nodes separated by commas
+    (node 1 first, where jobrelay's services connect first and its queues get their leader): for
+    a client that takes one URL, as aio-pika's ``connect`` and Celery do."""
+    return amqp_url.split(",")[0].strip()
+
+
 def scratch_database(admin_url: str) -> str:
     name = f"jobrelay_bench_{uuid.uuid4().hex[:8]}"
     databases.admin_execute(admin_url, f'CREATE DATABASE "{name}"')

@@ -33,6 +33,11 @@ figure the ratio is taken on); "wall" = jobs / (process start → last completio
 per 1,000 jobs of each process (and of PostgreSQL and RabbitMQ) over the steady window show where
 a 2-core machine's time goes. ``--profile`` adds one more jobrelay run under py-spy
 (``--nonblocking``) and summarizes the dispatcher's and the consumers' profiles.
+
+On a RabbitMQ cluster (JOBRELAY_AMQP_URL lists its nodes) the jobrelay services get the whole
+list; Celery, which takes one URL here, and the queue counts use the first node. RabbitMQ's CPU is
+that of every node. ``benchmarks/cluster.py`` runs this beside a single node; ``measure`` returns
+the figures.
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ from benchmarks import celery_app
 from benchmarks._common import (
     admin_database_url,
     drop_database,
+    first_node,
     median,
     percentile,
     scratch_database,
@@ -167,7 +173,8 @@ def tree_cpu(table: dict[int, tuple[int, float]], roots: list[int]) -> float:
 
 def server_pids() -> dict[str, list[int]]:
     """Our own servers (under JOBRELAY_SERVERS_DIR), so that other servers on the machine don't
-    count: the postmaster (its backends are its children) and RabbitMQ's beam."""
+    count: the postmaster (its backends are its children) and RabbitMQ's beam (one per node of a
+    cluster)."""
     base = os.environ.get("JOBRELAY_SERVERS_DIR")
     found: dict[str, list[int]] = {}
     if not base:
@@ -183,7 +190,7 @@ def server_pids() -> dict[str, list[int]]:
         except OSError:
             continue
         if argv[0].endswith(b"beam.smp") and any(base.encode() in arg for arg in argv):
-            found["rabbitmq"] = [int(entry.name)]
+            found.setdefault("rabbitmq", []).append(int(entry.name))
     return found
 
 
@@ -347,7 +354,7 @@ def check_alive(groups: dict[str, list[subprocess.Popen[bytes]]]) -> None:
 
 
 async def queue_messages(amqp_url: str, queue: str) -> int:
-    connection = await aio_pika.connect(amqp_url)
+    connection = await aio_pika.connect(first_node(amqp_url))
     async with connection:
         channel = await connection.channel()
         declared = await channel.declare_queue(queue, passive=True)
@@ -760,6 +767,15 @@ def profile_report(directory: str) -> str:
 # --- main ----------------------------------------------------------------------------------
 
 
+@dataclass
+class Results:
+    jobrelay: list[Throughput] = field(default_factory=list)
+    celery: list[Throughput] = field(default_factory=list)
+    # submit -> result stored, ms, by stage ("total", "relay", "delivery", "execution")
+    jobrelay_latency: dict[str, list[float]] = field(default_factory=dict)
+    celery_latency: list[float] = field(default_factory=list)  # apply_async -> task ran, ms
+
+
 def report(jobrelay: list[Throughput], celery: list[Throughput]) -> None:
     for run in jobrelay + celery:
         for note in run.notes:
@@ -782,7 +798,7 @@ def report(jobrelay: list[Throughput], celery: list[Throughput]) -> None:
     print(f"per-round steady ratios: {', '.join(pairs)}")
 
 
-async def run(ctx: Context) -> None:
+async def run(ctx: Context) -> Results:
     args = ctx.args
     print(
         f"jobrelay: 1 dispatcher + {args.consumers} consumer(s) x concurrency {args.concurrency}; "
@@ -790,8 +806,8 @@ async def run(ctx: Context) -> None:
         f"no result backend; {args.jobs:,} no-op jobs per run, {args.rounds} round(s); "
         f"{os.cpu_count()} CPUs"
     )
-    ours: list[Throughput] = []
-    theirs: list[Throughput] = []
+    results = Results()
+    ours, theirs = results.jobrelay, results.celery
     for round_number in range(1, args.rounds + 1):
         print(f"round {round_number}:")
         if not args.skip_jobrelay:
@@ -804,7 +820,7 @@ async def run(ctx: Context) -> None:
     if args.rate > 0 and args.seconds > 0:
         print(f"\nlatency at {args.rate:g} jobs/s for {args.seconds:g}s, services running:")
         if not args.skip_jobrelay:
-            stages = await jobrelay_latency(ctx)
+            stages = results.jobrelay_latency = await jobrelay_latency(ctx)
             print(f"  jobrelay submit -> result stored ({len(stages['total'])} jobs):")
             for name, label in (
                 ("total", "total"),
@@ -814,7 +830,7 @@ async def run(ctx: Context) -> None:
             ):
                 print(f"    {label:<28} {describe(stages[name])}")
         if not args.skip_celery:
-            latencies = await celery_latency(ctx)
+            latencies = results.celery_latency = await celery_latency(ctx)
             print(f"  celery apply_async -> task ran ({len(latencies)} tasks):")
             print(f"    {'total':<28} {describe(latencies)}")
     if args.profile:
@@ -824,9 +840,10 @@ async def run(ctx: Context) -> None:
         profiled = await jobrelay_throughput(ctx, jobs, profile=True)
         print("  " + profiled.line())
         print(profile_report(args.profile_dir))
+    return results
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--consumers", type=int, default=1, help="consumer processes")
@@ -843,14 +860,25 @@ def main() -> int:
     parser.add_argument("--profile-dir", default="/tmp/jobrelay-e2e-profile")
     parser.add_argument("--skip-celery", action="store_true")
     parser.add_argument("--skip-jobrelay", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     args.celery_concurrency = args.celery_concurrency or args.consumers * args.concurrency
+    return args
 
+
+def main() -> int:
+    args = parse_args()
     admin_url = admin_database_url()
     amqp_base = os.environ.get("JOBRELAY_AMQP_URL")
     api_url = os.environ.get("JOBRELAY_RABBITMQ_API_URL")
     if not (amqp_base and api_url):
         sys.exit("run under `python scripts/servers.py run -- python -m benchmarks.e2e`")
+    measure(args, admin_url, amqp_base, api_url)
+    return 0
+
+
+def measure(args: argparse.Namespace, admin_url: str, amqp_base: str, api_url: str) -> Results:
+    """The phases on a scratch database and scratch vhosts of these servers, printed as they
+    finish; ``amqp_base`` may list a cluster's nodes."""
     tag = uuid.uuid4().hex[:8]
     vhosts = [f"jobrelay-e2e-{tag}", f"celery-e2e-{tag}"]
     database_url = scratch_database(admin_url)
@@ -862,12 +890,12 @@ def main() -> int:
             admin_url=admin_url,
             database_url=database_url,
             amqp_url=vhost_amqp_url(amqp_base, vhosts[0]),
-            celery_url=vhost_amqp_url(amqp_base, vhosts[1]),
+            celery_url=vhost_amqp_url(first_node(amqp_base), vhosts[1]),
             workdir=workdir,
             args=args,
         )
         celery_app.app.conf.broker_url = ctx.celery_url
-        asyncio.run(run(ctx))
+        return asyncio.run(run(ctx))
     finally:
         with contextlib.suppress(Exception):
             celery_app.app.pool.force_close_all()
@@ -875,7 +903,6 @@ def main() -> int:
             delete_vhost(api_url, vhost)
         drop_database(admin_url, database_url)
         shutil.rmtree(workdir, ignore_errors=True)
-    return 0
 
 
 if __name__ == "__main__":

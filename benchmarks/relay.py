@@ -11,6 +11,10 @@ sets them), creates a scratch database and vhost, and prints:
    ratio to raw;
 3. latency at a steady light load (``--rate`` jobs/s): from the commit of the job's outbox row to
    ``published_at`` (written right after the broker's confirm), p50 and p99.
+
+On a RabbitMQ cluster (JOBRELAY_AMQP_URL lists its nodes) raw publishes through the first node,
+where the dispatcher connects first too, to the same quorum queue (replicated on every node);
+``benchmarks/cluster.py`` runs this beside a single node. ``measure`` returns the figures.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import statistics
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 import aio_pika
 from sqlalchemy import text
 
+from benchmarks._common import first_node
 from jobrelay import eventloop
 from jobrelay.broker.publisher import build_message
 from jobrelay.broker.topology import declare_topology
@@ -91,8 +97,14 @@ async def wait_counted(
         await asyncio.sleep(poll)
 
 
+# Rows per insert while preloading: one multi-row INSERT binds every column of every row, and
+# PostgreSQL takes at most 65,535 parameters in one statement.
+PRELOAD_CHUNK = 5_000
+
+
 async def relay_rate(settings: Settings, store: Store, n: int) -> float:
-    await insert_jobs(store, n)
+    for start in range(0, n, PRELOAD_CHUNK):
+        await insert_jobs(store, min(PRELOAD_CHUNK, n - start))
     dispatcher = Dispatcher(settings)
     task = asyncio.create_task(dispatcher.run())
     # Timed from the first lease, as the raw rate is timed from its first publish: neither
@@ -142,26 +154,51 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
-async def main() -> int:
+@dataclass(frozen=True)
+class RelayFigures:
+    raw: float  # msgs/s, before the relay
+    raw_after: float  # msgs/s, after it
+    relay: float  # msgs/s
+    latencies: list[float]  # commit -> confirm, ms
+
+    @property
+    def raw_mean(self) -> float:
+        return (self.raw + self.raw_after) / 2
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--in-flight", type=int, default=200)
     parser.add_argument("--batch", type=int, default=200)
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--seconds", type=float, default=10.0)
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+async def main() -> int:
+    args = parse_args()
     admin_url = os.environ.get("JOBRELAY_DATABASE_URL")
     amqp_base = os.environ.get("JOBRELAY_AMQP_URL")
     api_url = os.environ.get("JOBRELAY_RABBITMQ_API_URL")
     if not (admin_url and amqp_base and api_url):
         print("run under `python scripts/servers.py run -- python benchmarks/relay.py`")
         return 2
+    await measure(args, admin_url, amqp_base, api_url)
+    return 0
 
+
+async def measure(
+    args: argparse.Namespace, admin_url: str, amqp_base: str, api_url: str
+) -> RelayFigures:
+    """The three phases on scratch copies (database, vhost) of these servers, printed as they
+    finish; ``amqp_base`` may list a cluster's nodes."""
     template = databases.create_template(admin_url)
     database_url = databases.copy_template(admin_url, template)
     vhost = f"jobrelay-bench-{uuid.uuid4().hex[:8]}"
     create_vhost(api_url, vhost)
     amqp_url = vhost_amqp_url(amqp_base, vhost)
+    raw_url = first_node(amqp_url)  # aio-pika's connect takes one URL
     settings = Settings(
         database_url=database_url, amqp_url=amqp_url, dispatch_batch_size=args.batch
     )
@@ -171,12 +208,12 @@ async def main() -> int:
             OutboxRow(id=i, job_id=uuid.uuid4(), type="demo.sleep", publish_attempts=1)
             for i in range(1, args.rows + 1)
         ]
-        raw = await raw_publish_rate(amqp_url, sample, args.in_flight)
-        await purge(amqp_url)
+        raw = await raw_publish_rate(raw_url, sample, args.in_flight)
+        await purge(raw_url)
         relay = await relay_rate(settings, store, args.rows)
-        await purge(amqp_url)
-        raw_after = await raw_publish_rate(amqp_url, sample, args.in_flight)
-        await purge(amqp_url)
+        await purge(raw_url)
+        raw_after = await raw_publish_rate(raw_url, sample, args.in_flight)
+        await purge(raw_url)
         raw_mean = (raw + raw_after) / 2
         print(
             f"raw confirmed publish ({args.in_flight} in flight): {raw:,.0f} and "
@@ -192,12 +229,12 @@ async def main() -> int:
             f"({len(latencies)} jobs): p50 {percentile(latencies, 50):.1f} ms, "
             f"p99 {percentile(latencies, 99):.1f} ms, max {max(latencies):.1f} ms"
         )
+        return RelayFigures(raw, raw_after, relay, latencies)
     finally:
         await store.close()
         databases.drop_database(admin_url, database_url)
         databases.admin_execute(admin_url, f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
         delete_vhost(api_url, vhost)
-    return 0
 
 
 if __name__ == "__main__":

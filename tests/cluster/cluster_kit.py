@@ -67,13 +67,15 @@ class Cluster:
         started = servers_command(base, "up", "--rabbitmq-nodes", str(count), timeout=300)
         if started.returncode != 0:
             raise ClusterError(started.stderr.strip()[-2000:])
-        exports = dict(
-            word.split("=", 1)
-            for line in started.stdout.splitlines()
-            for word in shlex.split(line)[1:2]
-            if "=" in word
-        )
+        exports = exported(started.stdout)
         return cls(base, _nodes(exports["JOBRELAY_RABBITMQ_CLUSTER"]), owned=True)
+
+    def environment(self) -> dict[str, str]:
+        """The JOBRELAY_* variables ``scripts/servers.py env`` exports for these servers."""
+        printed = servers_command(self.base, "env")
+        if printed.returncode != 0:
+            raise ClusterError(printed.stderr.strip())
+        return exported(printed.stdout)
 
     def delete(self) -> None:
         if self.owned:
@@ -167,6 +169,16 @@ class Cluster:
 
     def number_of(self, name: str) -> int:
         return next(node.number for node in self.nodes if node.name == name)
+
+
+def exported(printed: str) -> dict[str, str]:
+    """The variables of ``export NAME=VALUE`` lines, as ``scripts/servers.py`` prints them."""
+    return dict(
+        word.split("=", 1)
+        for line in printed.splitlines()
+        for word in shlex.split(line)[1:2]
+        if "=" in word
+    )
 
 
 def _nodes(described: str) -> tuple[Node, ...]:

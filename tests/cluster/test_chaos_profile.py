@@ -6,12 +6,11 @@ profile (``make chaos-cluster``) is the same with 10,000 jobs and 36 node faults
 from __future__ import annotations
 
 import os
-import shlex
 from pathlib import Path
 
 import pytest
 
-from tests.cluster.cluster_kit import Cluster, servers_command
+from tests.cluster.cluster_kit import Cluster
 from tests.support.chaos_run import run_chaos_profile
 
 SEED = 20261201
@@ -20,16 +19,8 @@ SEED = 20261201
 def cluster_environment(cluster: Cluster) -> dict[str, str]:
     """This process's environment with the cluster's servers as the only JOBRELAY_* variables
     (the chaos runner takes its database, its nodes and its fault helpers from them)."""
-    printed = servers_command(cluster.base, "env")
-    assert printed.returncode == 0, printed.stderr
-    exports = dict(
-        word.split("=", 1)
-        for line in printed.stdout.splitlines()
-        for word in shlex.split(line)[1:2]
-        if "=" in word
-    )
     environment = {k: v for k, v in os.environ.items() if not k.startswith("JOBRELAY_")}
-    return environment | exports
+    return environment | cluster.environment()
 
 
 @pytest.mark.slow

@@ -79,6 +79,17 @@ def assert_each_ran_once(settings: Settings, ids: list[str], services: list[Serv
     assert not logs.bugs, logs.bugs
 
 
+async def warmed_up(system: System, cluster: Cluster, vhost: str) -> tuple[list[str], int]:
+    """The first jobs run (the services are connected and consuming), and the node the
+    services are on."""
+    ids = await submit_exports(system, WARM_UP, "warm-up")
+    await system.wait_for("succeeded", *ids, what="the first jobs")
+    target = await eventually(
+        lambda: services_node(cluster, vhost, via=2), what="the services' node"
+    )
+    return ids, target
+
+
 @pytest.mark.parametrize("fault", FAULTS, ids=[fault.name for fault in FAULTS])
 async def test_jobs_keep_flowing_while_the_services_node_is(
     cluster: Cluster,
@@ -89,11 +100,7 @@ async def test_jobs_keep_flowing_while_the_services_node_is(
     fault: Fault,
 ) -> None:
     with running_system(cluster_settings, tmp_path / "logs") as services:
-        ids = await submit_exports(system, WARM_UP, "warm-up")
-        await system.wait_for("succeeded", *ids, what="the first jobs")
-        target = await eventually(
-            lambda: services_node(cluster, cluster_vhost, via=2), what="the services' node"
-        )
+        ids, target = await warmed_up(system, cluster, cluster_vhost)
         assert target == 1  # the first node of the list that answers
 
         cluster.fault(fault.inject, target)
@@ -134,11 +141,7 @@ async def test_with_their_node_stopped_jobs_publish_run_quarantine_and_replay(
     tmp_path: Path,
 ) -> None:
     with running_system(cluster_settings, tmp_path / "logs") as services:
-        warm_up = await submit_exports(system, WARM_UP, "warm-up")
-        await system.wait_for("succeeded", *warm_up, what="the first jobs")
-        target = await eventually(
-            lambda: services_node(cluster, cluster_vhost, via=2), what="the services' node"
-        )
+        warm_up, target = await warmed_up(system, cluster, cluster_vhost)
         leader = cluster.queue(cluster_vhost, DEFAULT_QUEUE, via=2)["leader"]
         assert target == cluster.number_of(leader) == 1  # the queues were declared through it
 

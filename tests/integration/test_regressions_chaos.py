@@ -3,13 +3,19 @@ where it was found."""
 
 from __future__ import annotations
 
+import asyncio
+import urllib.parse
 import uuid
+from typing import Any
 
+import pytest
 from aio_pika.abc import AbstractIncomingMessage
 from aio_pika.exceptions import ChannelInvalidStateError
 
+from chaos.proxy import Mode, Proxy
+from jobrelay.consumer import service
 from jobrelay.core.settings import Settings
-from jobrelay.core.topology import DEFAULT_QUEUE, QUARANTINE_QUEUE
+from jobrelay.core.topology import DEFAULT_QUEUE, QUARANTINE_QUEUE, work_queue_name
 from jobrelay.db.store import Store
 from tests.conftest import MakeSettings
 from tests.support.consumer_kit import (
@@ -19,7 +25,10 @@ from tests.support.consumer_kit import (
     new_client,
     publish_jobs,
     quarantined_messages,
+    registry,
+    running_consumer,
     submit,
+    wait_state,
     work_queue_count,
     worker,
 )
@@ -102,3 +111,53 @@ async def test_a_fresh_duplicate_of_a_quarantined_job_is_acked_not_quarantined_t
         lambda: depth_is(cfg.amqp_url, 1, QUARANTINE_QUEUE), what="one quarantined message"
     )
     assert await quarantined_job_ids(cfg) == [str(job_id)]
+
+
+async def test_a_connection_reset_while_the_consumer_subscribes_is_retried_not_fatal(
+    store: Store, make_settings: MakeSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by `python -m chaos --profile short --seed 20240601`: a consumer restarted after a
+    # broker restart connected, then a proxy reset tore the connection down while it declared
+    # its queue; it took that for a refused setup and exited 1, leaving its queue unserved.
+    url = urllib.parse.urlsplit(make_settings().amqp_url)
+    proxy = Proxy("broker", url.hostname or "127.0.0.1", url.port or 5672)
+    port = proxy.start()
+    cfg = make_settings(
+        amqp_url=url._replace(netloc=f"{url.username}:{url.password}@127.0.0.1:{port}").geturl()
+    )
+    declare = service.declare_work_queue
+    resets = 0
+
+    async def reset_once_then_declare(*args: Any, **kwargs: Any) -> Any:
+        nonlocal resets
+        if resets == 0:
+            resets += 1
+            proxy.set_mode(Mode.RESET)  # every connection through the proxy gets a RST
+            proxy.set_mode(Mode.PASS)
+        return await declare(*args, **kwargs)
+
+    monkeypatch.setattr(service, "declare_work_queue", reset_once_then_declare)
+    try:
+        job_id = await submit(store, await new_client(store), "test.count", {"tag": "after"})
+        await mark_outbox_published(store)
+        async with running_consumer(cfg):
+            await publish_jobs(make_settings(), [(job_id, "test.count")])
+            await wait_state(store, job_id, "succeeded")
+        assert resets == 1
+        assert proxy.resets_total >= 1
+    finally:
+        proxy.close()
+
+
+async def test_a_work_queue_declared_elsewhere_with_other_arguments_stops_the_consumer_with_1(
+    make_settings: MakeSettings,
+) -> None:
+    # The other side of the test above: a refusal is a fault in the setup, and retrying it
+    # forever would hide it. A classic queue under the work queue's name refuses the quorum
+    # declaration (PRECONDITION_FAILED); the consumer says so and exits 1 at once.
+    cfg = make_settings()
+    async with broker(cfg) as channel:
+        await channel.declare_queue(work_queue_name("imports"), durable=True)
+    consumer = service.Consumer(cfg, registry, queue="imports", concurrency=1)
+    assert await asyncio.wait_for(consumer.run(asyncio.Event()), timeout=30) == 1
+    assert not consumer.consuming

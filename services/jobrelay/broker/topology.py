@@ -22,6 +22,25 @@ from jobrelay.core import topology as names
 
 log = logging.getLogger(__name__)
 
+# The broker's answers that refuse a declaration or a consume for good: a queue that exists
+# with other arguments, a vhost without permission, a missing entity, an exclusive queue
+# elsewhere. Anything else during setup (a connection reset, a channel torn down with its
+# connection, a timeout) is the broker going away, and setting up again may succeed.
+REFUSALS = (
+    aiormq.exceptions.ChannelPreconditionFailed,
+    aiormq.exceptions.ChannelAccessRefused,
+    aiormq.exceptions.ChannelNotFoundEntity,
+    aiormq.exceptions.ChannelLockedResource,
+)
+
+
+def is_refusal(error: BaseException) -> bool:
+    """Whether ``error``, raised while declaring or subscribing, is the broker's refusal (a
+    fault in the setup, reported and not retried) rather than a lost connection."""
+    return isinstance(error, REFUSALS) or not isinstance(
+        error, ConnectionError | OSError | TimeoutError | RuntimeError | aiormq.exceptions.AMQPError
+    )
+
 
 async def declare_topology(
     channel: AbstractChannel,

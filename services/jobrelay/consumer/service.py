@@ -13,12 +13,12 @@ import logging
 import signal
 from typing import Any
 
-from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
+from aio_pika.abc import AbstractIncomingMessage, AbstractQueue, AbstractRobustConnection
 
 from jobrelay.broker import quarantine
 from jobrelay.broker.acks import AckRouter, GroupAcked
 from jobrelay.broker.connection import connect_broker_robust
-from jobrelay.broker.topology import declare_topology, declare_work_queue
+from jobrelay.broker.topology import declare_topology, declare_work_queue, is_refusal
 from jobrelay.consumer.metrics import ConsumerMetrics
 from jobrelay.consumer.worker import Worker
 from jobrelay.core.errors import ConfigurationError
@@ -33,6 +33,7 @@ from jobrelay.handlers.loading import registry_for
 
 log = logging.getLogger("jobrelay.consumer")
 
+CONNECT_BACKOFF_START = 0.5
 CONNECT_BACKOFF_CAP = 10.0
 
 
@@ -108,59 +109,92 @@ class Consumer:
         self.worker = Worker(execution, self.registry, settings, self.metrics)
         if settings.metrics_port:
             self.metrics.serve(settings.metrics_port)
-        connection = await self._connect(stop)
-        if connection is None:
-            await store.close()
-            return 0
         try:
-            channel = await connection.channel()
-            # Per-consumer QoS: quorum queues refuse a global one.
-            await channel.set_qos(prefetch_count=self.concurrency)
-            await declare_topology(
-                channel,
-                delivery_limit=settings.delivery_limit,
-                type_queues=self.type_queues,
-                group_size=settings.quorum_group_size,
-            )
-            queue = await declare_work_queue(
-                channel, self.queue_name, settings.delivery_limit, settings.quorum_group_size
-            )
-            tag = await queue.consume(self._on_message, no_ack=False)
-        except Exception as error:
-            # E.g. a queue declared elsewhere with other arguments (PRECONDITION_FAILED).
-            log.error(
-                "cannot consume from %s: %s",
-                self.queue_name,
-                _first_line(error),
-                extra={"event": "consumer_setup_failed"},
-            )
-            await _close(connection)
-            await store.close()
-            return 1
-        try:
-            self.consuming = True
-            log.info(
-                "consuming",
-                extra={
-                    "event": "consumer_started",
-                    "queue": self.queue_name,
-                    "concurrency": self.concurrency,
-                    "types": ",".join(sorted(self.registry.types)),
-                },
-            )
-            await stop.wait()
-            log.info("stopping: no new deliveries", extra={"event": "consumer_stopping"})
-            self.consuming = False
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(5):
-                    await queue.cancel(tag)
-            await self._drain()
+            subscribed = await self._subscribe(stop)
+            if subscribed is None:
+                return 0 if stop.is_set() else 1
+            connection, queue, tag = subscribed
+            try:
+                await self._consume_until(stop, queue, tag)
+            finally:
+                await _close(connection)  # unacked deliveries go back to the queue
         finally:
-            await _close(connection)  # unacked deliveries go back to the queue
             await execution.close()
             await store.close()
         log.info("stopped", extra={"event": "consumer_stopped"})
         return 0
+
+    async def _subscribe(
+        self, stop: asyncio.Event
+    ) -> tuple[AbstractRobustConnection, AbstractQueue, str] | None:
+        """Connect, declare the topology and start consuming, again and again while the broker
+        goes away in between; None once stopped, or when the broker refuses the setup."""
+        pause = CONNECT_BACKOFF_START
+        while True:
+            connection = await self._connect(stop)
+            if connection is None:
+                return None
+            try:
+                queue, tag = await self._declare_and_consume(connection)
+                return connection, queue, tag
+            except Exception as error:
+                await _close(connection)
+                if is_refusal(error):
+                    # E.g. a queue declared elsewhere with other arguments (PRECONDITION_FAILED).
+                    log.error(
+                        "cannot consume from %s: %s",
+                        self.queue_name,
+                        _first_line(error),
+                        extra={"event": "consumer_setup_failed"},
+                    )
+                    return None
+                log.warning(
+                    "broker went away while subscribing to %s (%s); retrying in %.1fs",
+                    self.queue_name,
+                    type(error).__name__,
+                    pause,
+                    extra={"event": "consumer_setup_interrupted"},
+                )
+            if await _stopped_within(stop, pause):
+                return None
+            pause = min(CONNECT_BACKOFF_CAP, pause * 2)
+
+    async def _declare_and_consume(
+        self, connection: AbstractRobustConnection
+    ) -> tuple[AbstractQueue, str]:
+        settings = self.settings
+        channel = await connection.channel()
+        # Per-consumer QoS: quorum queues refuse a global one.
+        await channel.set_qos(prefetch_count=self.concurrency)
+        await declare_topology(
+            channel,
+            delivery_limit=settings.delivery_limit,
+            type_queues=self.type_queues,
+            group_size=settings.quorum_group_size,
+        )
+        queue = await declare_work_queue(
+            channel, self.queue_name, settings.delivery_limit, settings.quorum_group_size
+        )
+        return queue, await queue.consume(self._on_message, no_ack=False)
+
+    async def _consume_until(self, stop: asyncio.Event, queue: AbstractQueue, tag: str) -> None:
+        self.consuming = True
+        log.info(
+            "consuming",
+            extra={
+                "event": "consumer_started",
+                "queue": self.queue_name,
+                "concurrency": self.concurrency,
+                "types": ",".join(sorted(self.registry.types)),
+            },
+        )
+        await stop.wait()
+        log.info("stopping: no new deliveries", extra={"event": "consumer_stopping"})
+        self.consuming = False
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(5):
+                await queue.cancel(tag)
+        await self._drain()
 
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
         # Our own task, not aio-pika's: a broker reconnect must not cancel a running handler.
@@ -194,7 +228,7 @@ class Consumer:
 
     async def _connect(self, stop: asyncio.Event) -> AbstractRobustConnection | None:
         """Connect (robustly: later drops reconnect by themselves), retrying until stopped."""
-        pause = 0.5
+        pause = CONNECT_BACKOFF_START
         while not stop.is_set():
             try:
                 return await connect_broker_robust(
@@ -208,11 +242,17 @@ class Consumer:
                     pause,
                     extra={"event": "broker_unavailable"},
                 )
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(pause):
-                        await stop.wait()
+                await _stopped_within(stop, pause)
                 pause = min(CONNECT_BACKOFF_CAP, pause * 2)
         return None
+
+
+async def _stopped_within(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait up to ``seconds`` for ``stop``; whether it is set."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await stop.wait()
+    return stop.is_set()
 
 
 async def _close(connection: AbstractRobustConnection) -> None:

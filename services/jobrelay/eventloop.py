@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar
 
@@ -29,3 +30,12 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Future[Any]]) -> None:
         task.cancel()
     if pending:
         await asyncio.wait(pending)
+
+
+async def stopped_within(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait up to ``seconds`` for ``stop`` (a service's pause that a stop cuts short); whether
+    it is set."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await stop.wait()
+    return stop.is_set()

@@ -25,10 +25,12 @@ from jobrelay.core.errors import ConfigurationError
 from jobrelay.core.execution import Delivery
 from jobrelay.core.message import traceparent_of
 from jobrelay.core.registry import Registry
+from jobrelay.core.retry import backoff_ceiling
 from jobrelay.core.settings import Settings, mask_url, parse_type_queues
 from jobrelay.core.topology import work_queue_name
 from jobrelay.db.execution_store import ExecutionStore
 from jobrelay.db.store import Store
+from jobrelay.eventloop import stopped_within
 from jobrelay.handlers.loading import registry_for
 
 log = logging.getLogger("jobrelay.consumer")
@@ -127,37 +129,46 @@ class Consumer:
     async def _subscribe(
         self, stop: asyncio.Event
     ) -> tuple[AbstractRobustConnection, AbstractQueue, str] | None:
-        """Connect, declare the topology and start consuming, again and again while the broker
-        goes away in between; None once stopped, or when the broker refuses the setup."""
-        pause = CONNECT_BACKOFF_START
-        while True:
-            connection = await self._connect(stop)
-            if connection is None:
-                return None
+        """Connect (robustly: later drops reconnect by themselves), declare the topology and
+        start consuming, again with a doubling pause while the broker is unreachable or goes
+        away in between; None once stopped, or when the broker refuses the setup."""
+        failures = 0
+        while not stop.is_set():
+            connection: AbstractRobustConnection | None = None
             try:
+                connection = await connect_broker_robust(
+                    self.settings.amqp_url, seconds=10, name="jobrelay-consumer"
+                )
                 queue, tag = await self._declare_and_consume(connection)
                 return connection, queue, tag
             except Exception as error:
-                await _close(connection)
-                if is_refusal(error):
-                    # E.g. a queue declared elsewhere with other arguments (PRECONDITION_FAILED).
-                    log.error(
-                        "cannot consume from %s: %s",
-                        self.queue_name,
-                        _first_line(error),
-                        extra={"event": "consumer_setup_failed"},
-                    )
-                    return None
-                log.warning(
-                    "broker went away while subscribing to %s (%s); retrying in %.1fs",
-                    self.queue_name,
-                    type(error).__name__,
-                    pause,
-                    extra={"event": "consumer_setup_interrupted"},
-                )
-            if await _stopped_within(stop, pause):
-                return None
-            pause = min(CONNECT_BACKOFF_CAP, pause * 2)
+                if connection is not None:
+                    await _close(connection)
+                    if is_refusal(error):
+                        # E.g. a queue declared with other arguments (PRECONDITION_FAILED).
+                        log.error(
+                            "cannot consume from %s: %s",
+                            self.queue_name,
+                            _first_line(error),
+                            extra={"event": "consumer_setup_failed"},
+                        )
+                        return None
+                failures += 1
+                pause = backoff_ceiling(failures, CONNECT_BACKOFF_START, CONNECT_BACKOFF_CAP)
+                self._log_setback(error, pause, connected=connection is not None)
+            await stopped_within(stop, pause)
+        return None
+
+    def _log_setback(self, error: Exception, pause: float, *, connected: bool) -> None:
+        if connected:
+            what = f"broker went away while subscribing to {self.queue_name}"
+            event = "consumer_setup_interrupted"
+        else:
+            what = f"broker unreachable at {mask_url(self.settings.amqp_url)}"
+            event = "broker_unavailable"
+        log.warning(
+            "%s (%s); retrying in %.1fs", what, type(error).__name__, pause, extra={"event": event}
+        )
 
     async def _declare_and_consume(
         self, connection: AbstractRobustConnection
@@ -225,34 +236,6 @@ class Consumer:
             for task in pending:
                 task.cancel()
             await asyncio.wait(pending, timeout=30)
-
-    async def _connect(self, stop: asyncio.Event) -> AbstractRobustConnection | None:
-        """Connect (robustly: later drops reconnect by themselves), retrying until stopped."""
-        pause = CONNECT_BACKOFF_START
-        while not stop.is_set():
-            try:
-                return await connect_broker_robust(
-                    self.settings.amqp_url, seconds=10, name="jobrelay-consumer"
-                )
-            except Exception as error:
-                log.warning(
-                    "broker unreachable at %s (%s); retrying in %.1fs",
-                    mask_url(self.settings.amqp_url),
-                    type(error).__name__,
-                    pause,
-                    extra={"event": "broker_unavailable"},
-                )
-                await _stopped_within(stop, pause)
-                pause = min(CONNECT_BACKOFF_CAP, pause * 2)
-        return None
-
-
-async def _stopped_within(stop: asyncio.Event, seconds: float) -> bool:
-    """Wait up to ``seconds`` for ``stop``; whether it is set."""
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(seconds):
-            await stop.wait()
-    return stop.is_set()
 
 
 async def _close(connection: AbstractRobustConnection) -> None:

@@ -32,6 +32,7 @@ from jobrelay.core.retry import backoff
 from jobrelay.core.states import JobState
 from jobrelay.core.tracecontext import trace_id_of
 from jobrelay.dispatcher.metrics import DispatcherMetrics
+from jobrelay.eventloop import stopped_within
 
 log = logging.getLogger(__name__)
 
@@ -320,8 +321,7 @@ class Relay:
             await asyncio.wait_for(self.wakeup.wait(), timeout)
 
     async def _sleep(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.stopping.wait(), seconds)
+        await stopped_within(self.stopping, seconds)
 
     def _outage_delay(self, outages: int) -> float:
         return backoff(

@@ -19,7 +19,6 @@ until the next tick of any schedule.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import uuid
@@ -34,6 +33,7 @@ from jobrelay.core.retry import backoff
 from jobrelay.core.schedules import SCHEDULER_CLIENT, MadeJob, Schedule
 from jobrelay.core.settings import Settings
 from jobrelay.dispatcher.metrics import DispatcherMetrics
+from jobrelay.eventloop import stopped_within
 
 log = logging.getLogger(__name__)
 
@@ -193,8 +193,7 @@ class Scheduler:
             return
         while not stopping.is_set():
             delay = await self._round()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), delay)
+            await stopped_within(stopping, delay)
 
     async def _round(self) -> float:
         """One round; the seconds to sleep after it."""

@@ -53,10 +53,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_scoped_session
 from sqlalchemy.orm import Session, scoped_session
 
 from jobrelay import tracing
-from jobrelay.api.schemas import unstorable_json
 from jobrelay.core.fingerprint import canonical_json, request_hash_of_json
 from jobrelay.core.ids import new_id
 from jobrelay.core.jobs import IDEMPOTENCY_KEY_MAX, Job, JobRequest, is_valid_idempotency_key
+from jobrelay.core.jsonvalues import unstorable_json
 from jobrelay.core.registry import Registry
 from jobrelay.core.tracecontext import valid_traceparent
 from jobrelay.db import queries as q

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import uuid
 from datetime import datetime
 from typing import Any
@@ -11,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from jobrelay.core.errors import InvalidSchedule
 from jobrelay.core.jobs import MAX_DELAY_SECONDS, Job, JobRequest
+from jobrelay.core.jsonvalues import unstorable_json
 from jobrelay.core.states import JobState
 
 # Query text reaches SQL parameters, and PostgreSQL text cannot hold a NUL character.
@@ -63,26 +63,6 @@ class SubmitJob(BaseModel):
             run_at=self.run_at,
             delay_seconds=self.delay_seconds,
         )
-
-
-def unstorable_json(value: Any) -> str | None:
-    """Why PostgreSQL's jsonb would refuse the value (a NUL character, NaN or an infinity), or
-    None. Iterative: the parser allows nesting deeper than a recursive walk could follow."""
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return "a string contains a NUL character"
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                return "a number is NaN or infinite"
-        elif isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-    return None
 
 
 MAX_BATCH_JOBS = 1000

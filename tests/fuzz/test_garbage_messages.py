@@ -31,7 +31,7 @@ from jobrelay.core.message import Envelope, MalformedMessage
 from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobState
 from jobrelay.core.topology import DEFAULT_QUEUE
-from jobrelay.db.execution_store import Claimed, ExecutionStore
+from jobrelay.db.execution_store import Claimed, PgExecutionStore
 from jobrelay.db.store import Store
 from tests.conftest import MakeSettings
 from tests.support.consumer_kit import (
@@ -273,7 +273,7 @@ async def finished_and_owned_jobs(store: Store) -> list[uuid.UUID]:
     await set_job(store, succeeded, state=JobState.SUCCEEDED, result={"slept": 0})
     assert await store.cancel_job(cancelled, client_id=client_id, detail="test")
     await set_job(store, quarantined, state=JobState.QUARANTINED)
-    claim = await ExecutionStore(store).claim(running, LeaseTerms.fresh(600))
+    claim = await PgExecutionStore(store).claim(running, LeaseTerms.fresh(600))
     assert isinstance(claim, Claimed)
     await mark_outbox_published(store)
     return [succeeded, cancelled, quarantined, running]

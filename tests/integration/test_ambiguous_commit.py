@@ -26,7 +26,7 @@ from jobrelay.core.errors import StoreUnavailable
 from jobrelay.core.settings import Settings
 from jobrelay.db import queries as q
 from jobrelay.db import tables
-from jobrelay.db.execution_store import ExecutionStore, Finish
+from jobrelay.db.execution_store import Finish, PgExecutionStore
 from jobrelay.db.store import Store
 from tests.conftest import MakeSettings, auth
 from tests.support.consumer_kit import (
@@ -154,14 +154,14 @@ async def test_a_lost_answer_then_a_retry_with_another_payload_is_a_conflict_not
 @pytest.fixture
 def finishes(monkeypatch: pytest.MonkeyPatch) -> list[Finish]:
     """What every ``ExecutionStore.finish`` call concluded (a spy: nothing changed)."""
-    real = ExecutionStore.finish
+    real = PgExecutionStore.finish
     seen: list[Finish] = []
 
-    async def finish(self: ExecutionStore, job_id: uuid.UUID, **kwargs: Any) -> Finish:
+    async def finish(self: PgExecutionStore, job_id: uuid.UUID, **kwargs: Any) -> Finish:
         seen.append(await real(self, job_id, **kwargs))
         return seen[-1]
 
-    monkeypatch.setattr(ExecutionStore, "finish", finish)
+    monkeypatch.setattr(PgExecutionStore, "finish", finish)
     return seen
 
 
@@ -280,10 +280,10 @@ async def test_a_lost_completion_of_a_job_someone_else_reclaimed_and_finished_is
     cfg = make_settings()
     job_id = await submit(store, await new_client(store), "test.count", {"tag": "race"})
     short = cfg.model_copy(update={"lease_seconds": 0.5})
-    real = ExecutionStore.finish
+    real = PgExecutionStore.finish
     first_call = {"done": False}
 
-    async def finish(self: ExecutionStore, job_id_: uuid.UUID, **kwargs: Any) -> Finish:
+    async def finish(self: PgExecutionStore, job_id_: uuid.UUID, **kwargs: Any) -> Finish:
         if kwargs["attempt"] == 1 and not first_call["done"]:
             first_call["done"] = True
             await asyncio.sleep(short.lease_seconds + 0.3)  # the lease runs out meanwhile
@@ -292,7 +292,7 @@ async def test_a_lost_completion_of_a_job_someone_else_reclaimed_and_finished_is
             raise StoreUnavailable("connection lost before the COMMIT")
         return await real(self, job_id_, **kwargs)
 
-    monkeypatch.setattr(ExecutionStore, "finish", finish)
+    monkeypatch.setattr(PgExecutionStore, "finish", finish)
     delivery = StandInDelivery(job_id, "test.count")
     verdict = await worker(store, short).handle(delivery)
 

@@ -15,7 +15,7 @@ import pytest
 from jobrelay.core.execution import Claimed, Finish, LeaseTerms, Renewal
 from jobrelay.core.jobs import CancelAnswer, Cancelled, RetryLater, Succeeded
 from jobrelay.db import tables
-from jobrelay.db.execution_store import ExecutionStore
+from jobrelay.db.execution_store import PgExecutionStore
 from jobrelay.db.store import Store
 from tests.conftest import auth
 from tests.support.consumer_kit import events, new_client, submit
@@ -83,7 +83,7 @@ async def test_a_queued_job_is_cancelled_at_once_with_200(system: System) -> Non
 
 async def test_cancelling_a_running_job_again_is_the_same_request(system: System) -> None:
     job_id = await system.submit(SLEEP_30)
-    claim = await ExecutionStore(system.store).claim(uuid.UUID(job_id), LeaseTerms.fresh(30))
+    claim = await PgExecutionStore(system.store).claim(uuid.UUID(job_id), LeaseTerms.fresh(30))
     assert isinstance(claim, Claimed)  # a consumer holds it (none runs here to carry it out)
 
     first, second = await cancel(system, job_id), await cancel(system, job_id)
@@ -106,7 +106,7 @@ async def claimed_with_cancel_requested(
     store: Store, client_id: uuid.UUID
 ) -> tuple[uuid.UUID, Claimed]:
     job_id = await submit(store, client_id, "demo.sleep", {"seconds": 30})
-    claim = await ExecutionStore(store).claim(job_id, LeaseTerms.fresh(30))
+    claim = await PgExecutionStore(store).claim(job_id, LeaseTerms.fresh(30))
     assert isinstance(claim, Claimed)
     assert await store.cancel_job(job_id, client_id=client_id, detail="test") is (
         CancelAnswer.REQUESTED
@@ -118,7 +118,7 @@ async def test_the_renewal_and_the_poll_tell_the_holder_of_the_lease_alone(
     store: Store, client_id: uuid.UUID
 ) -> None:
     job_id = await submit(store, client_id, "demo.sleep", {"seconds": 30})
-    executions = ExecutionStore(store)
+    executions = PgExecutionStore(store)
     claim = await executions.claim(job_id, LeaseTerms.fresh(30))
     assert isinstance(claim, Claimed)
     lease, foreign = LeaseTerms(claim.lease_token, 30), LeaseTerms.fresh(30)
@@ -139,7 +139,7 @@ async def test_a_completion_and_a_cancel_of_one_attempt_make_exactly_one_outcome
     store: Store, client_id: uuid.UUID, first: str
 ) -> None:
     job_id, claim = await claimed_with_cancel_requested(store, client_id)
-    executions = ExecutionStore(store)
+    executions = PgExecutionStore(store)
     complete, cancelled = Succeeded({"slept": 30}), Cancelled()
     order = (complete, cancelled) if first == "complete" else (cancelled, complete)
     finishes = [
@@ -158,7 +158,7 @@ async def test_a_completion_racing_the_cancel_at_the_same_moment_makes_exactly_o
         # Two stores: two statements racing for the row, as two processes would.
         finishes = await asyncio.gather(
             *(
-                ExecutionStore(store).finish(
+                PgExecutionStore(store).finish(
                     job_id, lease_token=claim.lease_token, attempt=1, outcome=outcome
                 )
                 for outcome in (Succeeded({"slept": 30}), Cancelled())
@@ -184,7 +184,7 @@ async def test_a_failure_of_a_job_whose_cancel_was_requested_ends_it_cancelled_n
 ) -> None:
     job_id, claim = await claimed_with_cancel_requested(store, client_id)
     retry = RetryLater(datetime.now().astimezone(), "unexpected_error", "RuntimeError: flaky")
-    finish = await ExecutionStore(store).finish(
+    finish = await PgExecutionStore(store).finish(
         job_id, lease_token=claim.lease_token, attempt=1, outcome=retry
     )
     assert finish is Finish.CANCELLED

@@ -26,7 +26,7 @@ from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.settings import Settings
 from jobrelay.core.topology import DEFAULT_QUEUE
 from jobrelay.db import tables
-from jobrelay.db.execution_store import Claimed, ExecutionStore, Finish, Refusal, Refused
+from jobrelay.db.execution_store import Claimed, Finish, PgExecutionStore, Refusal, Refused
 from jobrelay.db.store import Store
 from jobrelay.handlers import builtin
 from tests.conftest import MakeSettings, auth
@@ -74,7 +74,7 @@ async def wait_lease_expired(store: Store, job_id: uuid.UUID) -> None:
 async def claim_and_die(store: Store, job_id: uuid.UUID, lease_seconds: float) -> Claimed:
     """A consumer claims the job (its lease runs ``lease_seconds``) and dies right after the
     claim's COMMIT: nothing undoes the claim."""
-    claim = await ExecutionStore(store).claim(job_id, LeaseTerms.fresh(lease_seconds))
+    claim = await PgExecutionStore(store).claim(job_id, LeaseTerms.fresh(lease_seconds))
     assert isinstance(claim, Claimed)
     return claim
 
@@ -195,7 +195,7 @@ async def test_a_stale_worker_cannot_complete_a_job_another_worker_reclaimed(
     job_id = await submit(store, client_id, "test.hold", {})
     # Worker A is "paused" like a process under SIGSTOP: its heartbeat never runs, so it only
     # finds out at its completion, which the lease token fence must reject.
-    worker_a = PausedHeartbeatWorker(ExecutionStore(store), held, cfg, ConsumerMetrics())
+    worker_a = PausedHeartbeatWorker(PgExecutionStore(store), held, cfg, ConsumerMetrics())
     worker_b = worker(store, cfg, held)
 
     delivery_a = StandInDelivery(job_id, "test.hold")
@@ -225,7 +225,7 @@ async def test_a_stale_lease_token_can_neither_complete_nor_retry_nor_quarantine
     job_id = await submit(store, client_id, "test.count", {})
     old = await claim_and_die(store, job_id, 0.2)
     await wait_lease_expired(store, job_id)
-    executions = ExecutionStore(store)
+    executions = PgExecutionStore(store)
     new = await executions.claim(job_id, LeaseTerms.fresh(30))
     assert isinstance(new, Claimed) and new.job.attempts == 2 and new.reclaimed
 
@@ -250,7 +250,7 @@ async def test_a_stale_lease_token_can_neither_complete_nor_retry_nor_quarantine
 async def test_two_concurrent_claims_of_one_job_have_exactly_one_owner(
     store: Store, client_id: uuid.UUID
 ) -> None:
-    executions = ExecutionStore(store)
+    executions = PgExecutionStore(store)
     for round_ in range(5):
         job_id = await submit(store, client_id, "test.count", {"tag": str(round_)})
         claims = await asyncio.gather(

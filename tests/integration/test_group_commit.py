@@ -10,7 +10,7 @@ from typing import Any
 
 from jobrelay.core.execution import LeaseTerms
 from jobrelay.core.jobs import Succeeded
-from jobrelay.db.execution_store import Claimed, ExecutionStore, Finish, Refusal, Refused
+from jobrelay.db.execution_store import Claimed, Finish, PgExecutionStore, Refusal, Refused
 from jobrelay.db.store import Store
 from tests.conftest import MakeSettings
 from tests.support.consumer_kit import (
@@ -37,7 +37,7 @@ async def test_claims_made_together_share_one_statement_each_under_its_own_token
     store: Store,
 ) -> None:
     jobs = await _jobs(store, 12)
-    executions = ExecutionStore(store)
+    executions = PgExecutionStore(store)
     tokens = [uuid.uuid4() for _ in jobs]
     claims = await asyncio.gather(
         *(
@@ -61,7 +61,7 @@ async def test_claims_made_together_share_one_statement_each_under_its_own_token
 
 async def test_one_stale_row_neither_fails_nor_completes_its_neighbours(store: Store) -> None:
     jobs = await _jobs(store, 6)
-    executions = ExecutionStore(store)
+    executions = PgExecutionStore(store)
     claims = [await executions.claim(job, LeaseTerms.fresh(30)) for job in jobs]
     assert all(isinstance(c, Claimed) for c in claims)
     tokens = [c.lease_token for c in claims if isinstance(c, Claimed)]
@@ -93,7 +93,7 @@ async def test_a_stale_report_and_the_owners_on_one_job_in_one_group_are_told_ap
     store: Store,
 ) -> None:
     (job,) = await _jobs(store, 1)
-    executions = ExecutionStore(store)
+    executions = PgExecutionStore(store)
     old = await executions.claim(job, LeaseTerms.fresh(0.2))
     assert isinstance(old, Claimed)
     await asyncio.sleep(0.3)  # its holder hangs past its lease: another worker takes the job
@@ -116,7 +116,7 @@ async def test_a_stale_report_and_the_owners_on_one_job_in_one_group_are_told_ap
 
 async def test_two_deliveries_of_one_job_in_one_group_have_one_owner(store: Store) -> None:
     (job,) = await _jobs(store, 1)
-    executions = ExecutionStore(store)
+    executions = PgExecutionStore(store)
     claims = await asyncio.gather(*(executions.claim(job, LeaseTerms.fresh(30)) for _ in range(2)))
     assert executions._claims.groups == 1
     assert sorted(type(c).__name__ for c in claims) == ["Claimed", "Refused"]
@@ -127,7 +127,7 @@ async def test_two_deliveries_of_one_job_in_one_group_have_one_owner(store: Stor
 
 async def test_groups_of_two_consumers_sharing_jobs_do_not_deadlock(store: Store) -> None:
     jobs = await _jobs(store, 40)
-    first, second = ExecutionStore(store), ExecutionStore(store)
+    first, second = PgExecutionStore(store), PgExecutionStore(store)
     # Each consumer claims every job, in opposite orders: the rows are locked in id order.
     claims = await asyncio.gather(
         *(s.claim(job, LeaseTerms.fresh(30)) for s in (first,) for job in jobs),

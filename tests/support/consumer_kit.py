@@ -25,7 +25,7 @@ from jobrelay.core.message import CONTENT_TYPE, Envelope
 from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.settings import Settings, parse_type_queues
 from jobrelay.core.topology import QUARANTINE_QUEUE, work_queue_name
-from jobrelay.db.execution_store import ExecutionStore
+from jobrelay.db.execution_store import PgExecutionStore
 from jobrelay.db.store import Store
 from jobrelay.handlers import builtin
 from tests.support import factories
@@ -161,7 +161,7 @@ def worker(
 ) -> Worker:
     """A worker of the consumer, for tests that hand it one delivery at a time."""
     return Worker(
-        ExecutionStore(store), job_registry or registry, settings, ConsumerMetrics(), **options
+        PgExecutionStore(store), job_registry or registry, settings, ConsumerMetrics(), **options
     )
 
 

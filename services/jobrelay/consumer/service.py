@@ -28,7 +28,7 @@ from jobrelay.core.registry import Registry
 from jobrelay.core.retry import backoff_ceiling
 from jobrelay.core.settings import Settings, mask_url, parse_type_queues
 from jobrelay.core.topology import work_queue_name
-from jobrelay.db.execution_store import ExecutionStore
+from jobrelay.db.execution_store import PgExecutionStore
 from jobrelay.db.store import Store
 from jobrelay.eventloop import stopped_within
 from jobrelay.handlers.loading import registry_for
@@ -107,7 +107,7 @@ class Consumer:
             pool_size=self.concurrency + 2,
             application_name="jobrelay-consumer",
         )
-        execution = ExecutionStore(store)
+        execution = PgExecutionStore(store)
         self.worker = Worker(execution, self.registry, settings, self.metrics)
         if settings.metrics_port:
             self.metrics.serve(settings.metrics_port)

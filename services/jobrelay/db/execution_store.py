@@ -101,7 +101,7 @@ class _FinishRequest:
         raise AssertionError(f"unknown outcome {outcome!r}")  # pragma: no cover
 
 
-class ExecutionStore:
+class PgExecutionStore:
     """``core.execution.ExecutionStore`` on PostgreSQL; claims and final writes go in groups
     of at most ``GROUP_SIZE``, one group of each in flight (``db/group_commit.py``)."""
 

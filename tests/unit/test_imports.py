@@ -3,7 +3,10 @@
 1. the pure core (``jobrelay.core``) imports no I/O library;
 2. an adapter (``jobrelay.db``, ``jobrelay.broker``) imports no service package;
 3. jobrelay's modules import one another without a cycle, counting the imports inside
-   functions too (a lazy import is still a dependency).
+   functions too (a lazy import is still a dependency);
+4. the arrows between services run one way (``ONE_WAY``): the API includes the console's
+   routes, so the console imports nothing of the API (what both need lives below them:
+   ``core/pages.py``, ``jobrelay/auth.py``).
 
 Each rule has a negative test on a made-up source, so that a checker that finds nothing
 cannot pass unnoticed.
@@ -48,6 +51,9 @@ SERVICES = (
     "jobrelay.console",
     "jobrelay.operations",
 )
+
+# Service -> the services it must not import: each pair's arrow runs the other way only.
+ONE_WAY: Mapping[str, tuple[str, ...]] = {"jobrelay.console": ("jobrelay.api",)}
 
 # Groups of modules that import one another, known and accepted: each a frozenset of the
 # modules of the group (none today).
@@ -124,6 +130,25 @@ def adapter_violations(modules: Mapping[str, str]) -> list[str]:
         for service in SERVICES:
             if any(_within(name, service) for name in names):
                 problems.append(f"{module} imports {service}")
+    return problems
+
+
+def one_way_violations(
+    modules: Mapping[str, str], one_way: Mapping[str, tuple[str, ...]] = ONE_WAY
+) -> list[str]:
+    """Rule 4: ``module imports service`` for each service a module of ``one_way``'s keys must
+    not import."""
+    problems = []
+    for module, source in sorted(modules.items()):
+        for importer, forbidden in one_way.items():
+            if not _within(module, importer):
+                continue
+            names = imported_names(module, source, is_package=_is_package(module, modules))
+            problems += [
+                f"{module} imports {service}"
+                for service in forbidden
+                if any(_within(name, service) for name in names)
+            ]
     return problems
 
 
@@ -236,6 +261,10 @@ def test_no_adapter_imports_a_service() -> None:
     assert adapter_violations(sources()) == []
 
 
+def test_the_console_imports_nothing_of_the_api() -> None:
+    assert one_way_violations(sources()) == []
+
+
 def test_jobrelay_has_no_import_cycle() -> None:
     assert cycle_violations(sources()) == []
 
@@ -277,6 +306,20 @@ def test_a_service_import_in_an_adapter_is_caught() -> None:
     assert adapter_violations(made_up) == [
         "jobrelay.broker.connection imports jobrelay.operations",
         "jobrelay.db.store imports jobrelay.api",
+    ]
+
+
+def test_a_console_import_of_the_api_is_caught_wherever_it_is() -> None:
+    made_up = {
+        "jobrelay.console": "from jobrelay.console import jobs\n",
+        "jobrelay.console.jobs": "from jobrelay.api.deps import Page\n",
+        "jobrelay.console.signin": "def f():\n    from ..api import auth\n",
+        "jobrelay.console.web": "import jobrelay.apix\nfrom jobrelay.core.pages import Page\n",
+        "jobrelay.api.app": "from jobrelay import console\n",  # the arrow that may be
+    }
+    assert one_way_violations(made_up) == [
+        "jobrelay.console.jobs imports jobrelay.api",
+        "jobrelay.console.signin imports jobrelay.api",
     ]
 
 

@@ -17,7 +17,6 @@ from fastapi import FastAPI
 
 from jobrelay import console, tracing
 from jobrelay.api import openapi, problems
-from jobrelay.api.auth import Authenticator
 from jobrelay.api.limits import BodyLimitMiddleware
 from jobrelay.api.metrics import ApiMetrics, RequestMetricsMiddleware
 from jobrelay.api.notifications import ApiNotifications
@@ -25,6 +24,7 @@ from jobrelay.api.routes import admin, health, jobs
 from jobrelay.api.routes.jobs import BATCH_PATH
 from jobrelay.api.shedding import SheddingMiddleware
 from jobrelay.api.waiting import FinishWaiters
+from jobrelay.auth import Authenticator
 from jobrelay.core.clients import RateLimit
 from jobrelay.core.registry import Registry
 from jobrelay.core.settings import Settings

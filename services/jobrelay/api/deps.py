@@ -3,11 +3,7 @@ operations) and the responses several of them declare."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 import uuid
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Query, Request
@@ -16,8 +12,9 @@ from jobrelay.api.auth import BearerClient
 from jobrelay.api.openapi import problem_responses
 from jobrelay.api.schemas import NO_NUL
 from jobrelay.core.clients import Client
-from jobrelay.core.errors import InvalidCursor, JobNotFound
+from jobrelay.core.errors import JobNotFound
 from jobrelay.core.jobs import Job
+from jobrelay.core.pages import Page, decode_cursor
 from jobrelay.db.store import Store
 from jobrelay.operations import Operations
 
@@ -62,36 +59,11 @@ async def _own_job(job_id: uuid.UUID, client: ClientDep, store: StoreDep) -> Job
 OwnJobDep = Annotated[Job, Depends(_own_job)]
 
 
-@dataclass(frozen=True)
-class Page:
-    """Keyset paging, newest first: ``after`` is the (created_at, id) of the previous page's
-    last job, carried in an opaque cursor."""
-
-    limit: int
-    after: tuple[datetime, uuid.UUID] | None
-
-    def next_cursor(self, jobs: list[Job]) -> str | None:
-        if len(jobs) < self.limit:
-            return None
-        last = jobs[-1]
-        return base64.urlsafe_b64encode(
-            f"{last.created_at.isoformat()}|{last.id}".encode()
-        ).decode()
-
-
 def _page(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=200, pattern=NO_NUL)] = None,
 ) -> Page:
     return Page(limit, decode_cursor(cursor) if cursor else None)
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
-    try:
-        created_at, _, job_id = base64.urlsafe_b64decode(cursor.encode()).decode().partition("|")
-        return datetime.fromisoformat(created_at), uuid.UUID(job_id)
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise InvalidCursor() from None
 
 
 PageDep = Annotated[Page, Depends(_page)]

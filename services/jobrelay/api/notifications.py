@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from jobrelay.api.auth import Authenticator
 from jobrelay.api.waiting import FinishWaiters
+from jobrelay.auth import Authenticator
 from jobrelay.db import queries as q
 from jobrelay.db.listener import API_APPLICATION_NAME, Listener
 

@@ -13,7 +13,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 
-from jobrelay.api.deps import Page, decode_cursor
 from jobrelay.console.charts import timeline
 from jobrelay.console.security import Flash
 from jobrelay.console.web import (
@@ -31,6 +30,7 @@ from jobrelay.console.web import (
 from jobrelay.core.clients import ClientListing
 from jobrelay.core.errors import InvalidCursor
 from jobrelay.core.jobs import CancelAnswer, Job
+from jobrelay.core.pages import Page, decode_cursor
 from jobrelay.core.states import TERMINAL_STATES, JobState
 from jobrelay.core.trace import trace_document
 from jobrelay.db.store import Store

@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request, Response
 from fastapi.responses import RedirectResponse
 
-from jobrelay.api.auth import Authenticator
+from jobrelay.auth import Authenticator
 from jobrelay.console.security import Flash, Session, safe_next, sign_session
 from jobrelay.console.web import (
     SIGNIN_PATH,

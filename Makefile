@@ -1,15 +1,43 @@
 # The targets the README names. Servers are local PostgreSQL and RabbitMQ instances that
 # scripts/servers.py runs under .local/servers (installing the Debian packages if missing):
 # `make run` keeps their data across `make down`; `make test` uses throwaway ones.
-PYTHON ?= python3
+#
+# The Python every target uses: the active virtual environment's when one is active (or PYTHON=…
+# given), else .venv, which `make run` and `make test` create from the lock by themselves and
+# bring up to date when the lock changes (the stamp .venv/.jobrelay-installed).
+VENV ?= .venv
+ifeq ($(origin PYTHON),undefined)
+ifdef VIRTUAL_ENV
+PYTHON := python3
+else
+PYTHON := $(abspath $(VENV))/bin/python
+ENVIRONMENT := $(VENV)/.jobrelay-installed
+# As if activated: commands the tests and scripts start (jobrelay, python) find the venv's.
+export VIRTUAL_ENV := $(abspath $(VENV))
+export PATH := $(VIRTUAL_ENV)/bin:$(PATH)
+endif
+endif
 PYTEST_ARGS ?=
+# scripts/servers.py needs only the standard library: `make down` works before any venv exists.
+SCRIPT_PYTHON = $(if $(wildcard $(PYTHON)),$(PYTHON),python3)
 
-.PHONY: install lock test-latest run test test-local test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster chaos chaos-cluster clean
+.PHONY: install environment lock test-latest run test test-local test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster chaos chaos-cluster clean
 
 ## install: exactly the locked versions (requirements/dev.txt), then jobrelay itself, editable
+## (into the active virtual environment, else into .venv, made when missing)
 install:
+	@if [ -n "$(ENVIRONMENT)" ] && [ ! -x "$(PYTHON)" ]; then \
+		echo "make: creating $(VENV) (no virtual environment is active)"; python3 -m venv $(VENV); fi
 	$(PYTHON) -m pip install --require-hashes -r requirements/dev.txt
 	$(PYTHON) -m pip install --no-deps --no-build-isolation -e .
+	@if [ -n "$(ENVIRONMENT)" ]; then touch $(ENVIRONMENT); fi
+
+## environment: nothing with an active virtual environment; else .venv from the lock, made once
+## and again only when the lock or pyproject.toml changes
+environment: $(ENVIRONMENT)
+
+$(VENV)/.jobrelay-installed: requirements/dev.txt pyproject.toml
+	@$(MAKE) --no-print-directory install PYTHON=$(PYTHON) ENVIRONMENT=$(ENVIRONMENT)
 
 ## lock: re-resolve requirements/*.txt from the ranges in pyproject.toml (uv pip compile)
 UV ?= $(PYTHON) -m uv
@@ -21,15 +49,15 @@ lock:
 
 ## test-latest: the suite against the newest versions the ranges allow, in a throwaway venv
 LATEST_VENV ?= .local/venv-latest
-test-latest:
+test-latest: environment
 	rm -rf $(LATEST_VENV) && $(PYTHON) -m venv $(LATEST_VENV)
 	$(LATEST_VENV)/bin/python -m pip install -q --upgrade -e '.[dev,bench]'
 	$(MAKE) test PYTHON=$(abspath $(LATEST_VENV))/bin/python
 
 ## run: servers + migrations + the demo client (its token kept in .local/demo-token and reused)
 ## + api, dispatcher and consumer in the foreground
-run:
-	bash scripts/run.sh
+run: environment
+	PYTHON=$(PYTHON) bash scripts/run.sh
 
 ## test: every tier. The suite against throwaway local servers, then the container tiers (the
 ## real compose.yaml, and the integration tier on testcontainers) where a Docker engine answers
@@ -37,11 +65,11 @@ run:
 ## not run, never passed silently.
 test: test-local test-docker
 
-test-local:
+test-local: environment
 	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m pytest -p no:cacheprovider \
 		--ignore=tests/containers $(PYTEST_ARGS)
 
-test-docker:
+test-docker: environment
 	@if [ -n "$$CI" ] || docker info >/dev/null 2>&1; then \
 		$(MAKE) --no-print-directory compose-test test-containers; \
 	else \
@@ -49,28 +77,28 @@ test-docker:
 	fi
 
 ## test-fast: unit tests only (no servers)
-test-fast:
+test-fast: environment
 	$(PYTHON) -m pytest tests/unit -q
 
 ## test-browser: the console in headless Chromium (tests/browser; Debian's chromium package),
 ## screenshots in JOBRELAY_SCREENSHOTS_DIR (.local/screenshots/); test-local runs it too
-test-browser:
+test-browser: environment
 	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m pytest -p no:cacheprovider tests/browser \
 		$(PYTEST_ARGS)
 
-lint:
-	ruff check services tests benchmarks scripts chaos examples
-	ruff format --check services tests benchmarks scripts chaos examples
-	mypy
+lint: environment
+	$(PYTHON) -m ruff check services tests benchmarks scripts chaos examples
+	$(PYTHON) -m ruff format --check services tests benchmarks scripts chaos examples
+	$(PYTHON) -m mypy
 
-format:
-	ruff format services tests benchmarks scripts chaos examples
-	ruff check --fix services tests benchmarks scripts chaos examples
+format: environment
+	$(PYTHON) -m ruff format services tests benchmarks scripts chaos examples
+	$(PYTHON) -m ruff check --fix services tests benchmarks scripts chaos examples
 
-typecheck:
-	mypy
+typecheck: environment
+	$(PYTHON) -m mypy
 
-servers:
+servers: environment
 	$(PYTHON) scripts/servers.py up
 
 ## down: stop the servers, keeping their data (jobs, clients, queues) for the next `make run`;
@@ -78,29 +106,29 @@ servers:
 DEMO_TOKEN = $(or $(JOBRELAY_DEMO_TOKEN_FILE),.local/demo-token)
 down:
 ifeq ($(DELETE),1)
-	$(PYTHON) scripts/servers.py down --delete-data
+	$(SCRIPT_PYTHON) scripts/servers.py down --delete-data
 	@if [ -f "$(DEMO_TOKEN)" ]; then echo "deleting the demo client's token: $(DEMO_TOKEN)"; rm -f "$(DEMO_TOKEN)"; fi
 else
-	$(PYTHON) scripts/servers.py down
+	$(SCRIPT_PYTHON) scripts/servers.py down
 endif
 
 clean-data:
 	$(MAKE) --no-print-directory down DELETE=1
 
 ## bench: every benchmark, each beside its baseline measured in the same run
-bench:
+bench: environment
 	$(PYTHON) scripts/servers.py run -- sh -c '$(PYTHON) -m benchmarks.submit && $(PYTHON) -m benchmarks.relay && $(PYTHON) -m benchmarks.e2e'
 
 ## bench-storage: empty database beside one holding STORAGE_JOBS finished jobs (docs/storage.md)
 STORAGE_JOBS ?= 1000000
-bench-storage:
+bench-storage: environment
 	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m benchmarks.storage --jobs $(STORAGE_JOBS)
 
 ## bench-overload: accepted jobs/s, shed/s and latency at 32/128/512 concurrent well-behaved
 ## clients, load shedding on and off, then the exactly-once check (benchmarks/overload.py).
 ## OVERLOAD_ARGS="--seconds 5 --levels 32,512" to vary.
 OVERLOAD_ARGS ?=
-bench-overload:
+bench-overload: environment
 	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m benchmarks.overload $(OVERLOAD_ARGS)
 
 ## bench-cluster: the relay and end-to-end benchmarks on a 3-node RabbitMQ cluster (quorum queues
@@ -108,37 +136,37 @@ bench-overload:
 ## (benchmarks/cluster.py). It starts its own two server sets and deletes them at the end.
 ## CLUSTER_BENCH_ARGS="--rounds 3 --e2e-jobs 5000" to vary.
 CLUSTER_BENCH_ARGS ?=
-bench-cluster:
+bench-cluster: environment
 	$(PYTHON) -m benchmarks.cluster $(CLUSTER_BENCH_ARGS)
 
 ## chaos: the long chaos run (>=10,000 jobs, >=50 faults) on throwaway servers; prints one
 ## summary line, exits non-zero on any violation. CHAOS_ARGS="--profile short --seed 7" to vary.
 CHAOS_ARGS ?= --profile long
-chaos:
+chaos: environment
 	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m chaos $(CHAOS_ARGS)
 
 ## chaos-cluster: the same on a three-node RabbitMQ cluster (>=10,000 jobs, 36 node faults: stop,
 ## kill, pause one node at a time, plus process faults; docs/cluster.md)
 CLUSTER_CHAOS_ARGS ?= --profile cluster
-chaos-cluster:
+chaos-cluster: environment
 	$(PYTHON) scripts/servers.py run --rabbitmq-nodes 3 -- $(PYTHON) -m chaos $(CLUSTER_CHAOS_ARGS)
 
 ## images: where no registry answers, stand-ins of python:3.11-slim, postgres:15 and
 ## rabbitmq:3.10-management from Debian packages, and the wheels of the lock in wheels/
 ## (scripts/images.sh; existing images are kept: IMAGES_ARGS=--force rebuilds them)
 IMAGES_ARGS ?=
-images:
+images: environment
 	PYTHON=$(PYTHON) bash scripts/images.sh $(IMAGES_ARGS)
 
 ## compose-test: the real compose.yaml under Docker: build, 3 consumers, faults, every job
 ## checked, stop, down -v (tests/containers; builds missing stand-in images first)
-compose-test:
+compose-test: environment
 	JOBRELAY_COMPOSE_TEST=1 $(PYTHON) -m pytest -p no:cacheprovider tests/containers -q -rs $(PYTEST_ARGS)
 
 ## test-containers: the integration tier against PostgreSQL and RabbitMQ from testcontainers;
 ## with the default image names, stand-ins are built first where they are missing
 ## (JOBRELAY_TEST_POSTGRES_IMAGE / JOBRELAY_TEST_RABBITMQ_IMAGE name other images)
-test-containers:
+test-containers: environment
 	@if [ -z "$$JOBRELAY_TEST_POSTGRES_IMAGE$$JOBRELAY_TEST_RABBITMQ_IMAGE" ]; then \
 		PYTHON=$(PYTHON) bash scripts/images.sh postgres rabbitmq; fi
 	JOBRELAY_TEST_SERVERS=containers $(PYTHON) -m pytest -p no:cacheprovider tests/integration $(PYTEST_ARGS)
@@ -146,5 +174,5 @@ test-containers:
 .PHONY: images compose-test test-containers
 
 clean:
-	$(PYTHON) scripts/servers.py down --delete-data || true
+	$(SCRIPT_PYTHON) scripts/servers.py down --delete-data || true
 	rm -rf .local build *.egg-info

@@ -6,6 +6,25 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
+api_port=${JOBRELAY_API_PORT:-8000}
+
+# A second `make run` (or anything else on the port) would otherwise start the servers and the
+# services, then die on "[Errno 98] address already in use" with no hint of what to change.
+if ! $PYTHON - "$api_port" <<'PY'
+import socket
+import sys
+
+with socket.socket() as probe:
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        probe.bind(("127.0.0.1", int(sys.argv[1])))
+    except OSError:
+        sys.exit(1)
+PY
+then
+    echo "make run: port $api_port is already in use (another make run?); stop it, or choose another port: JOBRELAY_API_PORT=8001 make run" >&2
+    exit 1
+fi
 
 $PYTHON scripts/servers.py up >/dev/null
 # shellcheck disable=SC1091
@@ -61,11 +80,15 @@ else
 fi
 cat <<MSG
 
-  jobrelay is starting: API on http://127.0.0.1:${JOBRELAY_API_PORT:-8000}
+  jobrelay is starting: API on http://127.0.0.1:$api_port
   RabbitMQ management UI: ${JOBRELAY_RABBITMQ_API_URL}
   $about:
 
     export JOBRELAY_TOKEN=$token
+
+  The CLI from another shell, on the same servers:
+
+    . ${VIRTUAL_ENV:-.venv}/bin/activate && . ${JOBRELAY_SERVERS_DIR:-.local/servers}/env && export JOBRELAY_TOKEN=$token
 
   make down stops the servers and keeps their data; make down DELETE=1 deletes it.
 

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -120,3 +121,88 @@ def test_make_run_keeps_its_demo_client_and_token_across_a_restart(
     assert second == first
     assert "again" in (tmp_path / "run-2.log").read_text()
     assert (Path(scratch["JOBRELAY_DEMO_TOKEN_FILE"]).stat().st_mode & 0o777) == 0o600
+
+
+def test_a_second_make_run_on_a_busy_port_says_which_port_and_how_to_choose_another(
+    scratch: dict[str, str],
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", int(scratch["JOBRELAY_API_PORT"])))
+        taken.listen()
+        result = subprocess.run(
+            ["bash", "scripts/run.sh"],
+            cwd=ROOT,
+            env=scratch,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert scratch["JOBRELAY_API_PORT"] in lines[0]
+    assert "JOBRELAY_API_PORT=" in lines[0]
+    # It stopped before starting anything: no servers were made for it.
+    assert not Path(scratch["JOBRELAY_SERVERS_DIR"]).exists()
+
+
+def make_plan(target: str, env: dict[str, str]) -> str:
+    """What ``make TARGET`` would run (``make -n``), in a scratch copy of the Makefile."""
+    result = subprocess.run(
+        ["make", "-n", "--no-print-directory", target],
+        cwd=env["CHECKOUT"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.fixture
+def bare_checkout(tmp_path: Path) -> dict[str, str]:
+    """A folder with the Makefile and the files its environment depends on, and an environment
+    with no virtual environment active."""
+    for name in ("Makefile", "pyproject.toml", "requirements/dev.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHON", "MAKEFLAGS")}
+    return env | {"CHECKOUT": str(tmp_path)}
+
+
+@pytest.mark.parametrize("target", ["test", "run"])
+def test_make_test_and_make_run_create_the_venv_from_the_lock_when_none_is_active(
+    bare_checkout: dict[str, str], target: str
+) -> None:
+    plan = make_plan(target, bare_checkout)
+
+    venv_python = f"{bare_checkout['CHECKOUT']}/.venv/bin/python"
+    assert "python3 -m venv .venv" in plan
+    assert f"{venv_python} -m pip install --require-hashes -r requirements/dev.txt" in plan
+    assert "scripts/servers.py run" in plan or "scripts/run.sh" in plan
+
+
+def test_the_venv_is_reused_until_the_lock_changes(bare_checkout: dict[str, str]) -> None:
+    checkout = Path(bare_checkout["CHECKOUT"])
+    (checkout / ".venv/bin").mkdir(parents=True)
+    (checkout / ".venv/bin/python").symlink_to(sys.executable)
+    stamp = checkout / ".venv/.jobrelay-installed"
+    stamp.touch()
+    future = time.time() + 60
+    os.utime(stamp, (future, future))
+
+    assert "pip install" not in make_plan("test", bare_checkout)
+
+    os.utime(checkout / "requirements/dev.txt", (future + 60, future + 60))
+    assert "pip install --require-hashes" in make_plan("test", bare_checkout)
+
+
+def test_an_active_virtual_environment_is_used_as_it_is(bare_checkout: dict[str, str]) -> None:
+    active = bare_checkout | {"VIRTUAL_ENV": str(Path(sys.executable).parent.parent)}
+
+    plan = make_plan("test", active)
+
+    assert "pip install" not in plan
+    assert "python3 -m pytest" in plan

@@ -24,9 +24,15 @@ class CatalogExportPayload(BaseModel):
     course: str = Field(min_length=1, max_length=200)
 
 
+# The longest sleep ``demo.sleep`` accepts; its handler's timeout leaves a minute beyond it, so
+# every sleep it accepts can end (the default timeout, 300 s, cut the longer ones off).
+SLEEP_MAX_SECONDS = 3600.0
+SLEEP_TIMEOUT_SECONDS = SLEEP_MAX_SECONDS + 60.0
+
+
 class SleepPayload(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    seconds: float = Field(ge=0, le=3600)
+    seconds: float = Field(ge=0, le=SLEEP_MAX_SECONDS)
 
 
 class FailPayload(BaseModel):
@@ -85,7 +91,7 @@ async def catalog_export(context: JobContext, payload: CatalogExportPayload) -> 
     return await asyncio.to_thread(file_summary, key, path)
 
 
-@registry.job("demo.sleep", SleepPayload)
+@registry.job("demo.sleep", SleepPayload, timeout_seconds=SLEEP_TIMEOUT_SECONDS)
 async def demo_sleep(context: JobContext, payload: SleepPayload) -> dict[str, Any]:
     """Sleep for the given number of seconds."""
     await asyncio.sleep(payload.seconds)

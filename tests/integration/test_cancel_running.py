@@ -1,4 +1,4 @@
-"""Cancelling a running job (README, "Cancelling and waiting") against real PostgreSQL and
+"""Cancelling a running job (docs/submitting.md, "Cancelling") against real PostgreSQL and
 RabbitMQ: through the API with a real dispatcher and consumer, and the store's fences when a
 completion races the cancel."""
 
@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from datetime import datetime
 
 import httpx
 import pytest
@@ -183,7 +182,7 @@ async def test_a_failure_of_a_job_whose_cancel_was_requested_ends_it_cancelled_n
     store: Store, client_id: uuid.UUID
 ) -> None:
     job_id, claim = await claimed_with_cancel_requested(store, client_id)
-    retry = RetryLater(datetime.now().astimezone(), "unexpected_error", "RuntimeError: flaky")
+    retry = RetryLater(0.0, "unexpected_error", "RuntimeError: flaky")
     finish = await PgExecutionStore(store).finish(
         job_id, lease_token=claim.lease_token, attempt=1, outcome=retry
     )

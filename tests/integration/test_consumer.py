@@ -229,7 +229,7 @@ async def test_a_stale_lease_token_can_neither_complete_nor_retry_nor_quarantine
     new = await executions.claim(job_id, LeaseTerms.fresh(30))
     assert isinstance(new, Claimed) and new.job.attempts == 2 and new.reclaimed
 
-    retry = RetryLater(available_at=datetime.now().astimezone(), error_code="x", error="x")
+    retry = RetryLater(delay_seconds=0.0, error_code="x", error="x")
     for outcome in (Succeeded({"by": "old"}), retry, Quarantine("permanent_error", "x")):
         finish = await executions.finish(
             job_id, lease_token=old.lease_token, attempt=1, outcome=outcome

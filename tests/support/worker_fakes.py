@@ -62,7 +62,6 @@ def unit_worker(
             "store_patience": 0.02,
             "rng": random.Random(7),
             "name": "unit",
-            "clock": clock,
             "backoff": Backoff(base=0.001, cap=0.005),
             **options,
         },

@@ -248,7 +248,14 @@ class InMemoryExecutionStore:
             case Succeeded(result=result):
                 if not self._allows(COMPLETE, job, lease_token):
                     return None
-                self._move(job, COMPLETE, finished_at=self.clock())
+                # An earlier attempt's error is cleared, as FINISH_JOBS does (the journal keeps it).
+                self._move(
+                    job,
+                    COMPLETE,
+                    finished_at=self.clock(),
+                    last_error_code=None,
+                    last_error=None,
+                )
                 self.results[job.id] = StoredResult(result, job.attempts, self.clock())
             case RetryLater(error_code=code, error=error) if job.cancel_requested_at:
                 # Its cancel was requested meanwhile: cancelled instead of retried.
@@ -263,9 +270,10 @@ class InMemoryExecutionStore:
                     detail=f"{code}: not retried, its cancel was requested",
                 )
                 return Finish.CANCELLED
-            case RetryLater(available_at=available_at, error_code=code, error=error):
+            case RetryLater(delay_seconds=delay, error_code=code, error=error):
                 if not self._allows(RETRY, job, lease_token):
                     return None
+                available_at = self._later(delay)  # the store's clock, as now() in FINISH_JOBS
                 self._move(
                     job,
                     RETRY,

@@ -21,7 +21,6 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, TypeVar, cast
 
@@ -57,6 +56,7 @@ from jobrelay.core.jobs import (
     Succeeded,
     decide_outcome,
 )
+from jobrelay.core.jsonvalues import unstorable_json
 from jobrelay.core.masking import Masker
 from jobrelay.core.message import Envelope, MalformedMessage
 from jobrelay.core.registry import AsyncHandler, JobContext, JobType, Registry, SyncHandler
@@ -132,6 +132,22 @@ class Backoff:
         return backoff(failures, self.base, self.cap, self.rng)
 
 
+class _FirstTimeWarned:
+    """The log level of a deferral: a warning the first time this process defers a type, debug
+    after (a consumer without a type's handler defers every one of its jobs). At most ``limit``
+    types are remembered: past that, forged types cannot grow the memory, and log at debug."""
+
+    def __init__(self, limit: int = 1000) -> None:
+        self.limit = limit
+        self.seen: set[str] = set()
+
+    def level(self, job_type: str) -> int:
+        if job_type in self.seen or len(self.seen) >= self.limit:
+            return logging.DEBUG
+        self.seen.add(job_type)
+        return logging.WARNING
+
+
 class Worker:
     def __init__(
         self,
@@ -145,7 +161,6 @@ class Worker:
         store_patience: float | None = None,
         rng: random.Random | None = None,
         name: str | None = None,
-        clock: Callable[[], datetime] | None = None,
         backoff: Backoff | None = None,
     ) -> None:
         self.store = store
@@ -165,9 +180,7 @@ class Worker:
         self.store_patience = store_patience or max(10.0, 2 * settings.lease_seconds)
         self.rng = rng
         self.backoff = backoff or Backoff(rng=rng)
-        # The time an outcome is decided at (a retry's due time); the store's own times are the
-        # database's.
-        self.clock = clock or _utc_now
+        self._unknown_types = _FirstTimeWarned()
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
 
     # --- the one place a delivery is settled ------------------------------------------------
@@ -242,16 +255,20 @@ class Worker:
             return self._refused(envelope, claim, redelivered=redelivered)
         return await self._attempt(claim, lease_deadline=asked + self.lease_seconds)
 
-    async def _defer(self, envelope: Envelope, *, redelivered: bool) -> Verdict:
+    async def _defer(
+        self, envelope: Envelope, *, redelivered: bool, job_type: str | None = None
+    ) -> Verdict:
         """A type this consumer does not know (a rolling deploy, other handlers): never run,
-        never an attempt; the job comes back later for a consumer that knows it."""
-        extra = {"job_id": str(envelope.job_id), "type": envelope.type[:100]}
+        never an attempt; the job comes back later for a consumer that knows it. ``job_type``:
+        the job's own type, when the message named another."""
+        job_type = job_type or envelope.type
+        extra = {"job_id": str(envelope.job_id), "type": job_type[:100]}
         try:
             deferral = await self._patiently(
                 lambda: self.store.defer_unknown_type(
                     envelope.job_id,
                     PutBack(
-                        job_type=envelope.type,
+                        job_type=job_type,
                         delay_seconds=self.policy.unknown_type_delay(self.rng),
                         patience_seconds=self.unknown_type_patience,
                         detail=f"not known to consumer {self.name}",
@@ -268,15 +285,21 @@ class Worker:
                     extra={**extra, "event": "quarantined", "reason": "unknown_job_type"},
                 )
                 return Verdict(Disposition.DEAD_LETTER, "quarantined")
-            log.info(
+            log.log(
+                self._unknown_types.level(job_type),
                 "job type unknown here: deferred to %s",
                 deferral.available_at.isoformat(),
                 extra={**extra, "event": "deferred", "reason": "unknown_job_type"},
             )
             return Verdict(Disposition.ACK, "deferred")
-        if deferral.reason is Refusal.OTHER_TYPE:
-            # The message names another type than the job's: the job's own type decides.
-            return await self._claim_and_run(envelope, redelivered=redelivered)
+        if deferral.reason is Refusal.OTHER_TYPE and deferral.job is not None:
+            # The message names another type than the job's: the job's own type decides, and
+            # one this consumer does not know either is deferred, not claimed.
+            own_type = deferral.job.type
+            if own_type in self.registry:
+                return await self._claim_and_run(envelope, redelivered=redelivered)
+            if own_type != job_type:
+                return await self._defer(envelope, redelivered=redelivered, job_type=own_type)
         return self._refused(envelope, deferral, redelivered=redelivered)
 
     def _refused(self, envelope: Envelope, refused: Refused, *, redelivered: bool) -> Verdict:
@@ -333,7 +356,6 @@ class Worker:
             max_attempts=job.max_attempts,
             result=run.result,
             error=run.error,
-            now=self.clock(),
             policy=self.policy,
             rng=self.rng,
             mask=self.mask,
@@ -570,10 +592,6 @@ class Worker:
                 await asyncio.sleep(pause)
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 async def _in_thread(handler: SyncHandler, context: JobContext, payload: BaseModel) -> Any:
     """Run a plain `def` handler in a thread of its own and wait for it.
 
@@ -615,25 +633,16 @@ def _check_result(result: Any) -> None:
     if not isinstance(result, dict):
         raise PermanentError("the handler returned no dict", code="invalid_result")
     try:
-        # allow_nan=False: PostgreSQL's jsonb has no NaN or Infinity.
+        # What the store will write: a cycle or a nesting too deep for the encoder fails here
+        # (the walk of unstorable_json would not end on a cycle).
         json.dumps(result, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
         raise PermanentError("the handler's result is not JSON", code="invalid_result") from None
-    if _holds_nul(result):
+    problem = unstorable_json(result)  # what jsonb refuses: NUL, NaN, keys that are no strings
+    if problem is not None:
         raise PermanentError(
-            "the handler's result holds a NUL character, which PostgreSQL cannot store",
-            code="invalid_result",
+            f"the handler's result cannot be stored as JSON: {problem}", code="invalid_result"
         )
-
-
-def _holds_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_holds_nul(key) or _holds_nul(item) for key, item in value.items())
-    if isinstance(value, list | tuple):
-        return any(_holds_nul(item) for item in value)
-    return False
 
 
 def _verdict_for(outcome: Outcome, finish: Finish) -> Verdict:
@@ -652,7 +661,8 @@ def _outcome_context(outcome: Outcome, finish: Finish) -> dict[str, str]:
     if isinstance(outcome, RetryLater) and finish is Finish.CANCELLED:  # not retried after all
         return {"reason": outcome.error_code}
     if isinstance(outcome, RetryLater):
-        return {"reason": outcome.error_code, "retry_at": outcome.available_at.isoformat()}
+        # The due time is the database's (now() + the delay): the log says the delay.
+        return {"reason": outcome.error_code, "retry_in": f"{outcome.delay_seconds:.3f}s"}
     if isinstance(outcome, Quarantine):
         return {"reason": outcome.reason_code}
     return {}

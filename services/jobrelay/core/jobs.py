@@ -6,16 +6,16 @@ import random
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
 from jobrelay.core.errors import HandlerError, PermanentError
 from jobrelay.core.failures import MESSAGE_MAX_BYTES, Failure, cut_head, describe_failure
+from jobrelay.core.limits import IDEMPOTENCY_KEY_MAX, MAX_DELAY_SECONDS
 from jobrelay.core.retry import RetryPolicy
 from jobrelay.core.states import JobState
 
-IDEMPOTENCY_KEY_MAX = 200
 # ``jobs.last_error``: what the job's owner reads (the code is beside it, in last_error_code).
 SAFE_ERROR_MAX = MESSAGE_MAX_BYTES
 
@@ -47,10 +47,6 @@ class Job:
 
     traceparent: str | None = None
     """The W3C trace context of its accept (core/tracecontext.py); None: not traced."""
-
-
-# The longest delay a submission may ask for: a year.
-MAX_DELAY_SECONDS = 365 * 86400
 
 
 @dataclass(frozen=True)
@@ -161,7 +157,10 @@ class Succeeded:
 
 @dataclass(frozen=True)
 class RetryLater:
-    available_at: datetime
+    """Due again ``delay_seconds`` after the store writes it: the store adds the delay to the
+    database's clock (``FINISH_JOBS``), never to the consumer's."""
+
+    delay_seconds: float
     error_code: str
     error: str
     failure: Failure | None = None  # stored with the attempt's journal entry
@@ -196,12 +195,12 @@ def decide_outcome(
     max_attempts: int,
     result: dict[str, Any] | None,
     error: BaseException | None,
-    now: datetime,
     policy: RetryPolicy,
     rng: random.Random | None = None,
     mask: Callable[[str], str] | None = None,
 ) -> Outcome:
-    """What one finished attempt means, with the clock passed in. The caller stores it once.
+    """What one finished attempt means; the caller stores it once. No clock: a retry is a
+    delay, which the store adds to the database's clock.
 
     ``mask`` removes known secrets from the error's message and traceback.
     """
@@ -218,7 +217,6 @@ def decide_outcome(
             error=cut_head(f"{code}: {text}", SAFE_ERROR_MAX),
             failure=failure,
         )
-    delay = policy.delay(attempt, rng)
     return RetryLater(
-        available_at=now + timedelta(seconds=delay), error_code=code, error=text, failure=failure
+        delay_seconds=policy.delay(attempt, rng), error_code=code, error=text, failure=failure
     )

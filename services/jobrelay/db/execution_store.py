@@ -18,7 +18,6 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -67,7 +66,7 @@ class _FinishRequest:
     lease_token: uuid.UUID
     target: JobState
     result: str | None = None  # JSON
-    retry_at: datetime | None = None
+    retry_delay: float | None = None  # seconds after the database's now()
     error_code: str | None = None
     error: str | None = None
     failure: str | None = None  # JSON
@@ -77,12 +76,12 @@ class _FinishRequest:
         match outcome:
             case Succeeded(result=result):
                 return cls(job_id, lease_token, JobState.SUCCEEDED, result=json.dumps(result))
-            case RetryLater(available_at=at, error_code=code, error=error, failure=failure):
+            case RetryLater(delay_seconds=delay, error_code=code, error=error, failure=failure):
                 return cls(
                     job_id,
                     lease_token,
                     JobState.RETRYING,
-                    retry_at=at,
+                    retry_delay=delay,
                     error_code=code,
                     error=error,
                     failure=_failure_json(failure),
@@ -158,7 +157,7 @@ class PgExecutionStore:
             lease_tokens=[r.lease_token for r in requests],
             targets=[r.target.value for r in requests],
             results=[r.result for r in requests],
-            retry_at=[r.retry_at for r in requests],
+            retry_delays=[r.retry_delay for r in requests],
             error_codes=[r.error_code for r in requests],
             errors=[r.error for r in requests],
             failures=[r.failure for r in requests],

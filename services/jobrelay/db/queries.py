@@ -715,7 +715,8 @@ CANCELS_REQUESTED: TextClause = text(
 
 # Every exit of a worker from `running`, for a group of jobs: each row's decided outcome (its
 # :targets entry: succeeded, retrying, quarantined or cancelled) with its state, result or retry
-# (a new outbox row), error and journal entry, all in one statement, and only while that row's
+# (due :retry_delays seconds after the database's now(), a new outbox row), error (cleared by a
+# success) and journal entry, all in one statement, and only while that row's
 # lease is the worker's and alive. A retry of a job whose client asked to cancel it meanwhile
 # ends it `cancelled` instead (``ends_as``; no outbox row). The rows moved come back as (id,
 # asked_token, target, ends_as): two reports on one job in a group (a stale worker's and the
@@ -727,9 +728,9 @@ FINISH_JOBS: TextClause = text(
     WITH asked AS (
         SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:lease_tokens AS uuid[]),
                              CAST(:targets AS text[]), CAST(:results AS text[]),
-                             CAST(:retry_at AS timestamptz[]), CAST(:error_codes AS text[]),
+                             CAST(:retry_delays AS float8[]), CAST(:error_codes AS text[]),
                              CAST(:errors AS text[]), CAST(:failures AS text[]))
-                      AS a(job_id, asked_token, target, result, retry_at, error_code, error,
+                      AS a(job_id, asked_token, target, result, retry_delay, error_code, error,
                            failure)
     ), locked AS (
         SELECT id, cancel_requested_at IS NOT NULL AS cancel_requested
@@ -746,10 +747,14 @@ FINISH_JOBS: TextClause = text(
                                    WHEN '{CANCEL_RUNNING.target}' THEN '{CANCEL_RUNNING.target}'
                     END,
             lease_token = NULL, lease_until = NULL,
-            available_at = CASE WHEN a.ends_as = '{RETRY.target}' THEN a.retry_at
+            available_at = CASE WHEN a.ends_as = '{RETRY.target}'
+                                THEN now() + make_interval(secs => a.retry_delay)
                                 ELSE j.available_at END,
-            last_error_code = coalesce(a.error_code, j.last_error_code),
-            last_error = coalesce(a.error, j.last_error),
+            -- A success clears an earlier attempt's error (the journal keeps it).
+            last_error_code = CASE WHEN a.ends_as <> '{COMPLETE.target}'
+                                   THEN coalesce(a.error_code, j.last_error_code) END,
+            last_error = CASE WHEN a.ends_as <> '{COMPLETE.target}'
+                              THEN coalesce(a.error, j.last_error) END,
             finished_at = CASE WHEN a.ends_as <> '{RETRY.target}' THEN now() END,
             updated_at = now()
         FROM decided a

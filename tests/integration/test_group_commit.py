@@ -1,6 +1,6 @@
 """Group commit on real PostgreSQL: the claims and completions that arrive together share one
 statement, and every row of a group is still fenced by its own lease token — one stale row
-never fails or completes its neighbours (README, "Running jobs: consumers")."""
+never fails or completes its neighbours (docs/operating.md, "Group commit")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Scrapes read as samples, and a database arranged so that every alert the README names has
-something to show (``docs/observability.md``)."""
+"""Scrapes read as samples, and a database arranged so that every alert the docs name has
+something to show (``docs/operating.md``, ``docs/observability.md``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Cancelling a running job (README: "Cancelling and waiting"), driven on the in-memory store
+"""Cancelling a running job (docs/submitting.md, "Cancelling"), driven on the in-memory store
 (``consumer/fakes.py``): the heartbeat carries the request to the handler, the job ends
 `cancelled` by the fenced ``cancel_running`` transition, and a completion racing the cancel
 makes exactly one outcome."""

@@ -6,6 +6,11 @@ values, an exception's traceback) goes through a ``Masker`` that knows the servi
 and broker passwords and recognises tokens and URL passwords by their shape. A logged
 exception keeps its traceback (``error`` is its class, ``traceback`` the text, at most 16 KiB).
 A line logged while a traced job is handled carries its ``trace_id`` (``current_trace_id``).
+
+The broker libraries (aio-pika, aiormq) log each failed connection attempt and each reconnect of
+a robust connection at warning or error, some with a traceback; jobrelay says the same in one
+line of its own, with the cause (``jobrelay.broker.connection``). Their lines are debug lines
+(``quiet_broker_libraries``): shown only at ``JOBRELAY_LOG_LEVEL=DEBUG``.
 """
 
 from __future__ import annotations
@@ -19,6 +24,11 @@ from datetime import UTC, datetime
 
 from jobrelay.core.failures import TRACEBACK_MAX_BYTES, class_name, cut_tail
 from jobrelay.core.masking import Masker
+
+# The loggers whose lines are demoted to debug (their children too: "aiormq.connection", ...).
+BROKER_LIBRARIES = ("aiormq", "aio_pika")
+# Above CRITICAL: a logger at this level writes nothing.
+SILENT = logging.CRITICAL + 10
 
 # Attributes of a LogRecord that are not call-site context.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
@@ -63,13 +73,30 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False)
 
 
+class DemotedToDebug(logging.Filter):
+    """On a handler: the broker libraries' records become debug records (module docstring)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.partition(".")[0] in BROKER_LIBRARIES:
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+def quiet_broker_libraries(debug: bool = False) -> None:
+    """The broker libraries write nothing, or with ``debug`` everything (which a handler with
+    ``DemotedToDebug`` writes at debug): for the services and the CLI's commands alike."""
+    for name in BROKER_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.DEBUG if debug else SILENT)
+
+
 def configure_logging(service: str, level: str = "INFO", masker: Masker | None = None) -> None:
     """JSON lines on stderr. ``masker``: ``Masker.from_settings(settings)``, so the service's
     own passwords never reach a line."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter(service, masker))
+    handler.addFilter(DemotedToDebug())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("aiormq", "aio_pika", "uvicorn.access"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    quiet_broker_libraries(debug=root.level <= logging.DEBUG)
+    logging.getLogger("uvicorn.access").setLevel(max(logging.WARNING, root.level))

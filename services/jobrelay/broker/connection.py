@@ -3,7 +3,8 @@
 The one place that calls ``aio_pika``'s connections: the publisher, the dispatcher's
 housekeeping, the consumer, operations, ``/readyz`` and the healthcheck all connect through
 ``connect_broker`` or ``connect_broker_robust``, so a refused connection reads the same
-everywhere.
+everywhere: ``broker unavailable at <masked URL>: connection refused`` (``cause_of`` puts the
+driver's error in words; the drivers' own log lines are debug lines, ``jobrelay/logs.py``).
 
 ``JOBRELAY_AMQP_URL`` may list the nodes of one RabbitMQ cluster (docs/cluster.md). A connection
 goes to the first node of the list that answers, each tried in turn for up to ``seconds``: the
@@ -23,14 +24,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import socket
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import aio_pika
+import aiormq.exceptions
 from aio_pika.abc import AbstractConnection, AbstractRobustConnection
 from yarl import URL
 
 from jobrelay.core.errors import BrokerUnavailable
+from jobrelay.core.masking import Masker
 from jobrelay.core.settings import amqp_urls, mask_url
 
 Opened = TypeVar("Opened", bound=AbstractConnection)
@@ -112,9 +117,9 @@ async def _first_answering(
         except Exception as error:
             failures.append((node, error))
     if len(failures) == 1:
-        raise unavailable(*failures[0])
-    reasons = "; ".join(f"{mask_url(node)}: {type(error).__name__}" for node, error in failures)
-    raise BrokerUnavailable(f"broker unavailable at every node ({reasons})")
+        raise unavailable(*failures[0], seconds=seconds)
+    reasons = "; ".join(f"{mask_url(node)}: {cause_of(error, seconds)}" for node, error in failures)
+    raise BrokerUnreachable(f"broker unavailable at every node ({reasons})", cause=reasons)
 
 
 def _client_properties(name: str | None) -> dict[str, Any] | None:
@@ -122,6 +127,37 @@ def _client_properties(name: str | None) -> dict[str, Any] | None:
     return {"connection_name": name} if name else None
 
 
-def unavailable(url: str, error: BaseException) -> BrokerUnavailable:
-    """The error for a broker that could not be reached: masked URL(s) and the error's type."""
-    return BrokerUnavailable(f"broker unavailable at {mask_url(url)}: {type(error).__name__}")
+class BrokerUnreachable(BrokerUnavailable):
+    """No connection opened; ``cause`` says why in words (``cause_of``)."""
+
+    def __init__(self, message: str, *, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+def unavailable(
+    url: str, error: BaseException, *, seconds: float | None = None
+) -> BrokerUnavailable:
+    """The error for a broker that could not be reached: the masked URL and why, in words."""
+    cause = cause_of(error, seconds)
+    return BrokerUnreachable(f"broker unavailable at {mask_url(url)}: {cause}", cause=cause)
+
+
+def cause_of(error: BaseException, seconds: float | None = None) -> str:
+    """Why a connection attempt failed, in an operator's words: "connection refused", "login
+    refused", "no answer within 5s", ... (``seconds``: the attempt's timeout). The driver's
+    own text only where no words are known, with any password masked."""
+    if isinstance(error, BrokerUnreachable):
+        return error.cause
+    if isinstance(error, aiormq.exceptions.ProbableAuthenticationError):
+        return "login refused (check the user and password of the broker URL)"
+    if isinstance(error, TimeoutError):
+        return "no answer" if seconds is None else f"no answer within {seconds:g}s"
+    if isinstance(error, aiormq.exceptions.InvalidFrameError) and "Connection.Close" in str(error):
+        return "the broker closed the connection while opening it (does the vhost exist?)"
+    if isinstance(error, OSError) and isinstance(error.errno, int):
+        if isinstance(error, socket.gaierror) or error.errno < 0:
+            return f"host not found ({str(error.strerror).lower()})"
+        return os.strerror(error.errno).lower()  # "connection refused", "no route to host", ...
+    text = Masker()(str(error)).splitlines()[0][:200] if str(error) else ""
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

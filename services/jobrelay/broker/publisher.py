@@ -141,7 +141,7 @@ class Publisher:
             with contextlib.suppress(Exception):
                 await connection.close()
             if isinstance(error, Exception):
-                raise unavailable(self.url, error) from None
+                raise unavailable(self.url, error, seconds=self.connect_timeout) from None
             raise
         self._blocks.attach(connection)
         self._connection, self._channel, self._exchange = connection, channel, exchange

@@ -25,6 +25,7 @@ from jobrelay.cli import (
     submit,
 )
 from jobrelay.cli.common import exit_status
+from jobrelay.logs import quiet_broker_libraries
 
 __all__ = ["build_parser", "main"]
 
@@ -52,4 +53,5 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    quiet_broker_libraries()  # their lines say what jobrelay's own line says (jobrelay/logs.py)
     return exit_status(args.handler, args)

@@ -17,7 +17,7 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractQueue, AbstractRobustC
 
 from jobrelay.broker import quarantine
 from jobrelay.broker.acks import AckRouter, GroupAcked
-from jobrelay.broker.connection import connect_broker_robust
+from jobrelay.broker.connection import cause_of, connect_broker_robust
 from jobrelay.broker.topology import declare_topology, declare_work_queue, is_refusal
 from jobrelay.consumer.metrics import ConsumerMetrics
 from jobrelay.consumer.worker import Worker
@@ -167,7 +167,7 @@ class Consumer:
             what = f"broker unreachable at {mask_url(self.settings.amqp_url)}"
             event = "broker_unavailable"
         log.warning(
-            "%s (%s); retrying in %.1fs", what, type(error).__name__, pause, extra={"event": event}
+            "%s (%s); retrying in %.1fs", what, cause_of(error), pause, extra={"event": event}
         )
 
     async def _declare_and_consume(

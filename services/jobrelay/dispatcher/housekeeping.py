@@ -49,7 +49,7 @@ import aio_pika
 import aiormq.exceptions
 from aio_pika.abc import AbstractChannel, AbstractConnection
 
-from jobrelay.broker.connection import connect_broker
+from jobrelay.broker.connection import cause_of, connect_broker
 from jobrelay.core.errors import BrokerUnavailable
 from jobrelay.core.retry import backoff
 from jobrelay.core.settings import Settings
@@ -119,7 +119,7 @@ class Housekeeper:
             if not self._broker_down:
                 log.warning(
                     "housekeeping skipped: broker unreachable (%s)",
-                    type(error).__name__,
+                    cause_of(error),
                     extra={"event": "outage"},
                 )
             self._broker_down = True

@@ -1,0 +1,16 @@
+"""What one submission may ask for, stated once: the API's schemas (``api/schemas.py``),
+``jobrelay.enqueue`` (``transactional.py``), the schedules (``core/schedules.py``) and the
+settings (``JOBRELAY_MAX_ATTEMPTS``, ``core/settings.py``) all check against these."""
+
+from __future__ import annotations
+
+# An idempotency key: 1 to this many visible ASCII characters (core/jobs.py checks them).
+IDEMPOTENCY_KEY_MAX = 200
+# A job type's name: 1 to this many characters.
+TYPE_NAME_MAX = 200
+# A submission's max_attempts, a schedule's and JOBRELAY_MAX_ATTEMPTS: 1 to this.
+MAX_ATTEMPTS_MAX = 100
+# JOBRELAY_MAX_ATTEMPTS when unset; what jobrelay.enqueue uses for a type without its own limit.
+DEFAULT_MAX_ATTEMPTS = 3
+# delay_seconds: 0 to a year.
+MAX_DELAY_SECONDS = 365 * 86400

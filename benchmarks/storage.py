@@ -65,6 +65,7 @@ from jobrelay.api.app import create_app
 from jobrelay.api.deps import Page
 from jobrelay.core.fingerprint import token_hash
 from jobrelay.core.settings import Settings
+from jobrelay.db.client_store import ClientStore
 from jobrelay.db.engine import libpq_url
 from jobrelay.db.relay_store import RelayStore
 from jobrelay.db.store import Store
@@ -239,7 +240,7 @@ class Reader:
 @contextlib.asynccontextmanager
 async def reader(side: Side, list_client: uuid.UUID, list_token: str) -> AsyncIterator[Reader]:
     admin_token = f"jr_bench_admin_{uuid.uuid4().hex}"
-    await side.store.create_client(
+    await ClientStore(side.store).create_client(
         f"bench-admin-{uuid.uuid4().hex[:8]}", token_hash(admin_token), is_admin=True
     )
     app = create_app(Settings(database_url=side.url), store=side.store)

@@ -14,6 +14,7 @@ import pytest
 
 from jobrelay.core.fingerprint import token_hash
 from jobrelay.core.settings import Settings
+from jobrelay.db.client_store import ClientStore
 from jobrelay.db.store import Store
 from tests.support import databases
 from tests.support.servers import (
@@ -114,7 +115,7 @@ async def store(database_url: str) -> AsyncIterator[Store]:
 async def make_client(store: Store, name: str, *, admin: bool = False) -> str:
     """Create a client and return its bearer token."""
     token = "jr_" + secrets.token_urlsafe(24)
-    await store.create_client(name, token_hash(token), is_admin=admin)
+    await ClientStore(store).create_client(name, token_hash(token), is_admin=admin)
     return token
 
 

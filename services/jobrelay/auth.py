@@ -14,6 +14,7 @@ import time
 from jobrelay.core.clients import Client
 from jobrelay.core.errors import Forbidden, Unauthorized
 from jobrelay.core.fingerprint import token_hash
+from jobrelay.db.client_store import ClientStore
 from jobrelay.db.store import Store
 
 # A safety net only: notifications empty the cache at once.
@@ -25,6 +26,7 @@ MAX_TOKEN_LENGTH = 512
 class Authenticator:
     def __init__(self, store: Store, cache_seconds: float = CACHE_SECONDS) -> None:
         self.store = store
+        self.clients = ClientStore(store)
         self.cache_seconds = cache_seconds
         self._cache: dict[str, tuple[float, Client | None]] = {}
         self._generation = 0  # bumped by every invalidation: a lookup in flight is not cached
@@ -55,7 +57,7 @@ class Authenticator:
             if cached is not None and cached[0] > now:
                 return cached[1]
         generation = self._generation
-        client = await self.store.client_by_token_hash(digest)
+        client = await self.clients.client_by_token_hash(digest)
         if self.listening and generation == self._generation:
             ttl = self.cache_seconds
             if client is not None and client.valid_for_seconds is not None:

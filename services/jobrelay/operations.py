@@ -156,7 +156,7 @@ class Operations:
         ``reconcile_quarantine``'s). Without the broker, the jobs alone, ``broker`` saying so."""
         messages, broker = await self._messages_if_reachable()
         held = messages or []
-        jobs = await self.store.quarantined_jobs(code=code, limit=limit)
+        jobs = await self.keeper.quarantined_jobs(code=code, limit=limit)
         # Messages are told apart by their job's state, not by the (filtered, limited) listing:
         # a quarantined job left out by --code or --limit is not "not quarantined".
         states = await self.keeper.job_states({m.job_id for m in held if m.job_id})
@@ -250,7 +250,7 @@ class Operations:
         if job.state != JobState.QUARANTINED:
             return ReplayOutcome(job_id, "not_quarantined", job.state.value)
         budget = self.replay_budget(job.type)
-        if await self.store.replay_job(job_id, budget=budget, detail="replayed by an operator"):
+        if await self.keeper.replay_job(job_id, budget=budget, detail="replayed by an operator"):
             return ReplayOutcome(job_id, "replayed", JobState.QUEUED.value)
         current = await self.store.get_job(job_id)
         return ReplayOutcome(job_id, "not_quarantined", current.state.value if current else None)
@@ -259,7 +259,7 @@ class Operations:
         self, *, code: str | None = None, progress: Progress | None = None
     ) -> list[ReplayOutcome]:
         await self.reconcile_quarantine()  # delivery-limit deaths become replayable jobs first
-        return await self.replay(await self.store.quarantined_ids(code=code), progress=progress)
+        return await self.replay(await self.keeper.quarantined_ids(code=code), progress=progress)
 
     async def purge(self) -> int:
         """Delete every message in the quarantine queue. The jobs stay quarantined (and
@@ -279,7 +279,7 @@ class Operations:
         (``jobrelay.dispatcher.housekeeping``)."""
         total = 0
         while True:
-            batch = await self.store.redispatch_stranded(
+            batch = await self.keeper.redispatch_stranded(
                 older_than_seconds=older_than_seconds, limit=500
             )
             total += len(batch)

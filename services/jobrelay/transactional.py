@@ -15,7 +15,7 @@ enqueue nothing (each refuses the other's connections with a ``TypeError`` namin
 - ``await enqueue_async(connection, ...) -> Job``: a psycopg ``AsyncConnection``, an SQLAlchemy
   ``AsyncConnection``, ``AsyncSession`` or ``async_scoped_session``.
 
-Both run the API's accept statements (``queries.ACCEPT_JOB``, ``queries.JOB_BY_KEY``) under the
+Both run the API's accept (``db/accept.py``, the statements ``Store.accept_job`` runs) under the
 API's idempotency rules, scoped to the client: a new key makes a job; the same key with the same
 type, payload and schedule returns the job it made (committed, or made earlier in this same
 transaction); another request under the key raises ``jobrelay.IdempotencyConflict`` and writes
@@ -39,7 +39,6 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Awaitable, Callable, Generator
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -53,22 +52,21 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_scoped_session
 from sqlalchemy.orm import Session, scoped_session
 
 from jobrelay import tracing
-from jobrelay.core.fingerprint import canonical_json, request_hash_of_json
-from jobrelay.core.ids import new_id
-from jobrelay.core.jobs import IDEMPOTENCY_KEY_MAX, Job, JobRequest, is_valid_idempotency_key
+from jobrelay.core.fingerprint import canonical_json
+from jobrelay.core.jobs import Job, JobRequest, is_valid_idempotency_key
 from jobrelay.core.jsonvalues import unstorable_json
+from jobrelay.core.limits import (
+    DEFAULT_MAX_ATTEMPTS,
+    IDEMPOTENCY_KEY_MAX,
+    MAX_ATTEMPTS_MAX,
+    TYPE_NAME_MAX,
+)
 from jobrelay.core.registry import Registry
 from jobrelay.core.tracecontext import valid_traceparent
 from jobrelay.db import queries as q
-from jobrelay.db.store import ACCEPT_TRIES, job_from_row
+from jobrelay.db.accept import Step, Submission, accept_steps, drive, drive_async
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "UnknownClient", "enqueue", "enqueue_async"]
-
-# JOBRELAY_MAX_ATTEMPTS's default: enqueue runs in the caller's process and reads no settings.
-DEFAULT_MAX_ATTEMPTS = 3
-# The API's bounds on what a submission may ask for (api/schemas.py, SubmitJob).
-MAX_ATTEMPTS_LIMIT = 100
-TYPE_MAX = 200
 
 SyncConnectionLike = psycopg.Connection[Any] | SAConnection | Session | scoped_session[Any]
 AsyncConnectionLike = (
@@ -116,7 +114,10 @@ def enqueue(
       infinity, no NUL character.
     - ``run_at`` (with a time zone) or ``delay_seconds`` (0 to a year), not both: not relayed
       before then. They belong to the request: the same key with another schedule conflicts.
-    - ``max_attempts``: 1-100; when not given, the registry's limit for the type, else 3.
+    - ``max_attempts``: 1-100; when not given, the registry's limit for the type, else
+      ``DEFAULT_MAX_ATTEMPTS`` (3, the default of ``JOBRELAY_MAX_ATTEMPTS``). ``enqueue`` runs in
+      the caller's process and reads no ``JOBRELAY_*`` variable: a deployment that sets
+      ``JOBRELAY_MAX_ATTEMPTS`` passes ``max_attempts`` (or gives its types their own limit).
     - ``registry``: when given, the type must be one of its types and the payload must match
       the type's schema (``UnknownJobType``, ``InvalidPayload``), as the API checks. Without
       it only the type's shape is checked (a non-empty string): a consumer that does not know
@@ -135,15 +136,7 @@ def enqueue(
     submission = _submission(
         type, payload, key, run_at, delay_seconds, max_attempts, registry, traceparent
     )
-    steps = _accept(client, submission)
-    step = next(steps)
-    while True:
-        rows = execute(*step)
-        try:
-            step = steps.send(rows)
-        except StopIteration as done:
-            job: Job = done.value
-            return job
+    return drive(_accept(client, submission), execute)
 
 
 async def enqueue_async(
@@ -165,29 +158,10 @@ async def enqueue_async(
     submission = _submission(
         type, payload, key, run_at, delay_seconds, max_attempts, registry, traceparent
     )
-    steps = _accept(client, submission)
-    step = next(steps)
-    while True:
-        rows = await execute(*step)
-        try:
-            step = steps.send(rows)
-        except StopIteration as done:
-            job: Job = done.value
-            return job
+    return await drive_async(_accept(client, submission), execute)
 
 
 # --- deciding: the checks and the statements, free of any connection -----------------------
-
-# One statement to run and its parameters; the rows it returned are sent back.
-Step = tuple[TextClause, dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class _Submission:
-    request: JobRequest
-    payload_json: str  # serialized once: stored and fingerprinted
-    fingerprint: str
-    traceparent: str | None  # stored with a new job, not fingerprinted
 
 
 def _submission(
@@ -199,23 +173,27 @@ def _submission(
     max_attempts: int | None,
     registry: Registry | None,
     traceparent: str | None = None,
-) -> _Submission:
+) -> Submission:
     """The checked request, or the error that says what is wrong with it."""
     if not isinstance(key, str) or not is_valid_idempotency_key(key):
         raise ValueError(
             f"key must be 1 to {IDEMPOTENCY_KEY_MAX} visible ASCII characters (0x21-0x7E)"
         )
-    if not isinstance(job_type, str) or not 1 <= len(job_type) <= TYPE_MAX or "\x00" in job_type:
-        raise ValueError(f"type must be a string of 1 to {TYPE_MAX} characters, without NUL")
+    if (
+        not isinstance(job_type, str)
+        or not 1 <= len(job_type) <= TYPE_NAME_MAX
+        or "\x00" in job_type
+    ):
+        raise ValueError(f"type must be a string of 1 to {TYPE_NAME_MAX} characters, without NUL")
     if not isinstance(payload, dict):
         raise TypeError(f"payload must be a JSON object (a dict), not {_kind(payload)}")
-    problem = unstorable_json(payload)
-    if problem is not None:
-        raise ValueError(f"payload cannot be stored: {problem}")
     try:
         payload_json = canonical_json(payload)
     except (TypeError, ValueError) as error:  # a value JSON has no form for; a cycle
         raise TypeError(f"payload is not JSON: {error}") from None
+    problem = unstorable_json(payload)  # JSON, but not for jsonb: NaN, infinity, NUL
+    if problem is not None:
+        raise ValueError(f"payload cannot be stored: {problem}")
     if registry is not None:
         registry.validate_payload(job_type, payload)
     if max_attempts is None:
@@ -227,15 +205,14 @@ def _submission(
     elif (
         not isinstance(max_attempts, int)
         or isinstance(max_attempts, bool)
-        or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
+        or not 1 <= max_attempts <= MAX_ATTEMPTS_MAX
     ):
-        raise ValueError(f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}")
+        raise ValueError(f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_MAX}")
     # Checks the schedule: an offset on run_at, a delay within a year, not both.
     request = JobRequest(
         key, job_type, payload, max_attempts, run_at=run_at, delay_seconds=delay_seconds
     )
-    fingerprint = request_hash_of_json(job_type, payload_json, request.schedule)
-    return _Submission(request, payload_json, fingerprint, _trace_context(traceparent))
+    return Submission(request, payload_json, _trace_context(traceparent))
 
 
 def _trace_context(traceparent: str | None) -> str | None:
@@ -250,48 +227,14 @@ def _trace_context(traceparent: str | None) -> str | None:
     return checked
 
 
-def _accept(client: str | uuid.UUID, submission: _Submission) -> Generator[Step, list[Any], Job]:
-    """The accept of ``Store.accept_job``, step by step: the client, then the insert of job,
-    outbox row and event, then (only when the key was taken) the job that holds the key.
-    A job that retention deleted between the insert and the read freed its key: insert again."""
+def _accept(client: str | uuid.UUID, submission: Submission) -> Generator[Step, list[Any], Job]:
+    """The client, then the accept of ``Store.accept_job`` (``db/accept.py``); a key used for
+    another request raises, having written nothing."""
     client_id = yield from _client_id(client)
-    request = submission.request
-    for _ in range(ACCEPT_TRIES):
-        job_id = new_id()
-        inserted = yield (
-            q.ACCEPT_JOB,
-            {
-                "id": job_id,
-                "client_id": client_id,
-                "idempotency_key": request.idempotency_key,
-                "request_hash": submission.fingerprint,
-                "type": request.type,
-                "payload": submission.payload_json,
-                "max_attempts": request.max_attempts,
-                "run_at": request.run_at,
-                "delay_seconds": request.delay_seconds,
-                "traceparent": submission.traceparent,
-            },
-        )
-        if inserted:
-            row = inserted[0]
-            return request.as_new_job(
-                job_id,
-                client_id,
-                at=row.created_at,
-                available_at=row.available_at,
-                traceparent=submission.traceparent,
-            )
-        existing = yield (
-            q.JOB_BY_KEY,
-            {"client_id": client_id, "idempotency_key": request.idempotency_key},
-        )
-        if existing:
-            row = existing[0]
-            if row.request_hash != submission.fingerprint:
-                raise _conflict(row.id)
-            return job_from_row(row)
-    raise RuntimeError("an idempotency key's job kept vanishing between insert and read")
+    accepted = yield from accept_steps(client_id, submission)
+    if accepted.conflict:
+        raise _conflict(accepted.job.id)
+    return accepted.job
 
 
 def _client_id(client: str | uuid.UUID) -> Generator[Step, list[Any], uuid.UUID]:

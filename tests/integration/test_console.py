@@ -24,6 +24,7 @@ from jobrelay.console.jobs import PAGE_SIZE
 from jobrelay.core.jobs import JobRequest
 from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobState
+from jobrelay.db.client_store import ClientStore
 from jobrelay.db.store import Store
 from tests.conftest import MakeSettings, auth, make_client
 from tests.support import factories
@@ -135,7 +136,7 @@ async def test_anything_but_an_enabled_admin_token_is_refused_alike_and_gets_no_
     console: httpx.AsyncClient, store: Store, alice: str, who: str
 ) -> None:
     disabled = await make_client(store, "old-admin", admin=True)
-    await store.set_client_disabled("old-admin", disabled=True)
+    await ClientStore(store).set_client_disabled("old-admin", disabled=True)
     token = {"client": alice, "unknown": "jr_" + "x" * 40, "disabled admin": disabled, "empty": ""}
 
     refused = await sign_in(console, token[who])
@@ -166,12 +167,12 @@ async def test_a_disabled_clients_session_ends_at_once(
     await signed_in(console, admin)
     assert (await console.get("/ui/")).status_code == 200
 
-    await store.set_client_disabled("ops", disabled=True)
+    await ClientStore(store).set_client_disabled("ops", disabled=True)
     ended = await console.get("/ui/")
 
     assert_to_signin(ended)
     assert 'jobrelay_console=""' in ended.headers["set-cookie"]  # the dead cookie goes
-    await store.set_client_disabled("ops", disabled=False)
+    await ClientStore(store).set_client_disabled("ops", disabled=False)
 
 
 async def test_a_forged_or_expired_cookie_opens_nothing(
@@ -259,7 +260,7 @@ async def test_every_console_route_sends_a_caller_without_a_session_to_sign_in_c
     routes = console_routes(settings)
     assert ("POST", "/ui/clients/disable") in routes and ("GET", "/ui/jobs/{job_id}") in routes
     form = {"name": "alice", "job_id": str(quarantined.id), "code": "permanent_error"}
-    clients_before = len(await store.list_clients())
+    clients_before = len(await ClientStore(store).list_clients())
 
     for method, path in routes:
         concrete = path.replace("{job_id}", str(queued.id)).replace("{rest:path}", "anything")
@@ -270,7 +271,7 @@ async def test_every_console_route_sends_a_caller_without_a_session_to_sign_in_c
     assert (await client_row(store, "alice")).disabled_at is None
     assert (await factories.job_row(store, quarantined.id)).state == "quarantined"
     assert (await factories.job_row(store, queued.id)).state == "queued"
-    assert len(await store.list_clients()) == clients_before  # none created
+    assert len(await ClientStore(store).list_clients()) == clients_before  # none created
 
 
 def test_the_console_is_not_in_the_api_document(settings: Settings) -> None:

@@ -14,6 +14,7 @@ from sqlalchemy import select
 
 from jobrelay.core.clients import RateLimit
 from jobrelay.db import tables
+from jobrelay.db.client_store import ClientStore
 from jobrelay.db.store import Store
 from tests.conftest import auth
 from tests.support import factories
@@ -170,7 +171,7 @@ async def test_a_batch_past_its_byte_limit_is_413(settings: Any, store: Store, a
 async def test_a_limited_batch_writes_nothing(
     api: httpx.AsyncClient, alice: str, store: Store
 ) -> None:
-    await store.set_client_rate_limit("alice", RateLimit(per_second=1, burst=3))
+    await ClientStore(store).set_client_rate_limit("alice", RateLimit(per_second=1, burst=3))
     first = await api.post(
         "/v1/jobs/batch", json={"jobs": [item(f"a{n}") for n in range(3)]}, headers=auth(alice)
     )

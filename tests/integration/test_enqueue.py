@@ -30,6 +30,7 @@ from jobrelay.core.registry import JobType, Registry
 from jobrelay.core.states import JobState
 from jobrelay.core.trace import OutboxEntry
 from jobrelay.db import tables
+from jobrelay.db.client_store import ClientStore
 from jobrelay.db.engine import libpq_url
 from jobrelay.db.store import Store
 from jobrelay.transactional import UnknownClient
@@ -139,7 +140,7 @@ async def outbox_of(store: Store, job_id: uuid.UUID) -> list[OutboxEntry]:
 
 
 async def client_id(store: Store, name: str) -> uuid.UUID:
-    [listed] = [client for client in await store.list_clients() if client.name == name]
+    [listed] = [client for client in await ClientStore(store).list_clients() if client.name == name]
     return listed.id
 
 
@@ -448,7 +449,7 @@ async def test_an_unknown_client_raises_and_writes_nothing(
 
 
 async def test_a_disabled_client_raises(database_url: str, store: Store, alice: str) -> None:
-    await store.set_client_disabled("alice", disabled=True)
+    await ClientStore(store).set_client_disabled("alice", disabled=True)
     async with transaction("sqlalchemy-async-connection", database_url) as tx:
         with pytest.raises(UnknownClient, match="disabled") as raised:
             await tx.enqueue(client="alice", key="export-js", **EXPORT)
@@ -461,7 +462,7 @@ async def test_the_client_may_be_named_by_its_id(
 ) -> None:
     alice_id = await client_id(store, "alice")
     # A client whose name is another client's id: the id wins.
-    await store.create_client(str(alice_id), token_hash("other"), is_admin=False)
+    await ClientStore(store).create_client(str(alice_id), token_hash("other"), is_admin=False)
     async with transaction("sqlalchemy-session", database_url) as tx:
         by_uuid = await tx.enqueue(client=alice_id, key="a", **EXPORT)
         by_text = await tx.enqueue(client=str(alice_id), key="b", **EXPORT)

@@ -28,6 +28,7 @@ from jobrelay.core.masking import Masker
 from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.settings import Settings
 from jobrelay.db.engine import libpq_url
+from jobrelay.db.quarantine_store import QuarantineStore
 from jobrelay.db.store import Store
 from jobrelay.handlers import builtin
 from jobrelay.handlers.loading import load_registry
@@ -366,7 +367,7 @@ async def test_a_type_unknown_past_the_patience_is_quarantined(
     ]
 
     # A replay starts the clock again: the next unknown-type consumer defers, not quarantines.
-    assert await store.replay_job(job_id, budget=3, detail="test replay")
+    assert await QuarantineStore(store).replay_job(job_id, budget=3, detail="test replay")
     assert (await job_row(store, job_id)).type_unknown_since is None
     assert (await old.handle(StandInDelivery(job_id, "handlers.plain"))).outcome == "deferred"
 

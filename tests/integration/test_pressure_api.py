@@ -20,6 +20,7 @@ import psycopg
 from jobrelay.core.clients import RateLimit
 from jobrelay.core.settings import Settings
 from jobrelay.db import tables
+from jobrelay.db.client_store import ClientStore
 from jobrelay.db.engine import libpq_url
 from jobrelay.db.store import Store
 from tests.conftest import api_client, auth, make_client
@@ -125,7 +126,9 @@ async def test_a_client_over_its_own_limit_gets_429_and_writes_nothing(
 ) -> None:
     token = await make_client(store, "limited")
     other = await make_client(store, "unlimited")
-    assert await store.set_client_rate_limit("limited", RateLimit(per_second=1, burst=3))
+    assert await ClientStore(store).set_client_rate_limit(
+        "limited", RateLimit(per_second=1, burst=3)
+    )
     async with api_client(settings, store) as api:
         answers = [
             await api.post("/v1/jobs", json=JOB, headers=auth(token, f"k{n}")) for n in range(3)
@@ -149,7 +152,7 @@ async def test_the_settings_limit_applies_unless_a_client_has_its_own(
 ) -> None:
     token = await make_client(store, "everyone")
     generous = await make_client(store, "generous")
-    await store.set_client_rate_limit("generous", RateLimit(per_second=100, burst=100))
+    await ClientStore(store).set_client_rate_limit("generous", RateLimit(per_second=100, burst=100))
     limited = settings.model_copy(update={"rate_limit_per_second": 0.5, "rate_limit_burst": 1})
     async with api_client(limited, store) as api:
         first = await api.post("/v1/jobs", json=JOB, headers=auth(token, "a"))

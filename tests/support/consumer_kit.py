@@ -25,6 +25,7 @@ from jobrelay.core.message import CONTENT_TYPE, Envelope
 from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.settings import Settings, parse_type_queues
 from jobrelay.core.topology import QUARANTINE_QUEUE, work_queue_name
+from jobrelay.db.client_store import ClientStore
 from jobrelay.db.execution_store import PgExecutionStore
 from jobrelay.db.store import Store
 from jobrelay.handlers import builtin
@@ -89,7 +90,7 @@ registry = _build_registry()
 
 
 async def new_client(store: Store) -> uuid.UUID:
-    client_id = await store.create_client(
+    client_id = await ClientStore(store).create_client(
         f"c-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex, is_admin=False
     )
     assert client_id is not None

@@ -9,8 +9,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from jobrelay.core.errors import InvalidSchedule
-from jobrelay.core.jobs import MAX_DELAY_SECONDS, Job, JobRequest
+from jobrelay.core.jobs import Job, JobRequest
 from jobrelay.core.jsonvalues import unstorable_json
+from jobrelay.core.limits import (
+    IDEMPOTENCY_KEY_MAX,
+    MAX_ATTEMPTS_MAX,
+    MAX_DELAY_SECONDS,
+    TYPE_NAME_MAX,
+)
 from jobrelay.core.states import JobState
 
 # Query text reaches SQL parameters, and PostgreSQL text cannot hold a NUL character.
@@ -23,10 +29,10 @@ class SubmitJob(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    type: str = Field(min_length=1, max_length=200, examples=["catalog.export"])
+    type: str = Field(min_length=1, max_length=TYPE_NAME_MAX, examples=["catalog.export"])
     payload: dict[str, Any] = Field(default_factory=dict, examples=[{"course": "JavaScript"}])
     # Strict: JSON true is not an attempt count (lax mode would read it as 1).
-    max_attempts: int | None = Field(None, ge=1, le=100, strict=True)
+    max_attempts: int | None = Field(None, ge=1, le=MAX_ATTEMPTS_MAX, strict=True)
     run_at: datetime | None = Field(
         None,
         description="Not published before this time (RFC 3339 with an offset); "
@@ -72,7 +78,9 @@ class BatchItem(SubmitJob):
     """One job of a batch: a submission with its own idempotency key."""
 
     idempotency_key: str = Field(
-        min_length=1, max_length=200, description="As the Idempotency-Key header of one job"
+        min_length=1,
+        max_length=IDEMPOTENCY_KEY_MAX,
+        description="As the Idempotency-Key header of one job",
     )
 
 

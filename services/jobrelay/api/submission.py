@@ -12,6 +12,7 @@ from jobrelay.core.errors import IdempotencyConflict, IdempotencyKeyInvalid, Rat
 from jobrelay.core.jobs import JobRequest, is_valid_idempotency_key
 from jobrelay.core.registry import Registry
 from jobrelay.core.settings import Settings
+from jobrelay.db.client_store import ClientStore
 from jobrelay.db.store import AcceptResult, Store
 
 
@@ -33,7 +34,7 @@ async def take_rate_limit(request: Request, client: Client, count: int = 1) -> N
     if limit is None or count == 0:
         return
     store: Store = request.app.state.store
-    wait = await store.take_rate_token(client.id, limit, count)
+    wait = await ClientStore(store).take_rate_token(client.id, limit, count)
     if wait is not None:
         raise RateLimited(wait, limit.describe())
 

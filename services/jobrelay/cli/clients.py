@@ -21,6 +21,7 @@ from jobrelay.core.durations import parse_duration
 from jobrelay.core.fingerprint import token_hash
 
 if TYPE_CHECKING:
+    from jobrelay.db.client_store import ClientStore
     from jobrelay.db.store import Store
 
 EXAMPLES = {
@@ -44,7 +45,8 @@ def cmd_clients_create(args: argparse.Namespace) -> int:
     token = new_token()
 
     async def work(store: Store) -> int:
-        client_id = await store.create_client(name, token_hash(token), is_admin=args.admin)
+        clients = _clients(store)
+        client_id = await clients.create_client(name, token_hash(token), is_admin=args.admin)
         if client_id is None:
             raise CliError(f"a client named {name!r} already exists")
         if args.json:
@@ -63,7 +65,7 @@ def cmd_clients_list(args: argparse.Namespace) -> int:
     settings = settings_from_env()
 
     async def work(store: Store) -> int:
-        rows = await store.list_clients()
+        rows = await _clients(store).list_clients()
         items = [
             {
                 "id": str(r.id),
@@ -106,7 +108,7 @@ def _set_disabled(args: argparse.Namespace, *, disabled: bool) -> int:
     settings = settings_from_env()
 
     async def work(store: Store) -> int:
-        change = await store.set_client_disabled(args.name, disabled=disabled)
+        change = await _clients(store).set_client_disabled(args.name, disabled=disabled)
         if change is None:
             raise CliError(f"no client named {args.name!r} (see: jobrelay clients list)")
         if not change.changed:
@@ -139,7 +141,9 @@ def cmd_clients_rotate(args: argparse.Namespace) -> int:
     token = new_token()
 
     async def work(store: Store) -> int:
-        change = await store.rotate_client_token(args.name, token_hash(token), grace_seconds=grace)
+        change = await _clients(store).rotate_client_token(
+            args.name, token_hash(token), grace_seconds=grace
+        )
         if change is None:
             raise CliError(f"no client named {args.name!r} (see: jobrelay clients list)")
         expires = change.previous_token_expires_at
@@ -184,7 +188,7 @@ def cmd_clients_limit(args: argparse.Namespace) -> int:
     limit = RateLimit.of(args.per_second, args.burst)
 
     async def work(store: Store) -> int:
-        if await store.set_client_rate_limit(args.name, limit) is None:
+        if await _clients(store).set_client_rate_limit(args.name, limit) is None:
             raise CliError(f"no client named {args.name!r} (see: jobrelay clients list)")
         if limit is None:
             print(f"client {args.name!r} now has the API's limit (JOBRELAY_RATE_LIMIT_*)")
@@ -258,3 +262,9 @@ def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
     limit.add_argument(
         "--clear", action="store_true", help="back to JOBRELAY_RATE_LIMIT_* (or none)"
     )
+
+
+def _clients(store: Store) -> ClientStore:
+    from jobrelay.db.client_store import ClientStore  # the database driver, on use only
+
+    return ClientStore(store)

@@ -22,6 +22,7 @@ from jobrelay.console.web import (
 from jobrelay.core.clients import MAX_GRACE_SECONDS, new_token
 from jobrelay.core.durations import parse_duration
 from jobrelay.core.fingerprint import token_hash
+from jobrelay.db.client_store import ClientStore
 
 log = logging.getLogger("jobrelay.console")
 
@@ -40,7 +41,7 @@ async def clients_listing(
     form: dict[str, Any] | None = None,
 ) -> Response:
     context = {
-        "clients": await store_of(request).list_clients(),
+        "clients": await ClientStore(store_of(request)).list_clients(),
         "problem": problem,
         "form": form or {"name": "", "admin": False},
     }
@@ -72,7 +73,9 @@ async def create_client(
             form={"name": name, "admin": admin},
         )
     token = new_token()
-    client_id = await store_of(request).create_client(name, token_hash(token), is_admin=admin)
+    client_id = await ClientStore(store_of(request)).create_client(
+        name, token_hash(token), is_admin=admin
+    )
     if client_id is None:
         return await clients_listing(
             request,
@@ -99,7 +102,7 @@ async def create_client(
 async def _set_disabled(
     request: Request, operator: Operator, name: str, *, disable: bool
 ) -> Response:
-    change = await store_of(request).set_client_disabled(name, disabled=disable)
+    change = await ClientStore(store_of(request)).set_client_disabled(name, disabled=disable)
     word = "disabled" if disable else "enabled"
     if change is None:
         flash = Flash("error", f"There is no client named {name!r}.")
@@ -148,7 +151,7 @@ async def rotate_token(
     except ValueError as error:
         return await redirect(request, CLIENTS_PATH, Flash("error", f"Not rotated: {error}."))
     token = new_token()
-    change = await store_of(request).rotate_client_token(
+    change = await ClientStore(store_of(request)).rotate_client_token(
         name, token_hash(token), grace_seconds=seconds
     )
     if change is None:

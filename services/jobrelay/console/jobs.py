@@ -33,6 +33,7 @@ from jobrelay.core.jobs import CancelAnswer, Job
 from jobrelay.core.pages import Page, decode_cursor
 from jobrelay.core.states import TERMINAL_STATES, JobState
 from jobrelay.core.trace import trace_document
+from jobrelay.db.client_store import ClientStore
 from jobrelay.db.store import Store
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
@@ -130,7 +131,7 @@ async def listing(
         raise PageError(400, "Unknown state", f"A job's state is one of {', '.join(STATES)}.")
     page = _page(paging.cursor)
     store = store_of(request)
-    clients = await store.list_clients()
+    clients = await ClientStore(store).list_clients()
     owners = [c for c in clients if c.name == filters.client] if filters.client else clients
     jobs = await jobs_of(store, owners, filters, page)
     names = {client.id: client.name for client in clients}

@@ -41,6 +41,7 @@ from jobrelay.console.security import (
 from jobrelay.core.clients import ClientListing
 from jobrelay.core.errors import BrokerUnavailable, StoreUnavailable
 from jobrelay.core.settings import Settings
+from jobrelay.db.client_store import ClientStore
 from jobrelay.db.quarantine_store import QuarantineBusy
 from jobrelay.db.store import Store
 from jobrelay.operations import Operations
@@ -247,7 +248,7 @@ async def console_key(request: Request) -> bytes:
 async def admin_client(store: Store, client_id: uuid.UUID) -> ClientListing | None:
     """The client, if it still exists, is enabled and is an admin (asked on every request: a
     disabled client's session ends at once)."""
-    for client in await store.list_clients():
+    for client in await ClientStore(store).list_clients():
         if client.id == client_id:
             return client if client.is_admin and client.disabled_at is None else None
     return None

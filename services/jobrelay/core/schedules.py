@@ -23,12 +23,13 @@ from typing import Any
 
 from croniter import CroniterBadDateError, croniter
 
+from jobrelay.core.limits import MAX_ATTEMPTS_MAX
+
 SCHEDULER_CLIENT = "jobrelay-scheduler"
 """The built-in client that owns the jobs of schedules (migration 0005 creates it)."""
 
 KEY_PREFIX = "schedule:"
 NAME_MAX = 100
-MAX_ATTEMPTS_MAX = 100  # as a submission's max_attempts
 CRON_FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -104,7 +105,9 @@ def check_max_attempts(max_attempts: object) -> int | None:
         or not isinstance(max_attempts, int)
         or not 1 <= max_attempts <= MAX_ATTEMPTS_MAX
     ):
-        raise ValueError(f"max_attempts must be an int from 1 to 100, got {max_attempts!r}")
+        raise ValueError(
+            f"max_attempts must be an int from 1 to {MAX_ATTEMPTS_MAX}, got {max_attempts!r}"
+        )
     return max_attempts
 
 

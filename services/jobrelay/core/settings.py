@@ -9,6 +9,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from jobrelay.core.limits import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_MAX
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="JOBRELAY_", extra="ignore", frozen=True)
@@ -22,7 +24,8 @@ class Settings(BaseSettings):
     quorum_group_size: int | None = Field(None, ge=1, le=99)
 
     lease_seconds: float = Field(30.0, gt=0)
-    max_attempts: int = Field(3, ge=1, le=1000)
+    # A job type's default attempt budget; at most what one submission may ask for.
+    max_attempts: int = Field(DEFAULT_MAX_ATTEMPTS, ge=1, le=MAX_ATTEMPTS_MAX)
     retry_base_seconds: float = Field(1.0, ge=0)
     retry_max_seconds: float = Field(300.0, ge=0)
 

@@ -23,9 +23,11 @@ import psycopg.errors
 from sqlalchemy import exc as sa_exc
 
 from jobrelay.core.errors import BrokerUnavailable
+from jobrelay.core.jobs import Job
 from jobrelay.core.message import Envelope
 from jobrelay.core.states import JobState
 from jobrelay.db import queries as q
+from jobrelay.db.rows import job_from_row
 from jobrelay.db.store import Store
 
 QUARANTINE_LOCK_KEY = 7_526_411_283_891_137_001
@@ -77,8 +79,30 @@ class QuarantineStore:
         row = await self.store.fetch_one(q.QUARANTINED_COUNT)
         return 0 if row is None else int(row.n)
 
+    async def replay_job(self, job_id: uuid.UUID, *, budget: int, detail: str) -> bool:
+        """Quarantined → queued with ``budget`` fresh attempts and a new outbox row."""
+        row = await self.store.fetch_one(q.REPLAY_JOB, id=job_id, budget=budget, detail=detail)
+        return row is not None
+
+    async def quarantined_jobs(self, *, code: str | None, limit: int) -> list[Job]:
+        rows = await self.store.fetch_all(q.LIST_QUARANTINED, code=code, limit=limit)
+        return [job_from_row(row) for row in rows]
+
+    async def quarantined_ids(self, *, code: str | None) -> list[uuid.UUID]:
+        return [row.id for row in await self.store.fetch_all(q.QUARANTINED_IDS, code=code)]
+
     async def quarantine_delivery_limited(self, job_id: uuid.UUID, *, error: str) -> bool:
-        return await self.store.quarantine_delivery_limited(job_id, error=error)
+        """The broker dead-lettered the job's message on its own: quarantined, unless it moved."""
+        row = await self.store.fetch_one(q.QUARANTINE_DELIVERY_LIMITED, id=job_id, error=error)
+        return row is not None
+
+    async def redispatch_stranded(
+        self, *, older_than_seconds: float, limit: int, detail: str = "redispatched by an operator"
+    ) -> list[uuid.UUID]:
+        rows = await self.store.fetch_all(
+            q.REDISPATCH_STRANDED, older_than_seconds=older_than_seconds, limit=limit, detail=detail
+        )
+        return [row.job_id for row in rows]
 
     async def heal_lost_messages(
         self,

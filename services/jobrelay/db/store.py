@@ -7,24 +7,21 @@ Each public method is one short transaction. Connection failures surface as
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from psycopg.errors import UndefinedTable
 from psycopg.pq import TransactionStatus
 from psycopg.rows import namedtuple_row
-from sqlalchemy import Row, TextClause
+from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
-from jobrelay.core.clients import Client, ClientChange, ClientListing, RateLimit
-from jobrelay.core.fingerprint import canonical_json, request_hash_of_json
 from jobrelay.core.ids import new_id
 from jobrelay.core.jobs import CancelAnswer, Job, JobRequest, JournalEntry
-from jobrelay.core.states import TERMINAL_STATES, JobState
+from jobrelay.core.states import TERMINAL_STATES
 from jobrelay.core.stats import (
     BROKER_BLOCK_FRESH_SECONDS,
     BrokerBlock,
@@ -35,58 +32,11 @@ from jobrelay.core.stats import (
 )
 from jobrelay.core.trace import JobTrace, OutboxEntry, StoredResult
 from jobrelay.db import queries as q
+from jobrelay.db.accept import AcceptResult, Submission, accept_steps, all_present, drive_async
 from jobrelay.db.engine import make_engine, translated_errors
+from jobrelay.db.rows import job_from_row, journal_entry
 
-
-@dataclass(frozen=True)
-class AcceptResult:
-    job: Job
-    created: bool
-    """False when the key was already used: ``job`` is then the existing job."""
-
-    conflict: bool
-    """True when the key was used for a different type or payload."""
-
-
-def job_from_row(row: Any) -> Job:
-    """A job from a SQLAlchemy row, a psycopg named tuple or a mapping."""
-    data: Mapping[str, Any]
-    if isinstance(row, Row):
-        data = dict(row._mapping)
-    elif hasattr(row, "_asdict"):
-        data = row._asdict()
-    else:
-        data = row
-    return Job(
-        id=data["id"],
-        client_id=data["client_id"],
-        idempotency_key=data["idempotency_key"],
-        type=data["type"],
-        payload=data["payload"],
-        state=JobState(data["state"]),
-        attempts=data["attempts"],
-        max_attempts=data["max_attempts"],
-        available_at=data["available_at"],
-        created_at=data["created_at"],
-        updated_at=data["updated_at"],
-        finished_at=data["finished_at"],
-        lease_token=data["lease_token"],
-        lease_until=data["lease_until"],
-        last_error_code=data["last_error_code"],
-        last_error=data["last_error"],
-        result=data.get("result"),
-        run_at=data.get("run_at"),
-        cancel_requested_at=data.get("cancel_requested_at"),
-        traceparent=data.get("traceparent"),
-    )
-
-
-def _journal_entry(row: Any) -> JournalEntry:
-    return JournalEntry(row.at, row.event, row.attempt, row.detail, row.error)
-
-
-# Tries of an accept whose key's job retention deletes between the insert and the read.
-ACCEPT_TRIES = 3
+__all__ = ["AcceptResult", "Store", "job_from_row"]
 
 
 class Store:
@@ -183,87 +133,6 @@ class Store:
     async def ping(self) -> None:
         await self.fetch_one(q.PING)
 
-    # --- clients ----------------------------------------------------------------------------
-
-    async def create_client(
-        self, name: str, token_hash: str, *, is_admin: bool
-    ) -> uuid.UUID | None:
-        """The new client's id, or None when the name is taken."""
-        row = await self.fetch_one(
-            q.INSERT_CLIENT, id=new_id(), name=name, token_hash=token_hash, is_admin=is_admin
-        )
-        return None if row is None else row.id
-
-    async def client_by_token_hash(self, token_hash: str) -> Client | None:
-        """The enabled client whose current token, or previous token still in its grace
-        period, has this hash."""
-        row = await self.fetch_one(q.CLIENT_BY_TOKEN_HASH, token_hash=token_hash)
-        if row is None:
-            return None
-        return Client(
-            id=row.id,
-            name=row.name,
-            is_admin=row.is_admin,
-            valid_for_seconds=row.valid_for_seconds,
-            rate_limit=RateLimit.of(row.rate_limit_per_second, row.rate_limit_burst),
-        )
-
-    async def set_client_rate_limit(self, name: str, limit: RateLimit | None) -> uuid.UUID | None:
-        """Give a client its own submission limit, or (None) the API's again; None when there
-        is no such client."""
-        row = await self.fetch_one(
-            q.SET_CLIENT_RATE_LIMIT,
-            name=name,
-            per_second=limit.per_second if limit else None,
-            burst=limit.burst if limit else None,
-        )
-        return None if row is None else row.id
-
-    async def take_rate_token(
-        self, client_id: uuid.UUID, limit: RateLimit, count: int = 1
-    ) -> float | None:
-        """Count ``count`` submissions against the client's limit (at most a burst: a batch
-        larger than that counts as one burst): None when they fit, otherwise the seconds until
-        they will (nothing is counted then)."""
-        row = await self.fetch_one(
-            q.TAKE_RATE_TOKEN,
-            client_id=client_id,
-            cost=limit.interval * min(count, limit.burst),
-            window=limit.interval * limit.burst,
-        )
-        assert row is not None
-        return None if row.allowed else max(0.0, row.retry_after or 0.0)
-
-    async def set_client_disabled(self, name: str, *, disabled: bool) -> ClientChange | None:
-        """Disable or enable a client by name; None when there is no such client."""
-        row = await self.fetch_one(q.SET_CLIENT_DISABLED, name=name, disable=disabled)
-        if row is None:
-            return None
-        return ClientChange(
-            id=row.id, changed=row.changed, disabled=row.was_disabled != row.changed
-        )
-
-    async def rotate_client_token(
-        self, name: str, token_hash: str, *, grace_seconds: float
-    ) -> ClientChange | None:
-        """Give a client a new token; its previous one works ``grace_seconds`` more (0: stops
-        at once). None when there is no such client."""
-        row = await self.fetch_one(
-            q.ROTATE_CLIENT_TOKEN, name=name, token_hash=token_hash, grace_seconds=grace_seconds
-        )
-        if row is None:
-            return None
-        return ClientChange(
-            id=row.id,
-            changed=True,
-            disabled=row.disabled_at is not None,
-            previous_token_expires_at=row.previous_token_expires_at,
-        )
-
-    async def list_clients(self) -> list[ClientListing]:
-        """Every client, oldest first."""
-        return [ClientListing(**row._asdict()) for row in await self.fetch_all(q.LIST_CLIENTS)]
-
     # --- accept -----------------------------------------------------------------------------
 
     async def accept_job(
@@ -271,43 +140,13 @@ class Store:
     ) -> AcceptResult:
         """``traceparent``: the W3C trace context stored with a new job (core/tracecontext.py).
         Not part of the request: a key's job keeps the one it was made with."""
-        payload_json = canonical_json(request.payload)  # serialized once: stored, fingerprinted
-        fingerprint = request_hash_of_json(request.type, payload_json, request.schedule)
-        # Two statements, each atomic: the insert of job + outbox + event, then (only when the
-        # key existed) a read of the existing job. ON CONFLICT waits for a concurrent insert of
-        # the same key to commit, so the read finds it, unless retention deleted that job in
-        # between: then the key is free, and the insert is tried again.
-        for _ in range(ACCEPT_TRIES):
-            job_id = new_id()  # time-ordered: appends at the right edge of the indexes
-            inserted = await self.fetch_one(
-                q.ACCEPT_JOB,
-                id=job_id,
-                client_id=client_id,
-                idempotency_key=request.idempotency_key,
-                request_hash=fingerprint,
-                type=request.type,
-                payload=payload_json,
-                max_attempts=request.max_attempts,
-                run_at=request.run_at,
-                delay_seconds=request.delay_seconds,
-                traceparent=traceparent,
-            )
-            if inserted is not None:
-                job = request.as_new_job(
-                    job_id,
-                    client_id,
-                    at=inserted.created_at,
-                    available_at=inserted.available_at,
-                    traceparent=traceparent,
-                )
-                return AcceptResult(job=job, created=True, conflict=False)
-            existing = await self.fetch_one(
-                q.JOB_BY_KEY, client_id=client_id, idempotency_key=request.idempotency_key
-            )
-            if existing is not None:
-                conflict = existing.request_hash != fingerprint
-                return AcceptResult(job=job_from_row(existing), created=False, conflict=conflict)
-        raise RuntimeError("an idempotency key's job kept vanishing between insert and read")
+        return await self._accept(client_id, Submission.of(request, traceparent))
+
+    async def _accept(self, client_id: uuid.UUID, submission: Submission) -> AcceptResult:
+        return await drive_async(accept_steps(client_id, submission), self._rows)
+
+    async def _rows(self, statement: TextClause, params: dict[str, Any]) -> list[Any]:
+        return await self.fetch_all(statement, **params)
 
     async def accept_jobs(
         self,
@@ -319,11 +158,8 @@ class Store:
         """Many submissions at once, each with the rules of ``accept_job``; one result per
         request, in order. The new jobs are written in one transaction: all of them or none,
         each with ``traceparent``."""
-        payloads = [canonical_json(request.payload) for request in requests]
-        fingerprints = [
-            request_hash_of_json(request.type, payload, request.schedule)
-            for request, payload in zip(requests, payloads, strict=True)
-        ]
+        submissions = [Submission.of(request, traceparent) for request in requests]
+        fingerprints = [submission.fingerprint for submission in submissions]
         ids = [new_id() for _ in requests]
         keys = [request.idempotency_key for request in requests]
         async with self.transaction() as connection:
@@ -337,7 +173,7 @@ class Store:
                         "idempotency_keys": keys,
                         "request_hashes": fingerprints,
                         "types": [request.type for request in requests],
-                        "payloads": payloads,
+                        "payloads": [submission.payload_json for submission in submissions],
                         "max_attempts": [request.max_attempts for request in requests],
                         "run_ats": [request.run_at for request in requests],
                         "delays": [request.delay_seconds for request in requests],
@@ -368,7 +204,7 @@ class Store:
                 traceparent=traceparent,
             )
             results[index] = AcceptResult(job=job, created=True, conflict=False)
-        for index, (request, key) in enumerate(zip(requests, keys, strict=True)):
+        for index, key in enumerate(keys):
             if results[index] is not None:
                 continue
             if key in inserted:  # the key came again in this batch: the job just made
@@ -382,8 +218,8 @@ class Store:
                 job = job_from_row(existing[key])
                 results[index] = AcceptResult(job=job, created=False, conflict=conflict)
             else:  # retention deleted the key's job meanwhile: the key is free again
-                results[index] = await self.accept_job(client_id, request, traceparent=traceparent)
-        return [result for result in results if result is not None]
+                results[index] = await self._accept(client_id, submissions[index])
+        return all_present(results)
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -392,7 +228,7 @@ class Store:
         return None if row is None else job_from_row(row)
 
     async def job_events(self, job_id: uuid.UUID) -> list[JournalEntry]:
-        return [_journal_entry(row) for row in await self.fetch_all(q.JOB_EVENTS, job_id=job_id)]
+        return [journal_entry(row) for row in await self.fetch_all(q.JOB_EVENTS, job_id=job_id)]
 
     async def list_jobs(
         self,
@@ -421,10 +257,12 @@ class Store:
         it (recorded once: asked again, the same answer). None: no such job (of this client),
         or it has finished. ``detail`` goes with the journal entry.
 
-        Each statement is guarded on the states it expects; a job that moved between the two
-        (claimed, or its retry scheduled) is tried again."""
-        for _ in range(3):  # each retry means the job moved meanwhile: it soon stops moving
-            arguments = {"id": job_id, "client_id": client_id, "detail": detail}
+        Each statement is guarded on the states it expects. A job that moved between them
+        (claimed, released, its retry scheduled) is tried again, until one of them matches or
+        the job has finished: every other state is cancellable or running, and a job moves only
+        so often, so the loop ends with the answer that holds."""
+        arguments = {"id": job_id, "client_id": client_id, "detail": detail}
+        while True:
             if await self.fetch_one(q.CANCEL_JOB, **arguments) is not None:
                 return CancelAnswer.CANCELLED
             if await self.fetch_one(q.REQUEST_CANCEL, **arguments) is not None:
@@ -432,7 +270,6 @@ class Store:
             job = await self.get_job(job_id, client_id=client_id)
             if job is None or job.state in TERMINAL_STATES:
                 return None
-        return None
 
     # --- stats ------------------------------------------------------------------------------
 
@@ -513,33 +350,8 @@ class Store:
                 )
                 for o in outbox
             ],
-            events=[_journal_entry(e) for e in events],
+            events=[journal_entry(e) for e in events],
             result=StoredResult(stored.result, stored.attempt, stored.created_at)
             if stored
             else None,
         )
-
-    async def replay_job(self, job_id: uuid.UUID, *, budget: int, detail: str) -> bool:
-        """Quarantined → queued with ``budget`` fresh attempts and a new outbox row."""
-        return (
-            await self.fetch_one(q.REPLAY_JOB, id=job_id, budget=budget, detail=detail) is not None
-        )
-
-    async def quarantined_jobs(self, *, code: str | None, limit: int) -> list[Job]:
-        rows = await self.fetch_all(q.LIST_QUARANTINED, code=code, limit=limit)
-        return [job_from_row(row) for row in rows]
-
-    async def quarantined_ids(self, *, code: str | None) -> list[uuid.UUID]:
-        return [row.id for row in await self.fetch_all(q.QUARANTINED_IDS, code=code)]
-
-    async def quarantine_delivery_limited(self, job_id: uuid.UUID, *, error: str) -> bool:
-        row = await self.fetch_one(q.QUARANTINE_DELIVERY_LIMITED, id=job_id, error=error)
-        return row is not None
-
-    async def redispatch_stranded(
-        self, *, older_than_seconds: float, limit: int, detail: str = "redispatched by an operator"
-    ) -> list[uuid.UUID]:
-        rows = await self.fetch_all(
-            q.REDISPATCH_STRANDED, older_than_seconds=older_than_seconds, limit=limit, detail=detail
-        )
-        return [row.job_id for row in rows]

@@ -1,0 +1,134 @@
+"""The accept of one submission, written once as the statements it runs (docs/life-of-a-job.md).
+
+``accept_steps`` is a generator of statements: it yields each statement with its parameters,
+is sent back the rows, and returns the outcome. It touches no connection, so both paths drive
+the same algorithm: ``Store.accept_job`` on its pool, ``jobrelay.enqueue`` on the caller's
+connection (``drive`` and ``drive_async``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+
+from sqlalchemy import TextClause
+
+from jobrelay.core.fingerprint import canonical_json, request_hash_of_json
+from jobrelay.core.ids import new_id
+from jobrelay.core.jobs import Job, JobRequest
+from jobrelay.db import queries as q
+from jobrelay.db.rows import job_from_row
+
+# One statement to run and its parameters; the rows it returned are sent back.
+Step = tuple[TextClause, dict[str, Any]]
+T = TypeVar("T")
+Steps = Generator[Step, list[Any], T]
+
+# Tries of an accept whose key's job retention deletes between the insert and the read.
+ACCEPT_TRIES = 3
+
+
+@dataclass(frozen=True)
+class AcceptResult:
+    job: Job
+    created: bool
+    """False when the key was already used: ``job`` is then the existing job."""
+
+    conflict: bool
+    """True when the key was used for a different type or payload."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A checked request with its payload serialized once (stored and fingerprinted)."""
+
+    request: JobRequest
+    payload_json: str
+    traceparent: str | None = None  # stored with a new job, not fingerprinted
+
+    @classmethod
+    def of(cls, request: JobRequest, traceparent: str | None = None) -> Submission:
+        return cls(request, canonical_json(request.payload), traceparent)
+
+    @property
+    def fingerprint(self) -> str:
+        request = self.request
+        return request_hash_of_json(request.type, self.payload_json, request.schedule)
+
+
+def accept_steps(client_id: uuid.UUID, submission: Submission) -> Steps[AcceptResult]:
+    """Two statements, each atomic: the insert of job + outbox row + event, then (only when the
+    key existed) a read of the job that holds it. ON CONFLICT waits for a concurrent insert of
+    the same key to commit, so the read finds it, unless retention deleted that job in between:
+    then the key is free, and the insert is tried again."""
+    request, fingerprint = submission.request, submission.fingerprint
+    for _ in range(ACCEPT_TRIES):
+        job_id = new_id()  # time-ordered: appends at the right edge of the indexes
+        inserted = yield (
+            q.ACCEPT_JOB,
+            {
+                "id": job_id,
+                "client_id": client_id,
+                "idempotency_key": request.idempotency_key,
+                "request_hash": fingerprint,
+                "type": request.type,
+                "payload": submission.payload_json,
+                "max_attempts": request.max_attempts,
+                "run_at": request.run_at,
+                "delay_seconds": request.delay_seconds,
+                "traceparent": submission.traceparent,
+            },
+        )
+        if inserted:
+            job = request.as_new_job(
+                job_id,
+                client_id,
+                at=inserted[0].created_at,
+                available_at=inserted[0].available_at,
+                traceparent=submission.traceparent,
+            )
+            return AcceptResult(job=job, created=True, conflict=False)
+        existing = yield (
+            q.JOB_BY_KEY,
+            {"client_id": client_id, "idempotency_key": request.idempotency_key},
+        )
+        if existing:
+            conflict = existing[0].request_hash != fingerprint
+            return AcceptResult(job=job_from_row(existing[0]), created=False, conflict=conflict)
+    raise RuntimeError("an idempotency key's job kept vanishing between insert and read")
+
+
+def drive(steps: Steps[T], execute: Callable[[TextClause, dict[str, Any]], list[Any]]) -> T:
+    """Run every statement of ``steps`` with ``execute`` and return what ``steps`` returns."""
+    step = next(steps)
+    while True:
+        rows = execute(*step)
+        try:
+            step = steps.send(rows)
+        except StopIteration as done:
+            result: T = done.value
+            return result
+
+
+async def drive_async(
+    steps: Steps[T], execute: Callable[[TextClause, dict[str, Any]], Awaitable[list[Any]]]
+) -> T:
+    """``drive`` with a coroutine ``execute``."""
+    step = next(steps)
+    while True:
+        rows = await execute(*step)
+        try:
+            step = steps.send(rows)
+        except StopIteration as done:
+            result: T = done.value
+            return result
+
+
+def all_present(results: Sequence[AcceptResult | None]) -> list[AcceptResult]:
+    """The batch's results, one per request in order: a request left without one is a bug,
+    never a shorter list that would pair the others with the wrong requests."""
+    missing = [index for index, result in enumerate(results) if result is None]
+    assert not missing, f"batch requests without a result: {missing}"
+    return cast(list[AcceptResult], list(results))

@@ -1,0 +1,48 @@
+"""Rows to the core's values: one mapping per value, shared by every store."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import Row
+
+from jobrelay.core.jobs import Job, JournalEntry
+from jobrelay.core.states import JobState
+
+
+def job_from_row(row: Any) -> Job:
+    """A job from a SQLAlchemy row, a psycopg named tuple or a mapping."""
+    data: Mapping[str, Any]
+    if isinstance(row, Row):
+        data = dict(row._mapping)
+    elif hasattr(row, "_asdict"):
+        data = row._asdict()
+    else:
+        data = row
+    return Job(
+        id=data["id"],
+        client_id=data["client_id"],
+        idempotency_key=data["idempotency_key"],
+        type=data["type"],
+        payload=data["payload"],
+        state=JobState(data["state"]),
+        attempts=data["attempts"],
+        max_attempts=data["max_attempts"],
+        available_at=data["available_at"],
+        created_at=data["created_at"],
+        updated_at=data["updated_at"],
+        finished_at=data["finished_at"],
+        lease_token=data["lease_token"],
+        lease_until=data["lease_until"],
+        last_error_code=data["last_error_code"],
+        last_error=data["last_error"],
+        result=data.get("result"),
+        run_at=data.get("run_at"),
+        cancel_requested_at=data.get("cancel_requested_at"),
+        traceparent=data.get("traceparent"),
+    )
+
+
+def journal_entry(row: Any) -> JournalEntry:
+    return JournalEntry(row.at, row.event, row.attempt, row.detail, row.error)

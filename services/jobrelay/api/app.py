@@ -25,6 +25,7 @@ from jobrelay.api.routes.jobs import BATCH_PATH
 from jobrelay.api.shedding import SheddingMiddleware
 from jobrelay.api.waiting import FinishWaiters
 from jobrelay.auth import Authenticator
+from jobrelay.broker.health import BrokerProbe
 from jobrelay.core.clients import RateLimit
 from jobrelay.core.registry import Registry
 from jobrelay.core.settings import Settings
@@ -62,6 +63,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if store is not None:  # injected (tests): its owner closes it
             yield
+            await app.state.broker_probe.close()
             return
         app.state.store = Store.connect(
             settings.database_url,
@@ -81,6 +83,7 @@ def create_app(
             # Cancelled, or ended by a bug: either way the cache was no longer trusted.
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await listener
+            await app.state.broker_probe.close()
             await app.state.store.close()
             # Here, not at exit: uvicorn ends a process it stopped on SIGTERM by that signal,
             # and atexit handlers do not run then.
@@ -95,6 +98,7 @@ def create_app(
     )
     app.state.settings = settings
     app.state.registry = registry
+    app.state.broker_probe = BrokerProbe(settings.amqp_url)  # /readyz's broker connection
     # metrics_dir: shared with the other workers (api/multiprocess.py).
     app.state.metrics = metrics = ApiMetrics(metrics_dir)
     app.state.waiters = FinishWaiters()

@@ -11,9 +11,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from jobrelay.api import openapi
 from jobrelay.api.metrics import ApiMetrics
 from jobrelay.api.schemas import Health
-from jobrelay.broker.health import check_broker
+from jobrelay.broker.health import BrokerProbe
 from jobrelay.core.errors import BrokerUnavailable, StoreUnavailable
-from jobrelay.core.settings import Settings
 
 router = APIRouter(route_class=openapi.JsonBodyRoute)
 
@@ -30,7 +29,7 @@ async def healthz() -> Health:
     summary="The database and the broker are reachable",
 )
 async def readyz(request: Request) -> Any:
-    settings: Settings = request.app.state.settings
+    probe: BrokerProbe = request.app.state.broker_probe  # one connection (broker/health.py)
     checks: dict[str, str] = {}
     try:
         await request.app.state.store.ping()
@@ -38,7 +37,7 @@ async def readyz(request: Request) -> Any:
     except StoreUnavailable:
         checks["database"] = "unavailable"
     try:
-        await check_broker(settings.amqp_url)
+        await probe.check()
         checks["broker"] = "ok"
     except BrokerUnavailable:
         checks["broker"] = "unavailable"

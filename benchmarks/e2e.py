@@ -705,7 +705,7 @@ _PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     (
         "handler + heartbeat tasks (create, wait, cancel)",
-        ("_run_under_lease", "_call_handler", "_heartbeat", "_cancel ("),
+        ("_run_under_lease", "call_handler", "_heartbeat", "_cancel ("),
     ),
     ("metrics (prometheus_client)", ("prometheus_client/",)),
     ("logging", ("logging/",)),

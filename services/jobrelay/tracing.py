@@ -56,6 +56,7 @@ from opentelemetry.trace import (
     TraceState,
 )
 
+from jobrelay.core.deliveries import DeliveryOutcome
 from jobrelay.core.errors import RequestError
 from jobrelay.core.jobs import Job
 from jobrelay.core.relay import OutboxRow
@@ -91,17 +92,17 @@ PUBLISH_SPAN = "jobrelay.publish"
 EXECUTE_SPAN = "jobrelay.execute"
 MESSAGING_SYSTEM = "rabbitmq"
 # The outcomes (the consumer's metric labels) that end an execution span with error status.
-FAILED_OUTCOMES = frozenset(
+FAILED_OUTCOMES: frozenset[DeliveryOutcome] = frozenset(
     {
-        "retried",
-        "quarantined",
-        "attempts_exhausted",
-        "unknown_job",
-        "malformed",
-        "lease_lost",
-        "store_unavailable",
-        "interrupted",
-        "error",
+        DeliveryOutcome.RETRIED,
+        DeliveryOutcome.QUARANTINED,
+        DeliveryOutcome.ATTEMPTS_EXHAUSTED,
+        DeliveryOutcome.UNKNOWN_JOB,
+        DeliveryOutcome.MALFORMED,
+        DeliveryOutcome.LEASE_LOST,
+        DeliveryOutcome.STORE_UNAVAILABLE,
+        DeliveryOutcome.INTERRUPTED,
+        DeliveryOutcome.ERROR,
     }
 )
 ACCEPT_STATUS = {"created": 202, "existing": 200, "conflict": 409}
@@ -508,7 +509,7 @@ class Execution:
             self.span.set_status(Status(StatusCode.ERROR, description[:300]))
             self._failed = True
 
-    def end(self, outcome: str) -> None:
+    def end(self, outcome: DeliveryOutcome) -> None:
         try:
             if _tracer is not None:
                 span = self.span or self._start()

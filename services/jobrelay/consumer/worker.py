@@ -9,30 +9,35 @@ and the broker only hears about an outcome after PostgreSQL committed it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
 import json
 import logging
 import os
 import random
 import socket
-import threading
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
 from jobrelay import tracing
+from jobrelay.consumer.handler_call import call_handler, job_context
+from jobrelay.consumer.lease import (
+    CANCEL_POLL_SECONDS,
+    CancelRequested,
+    HeldRun,
+    LeaseEnd,
+    LeaseKeeper,
+    LeaseLost,
+)
 from jobrelay.consumer.metrics import ConsumerMetrics
+from jobrelay.core.deliveries import DeliveryOutcome
 from jobrelay.core.errors import (
     InvalidPayload,
     PermanentError,
     StoreUnavailable,
-    TransientError,
     UnknownJobType,
 )
 from jobrelay.core.execution import (
@@ -45,7 +50,6 @@ from jobrelay.core.execution import (
     PutBack,
     Refusal,
     Refused,
-    Renewal,
 )
 from jobrelay.core.failures import MESSAGE_MAX_BYTES, Failure, class_name, cut_head, storable
 from jobrelay.core.jobs import (
@@ -56,14 +60,12 @@ from jobrelay.core.jobs import (
     Succeeded,
     decide_outcome,
 )
-from jobrelay.core.jsonvalues import unstorable_json
 from jobrelay.core.masking import Masker
 from jobrelay.core.message import Envelope, MalformedMessage
-from jobrelay.core.registry import AsyncHandler, JobContext, JobType, Registry, SyncHandler
+from jobrelay.core.registry import JobType, Registry
 from jobrelay.core.retry import RetryPolicy, backoff
 from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobState
-from jobrelay.eventloop import cancel_and_wait
 
 log = logging.getLogger("jobrelay.consumer")
 T = TypeVar("T")
@@ -78,38 +80,12 @@ class Disposition(StrEnum):
 @dataclass(frozen=True)
 class Verdict:
     disposition: Disposition
-    outcome: str  # the metrics label: succeeded, retried, quarantined, duplicate, ...
+    outcome: DeliveryOutcome  # the metrics label, the execution span's outcome
     pause: bool = False  # back off before requeueing (the database is unreachable)
 
 
-INTERRUPTED = Verdict(Disposition.REQUEUE, "interrupted")
-STORE_UNAVAILABLE = Verdict(Disposition.REQUEUE, "store_unavailable", pause=True)
-
-
-@dataclass(frozen=True)
-class HandlerRun:
-    result: dict[str, Any] | None
-    error: BaseException | None
-    seconds: float
-
-
-@dataclass(frozen=True)
-class LeaseLost:
-    reason: str  # "taken" (the database says it is not ours) or "unreachable"
-    seconds: float
-
-
-@dataclass(frozen=True)
-class CancelRequested:
-    """The job's client asked to cancel it: the handler was stopped after ``seconds``."""
-
-    seconds: float
-
-
-# How often a running job's heartbeat asks whether its cancel was requested, between renewals.
-CANCEL_POLL_SECONDS = 1.0
-# What the heartbeat returns when it ends an attempt for a cancel (else: why the lease is lost).
-CANCEL = "cancel_requested"
+INTERRUPTED = Verdict(Disposition.REQUEUE, DeliveryOutcome.INTERRUPTED)
+STORE_UNAVAILABLE = Verdict(Disposition.REQUEUE, DeliveryOutcome.STORE_UNAVAILABLE, pause=True)
 
 
 class Backoff:
@@ -172,9 +148,14 @@ class Worker:
         # Masks the service's own passwords (and any token) out of stored failures.
         self.mask = Masker.from_settings(settings)
         self.metrics = metrics or ConsumerMetrics()
-        self.heartbeat_interval = heartbeat_interval or settings.lease_seconds / 3
-        # Between renewals the heartbeat polls for a cancel request this often (``_heartbeat``).
-        self.cancel_poll_interval = cancel_poll_interval or CANCEL_POLL_SECONDS
+        self.lease = LeaseKeeper(
+            store,
+            self.metrics,
+            lease_seconds=settings.lease_seconds,
+            heartbeat_interval=heartbeat_interval or settings.lease_seconds / 3,
+            # Between renewals the heartbeat polls for a cancel request this often.
+            cancel_poll_interval=cancel_poll_interval or CANCEL_POLL_SECONDS,
+        )
         # How long a claim or a final write keeps retrying through a database outage before
         # the delivery is requeued instead.
         self.store_patience = store_patience or max(10.0, 2 * settings.lease_seconds)
@@ -200,7 +181,7 @@ class Worker:
             raise
         except Exception:
             log.exception("delivery failed unexpectedly; requeued", extra={"event": "bug"})
-            verdict = Verdict(Disposition.REQUEUE, "error")
+            verdict = Verdict(Disposition.REQUEUE, DeliveryOutcome.ERROR)
             await asyncio.sleep(1.0)
         finally:
             await self._settle(delivery, verdict)
@@ -237,7 +218,7 @@ class Worker:
                 "malformed message dead-lettered to the quarantine",
                 extra={"event": "malformed_message", "reason": str(error)},
             )
-            return Verdict(Disposition.DEAD_LETTER, "malformed")
+            return Verdict(Disposition.DEAD_LETTER, DeliveryOutcome.MALFORMED)
         if envelope.type not in self.registry:
             return await self._defer(envelope, redelivered=redelivered)
         return await self._claim_and_run(envelope, redelivered=redelivered)
@@ -284,14 +265,14 @@ class Worker:
                     deferral.unknown_since.isoformat(),
                     extra={**extra, "event": "quarantined", "reason": "unknown_job_type"},
                 )
-                return Verdict(Disposition.DEAD_LETTER, "quarantined")
+                return Verdict(Disposition.DEAD_LETTER, DeliveryOutcome.QUARANTINED)
             log.log(
                 self._unknown_types.level(job_type),
                 "job type unknown here: deferred to %s",
                 deferral.available_at.isoformat(),
                 extra={**extra, "event": "deferred", "reason": "unknown_job_type"},
             )
-            return Verdict(Disposition.ACK, "deferred")
+            return Verdict(Disposition.ACK, DeliveryOutcome.DEFERRED)
         if deferral.reason is Refusal.OTHER_TYPE and deferral.job is not None:
             # The message names another type than the job's: the job's own type decides, and
             # one this consumer does not know either is deferred, not claimed.
@@ -306,10 +287,10 @@ class Worker:
         extra = {"job_id": str(envelope.job_id), "event": refused.reason.value}
         if refused.reason is Refusal.UNKNOWN_JOB:
             log.warning("message for an unknown job dead-lettered", extra=extra)
-            return Verdict(Disposition.DEAD_LETTER, "unknown_job")
+            return Verdict(Disposition.DEAD_LETTER, DeliveryOutcome.UNKNOWN_JOB)
         if refused.reason is Refusal.EXHAUSTED:
             log.warning("job has no attempts left: quarantined", extra=extra)
-            return Verdict(Disposition.DEAD_LETTER, "attempts_exhausted")
+            return Verdict(Disposition.DEAD_LETTER, DeliveryOutcome.ATTEMPTS_EXHAUSTED)
         if redelivered and refused.job is not None and refused.job.state == JobState.QUARANTINED:
             # The broker gave this message back: its earlier settle was lost (the channel closed
             # between the quarantine's COMMIT and its nack, or the process died there). Acking
@@ -318,9 +299,9 @@ class Worker:
                 "redelivered message of a quarantined job dead-lettered",
                 extra={**extra, "event": "quarantine_redelivered"},
             )
-            return Verdict(Disposition.DEAD_LETTER, "quarantined")
+            return Verdict(Disposition.DEAD_LETTER, DeliveryOutcome.QUARANTINED)
         log.info("duplicate delivery acked", extra={**extra, "event": "duplicate_delivery"})
-        return Verdict(Disposition.ACK, "duplicate")
+        return Verdict(Disposition.ACK, DeliveryOutcome.DUPLICATE)
 
     async def _attempt(self, claim: Claimed, *, lease_deadline: float) -> Verdict:
         job = claim.job
@@ -330,7 +311,10 @@ class Worker:
         if job.cancel_requested_at is not None:
             # Asked of an earlier attempt that ended before it could carry it out (its consumer
             # crashed or stopped): the handler does not run again.
-            log.info("cancel requested earlier: not run", extra={**extra, "event": CANCEL})
+            log.info(
+                "cancel requested earlier: not run",
+                extra={**extra, "event": LeaseEnd.CANCEL_REQUESTED},
+            )
             return await self._conclude(claim, Cancelled(), job.type, 0.0)
         try:
             job_type, payload = self._resolve(job.type, job.payload)
@@ -341,15 +325,24 @@ class Worker:
         run = await self._run_under_lease(claim, job_type, payload, lease_deadline)
         if isinstance(run, LeaseLost):
             self.metrics.lease_losses.inc()
-            self.metrics.job_duration.labels(job.type, "lease_lost").observe(run.seconds)
+            self.metrics.job_duration.labels(job.type, DeliveryOutcome.LEASE_LOST).observe(
+                run.seconds
+            )
             log.warning(
                 "lease lost (%s): handler abandoned, no outcome reported",
                 run.reason,
                 extra={**extra, "event": "lease_lost"},
             )
-            return Verdict(Disposition.REQUEUE, "lease_lost", pause=run.reason == "unreachable")
+            return Verdict(
+                Disposition.REQUEUE,
+                DeliveryOutcome.LEASE_LOST,
+                pause=run.reason is LeaseEnd.UNREACHABLE,
+            )
         if isinstance(run, CancelRequested):
-            log.info("cancel requested: handler stopped", extra={**extra, "event": CANCEL})
+            log.info(
+                "cancel requested: handler stopped",
+                extra={**extra, "event": LeaseEnd.CANCEL_REQUESTED},
+            )
             return await self._conclude(claim, Cancelled(), job.type, run.seconds)
         outcome = decide_outcome(
             attempt=job.attempts,
@@ -425,149 +418,24 @@ class Worker:
             )
         return verdict
 
-    # --- the handler under a heartbeat ------------------------------------------------------
+    # --- the handler under a heartbeat (consumer/lease.py, consumer/handler_call.py) -------
 
     async def _run_under_lease(
         self, claim: Claimed, job_type: JobType, payload: BaseModel, lease_deadline: float
-    ) -> HandlerRun | LeaseLost | CancelRequested:
-        job = claim.job
-        context = JobContext(
-            job_id=job.id,
-            job_type=job.type,
-            attempt=job.attempts,
-            max_attempts=job.max_attempts,
-            results_dir=self.results_dir,
-            logger=logging.LoggerAdapter(
-                logging.getLogger("jobrelay.handler"),
-                {"job_id": str(job.id), "attempt": job.attempts, "type": job.type},
-            ),
-        )
-        started = time.monotonic()
-        handler = asyncio.create_task(self._call_handler(job_type, context, payload))
-        heartbeat: asyncio.Task[str] | None = None
+    ) -> HeldRun:
+        context = job_context(claim.job, self.results_dir)
+        handler = asyncio.create_task(call_handler(job_type, context, payload))
         try:
-            # Most handlers end before the first renewal or cancel poll is due: their heartbeat
-            # never starts.
-            await asyncio.wait({handler}, timeout=self._first_beat_in(lease_deadline))
-            if not handler.done():
-                heartbeat = asyncio.create_task(self._heartbeat(claim, lease_deadline))
-                await asyncio.wait({handler, heartbeat}, return_when=asyncio.FIRST_COMPLETED)
+            return await self.lease.watch(
+                handler, lambda: self._heartbeat(claim, lease_deadline), lease_deadline
+            )
         except asyncio.CancelledError:
-            # Shutdown past its grace period: stop the handler and give the job back, so the
-            # requeued message can claim it at once instead of waiting for the lease to expire.
-            await cancel_and_wait([handler, *([heartbeat] if heartbeat else [])])
-            await _shielded(self._release(claim))
+            # Shutdown past its grace period: the handler is stopped; the job is given back.
+            await _shielded(self.lease.release(claim))
             raise
-        if heartbeat is not None and heartbeat.done():  # the lease is gone, or a cancel asked
-            return await self._stop_handler(handler, heartbeat.result(), started)
-        if heartbeat is not None:
-            await cancel_and_wait([heartbeat])
-        return handler.result()
 
-    @staticmethod
-    async def _stop_handler(
-        handler: asyncio.Task[HandlerRun], why: str, started: float
-    ) -> HandlerRun | LeaseLost | CancelRequested:
-        """End an attempt the heartbeat ended: an ``async`` handler is cancelled at its next
-        await; a plain one's thread runs on to its end and its result is dropped. A handler
-        that had ended already reports its own end: a cancel request is moot then."""
-        if why == CANCEL and handler.done():
-            return handler.result()
-        await cancel_and_wait([handler])
-        seconds = time.monotonic() - started
-        return CancelRequested(seconds) if why == CANCEL else LeaseLost(why, seconds)
-
-    def _first_beat_in(self, deadline: float) -> float:
-        first = min(self.heartbeat_interval, self.cancel_poll_interval)
-        return max(0.0, min(first, deadline - time.monotonic()))
-
-    async def _call_handler(
-        self, job_type: JobType, context: JobContext, payload: BaseModel
-    ) -> HandlerRun:
-        assert job_type.handler is not None
-        started = time.monotonic()
-        try:
-            async with asyncio.timeout(job_type.timeout_seconds):
-                if job_type.runs_in_thread:
-                    result = await _in_thread(cast(SyncHandler, job_type.handler), context, payload)
-                else:
-                    result = await cast(AsyncHandler, job_type.handler)(context, payload)
-            _check_result(result)
-        except TimeoutError as timed_out:
-            error: BaseException = TransientError(
-                f"handler timed out after {job_type.timeout_seconds:g}s", code="timeout"
-            )
-            # Its traceback shows where the handler was waiting when the time ran out.
-            error.__cause__ = timed_out
-            return HandlerRun(None, error, time.monotonic() - started)
-        except Exception as failure:
-            return HandlerRun(None, failure, time.monotonic() - started)
-        return HandlerRun(result, None, time.monotonic() - started)
-
-    async def _heartbeat(self, claim: Claimed, deadline: float) -> str:
-        """Keep the lease and watch for a cancel request; return (ending the attempt) why the
-        attempt must end: ``CANCEL``, or the lease cannot be kept (``"taken"``,
-        ``"unreachable"``).
-
-        It renews the lease every ``heartbeat_interval`` (lease/3), and the renewal says in the
-        same statement whether a cancel was requested. Between renewals it polls for that alone
-        every ``cancel_poll_interval`` (1 s), so a cancel takes effect within about a second
-        however long the lease. The cost: a renewal writes a row version (and an entry in the
-        index on ``lease_until``), so renewals stay at lease/3; a poll only reads by primary
-        key, and the polls of one consumer's jobs fall on one shared grid of the loop's clock
-        (``_until_next_beat``), where ``ExecutionStore`` makes one statement of them: about one
-        read a second per consumer process, not per running job.
-        """
-        job_id, lease = claim.job.id, LeaseTerms(claim.lease_token, self.lease_seconds)
-        interval = self.heartbeat_interval
-        renew_at = deadline - self.lease_seconds + interval  # the claim was the last renewal
-        while True:
-            asked = time.monotonic()
-            if asked < renew_at:
-                if await self._cancel_requested(job_id, lease):
-                    return CANCEL
-            else:
-                try:
-                    async with asyncio.timeout(max(0.1, min(interval, deadline - asked))):
-                        renewal = await self.store.renew(job_id, lease)
-                except (StoreUnavailable, TimeoutError):
-                    self.metrics.store_errors.inc()
-                    if time.monotonic() >= deadline:
-                        return "unreachable"
-                    renew_at = time.monotonic() + min(interval, self.cancel_poll_interval)
-                else:
-                    if renewal is Renewal.LOST:
-                        return "taken"
-                    self.metrics.lease_renewals.inc()
-                    if renewal is Renewal.CANCEL_REQUESTED:
-                        return CANCEL
-                    deadline, renew_at = asked + self.lease_seconds, asked + interval
-            await asyncio.sleep(self._until_next_beat(renew_at, deadline))
-
-    async def _cancel_requested(self, job_id: uuid.UUID, lease: LeaseTerms) -> bool:
-        """The poll between renewals. A failed one answers no: the next renewal decides."""
-        try:
-            async with asyncio.timeout(self.cancel_poll_interval):
-                return await self.store.cancel_requested(job_id, lease)
-        except (StoreUnavailable, TimeoutError):
-            self.metrics.store_errors.inc()
-            return False
-
-    def _until_next_beat(self, renew_at: float, deadline: float) -> float:
-        """The pause until the next renewal, or the next poll if that comes first. Polls fall
-        on multiples of ``cancel_poll_interval`` of the loop's clock, the same for every
-        heartbeat of this process, so that they wake in one turn of the loop."""
-        now, poll = time.monotonic(), self.cancel_poll_interval
-        loop_now = asyncio.get_running_loop().time()
-        next_poll = (loop_now // poll + 1) * poll - loop_now
-        return max(0.01, min(renew_at - now, next_poll, deadline - now))
-
-    async def _release(self, claim: Claimed) -> None:
-        # Unreachable database: the lease expires on its own and the dispatcher rescues the job.
-        with contextlib.suppress(StoreUnavailable):
-            await self.store.release(
-                claim.job.id, lease_token=claim.lease_token, detail="released: consumer stopping"
-            )
+    async def _heartbeat(self, claim: Claimed, deadline: float) -> LeaseEnd:
+        return await self.lease.heartbeat(claim, deadline)
 
     # --- database outages -------------------------------------------------------------------
 
@@ -592,69 +460,16 @@ class Worker:
                 await asyncio.sleep(pause)
 
 
-async def _in_thread(handler: SyncHandler, context: JobContext, payload: BaseModel) -> Any:
-    """Run a plain `def` handler in a thread of its own and wait for it.
-
-    A thread cannot be interrupted: a timeout, a lost lease or a shutdown stops the wait, and
-    the thread runs on to its end with its result dropped. It is a daemon thread, so that such
-    a thread never keeps a stopping consumer from exiting (a pool's threads would be joined at
-    exit), and it is not taken from the loop's default executor, which DNS lookups share.
-    """
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[Any] = loop.create_future()
-    call = contextvars.copy_context()
-
-    def settle(result: Any, error: BaseException | None) -> None:
-        if done.done():  # the wait was given up
-            return
-        if error is not None:
-            done.set_exception(error)
-        else:
-            done.set_result(result)
-
-    def run() -> None:
-        result: Any = None
-        error: BaseException | None = None
-        try:
-            result = call.run(handler, context, payload)
-        except StopIteration as stopped:  # a future cannot hold one
-            error = RuntimeError("the handler raised StopIteration")
-            error.__cause__ = stopped
-        except BaseException as failure:
-            error = failure
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-            loop.call_soon_threadsafe(settle, result, error)
-
-    threading.Thread(target=run, name=f"jobrelay-handler-{context.job_id}", daemon=True).start()
-    return await done
-
-
-def _check_result(result: Any) -> None:
-    if not isinstance(result, dict):
-        raise PermanentError("the handler returned no dict", code="invalid_result")
-    try:
-        # What the store will write: a cycle or a nesting too deep for the encoder fails here
-        # (the walk of unstorable_json would not end on a cycle).
-        json.dumps(result, allow_nan=False)
-    except (TypeError, ValueError, RecursionError):
-        raise PermanentError("the handler's result is not JSON", code="invalid_result") from None
-    problem = unstorable_json(result)  # what jsonb refuses: NUL, NaN, keys that are no strings
-    if problem is not None:
-        raise PermanentError(
-            f"the handler's result cannot be stored as JSON: {problem}", code="invalid_result"
-        )
-
-
 def _verdict_for(outcome: Outcome, finish: Finish) -> Verdict:
     if finish is Finish.STALE:
-        return Verdict(Disposition.ACK, "stale")
+        return Verdict(Disposition.ACK, DeliveryOutcome.STALE)
     if isinstance(outcome, Cancelled) or finish is Finish.CANCELLED:
-        return Verdict(Disposition.ACK, "cancelled")
+        return Verdict(Disposition.ACK, DeliveryOutcome.CANCELLED)
     if isinstance(outcome, Succeeded):
-        return Verdict(Disposition.ACK, "succeeded")
+        return Verdict(Disposition.ACK, DeliveryOutcome.SUCCEEDED)
     if isinstance(outcome, RetryLater):
-        return Verdict(Disposition.ACK, "retried")
-    return Verdict(Disposition.DEAD_LETTER, "quarantined")
+        return Verdict(Disposition.ACK, DeliveryOutcome.RETRIED)
+    return Verdict(Disposition.DEAD_LETTER, DeliveryOutcome.QUARANTINED)
 
 
 def _outcome_context(outcome: Outcome, finish: Finish) -> dict[str, str]:

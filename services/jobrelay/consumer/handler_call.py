@@ -1,0 +1,123 @@
+"""Calling a job's handler (docs/life-of-a-job.md, step 3): under its type's timeout, a plain
+``def`` handler in a thread of its own, and its result checked before anything is stored."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from pydantic import BaseModel
+
+from jobrelay.core.errors import PermanentError, TransientError
+from jobrelay.core.jobs import Job
+from jobrelay.core.jsonvalues import unstorable_json
+from jobrelay.core.registry import AsyncHandler, JobContext, JobType, SyncHandler
+
+
+@dataclass(frozen=True)
+class HandlerRun:
+    result: dict[str, Any] | None
+    error: BaseException | None
+    seconds: float
+
+
+def job_context(job: Job, results_dir: Path) -> JobContext:
+    """What the handler of a claimed job is given besides its payload."""
+    return JobContext(
+        job_id=job.id,
+        job_type=job.type,
+        attempt=job.attempts,
+        max_attempts=job.max_attempts,
+        results_dir=results_dir,
+        logger=logging.LoggerAdapter(
+            logging.getLogger("jobrelay.handler"),
+            {"job_id": str(job.id), "attempt": job.attempts, "type": job.type},
+        ),
+    )
+
+
+async def call_handler(job_type: JobType, context: JobContext, payload: BaseModel) -> HandlerRun:
+    """Run the handler once: its result, or the error it ended with (a timeout is a
+    ``TransientError`` with the code ``timeout``), and how long it took. Never raises but on
+    cancel."""
+    assert job_type.handler is not None
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(job_type.timeout_seconds):
+            if job_type.runs_in_thread:
+                result = await _in_thread(cast(SyncHandler, job_type.handler), context, payload)
+            else:
+                result = await cast(AsyncHandler, job_type.handler)(context, payload)
+        check_result(result)
+    except TimeoutError as timed_out:
+        error: BaseException = TransientError(
+            f"handler timed out after {job_type.timeout_seconds:g}s", code="timeout"
+        )
+        # Its traceback shows where the handler was waiting when the time ran out.
+        error.__cause__ = timed_out
+        return HandlerRun(None, error, time.monotonic() - started)
+    except Exception as failure:
+        return HandlerRun(None, failure, time.monotonic() - started)
+    return HandlerRun(result, None, time.monotonic() - started)
+
+
+async def _in_thread(handler: SyncHandler, context: JobContext, payload: BaseModel) -> Any:
+    """Run a plain `def` handler in a thread of its own and wait for it.
+
+    A thread cannot be interrupted: a timeout, a lost lease or a shutdown stops the wait, and
+    the thread runs on to its end with its result dropped. It is a daemon thread, so that such
+    a thread never keeps a stopping consumer from exiting (a pool's threads would be joined at
+    exit), and it is not taken from the loop's default executor, which DNS lookups share.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+    call = contextvars.copy_context()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if done.done():  # the wait was given up
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)
+
+    def run() -> None:
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            result = call.run(handler, context, payload)
+        except StopIteration as stopped:  # a future cannot hold one
+            error = RuntimeError("the handler raised StopIteration")
+            error.__cause__ = stopped
+        except BaseException as failure:
+            error = failure
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name=f"jobrelay-handler-{context.job_id}", daemon=True).start()
+    return await done
+
+
+def check_result(result: Any) -> None:
+    """Refuse (``PermanentError``, code ``invalid_result``) a result the store cannot keep."""
+    if not isinstance(result, dict):
+        raise PermanentError("the handler returned no dict", code="invalid_result")
+    try:
+        # What the store will write: a cycle or a nesting too deep for the encoder fails here
+        # (the walk of unstorable_json would not end on a cycle).
+        json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        raise PermanentError("the handler's result is not JSON", code="invalid_result") from None
+    problem = unstorable_json(result)  # what jsonb refuses: NUL, NaN, keys that are no strings
+    if problem is not None:
+        raise PermanentError(
+            f"the handler's result cannot be stored as JSON: {problem}", code="invalid_result"
+        )

@@ -13,14 +13,9 @@ from jobrelay.core.fingerprint import canonical_json, request_hash
 from jobrelay.core.jobs import is_valid_idempotency_key, safe_error_text
 from jobrelay.core.message import Envelope, MalformedMessage
 from jobrelay.core.settings import Settings, mask_url, parse_type_queues
-from jobrelay.core.states import (
-    CANCELLABLE_STATES,
-    TERMINAL_STATES,
-    TRANSITIONS,
-    JobState,
-    can_transition,
-)
+from jobrelay.core.states import TERMINAL_STATES, JobState
 from jobrelay.handlers.builtin import registry
+from tests.support.transitions import CANCELLABLE_STATES, TRANSITIONS, can_transition
 
 # The core's import rule (no I/O library) is checked in test_imports.py.
 

@@ -22,9 +22,8 @@ class JobEvent(StrEnum):
     PUBLISHED = "published"
     CLAIMED = "claimed"
     DUPLICATE_DELIVERY = "duplicate_delivery"
-    # Never written (renewals are not journaled); kept because the job_events CHECK constraint
-    # of the migrations (0001, 0002) and of db/tables.py lists it.
-    LEASE_RENEWED = "lease_renewed"
+    # (``lease_renewed`` is no more: renewals were never journaled. The CHECK constraint of the
+    # migrations, migrations/history.py, still allows it.)
     LEASE_EXPIRED = "lease_expired"
     STALE_COMPLETION_REJECTED = "stale_completion_rejected"
     RETRY_SCHEDULED = "retry_scheduled"
@@ -146,23 +145,6 @@ ALL_TRANSITIONS: tuple[Transition, ...] = (
     REPLAY,
 )
 
-# Every allowed move between two states, derived from the transitions above.
-TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    state: frozenset(
-        t.target for t in ALL_TRANSITIONS if state in t.source and t.target is not None
-    )
-    for state in JobState
-}
-
 TERMINAL_STATES: frozenset[JobState] = frozenset(
     {JobState.SUCCEEDED, JobState.QUARANTINED, JobState.CANCELLED}
 )
-# What a client may cancel: `queued` and `retrying` at once, `running` by a request its worker
-# carries out (`POST /v1/jobs/{id}/cancel`).
-CANCELLABLE_STATES: frozenset[JobState] = frozenset(
-    source for source, targets in TRANSITIONS.items() if JobState.CANCELLED in targets
-)
-
-
-def can_transition(source: JobState, target: JobState) -> bool:
-    return target in TRANSITIONS[source]

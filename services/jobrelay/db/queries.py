@@ -713,6 +713,13 @@ CANCELS_REQUESTED: TextClause = text(
     """
 )
 
+_WORKER_EXITS = (COMPLETE, RETRY, QUARANTINE, CANCEL_RUNNING)
+
+
+def _targets_of(transitions: tuple[Transition, ...]) -> str:
+    return ", ".join(f"'{t.target}'" for t in transitions if t.target is not None)
+
+
 # Every exit of a worker from `running`, for a group of jobs: each row's decided outcome (its
 # :targets entry: succeeded, retrying, quarantined or cancelled) with its state, result or retry
 # (due :retry_delays seconds after the database's now(), a new outbox row), error (cleared by a
@@ -741,11 +748,7 @@ FINISH_JOBS: TextClause = text(
         FROM locked l JOIN asked a ON a.job_id = l.id
     ), moved AS (
         UPDATE jobs j
-        SET state = CASE a.ends_as WHEN '{COMPLETE.target}' THEN '{COMPLETE.target}'
-                                   WHEN '{RETRY.target}' THEN '{RETRY.target}'
-                                   WHEN '{QUARANTINE.target}' THEN '{QUARANTINE.target}'
-                                   WHEN '{CANCEL_RUNNING.target}' THEN '{CANCEL_RUNNING.target}'
-                    END,
+        SET state = a.ends_as,
             lease_token = NULL, lease_until = NULL,
             available_at = CASE WHEN a.ends_as = '{RETRY.target}'
                                 THEN now() + make_interval(secs => a.retry_delay)
@@ -759,7 +762,8 @@ FINISH_JOBS: TextClause = text(
             updated_at = now()
         FROM decided a
         WHERE j.id = a.job_id
-          AND {_shared_guard((COMPLETE, RETRY, QUARANTINE, CANCEL_RUNNING), "a.asked_token")}
+          AND {_shared_guard(_WORKER_EXITS, "a.asked_token")}
+          AND a.ends_as IN ({_targets_of(_WORKER_EXITS)})  -- only the moves declared
         RETURNING j.id, j.attempts, j.available_at, a.asked_token, a.target, a.ends_as,
                   a.result, a.error_code, a.failure
     ), stored AS (
@@ -997,14 +1001,15 @@ REDISPATCHED_RECENTLY: TextClause = text(
 )
 
 
-# --- which statement makes which move (checked against the SQL by tests/unit/test_transitions.py)
+# --- which statement makes which move (tests/unit/test_transitions.py checks each is guarded by
+# its transitions, tests/integration/test_transition_guards.py what the guards let through)
 
 STATE_WRITES: dict[str, tuple[Transition, ...]] = {
     "CANCEL_JOB": (CANCEL,),
     "RESCUE_EXPIRED_LEASES": (RESCUE,),
     "CLAIM_JOBS": (CLAIM, RECLAIM),
     "QUARANTINE_EXHAUSTED": (EXHAUST,),
-    "FINISH_JOBS": (COMPLETE, RETRY, QUARANTINE, CANCEL_RUNNING),
+    "FINISH_JOBS": _WORKER_EXITS,
     "DEFER_UNKNOWN_TYPE": (DEFER, UNKNOWN_TYPE),
     "RELEASE_LEASE": (RELEASE,),
     "REPLAY_JOB": (REPLAY,),

@@ -40,10 +40,13 @@ def make_engine(
         pool_size=pool_size,
         # No overflow: connections opened and closed per burst cost more than waiting for one.
         max_overflow=0,
-        # No pre-ping: it costs a round trip per checkout. A connection that died with the
-        # server fails its statement once (StoreUnavailable, the caller retries) and SQLAlchemy
-        # then invalidates the whole pool, so one failure per restart, not per connection.
-        pool_pre_ping=False,
+        # A liveness check on every checkout (a round trip of an empty statement): after a
+        # database restart every pooled connection is dead, and without it each one would fail
+        # one request (the fast path, Store.fetch_all, drives the driver itself, so SQLAlchemy
+        # never sees its errors). A failed check opens a new connection in its place and makes
+        # the pool recycle every connection older than the failure, so no request fails once
+        # the database answers again.
+        pool_pre_ping=True,
         pool_recycle=1800,
         # Past it the caller gets StoreUnavailable: the API answers 503 rather than queueing.
         pool_timeout=pool_timeout,

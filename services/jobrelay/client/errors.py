@@ -13,7 +13,14 @@ class ApiError(Exception):
     is not a job. ``status`` is the HTTP status, ``code`` the problem's stable code
     (``idempotency_conflict``, ``job_not_found``, ``rate_limited``...; ``http_<status>`` when
     the body had none, as from a proxy), ``detail`` what it says, ``retry_after`` the seconds
-    the server asked to wait (``Retry-After``) or None, ``problem`` the whole body.
+    the server asked to wait (``Retry-After``) or None.
+
+    ``problem`` is the whole problem body as a dict (empty when the answer had none): ``type``,
+    ``title``, ``status``, ``code``, ``detail``, and what a problem adds, e.g. the ``job_id``
+    of a 409 ``idempotency_conflict``, or the ``errors`` of a 422 ``validation_error``, one
+    ``{"loc": [...], "msg": ..., "type": ...}`` per invalid field. The message names the first
+    few of those fields: ``422 validation_error: The request is not valid (body.max_attempts:
+    Input should be a valid integer)``.
 
     Neither the message nor the repr holds the request: the token is never in an error."""
 
@@ -26,12 +33,12 @@ class ApiError(Exception):
         retry_after: float | None = None,
         problem: Mapping[str, Any] | None = None,
     ) -> None:
-        super().__init__(f"{status} {code}: {detail}")
+        self.problem: dict[str, Any] = dict(problem or {})
+        super().__init__(f"{status} {code}: {detail}{_field_errors(self.problem)}")
         self.status = status
         self.code = code
         self.detail = detail
         self.retry_after = retry_after
-        self.problem: dict[str, Any] = dict(problem or {})
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(status={self.status}, code={self.code!r})"
@@ -64,6 +71,31 @@ class IdempotencyConflict(ApiError):
             return uuid.UUID(str(self.problem["job_id"]))
         except (KeyError, ValueError):
             return None
+
+
+# A message stays one readable line: the fields past these are in ``problem["errors"]``.
+FIELD_ERRORS_SHOWN = 3
+
+
+def _field_errors(problem: Mapping[str, Any]) -> str:
+    """`` (loc: msg; …)`` for a problem that lists its invalid fields, else nothing."""
+    errors = problem.get("errors")
+    if not isinstance(errors, list) or not errors:
+        return ""
+    shown = [_field_error(error) for error in errors[:FIELD_ERRORS_SHOWN]]
+    more = len(errors) - len(shown)
+    if more:
+        shown.append(f"{more} more")
+    return f" ({'; '.join(shown)})"
+
+
+def _field_error(error: Any) -> str:
+    if not isinstance(error, Mapping):
+        return str(error)
+    loc = error.get("loc")
+    where = ".".join(str(part) for part in loc) if isinstance(loc, list) else ""
+    message = str(error.get("msg") or error.get("type") or "invalid")
+    return f"{where}: {message}" if where else message
 
 
 def _problem(body: bytes) -> dict[str, Any]:

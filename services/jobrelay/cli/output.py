@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+
+def json_value(value: Any) -> str:
+    """A stored value (a result, a payload) as the JSON it is, on one line."""
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def state_line(state: str, why: str) -> str:
+    """The state and why it stopped, the state word once (``quarantined: code: error``)."""
+    return why if why.startswith(f"{state}:") else f"{state}: {why}"
 
 
 def render_trace(trace: dict[str, Any]) -> str:
@@ -37,11 +48,11 @@ def render_trace(trace: dict[str, Any]) -> str:
     if result:
         lines.append(
             f"  result     stored {result['stored_at']} by attempt {result['attempt']}: "
-            f"{result['value']}"
+            f"{json_value(result['value'])}"
         )
     else:
         lines.append("  result     none stored")
-    lines.append(f"  state      {trace['state']}: {trace['why']}")
+    lines.append(f"  state      {state_line(trace['state'], trace['why'])}")
     lines.append("  journal")
     for event in trace["events"]:
         detail = f"  {event['detail']}" if event["detail"] else ""

@@ -10,12 +10,14 @@ why the job stopped. The store reads a ``JobTrace`` (plain values, one snapshot)
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from jobrelay.core.failures import public_failure
 from jobrelay.core.jobs import Job, JournalEntry
+from jobrelay.core.journal import is_unclaimed_delivery
 from jobrelay.core.states import JobEvent, JobState
 
 
@@ -51,7 +53,14 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def why_it_stopped(job: Job, result: StoredResult | None, *, deferred: bool = False) -> str:
+def why_it_stopped(
+    job: Job,
+    result: StoredResult | None,
+    *,
+    deferred: bool = False,
+    moment: Callable[[datetime | None], str | None] = _iso,
+) -> str:
+    """``moment`` writes the times in it (ISO 8601 unless a page writes them its own way)."""
     if job.state == JobState.SUCCEEDED:
         attempt = result.attempt if result else job.attempts
         return f"succeeded on attempt {attempt} of {job.max_attempts}"
@@ -62,33 +71,32 @@ def why_it_stopped(job: Job, result: StoredResult | None, *, deferred: bool = Fa
     if job.state == JobState.RETRYING:
         return (
             f"not stopped: retrying after {job.last_error_code}, next attempt due "
-            f"{_iso(job.available_at)}"
+            f"{moment(job.available_at)}"
         )
     if job.state == JobState.RUNNING:
-        return f"not stopped: running attempt {job.attempts}, lease until {_iso(job.lease_until)}"
+        return f"not stopped: running attempt {job.attempts}, lease until {moment(job.lease_until)}"
     if deferred:
         return (
             "not stopped: deferred, the consumer that received it did not know its type; "
-            f"due again {_iso(job.available_at)}"
+            f"due again {moment(job.available_at)}"
         )
     return "not stopped: queued, waiting for a consumer"
 
 
-def trace_document(trace: JobTrace, *, tracebacks: bool = True) -> dict[str, Any]:
-    """``tracebacks=False``: what the job's owner sees (failures without their traceback)."""
+def trace_document(
+    trace: JobTrace,
+    *,
+    tracebacks: bool = True,
+    moment: Callable[[datetime | None], str | None] = _iso,
+) -> dict[str, Any]:
+    """``tracebacks=False``: what the job's owner sees (failures without their traceback);
+    ``moment``: how ``why`` writes its times (the console's pages write them their way)."""
     job, events, result = trace.job, trace.events, trace.result
     counts = Counter(event.event for event in events)
     received = next((e for e in events if e.event == JobEvent.RECEIVED), None)
     claims = counts[JobEvent.CLAIMED]
     # Deliveries that ended without a claim: no attempts left, or a type the consumer lacked.
-    unclaimed = sum(
-        1
-        for e in events
-        if e.event == JobEvent.QUARANTINED
-        and (
-            e.detail == "attempts_exhausted" or (e.detail == "unknown_job_type" and e.error is None)
-        )
-    )
+    unclaimed = sum(1 for e in events if is_unclaimed_delivery(e))
     failures = [e for e in events if e.error is not None]
     last = next(
         (e.event for e in reversed(events) if e.event != JobEvent.PUBLISHED), JobEvent.RECEIVED
@@ -139,7 +147,7 @@ def trace_document(trace: JobTrace, *, tracebacks: bool = True) -> dict[str, Any
             else None
         ),
         "state": job.state.value,
-        "why": why_it_stopped(job, result, deferred=last == JobEvent.DEFERRED),
+        "why": why_it_stopped(job, result, deferred=last == JobEvent.DEFERRED, moment=moment),
         "last_failure": _failure(failures[-1], tracebacks) if failures else None,
         "events": [
             {

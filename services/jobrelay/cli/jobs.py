@@ -1,4 +1,5 @@
-"""``jobrelay jobs show | trace | redispatch``: one job, what happened to it, and the lost ones."""
+"""``jobrelay jobs list | show | trace | redispatch``: the jobs of every client, one job, what
+happened to it, and the lost ones."""
 
 from __future__ import annotations
 
@@ -18,15 +19,21 @@ from jobrelay.cli.common import (
     run_with_store,
     settings_from_env,
 )
-from jobrelay.cli.output import render_trace
+from jobrelay.cli.output import json_value, render_trace
 from jobrelay.core.durations import parse_duration
+from jobrelay.core.errors import InvalidCursor
+from jobrelay.core.jobs import Job
+from jobrelay.core.pages import Page, decode_cursor
+from jobrelay.core.states import JobState
 from jobrelay.core.trace import trace_document
 
 if TYPE_CHECKING:
+    from jobrelay.core.clients import ClientListing
     from jobrelay.db.store import Store
     from jobrelay.operations import Operations
 
 EXAMPLES = {
+    "jobs list": "jobrelay jobs list --state quarantined --client shop --limit 20",
     "jobs show": "jobrelay jobs show 3f2b...-uuid",
     "trace": "jobrelay jobs trace 5b0c9f6e-...  (or --json for tools)",
     "redispatch": "jobrelay jobs redispatch --older-than 15m",
@@ -50,10 +57,87 @@ SHOWN_FIELDS = (
 def render_job(view: dict[str, Any]) -> str:
     """The job's fields that have a value, one a line."""
     return "\n".join(
-        f"{field:16} {json.dumps(value) if isinstance(value, dict) else value}"
+        f"{field:16} {json_value(value) if isinstance(value, dict) else value}"
         for field in SHOWN_FIELDS
         if (value := view.get(field)) is not None
     )
+
+
+MAX_LIST_LIMIT = 1000
+
+
+def listed_job(job: Job, client: str) -> dict[str, Any]:
+    return {
+        "id": str(job.id),
+        "state": job.state.value,
+        "type": job.type,
+        "client": client,
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "created_at": job.created_at.isoformat(),
+        "updated_at": job.updated_at.isoformat(),
+    }
+
+
+def render_listing(listing: dict[str, Any]) -> str:
+    """One line a job (id, state, type, client, attempts, updated at), then the next page."""
+    lines = [
+        f"{job['id']}  {job['state']:<11} {job['type']:<20} {job['client']:<16} "
+        f"attempts {job['attempts']}/{job['max_attempts']}  updated {job['updated_at']}"
+        for job in listing["jobs"]
+    ]
+    if not lines:
+        lines.append("no job")
+    if listing["next_cursor"]:
+        lines.append(f"more: add --cursor {listing['next_cursor']}")
+    return "\n".join(lines)
+
+
+async def jobs_of_clients(
+    store: Store, owners: list[ClientListing], state: str | None, job_type: str | None, page: Page
+) -> list[tuple[Job, str]]:
+    """A page of the jobs of ``owners``, newest first, with their client's name: each client's
+    page (its index reads no more), merged."""
+    found: list[tuple[Job, str]] = []
+    for owner in owners:
+        jobs = await store.list_jobs(
+            client_id=owner.id, state=state, job_type=job_type, limit=page.limit, after=page.after
+        )
+        found.extend((job, owner.name) for job in jobs)
+    found.sort(key=lambda pair: (pair[0].created_at, pair[0].id), reverse=True)
+    return found[: page.limit]
+
+
+def _list_page(args: argparse.Namespace) -> Page:
+    if not 1 <= args.limit <= MAX_LIST_LIMIT:
+        raise CliError(f"--limit must be 1 to {MAX_LIST_LIMIT}")
+    try:
+        return Page(args.limit, decode_cursor(args.cursor) if args.cursor else None)
+    except InvalidCursor:
+        raise CliError(f"--cursor {args.cursor!r} is not one this command printed") from None
+
+
+def cmd_jobs_list(args: argparse.Namespace) -> int:
+    settings = settings_from_env()
+    page = _list_page(args)
+
+    async def work(store: Store) -> int:
+        from jobrelay.db.client_store import ClientStore
+
+        owners = await ClientStore(store).list_clients()
+        if args.client is not None:
+            owners = [owner for owner in owners if owner.name == args.client]
+            if not owners:
+                raise CliError(f"no client named {args.client!r} (see: jobrelay clients list)")
+        found = await jobs_of_clients(store, owners, args.state, args.type, page)
+        listing = {
+            "jobs": [listed_job(job, client) for job, client in found],
+            "next_cursor": page.next_cursor([job for job, _ in found]),
+        }
+        print_document(listing, render_listing, as_json=args.json)
+        return 0
+
+    return run_with_store(settings, work)
 
 
 def cmd_jobs_show(args: argparse.Namespace) -> int:
@@ -109,6 +193,21 @@ def cmd_redispatch(args: argparse.Namespace) -> int:
 
 def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
     actions = add_group(commands, "jobs", "inspect jobs", "jobrelay jobs trace 5b0c9f6e-...")
+    listing = add_command(
+        actions,
+        "list",
+        cmd_jobs_list,
+        "the jobs of every client, newest first, one a line",
+        EXAMPLES["jobs list"],
+        json_flag=True,
+    )
+    listing.add_argument("--state", choices=[state.value for state in JobState])
+    listing.add_argument("--type", help="only jobs of this type")
+    listing.add_argument("--client", metavar="NAME", help="only this client's jobs")
+    listing.add_argument(
+        "--limit", type=int, default=50, help=f"jobs on a page, 1 to {MAX_LIST_LIMIT} (default 50)"
+    )
+    listing.add_argument("--cursor", help="the next page, as the previous one printed it")
     add_command(
         actions,
         "show",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import uuid
 
-from playwright.async_api import BrowserContext, Dialog, Page, expect
+from playwright.async_api import Browser, BrowserContext, Dialog, Page, expect
 
 from jobrelay.core.states import JobState
 from jobrelay.db.store import Store
@@ -191,6 +191,46 @@ async def test_the_session_cookie_is_http_only_and_same_site_strict(
     await screenshot(page, "schedules")
     await page.goto(deployment.base + "/ui/clients")
     await screenshot(page, "clients")
+
+
+PHONE = {"width": 375, "height": 740}
+WIDER_THAN_THE_WINDOW = """() => [...document.querySelectorAll("body *")]
+    .filter(e => e.getBoundingClientRect().right > window.innerWidth + 0.5)
+    .filter(e => !e.parentElement.closest("table, pre, svg"))
+    .map(e => e.tagName.toLowerCase() + (e.className ? "." + e.className : ""))"""
+
+
+# Item 17 of issue 24: on a phone the header's nav ran past the right edge (the page scrolled
+# sideways and Clients was off screen).
+async def test_on_a_phone_every_page_fits_the_width_and_its_nav_wraps(
+    browser: Browser, deployment: Deployment, seeded: Seeded
+) -> None:
+    phone = await browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
+    try:
+        page = await phone.new_page()
+        await sign_in(page, deployment.base, seeded.admin_token)
+        await expect(page.locator("h1")).to_have_text("Overview")
+        for path in (
+            "/ui/",
+            "/ui/jobs",
+            f"/ui/jobs/{seeded.retried[0]}",
+            "/ui/quarantine",
+            "/ui/schedules",
+            "/ui/clients",
+        ):
+            await page.goto(deployment.base + path)
+            width = await page.evaluate("document.documentElement.scrollWidth")
+            # A phone widens its layout to a page wider than the screen, and zooms out.
+            window = await page.evaluate("window.innerWidth")
+            wider = await page.evaluate(WIDER_THAN_THE_WINDOW)
+            assert width <= window == PHONE["width"], (path, width, window, wider)
+            for link in await page.locator("header nav a").all():
+                box = await link.bounding_box()
+                assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= window
+        await page.goto(deployment.base + "/ui/")
+        await screenshot(page, "overview-phone")
+    finally:
+        await phone.close()
 
 
 async def _state(store: Store, job_id: uuid.UUID) -> JobState | None:

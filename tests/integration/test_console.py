@@ -9,7 +9,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -503,6 +503,31 @@ async def test_a_jobs_page_shows_its_data_as_text_with_its_trace_and_traceback(
     assert f'action="/ui/jobs/{job.id}/cancel"' not in page.text  # finished: not cancellable
 
 
+# Item 17 of issue 24: the "why" line of a running job showed its lease as raw ISO text
+# (2024-06-01T12:00:00.123456+00:00) beside the page's other times (2024-06-01 12:00:00.123 UTC).
+async def test_a_running_or_retrying_jobs_page_writes_its_times_like_the_rest_of_the_page(
+    console: httpx.AsyncClient, store: Store, admin: str
+) -> None:
+    lease = datetime(2030, 6, 1, 12, 0, 0, 123456, tzinfo=UTC)
+    running = await factories.job(store, state=JobState.RUNNING, attempts=1, lease_until=lease)
+    retrying = await factories.job(
+        store, state=JobState.RETRYING, available_at=lease, last_error_code="transient_error"
+    )
+    await signed_in(console, admin)
+
+    running_page = await console.get(f"/ui/jobs/{running.id}")
+    retrying_page = await console.get(f"/ui/jobs/{retrying.id}")
+
+    assert_html_page(running_page, 200)
+    assert (
+        '<p class="why">not stopped: running attempt 1, lease until 2030-06-01 12:00:00.123 UTC</p>'
+        in running_page.text
+    )
+    assert "next attempt due 2030-06-01 12:00:00.123 UTC</p>" in retrying_page.text
+    for page in (running_page, retrying_page):
+        assert "2030-06-01T12" not in page.text and "+00:00" not in page.text
+
+
 async def test_a_queued_job_is_cancelled_from_its_page(
     console: httpx.AsyncClient, store: Store, admin: str
 ) -> None:
@@ -597,21 +622,76 @@ async def test_a_purge_asks_first_then_reports_what_it_deleted(
     assert (await factories.job_row(store, job)).state == "quarantined"
 
 
-async def test_without_the_broker_a_replay_is_an_error_page_and_changes_nothing(
+BANNER = "Broker unreachable: replay is unavailable."
+NOT_REPLAYED = "Not replayed: the broker is unreachable, so replay is unavailable. Nothing changed."
+
+
+def disabled_buttons(page: httpx.Response) -> list[str]:
+    return re.findall(r"<button [^>]*disabled[^>]*>([^<]*)</button>", page.text)
+
+
+# Item 17 of issue 24: the overview said nothing without the broker and every replay button
+# stayed active (a click was a 503 page).
+async def test_without_the_broker_the_pages_say_so_and_replay_and_purge_are_disabled(
     settings: Settings, store: Store, admin: str
 ) -> None:
-    job = await quarantined_job(store)  # settings: a broker URL nothing answers
+    job = await quarantined_job(store)  # settings: a broker URL nothing answers (a closed port)
+    async with console_client(settings, store) as console:
+        await signed_in(console, admin)
+        overview = await console.get("/ui/")
+        live = await console.get("/ui/overview/live")
+        listing = await console.get("/ui/quarantine")
+        job_page = await console.get(f"/ui/jobs/{job}")
+        confirm = await console.get("/ui/quarantine/purge")
+
+    for page in (overview, live, listing, job_page, confirm):
+        assert page.status_code == 200, page.text
+        assert BANNER in page.text
+    assert_html_page(overview, 200)
+    assert disabled_buttons(listing) == ["Replay all 1", "Replay"]
+    assert 'href="/ui/quarantine/purge"' not in listing.text  # the purge link is inert
+    assert disabled_buttons(job_page) == ["Replay"]
+    assert disabled_buttons(confirm) == ["Purge the messages"]
+
+
+async def test_without_the_broker_a_replay_or_purge_is_refused_with_a_message_changing_nothing(
+    settings: Settings, store: Store, admin: str
+) -> None:
+    job = await quarantined_job(store)
     async with console_client(settings, store) as console:
         csrf = await signed_in(console, admin)
-        listing = await console.get("/ui/quarantine")
-        refused = await console.post(
-            "/ui/quarantine/replay", data={"job_id": str(job), "csrf": csrf}
+        back = f"/ui/jobs/{job}"
+        one = await console.post(
+            "/ui/quarantine/replay", data={"job_id": str(job), "csrf": csrf, "back": back}
         )
+        one_flash = flash_of(await console.get(back))
+        reason = await console.post(
+            "/ui/quarantine/replay-reason", data={"code": "permanent_error", "csrf": csrf}
+        )
+        reason_flash = flash_of(await console.get("/ui/quarantine"))
+        purged = await console.post("/ui/quarantine/purge", data={"csrf": csrf})
+        purge_flash = flash_of(await console.get("/ui/quarantine"))
 
-    assert_html_page(listing, 200)
-    assert "The broker is unreachable" in listing.text
-    assert_html_page(refused, 503)
+    assert (one.status_code, one.headers["location"]) == (303, back)
+    assert one_flash == NOT_REPLAYED
+    assert (reason.status_code, reason.headers["location"]) == (303, "/ui/quarantine")
+    assert reason_flash == NOT_REPLAYED
+    assert purged.status_code == 303
+    assert purge_flash == (
+        "Not purged: the broker is unreachable, so purge is unavailable. Nothing changed."
+    )
     assert (await factories.job_row(store, job)).state == "quarantined"
+
+
+async def test_with_the_broker_the_pages_show_no_banner_and_no_disabled_button(
+    console: httpx.AsyncClient, store: Store, admin: str
+) -> None:
+    job = await quarantined_job(store)
+    await signed_in(console, admin)
+    for path in ("/ui/", "/ui/quarantine", f"/ui/jobs/{job}", "/ui/quarantine/purge"):
+        page = await console.get(path)
+        assert_html_page(page, 200)
+        assert BANNER not in page.text and disabled_buttons(page) == [], path
 
 
 # --- overview, schedules, errors ----------------------------------------------------------------

@@ -122,15 +122,7 @@ def io_violations(modules: Mapping[str, str]) -> list[str]:
 
 def adapter_violations(modules: Mapping[str, str]) -> list[str]:
     """Rule 2: ``adapter imports service`` for each service package an adapter imports."""
-    problems = []
-    for module, source in sorted(modules.items()):
-        if not any(_within(module, adapter) for adapter in ADAPTERS):
-            continue
-        names = imported_names(module, source, is_package=_is_package(module, modules))
-        for service in SERVICES:
-            if any(_within(name, service) for name in names):
-                problems.append(f"{module} imports {service}")
-    return problems
+    return one_way_violations(modules, dict.fromkeys(ADAPTERS, SERVICES))
 
 
 def one_way_violations(

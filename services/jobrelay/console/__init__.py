@@ -5,6 +5,7 @@ over the same store, operations and CLI code paths as ``/v1/admin`` and ``jobrel
 - ``keys.py``: the signing key (``JOBRELAY_CONSOLE_SECRET`` or the database's ``console_keys``);
 - ``web.py``: templates, the signed-in operator, the CSRF check, HTML error pages;
 - ``charts.py``: the inline SVG's geometry (pure);
+- ``broker.py``: whether the broker answers, for the banner and the replay and purge buttons;
 - one module of routes per page: ``signin``, ``overview``, ``jobs``, ``quarantine``,
   ``schedules``, ``clients``.
 
@@ -16,7 +17,9 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from jobrelay.broker.health import BrokerProbe
 from jobrelay.console import clients, jobs, overview, quarantine, schedules, signin
+from jobrelay.console.broker import BrokerCheck
 from jobrelay.console.keys import ConsoleKey
 from jobrelay.console.web import STATIC_DIR, STATIC_PATH, ConsoleAssets
 from jobrelay.core.settings import Settings
@@ -27,6 +30,9 @@ __all__ = ["install"]
 def install(app: FastAPI, settings: Settings) -> None:
     """Serve the console's assets and pages from ``app``."""
     app.state.console_key = ConsoleKey(settings.console_secret)
+    # The API's kept broker connection, as /readyz's (api/app.py sets it before this).
+    probe: BrokerProbe = app.state.broker_probe
+    app.state.console_broker = BrokerCheck(probe.check)
     # Before the pages: the catch-all of signin.fallback would otherwise answer for them.
     app.mount(STATIC_PATH, ConsoleAssets(directory=STATIC_DIR), name="console-static")
     for pages in (signin, overview, jobs, quarantine, schedules, clients):

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 
+from jobrelay.console.broker import broker_check
 from jobrelay.console.charts import timeline
 from jobrelay.console.security import Flash
 from jobrelay.console.web import (
@@ -26,6 +27,7 @@ from jobrelay.console.web import (
     redirect,
     render,
     store_of,
+    when,
 )
 from jobrelay.core.clients import ClientListing
 from jobrelay.core.errors import InvalidCursor
@@ -185,7 +187,9 @@ async def job_page(request: Request, operator: OperatorDep, job_id: str) -> Resp
     if trace is None:
         raise PageError(404, "No such job", "No job has this id (retention may have deleted it).")
     job = trace.job
-    document = trace_document(trace)  # the operators' view: failures with their tracebacks
+    # The operators' view: failures with their tracebacks, times as the page writes them.
+    document = trace_document(trace, moment=when)
+    replayable = job.state == JobState.QUARANTINED
     context = {
         "job": job,
         "trace": document,
@@ -196,7 +200,8 @@ async def job_page(request: Request, operator: OperatorDep, job_id: str) -> Resp
         "timeline": timeline(trace.events),
         "outbox": trace.outbox,
         "cancellable": job.state in CANCELLABLE and job.cancel_requested_at is None,
-        "replayable": job.state == JobState.QUARANTINED,
+        "replayable": replayable,
+        "broker_down": replayable and not await broker_check(request).reachable(),
     }
     return await render(request, "job.html", context, operator=operator)
 

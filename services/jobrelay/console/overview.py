@@ -1,5 +1,6 @@
 """The overview: the system at one instant (the same ``SystemStats`` as ``GET /v1/admin/stats``
-and ``jobrelay stats``) and the last hour's finished jobs per minute, as a chart."""
+and ``jobrelay stats``) and the last hour's finished jobs per minute, as a chart; and a banner
+while the broker is unreachable (``console/broker.py``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
+from jobrelay.console.broker import BrokerCheck, broker_check
 from jobrelay.console.charts import minute_chart
 from jobrelay.console.web import ConsoleRoute, OperatorDep, render, store_of
 from jobrelay.core.states import JobState
@@ -20,13 +22,14 @@ LIVE_PATH = "/ui/overview/live"
 LIVE_SECONDS = 5
 
 
-async def overview_context(store: Store) -> dict[str, Any]:
+async def overview_context(store: Store, broker: BrokerCheck) -> dict[str, Any]:
     stats = await store.stats()
     chart = minute_chart(await store.finished_per_minute())
     return {
         "stats": stats,
         "states": [(state.value, stats.jobs_by_state.get(state.value, 0)) for state in JobState],
         "chart": chart,
+        "broker_down": not await broker.reachable(),
         "as_of": datetime.now(UTC),
         "live_path": LIVE_PATH,
         "live_seconds": LIVE_SECONDS,
@@ -35,14 +38,14 @@ async def overview_context(store: Store) -> dict[str, Any]:
 
 @router.get("/ui/")
 async def overview(request: Request, operator: OperatorDep) -> Response:
-    context = await overview_context(store_of(request))
+    context = await overview_context(store_of(request), broker_check(request))
     return await render(request, "overview.html", context, operator=operator)
 
 
 @router.get(LIVE_PATH)
 async def overview_live(request: Request, operator: OperatorDep) -> Response:
     """The overview's body alone, for the page's refresh script."""
-    context = await overview_context(store_of(request))
+    context = await overview_context(store_of(request), broker_check(request))
     response = await render(
         request, "overview_body.html", context, operator=operator, fragment=True
     )

@@ -1,16 +1,18 @@
 """The quarantine: its jobs grouped by reason (``Operations.quarantine_report``, as
 ``jobrelay quarantine list`` shows them), replay one job or a whole reason, and purge the
-dead-lettered messages after a confirmation page."""
+dead-lettered messages after a confirmation page. Without the broker (``console/broker.py``)
+the pages say so, their buttons are disabled and their forms are refused, changing nothing."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Form, Query, Request, Response
 
+from jobrelay.console.broker import broker_check
 from jobrelay.console.security import Flash, safe_next
 from jobrelay.console.web import (
     ActingDep,
@@ -21,9 +23,11 @@ from jobrelay.console.web import (
     render,
     store_of,
 )
+from jobrelay.core.errors import BrokerUnavailable
 from jobrelay.operations import ReplayOutcome
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
+T = TypeVar("T")
 
 QUARANTINE_PATH = "/ui/quarantine"
 # The newest quarantined jobs the page reads, and how many of them each reason shows; one
@@ -31,12 +35,17 @@ QUARANTINE_PATH = "/ui/quarantine"
 LISTED = 100
 SHOWN_PER_REASON = 10
 REASON_LISTED = 500
+# Unreachable is the banner's (macros.html), with the buttons disabled.
 BROKER_NOTES = {
-    "unavailable": "The broker is unreachable: the messages in jobrelay.quarantine are unknown, "
-    "and replay and purge need it.",
     "busy": "The quarantine queue is held by a replay or a sweep: its messages are unknown "
     "right now.",
 }
+NOT_REPLAYED = Flash(
+    "error", "Not replayed: the broker is unreachable, so replay is unavailable. Nothing changed."
+)
+NOT_PURGED = Flash(
+    "error", "Not purged: the broker is unreachable, so purge is unavailable. Nothing changed."
+)
 
 
 @dataclass
@@ -68,6 +77,7 @@ async def quarantine_page(
     wanted = reason.strip() or None
     limit = REASON_LISTED if wanted else LISTED
     report = await operations_of(request).quarantine_report(code=wanted, limit=limit)
+    broker_down = _learned(request, report)
     totals = (await store_of(request).stats()).quarantined_by_code
     if wanted:
         totals = {wanted: totals.get(wanted, 0)}
@@ -75,10 +85,31 @@ async def quarantine_page(
         "reasons": by_reason(report["jobs"], totals),
         "report": report,
         "broker_note": BROKER_NOTES.get(report["broker"]),
+        "broker_down": broker_down,
         "one_reason": wanted,
         "shown": REASON_LISTED if wanted else SHOWN_PER_REASON,
     }
     return await render(request, "quarantine.html", context, operator=operator)
+
+
+def _learned(request: Request, report: dict[str, Any]) -> bool:
+    """Whether the report found the broker unreachable (the check learns it either way: the
+    report connected, or tried to); a busy queue is a broker that answered."""
+    down: bool = report["broker"] == "unavailable"
+    broker_check(request).learned(reachable=not down)
+    return down
+
+
+async def _if_reachable(request: Request, action: Callable[[], Awaitable[T]]) -> T | None:
+    """The action's answer, or None when the broker is unreachable: known before (the action
+    does not run) or met by the action (which then changed nothing)."""
+    check = broker_check(request)
+    if await check.reachable():
+        try:
+            return await action()
+        except BrokerUnavailable:
+            check.learned(reachable=False)
+    return None
 
 
 def replay_flash(outcome: ReplayOutcome) -> Flash:
@@ -102,7 +133,10 @@ async def replay_job(
     job_id: Annotated[uuid.UUID, Form()],
     back: Annotated[str, Form()] = QUARANTINE_PATH,
 ) -> Response:
-    (outcome,) = await operations_of(request).replay([job_id])
+    outcomes = await _if_reachable(request, lambda: operations_of(request).replay([job_id]))
+    if outcomes is None:
+        return await redirect(request, safe_next(back), NOT_REPLAYED)
+    (outcome,) = outcomes
     return await redirect(request, safe_next(back), replay_flash(outcome))
 
 
@@ -110,7 +144,9 @@ async def replay_job(
 async def replay_reason(
     request: Request, operator: ActingDep, code: Annotated[str, Form(max_length=200)]
 ) -> Response:
-    outcomes = await operations_of(request).replay_all(code=code)
+    outcomes = await _if_reachable(request, lambda: operations_of(request).replay_all(code=code))
+    if outcomes is None:
+        return await redirect(request, QUARANTINE_PATH, NOT_REPLAYED)
     replayed = sum(1 for outcome in outcomes if outcome.status == "replayed")
     flash = Flash(
         "ok" if replayed == len(outcomes) else "error",
@@ -124,13 +160,19 @@ async def replay_reason(
 async def purge_confirmation(request: Request, operator: OperatorDep) -> Response:
     """The confirmation step: what a purge deletes and what it keeps, and the one button."""
     report = await operations_of(request).quarantine_report(limit=1)
-    context = {"report": report, "broker_note": BROKER_NOTES.get(report["broker"])}
+    context = {
+        "report": report,
+        "broker_note": BROKER_NOTES.get(report["broker"]),
+        "broker_down": _learned(request, report),
+    }
     return await render(request, "purge.html", context, operator=operator)
 
 
 @router.post(QUARANTINE_PATH + "/purge")
 async def purge(request: Request, operator: ActingDep) -> Response:
-    count = await operations_of(request).purge()
+    count = await _if_reachable(request, operations_of(request).purge)
+    if count is None:
+        return await redirect(request, QUARANTINE_PATH, NOT_PURGED)
     flash = Flash(
         "ok",
         f"Purged {count} message(s) from jobrelay.quarantine; the jobs stay quarantined and "

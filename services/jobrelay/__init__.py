@@ -14,6 +14,9 @@ jobrelay's database: a job written inside the caller's own transaction, also imp
 first use::
 
     from jobrelay import UnknownClient, enqueue, enqueue_async
+
+with ``jobrelay.libpq_url``, which turns ``JOBRELAY_DATABASE_URL`` (in any form it accepts,
+``postgresql+psycopg://`` too) into the URL ``psycopg.connect`` takes.
 """
 
 from __future__ import annotations
@@ -25,10 +28,10 @@ from jobrelay.core.registry import JobContext, Registry
 
 if TYPE_CHECKING:
     from jobrelay.client import ApiError, AsyncClient, Client, IdempotencyConflict, Job
-    from jobrelay.transactional import UnknownClient, enqueue, enqueue_async
+    from jobrelay.transactional import UnknownClient, enqueue, enqueue_async, libpq_url
 
 _CLIENT_NAMES = frozenset({"ApiError", "AsyncClient", "Client", "IdempotencyConflict", "Job"})
-_ENQUEUE_NAMES = frozenset({"UnknownClient", "enqueue", "enqueue_async"})
+_ENQUEUE_NAMES = frozenset({"UnknownClient", "enqueue", "enqueue_async", "libpq_url"})
 
 __all__ = [
     "ApiError",
@@ -43,6 +46,7 @@ __all__ = [
     "UnknownClient",
     "enqueue",
     "enqueue_async",
+    "libpq_url",
 ]
 
 

@@ -62,11 +62,12 @@ from jobrelay.core.limits import (
     TYPE_NAME_MAX,
 )
 from jobrelay.core.registry import Registry
+from jobrelay.core.settings import libpq_url
 from jobrelay.core.tracecontext import valid_traceparent
 from jobrelay.db import queries as q
 from jobrelay.db.accept import Step, Submission, accept_steps, drive, drive_async
 
-__all__ = ["DEFAULT_MAX_ATTEMPTS", "UnknownClient", "enqueue", "enqueue_async"]
+__all__ = ["DEFAULT_MAX_ATTEMPTS", "UnknownClient", "enqueue", "enqueue_async", "libpq_url"]
 
 SyncConnectionLike = psycopg.Connection[Any] | SAConnection | Session | scoped_session[Any]
 AsyncConnectionLike = (

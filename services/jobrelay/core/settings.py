@@ -127,6 +127,16 @@ def normalize_database_url(url: str) -> str:
     return f"{DATABASE_SCHEME}://{rest}"
 
 
+def libpq_url(url: str) -> str:
+    """The URL as psycopg and libpq take it (``postgresql://…``), from any form
+    ``JOBRELAY_DATABASE_URL`` accepts: ``postgresql+psycopg://`` (SQLAlchemy's, the documented
+    one), ``postgresql://`` or ``postgres://``. Public as ``jobrelay.libpq_url``, for
+    ``psycopg.connect(jobrelay.libpq_url(os.environ["JOBRELAY_DATABASE_URL"]))`` before
+    ``jobrelay.enqueue``; another database's URL is the ValueError of ``normalize_database_url``."""
+    rest = normalize_database_url(url).partition("://")[2]
+    return f"postgresql://{rest}"
+
+
 # The password of a URL: up to its "@", never past the "//" of the next URL in a list.
 _URL_PASSWORD = re.compile(r"(//[^:/@]+:)(?:(?!//)[^@])*@")
 

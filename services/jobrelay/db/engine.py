@@ -12,13 +12,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from jobrelay.core.errors import StoreUnavailable
-from jobrelay.core.settings import mask_url
+from jobrelay.core.settings import libpq_url, mask_url
 
-
-def libpq_url(url: str) -> str:
-    """psycopg takes ``postgresql://``; SQLAlchemy URLs say ``postgresql+psycopg://``."""
-    scheme, sep, rest = url.partition("://")
-    return f"{scheme.split('+', 1)[0]}{sep}{rest}"
+__all__ = ["libpq_url", "make_engine", "translated_errors"]
 
 
 def make_engine(

@@ -17,6 +17,7 @@ from typing import Any
 
 from jobrelay.core.failures import public_failure
 from jobrelay.core.jobs import Job, JournalEntry
+from jobrelay.core.journal import is_unclaimed_delivery
 from jobrelay.core.states import JobEvent, JobState
 
 
@@ -95,14 +96,7 @@ def trace_document(
     received = next((e for e in events if e.event == JobEvent.RECEIVED), None)
     claims = counts[JobEvent.CLAIMED]
     # Deliveries that ended without a claim: no attempts left, or a type the consumer lacked.
-    unclaimed = sum(
-        1
-        for e in events
-        if e.event == JobEvent.QUARANTINED
-        and (
-            e.detail == "attempts_exhausted" or (e.detail == "unknown_job_type" and e.error is None)
-        )
-    )
+    unclaimed = sum(1 for e in events if is_unclaimed_delivery(e))
     failures = [e for e in events if e.error is not None]
     last = next(
         (e.event for e in reversed(events) if e.event != JobEvent.PUBLISHED), JobEvent.RECEIVED

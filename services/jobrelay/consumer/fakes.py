@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobrelay.core.errors import StoreUnavailable
 from jobrelay.core.execution import (
+    AttemptTrace,
     Claimed,
     ClaimResult,
     Deferred,
@@ -29,6 +30,7 @@ from jobrelay.core.execution import (
     Refusal,
     Refused,
     Renewal,
+    already_done,
 )
 from jobrelay.core.jobs import (
     Cancelled,
@@ -296,18 +298,9 @@ class InMemoryExecutionStore:
         return Finish.WRITTEN
 
     def _already_done(self, job: Job, attempt: int, outcome: Outcome) -> bool:
-        match outcome:
-            case Succeeded():
-                stored = self.results.get(job.id)
-                return stored is not None and stored.attempt == attempt
-            case RetryLater():
-                ended = (JobState.RETRYING, JobState.CANCELLED)  # cancelled: its cancel was asked
-                return job.state in ended and job.attempts == attempt
-            case Quarantine():
-                return job.state is JobState.QUARANTINED and job.attempts == attempt
-            case Cancelled():
-                return job.state is JobState.CANCELLED and job.attempts == attempt
-        return False  # pragma: no cover
+        stored = self.results.get(job.id)
+        trace = AttemptTrace(job.state, job.attempts, stored.attempt if stored else None)
+        return already_done(trace, attempt, outcome)
 
     def _record(self, job: Job, event: JobEvent, attempt: int, detail: str | None) -> None:
         self.journal[job.id].append(JournalEntry(self.clock(), event, attempt, detail))

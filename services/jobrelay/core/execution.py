@@ -14,7 +14,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
 
-from jobrelay.core.jobs import Job, Outcome
+from jobrelay.core.jobs import Cancelled, Job, Outcome, Quarantine, RetryLater, Succeeded
+from jobrelay.core.states import JobState
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,47 @@ class Finish(StrEnum):
     # Written as a cancel instead: a retry of a job whose client asked to cancel it while it
     # ran is not scheduled; the job is `cancelled`.
     CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class AttemptTrace:
+    """What the finished attempts left on a job: its state, its attempts, and the attempt whose
+    result is stored (None: no result)."""
+
+    state: JobState
+    attempts: int
+    result_attempt: int | None
+
+
+def already_done(trace: AttemptTrace, attempt: int, outcome: Outcome) -> bool:
+    """Did this attempt's own write of ``outcome`` land earlier (its answer lost)? Attempt
+    numbers are unique per claim; the one rule of ``Finish.ALREADY`` for every store."""
+    match outcome:
+        case Succeeded():
+            return trace.result_attempt == attempt
+        case RetryLater():
+            # A retry ends the job cancelled instead when its cancel was requested.
+            ended = (JobState.RETRYING, JobState.CANCELLED)
+            return trace.state in ended and trace.attempts == attempt
+        case Quarantine():
+            return trace.state is JobState.QUARANTINED and trace.attempts == attempt
+        case Cancelled():
+            return trace.state is JobState.CANCELLED and trace.attempts == attempt
+    return False  # pragma: no cover
+
+
+def outcome_name(outcome: Outcome) -> str:
+    """The write an outcome makes, as the journal names a rejected one."""
+    match outcome:
+        case Succeeded():
+            return "completion"
+        case RetryLater():
+            return "retry"
+        case Quarantine():
+            return "quarantine"
+        case Cancelled():
+            return "cancel"
+    return "outcome"  # pragma: no cover
 
 
 class Renewal(StrEnum):

@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from jobrelay.core.execution import (
+    AttemptTrace,
     Claimed,
     ClaimResult,
     Deferred,
@@ -33,6 +34,8 @@ from jobrelay.core.execution import (
     Refusal,
     Refused,
     Renewal,
+    already_done,
+    outcome_name,
 )
 from jobrelay.core.failures import Failure
 from jobrelay.core.jobs import Cancelled, Outcome, Quarantine, RetryLater, Succeeded
@@ -257,14 +260,14 @@ class PgExecutionStore:
             return Finish.WRITTEN
         async with self.store.transaction() as connection:  # the rare path: why not?
             trace = (await connection.execute(q.ATTEMPT_TRACE, {"id": job_id})).first()
-            if trace is not None and _already_done(trace, attempt, outcome):
+            if trace is not None and already_done(_attempt_trace(trace), attempt, outcome):
                 return Finish.ALREADY
             await self._record(
                 connection,
                 job_id,
                 JobEvent.STALE_COMPLETION_REJECTED,
                 attempt,
-                f"{_outcome_name(outcome)} by attempt {attempt} rejected: lease no longer held",
+                f"{outcome_name(outcome)} by attempt {attempt} rejected: lease no longer held",
             )
             return Finish.STALE
 
@@ -297,30 +300,5 @@ def _failure_json(failure: Failure | None) -> str | None:
     return None if failure is None else json.dumps(failure.as_json())
 
 
-def _already_done(trace: Any, attempt: int, outcome: Outcome) -> bool:
-    """Did this attempt's own write land earlier? Attempt numbers are unique per claim."""
-    match outcome:
-        case Succeeded():
-            return bool(trace.result_attempt == attempt)
-        case RetryLater():
-            # A retry ends the job cancelled instead when its cancel was requested.
-            ended = (JobState.RETRYING, JobState.CANCELLED)
-            return bool(trace.state in ended and trace.attempts == attempt)
-        case Quarantine():
-            return bool(trace.state == JobState.QUARANTINED and trace.attempts == attempt)
-        case Cancelled():
-            return bool(trace.state == JobState.CANCELLED and trace.attempts == attempt)
-    return False  # pragma: no cover
-
-
-def _outcome_name(outcome: Outcome) -> str:
-    match outcome:
-        case Succeeded():
-            return "completion"
-        case RetryLater():
-            return "retry"
-        case Quarantine():
-            return "quarantine"
-        case Cancelled():
-            return "cancel"
-    return "outcome"  # pragma: no cover
+def _attempt_trace(row: Any) -> AttemptTrace:
+    return AttemptTrace(JobState(row.state), row.attempts, row.result_attempt)

@@ -47,7 +47,8 @@ def test_a_user_creates_a_client_submits_a_job_and_reads_it_back(
     assert json.loads(again.stdout)["id"] == job["id"]
     assert conflict.returncode == 1
     assert conflict.stderr.strip().splitlines() == [
-        "jobrelay: 409 idempotency_conflict: the key was used for another type, payload or due time"
+        "jobrelay: 409 idempotency_conflict: the key was used for another type, payload or due "
+        f"time (job {job['id']} has this key)"
     ]
     shown = cli(env, "jobs", "show", job["id"], "--json")
     assert json.loads(shown.stdout)["state"] == "queued"

@@ -184,3 +184,71 @@ def test_submit_prints_the_field_errors_the_api_returned(
     assert lines[0].startswith("jobrelay: 422 validation_error")
     assert lines[1:] == ["  max_attempts: Input should be greater than or equal to 1"]
     assert "red" not in bad_payload.stderr and "soon" not in bad_payload.stderr
+
+
+# --- issue 24: one line and exit 1 for every mistake ---------------------------------------------
+
+
+def test_a_mistyped_command_is_one_line_and_exit_1_and_help_still_works(
+    settings: Settings,
+) -> None:
+    # Guards issue 24 item 17: argparse printed its usage and the error (two lines), exit 2.
+    env = service_env(settings)
+
+    mistyped = cli(env, "stat")
+    mistyped_action = cli(env, "jobs", "shw", "x")
+    helped = cli(env, "jobs", "--help")
+
+    assert mistyped.returncode == 1
+    (line,) = mistyped.stderr.strip().splitlines()
+    assert line.startswith("jobrelay: argument COMMAND: invalid choice: 'stat'")
+    assert line.endswith("(see 'jobrelay --help')")
+    assert mistyped_action.returncode == 1
+    (line,) = mistyped_action.stderr.strip().splitlines()
+    assert "invalid choice: 'shw'" in line and "'jobrelay jobs --help'" in line
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: jobrelay jobs")
+
+
+@pytest.mark.parametrize("concurrency", ["0", "-3"])
+def test_a_consumer_with_no_concurrency_is_refused_in_one_line(
+    settings: Settings, concurrency: str
+) -> None:
+    # Guards issue 24 item 9: `--concurrency 0` started a consumer with the default (8).
+    result = cli(service_env(settings), "consumer", "--concurrency", concurrency)
+
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == ["jobrelay: --concurrency must be at least 1"]
+
+
+def test_a_submit_without_a_key_that_failed_prints_the_key_it_made(settings: Settings) -> None:
+    # Guards issue 24 item 17: "retry with the same key" without the key it had made up.
+    env = service_env(settings, JOBRELAY_TOKEN="jr_x", JOBRELAY_API_URL="http://127.0.0.1:9")
+
+    made_up = cli(env, "submit", "demo.sleep")
+    given = cli(env, "submit", "demo.sleep", "--key", "order-7")
+
+    assert made_up.returncode == 1
+    (line,) = made_up.stderr.strip().splitlines()
+    assert line.startswith("jobrelay: cannot reach the API at http://127.0.0.1:9: ")
+    key = line.rpartition("retry with --key ")[2]
+    assert f"the key was {key}: " in line and len(key) == 36  # a UUID
+    assert given.returncode == 1
+    assert "order-7" not in given.stderr and "the key was" not in given.stderr
+
+
+def test_a_conflicting_submit_names_the_job_that_has_the_key(
+    api_process: tuple[Service, dict[str, str]],
+) -> None:
+    # Guards issue 24 item 17: the CLI's 409 did not name the existing job.
+    _, env = api_process
+    first = cli(env, "submit", "demo.sleep", "--payload", '{"seconds": 0}', "--key", "k-409")
+    conflict = cli(env, "submit", "demo.sleep", "--payload", '{"seconds": 1}', "--key", "k-409")
+
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("accepted: job ")
+    job_id = first.stdout.split()[2]
+    assert conflict.returncode == 1
+    assert conflict.stderr.strip().splitlines() == [
+        "jobrelay: 409 idempotency_conflict: the key was used for another type, payload or due "
+        f"time (job {job_id} has this key)"
+    ]

@@ -24,14 +24,14 @@ from jobrelay.cli import (
     stats,
     submit,
 )
-from jobrelay.cli.common import exit_status
+from jobrelay.cli.common import ArgumentParser, exit_status
 from jobrelay.logs import quiet_broker_libraries
 
 __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = ArgumentParser(
         prog="jobrelay",
         description="Durable background jobs: transactional outbox, PostgreSQL, RabbitMQ.",
         epilog='example: jobrelay submit catalog.export --payload \'{"course": "JavaScript"}\''

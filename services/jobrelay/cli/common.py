@@ -14,7 +14,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from pydantic import ValidationError
 
@@ -169,6 +169,16 @@ def exit_status(handler: Handler, args: argparse.Namespace) -> int:
 
 
 # --- argument parsing ---------------------------------------------------------------------------
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, with its mistakes as the CLI's others: one line on stderr, exit status 1
+    (argparse's own prints the usage too, and exits 2). ``--help`` is unchanged; the
+    sub-commands' parsers are of this class too (``add_subparsers`` makes them so)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"jobrelay: {message} (see '{self.prog} --help')", file=sys.stderr)
+        raise SystemExit(1)
 
 
 def add_group(

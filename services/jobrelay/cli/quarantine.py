@@ -4,6 +4,7 @@ dead-lettered messages."""
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -79,14 +80,25 @@ def _other_message_line(message: dict[str, Any]) -> str:
     return f"message {message['message_id']}: {what} (x-death reason {message['reason']})"
 
 
-def render_report(report: dict[str, Any]) -> str:
+def render_report(report: dict[str, Any], *, code: str | None = None) -> str:
+    """The jobs, then the messages of no quarantined job, then the count. Listed by ``code``,
+    only the listed jobs and their messages: the other messages are of no job with that code."""
     known = report["broker"] == "ok"
-    lines = [line for job in report["jobs"] for line in _job_lines(job, messages_known=known)]
-    lines.extend(_other_message_line(message) for message in report["other_messages"])
-    in_queue = f"{report['messages_in_queue']}" if known else "unknown"
-    lines.append(
-        f"{len(report['jobs'])} quarantined job(s), {in_queue} message(s) in jobrelay.quarantine"
-    )
+    jobs = report["jobs"]
+    lines = [line for job in jobs for line in _job_lines(job, messages_known=known)]
+    if code is None:
+        lines.extend(_other_message_line(message) for message in report["other_messages"])
+        in_queue = f"{report['messages_in_queue']}" if known else "unknown"
+        lines.append(
+            f"{len(jobs)} quarantined job(s), {in_queue} message(s) in jobrelay.quarantine"
+        )
+    else:
+        held = sum(len(job["messages"]) for job in jobs)
+        in_queue = f"{held}" if known else "unknown"
+        lines.append(
+            f"{len(jobs)} quarantined job(s) with code {code}, {in_queue} message(s) of theirs "
+            "in jobrelay.quarantine"
+        )
     return "\n".join(lines)
 
 
@@ -112,11 +124,24 @@ def render_reconciled(result: dict[str, Any]) -> str:
     )
 
 
+def replay_summary(replayed: int, asked: int) -> str:
+    """The last line of a replay: what was queued again, or that nothing was."""
+    if replayed:
+        return (
+            f"replayed {replayed} of {asked} job(s): queued again with a fresh attempt budget; "
+            "their messages left the quarantine queue"
+        )
+    if asked:
+        return f"replayed none of {asked} job(s): nothing was queued again"
+    return "no quarantined job to replay: nothing was queued again"
+
+
 def cmd_quarantine_list(args: argparse.Namespace) -> int:
     async def work(ops: Operations) -> int:
         report = await ops.quarantine_report(code=args.code, limit=args.limit)
         _broker_note(report["broker"])
-        print_document(report, render_report, as_json=args.json, ensure_ascii=True)
+        render = functools.partial(render_report, code=args.code)
+        print_document(report, render, as_json=args.json, ensure_ascii=True)
         return 0
 
     return run_with_operations(work)
@@ -157,10 +182,7 @@ def cmd_quarantine_replay(args: argparse.Namespace) -> int:
                 if outcome.status != "replayed":
                     state = f" (it is {outcome.state})" if outcome.state else ""
                     print(f"{outcome.job_id}: skipped, {outcome.status.replace('_', ' ')}{state}")
-            print(
-                f"replayed {replayed} of {len(outcomes)} job(s): queued again with a fresh "
-                "attempt budget; their messages left the quarantine queue"
-            )
+            print(replay_summary(replayed, len(outcomes)))
         missing = any(o.status == "not_found" for o in outcomes)
         return 1 if missing else 0
 

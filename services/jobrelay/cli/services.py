@@ -110,11 +110,12 @@ def cmd_consumer(args: argparse.Namespace) -> int:
     from jobrelay.logs import configure_logging
 
     settings = settings_from_env()
-    configure_logging("consumer", settings.log_level, Masker.from_settings(settings))
-    tracing.setup("consumer")  # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set
-    concurrency = args.concurrency or settings.consumer_concurrency
+    # 0 is a value given, refused like -3; only an absent option falls back to the setting.
+    concurrency = settings.consumer_concurrency if args.concurrency is None else args.concurrency
     if concurrency < 1:
         raise CliError("--concurrency must be at least 1")
+    configure_logging("consumer", settings.log_level, Masker.from_settings(settings))
+    tracing.setup("consumer")  # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set
     return eventloop.run(
         run_consumer(settings, queue=args.queue, concurrency=concurrency, handlers=args.handlers)
     )

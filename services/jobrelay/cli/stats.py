@@ -31,7 +31,7 @@ def render_stats(stats: dict[str, Any]) -> str:
             f"outbox       unpublished={outbox['unpublished']} due={outbox['due']} "
             f"oldest_due_age={'-' if age is None else f'{age:.1f}s'}",
             f"leases       expired_running={stats['expired_leases']}",
-            f"retrying     {retrying['count']} next_due_at={retrying['next_due_at']}",
+            f"retrying     {retrying['count']} next_due_at={retrying['next_due_at'] or '-'}",
             f"quarantined  {quarantined or '-'}",
             f"never_claimed {stats['published_never_claimed']}",
             f"redispatched {stats['redispatched_last_hour']} in the last hour (lost messages)",

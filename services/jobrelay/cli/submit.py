@@ -1,22 +1,40 @@
-"""``jobrelay submit``: a job through the HTTP API, with the same checks as any client."""
+"""``jobrelay submit``: a job through the HTTP API, with ``jobrelay.Client``."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import urllib.error
-import urllib.request
 import uuid
 from datetime import datetime
 from typing import Any
 
+import httpx
+
 from jobrelay.cli.common import CliError, Subcommands, add_command, print_json
+from jobrelay.client import ApiError, Client, IdempotencyConflict, Job
 from jobrelay.core.durations import parse_duration
 
 EXAMPLE = 'jobrelay submit catalog.export --payload \'{"course": "JavaScript"}\' --key k1'
 
 MAX_FIELD_ERRORS = 10
+TIMEOUT_SECONDS = 30.0
+
+
+class _StatusRecorder(httpx.BaseTransport):
+    """The network, remembering the last answer's status: 202 made the job, 200 found it."""
+
+    def __init__(self) -> None:
+        self._network = httpx.HTTPTransport()
+        self.status: int | None = None
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self._network.handle_request(request)
+        self.status = response.status_code
+        return response
+
+    def close(self) -> None:
+        self._network.close()
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -30,36 +48,60 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if not token:
         raise CliError("no token: pass --token or set JOBRELAY_TOKEN")
     key = args.key or str(uuid.uuid4())
-    body: dict[str, Any] = {"type": args.type, "payload": payload}
-    if args.max_attempts is not None:
-        body["max_attempts"] = args.max_attempts
-    body.update(_due_time(args))
-    request = urllib.request.Request(
-        args.api_url.rstrip("/") + "/v1/jobs",
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={
-            "Authorization": f"Bearer {token}",
-            "Idempotency-Key": key,
-            "Content-Type": "application/json",
-        },
-    )
-    status, answer = _http(request)
-    if status >= 400:
+    made_key = None if args.key else key
+    run_at, delay = _due_time(args)
+    recorder = _StatusRecorder()
+    try:
+        # One try: a failure is printed at once, with the key to retry with.
+        with Client(
+            args.api_url, token, timeout=TIMEOUT_SECONDS, retries=0, transport=recorder
+        ) as client:
+            job = client.submit(
+                args.type,
+                payload,
+                key=key,
+                max_attempts=args.max_attempts,
+                run_at=run_at,
+                delay=delay,
+            )
+    except ApiError as error:
+        raise CliError(_refusal(error, made_key)) from None
+    except (httpx.TransportError, httpx.InvalidURL) as error:
         raise CliError(
-            f"{status} {answer.get('code', '')}: {answer.get('detail') or answer.get('title')}"
-            + "".join(f"\n  {line}" for line in field_errors(answer))
-        )
-    if args.json:
-        print_json(answer)
-    else:
-        verb = "accepted" if status == 202 else "already known"
-        print(f"{verb}: job {answer['id']} ({answer['type']}) is {answer['state']}; key {key}")
+            f"cannot reach the API at {args.api_url}: {error}{_retry_hint(made_key)}"
+        ) from None
+    except ValueError as error:  # what the client refuses to send (a malformed --key)
+        raise CliError(str(error)) from None
+    _show(job, key, accepted=recorder.status == 202, as_json=args.json)
     return 0
 
 
-def _due_time(args: argparse.Namespace) -> dict[str, Any]:
-    """``run_at`` (RFC 3339 with an offset) or ``delay_seconds`` from --run-at / --delay."""
+def _show(job: Job, key: str, *, accepted: bool, as_json: bool) -> None:
+    if as_json:
+        print_json(job.model_dump(mode="json"))
+    else:
+        verb = "accepted" if accepted else "already known"
+        print(f"{verb}: job {job.id} ({job.type}) is {job.state}; key {key}")
+
+
+def _refusal(error: ApiError, made_key: str | None) -> str:
+    """The API's answer in a line, then its field errors: a conflict names the job that has
+    the key; a failure worth retrying names the key this command made up."""
+    line = f"{error.status} {error.code}: {error.detail}"
+    if isinstance(error, IdempotencyConflict) and error.job_id is not None:
+        line += f" (job {error.job_id} has this key)"
+    if error.status == 429 or error.status >= 500:
+        line += _retry_hint(made_key)
+    return line + "".join(f"\n  {item}" for item in field_errors(error.problem))
+
+
+def _retry_hint(made_key: str | None) -> str:
+    """For a submission that may be worth sending again: the key this command made up."""
+    return f"; the key was {made_key}: retry with --key {made_key}" if made_key else ""
+
+
+def _due_time(args: argparse.Namespace) -> tuple[datetime | None, float | None]:
+    """``run_at`` (RFC 3339 with an offset) or the delay in seconds, from --run-at / --delay."""
     if args.run_at and args.delay:
         raise CliError("give --run-at or --delay, not both")
     if args.run_at:
@@ -69,13 +111,13 @@ def _due_time(args: argparse.Namespace) -> dict[str, Any]:
             raise CliError(f"--run-at {args.run_at!r} is not an RFC 3339 time") from None
         if when.utcoffset() is None:
             raise CliError("--run-at needs an offset, e.g. 2026-12-24T18:00:00Z or +01:00")
-        return {"run_at": when.isoformat()}
+        return when, None
     if args.delay:
         try:
-            return {"delay_seconds": parse_duration(args.delay)}
+            return None, parse_duration(args.delay)
         except ValueError as error:
             raise CliError(f"--delay: {error}") from None
-    return {}
+    return None, None
 
 
 def field_errors(problem: dict[str, Any]) -> list[str]:
@@ -99,20 +141,6 @@ def field_errors(problem: dict[str, Any]) -> list[str]:
         more = len(lines) - MAX_FIELD_ERRORS
         lines = [*lines[:MAX_FIELD_ERRORS], f"... and {more} more"]
     return lines
-
-
-def _http(request: urllib.request.Request) -> tuple[int, dict[str, Any]]:
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read() or b"{}")
-    except urllib.error.HTTPError as error:
-        try:
-            return error.code, json.loads(error.read() or b"{}")
-        except json.JSONDecodeError:
-            return error.code, {"title": error.reason}
-    except (urllib.error.URLError, OSError) as error:
-        reason = getattr(error, "reason", error)
-        raise CliError(f"cannot reach the API at {request.full_url}: {reason}") from None
 
 
 def register(commands: Subcommands[argparse.ArgumentParser]) -> None:

@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     services.register(commands)  # migrate, api, dispatcher, consumer
     clients.register(commands)
     submit.register(commands)
-    jobs.register(commands)  # show, trace, redispatch
+    jobs.register(commands)  # list, show, trace, redispatch
     quarantine.register(commands)
     healthcheck.register(commands)
     stats.register(commands)

@@ -26,7 +26,7 @@ then VACUUM ANALYZE and CHECKPOINT. Each phase runs on both databases, alternate
    in-process API app (median, p95); a client's ``GET /v1/jobs?limit=50``, first page and a
    page from the middle of its history via a cursor (on "full" a fill client, on "empty" the
    accept phases' client); ``Store.trace`` of random finished jobs;
-5. retention: the dispatcher's ``Relay.apply_retention`` (its default period and batch size)
+5. retention: the dispatcher's ``Maintenance.apply_retention`` (its default period and batch size)
    with ONE batch of each statement it runs, timed;
 6. bytes on disk per job: the database and each table (``pg_total_relation_size``: heap,
    indexes, TOAST) over the jobs it holds at the end.
@@ -69,8 +69,8 @@ from jobrelay.db.client_store import ClientStore
 from jobrelay.db.engine import libpq_url
 from jobrelay.db.relay_store import RelayStore
 from jobrelay.db.store import Store
-from jobrelay.dispatcher.relay import Relay
-from jobrelay.dispatcher.service import relay_config
+from jobrelay.dispatcher.maintenance import Maintenance
+from jobrelay.dispatcher.service import maintenance_config
 from tests.support import databases
 from tests.support.servers import create_vhost, delete_vhost, vhost_amqp_url
 
@@ -341,12 +341,11 @@ class OneBatchEach:
 
 
 async def retention_batch(side: Side) -> None:
-    """``Relay.apply_retention`` as the dispatcher runs it (its default retention period and
+    """``Maintenance.apply_retention`` as the dispatcher runs it (its default retention period and
     batch size), one batch of each statement."""
-    config = relay_config(Settings(database_url=side.url))
+    config = maintenance_config(Settings(database_url=side.url))
     store = OneBatchEach(RelayStore(side.store), side)
-    relay = Relay(store, publisher=None, config=config)  # type: ignore[arg-type]
-    await relay.apply_retention()
+    await Maintenance(store, config).apply_retention()
 
 
 # --- EXPLAIN -------------------------------------------------------------------------------

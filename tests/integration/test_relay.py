@@ -34,7 +34,7 @@ from tests.support.outbox import (
     running_dispatcher,
 )
 from tests.support.queues import queue_depth
-from tests.support.relay import maintenance_relay
+from tests.support.relay import store_maintenance
 
 # A short publish deadline, so that a publish that fails is retried within the test.
 PUBLISH_TIMEOUT = 2.0
@@ -319,9 +319,9 @@ async def test_retention_deletes_old_published_rows_in_batches_and_keeps_live_jo
             connection, tables.outbox.c.job_id.in_(job_ids[20:25]), published_at=func.now()
         )
         await factories.set_job(connection, job_ids[:10], state=JobState.CANCELLED)
-    relay = maintenance_relay(store, retention_seconds=24 * 3600, retention_batch_size=3)
-    assert await relay.apply_retention() == (20, 0)
-    assert await relay.apply_retention() == (0, 0)
+    maintenance = store_maintenance(store, retention_seconds=24 * 3600, retention_batch_size=3)
+    assert await maintenance.apply_retention() == (20, 0)
+    assert await maintenance.apply_retention() == (0, 0)
     assert (await count_unpublished(store), await count_published(store)) == (5, 5)
     # Every job keeps its whole story until the job itself is deleted
     # (tests/integration/test_storage.py).

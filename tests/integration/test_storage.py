@@ -20,7 +20,7 @@ from jobrelay.db import tables
 from jobrelay.db.relay_store import RelayStore
 from jobrelay.db.store import Store
 from tests.support import factories
-from tests.support.relay import maintenance_relay
+from tests.support.relay import store_maintenance
 from tests.support.waiting import eventually
 
 LONG_AGO = func.now() - timedelta(days=10)
@@ -101,14 +101,14 @@ async def test_the_dispatchers_maintenance_folds_the_deltas_into_the_totals(stor
     await factories.jobs(store, 5, state=JobState.SUCCEEDED)
     await factories.jobs(store, 2, state=JobState.QUARANTINED, last_error_code="delivery_limit")
     assert await factories.count(store, tables.job_count_deltas) == 7
-    relay = maintenance_relay(store, maintenance_interval=0.05)
-    maintenance = asyncio.create_task(relay.run_maintenance())
+    maintainer = store_maintenance(store, interval=0.05)
+    maintenance = asyncio.create_task(maintainer.run())
     try:
         await eventually(
             lambda: _count_is(store, tables.job_count_deltas, 0), what="the deltas folded"
         )
     finally:
-        relay.stop()
+        maintainer.stop()
         await maintenance
     totals = await store.fetch_all(text("SELECT state, code, n FROM job_totals ORDER BY 1"))
     assert [tuple(row) for row in totals] == [
@@ -138,9 +138,9 @@ async def test_retention_deletes_finished_jobs_past_the_window_with_everything_t
         for job in old[JobState.SUCCEEDED] + recent:
             await factories.job_result(connection, job.id, {"ok": True})
 
-    relay = maintenance_relay(store, retention_seconds=DAY, retention_batch_size=3)
-    assert await relay.apply_retention() == (0, 8)  # succeeded and cancelled, in batches of 3
-    assert await relay.apply_retention() == (0, 0)
+    maintenance = store_maintenance(store, retention_seconds=DAY, retention_batch_size=3)
+    assert await maintenance.apply_retention() == (0, 8)  # succeeded and cancelled, batches of 3
+    assert await maintenance.apply_retention() == (0, 0)
 
     kept = {row.id for row in await store.fetch_all(text("SELECT id FROM jobs"))}
     expected = {j.id for j in old[JobState.QUARANTINED] + recent + live}
@@ -151,10 +151,10 @@ async def test_retention_deletes_finished_jobs_past_the_window_with_everything_t
     await assert_stats_match_a_full_count(store)
 
     # Quarantined jobs wait for an operator, unless their own retention is set.
-    relay = maintenance_relay(
+    maintenance = store_maintenance(
         store, retention_seconds=DAY, quarantine_retention_seconds=DAY, retention_batch_size=3
     )
-    assert await relay.apply_retention() == (0, 4)
+    assert await maintenance.apply_retention() == (0, 4)
     await assert_stats_match_a_full_count(store)
 
 
@@ -172,8 +172,8 @@ async def test_an_idempotency_key_is_taken_until_retention_deletes_its_job(store
     again = await submit()
     assert (again.created, again.job.id) == (False, first.job.id)
 
-    relay = maintenance_relay(store, retention_seconds=DAY)
-    assert await relay.apply_retention() == (0, 1)  # its outbox row goes with it
+    maintenance = store_maintenance(store, retention_seconds=DAY)
+    assert await maintenance.apply_retention() == (0, 1)  # its outbox row goes with it
     after = await submit()
     assert after.created and after.job.id != first.job.id
 

@@ -1,7 +1,9 @@
-"""The product's relay (``jobrelay.dispatcher.relay``) on the real ``RelayStore`` and
-``Publisher``, in the test's event loop: for consumer tests that need due outbox rows published
-and expired leases rescued. Unlike ``running_dispatcher`` (``tests.support.outbox``) it has no
-listener and no housekeeping (lost messages, the quarantine sweep), and it polls often."""
+"""The product's relay (``jobrelay.dispatcher.relay``) and maintenance
+(``jobrelay.dispatcher.maintenance``) on the real ``RelayStore`` and ``Publisher``, in the test's
+event loop: for consumer tests that need due outbox rows published and expired leases rescued.
+Unlike ``running_dispatcher`` (``tests.support.outbox``) it has no listener and no housekeeping
+(lost messages, the quarantine sweep), and it polls often. ``one_batch``: what the relay loop
+does for each batch, once."""
 
 from __future__ import annotations
 
@@ -16,8 +18,9 @@ from jobrelay.broker.publisher import Publisher
 from jobrelay.core.settings import Settings, parse_type_queues
 from jobrelay.db.relay_store import RelayStore
 from jobrelay.db.store import Store
-from jobrelay.dispatcher.relay import Relay, RelayConfig
-from jobrelay.dispatcher.service import relay_config
+from jobrelay.dispatcher.maintenance import Maintenance, MaintenanceConfig
+from jobrelay.dispatcher.relay import BatchResult, Relay
+from jobrelay.dispatcher.service import maintenance_config, relay_config
 
 
 class _NoRescue(RelayStore):
@@ -44,33 +47,34 @@ async def running_relay(
     )
     relay_store = RelayStore(store) if rescue else _NoRescue(store)
     relay = Relay(relay_store, publisher, config)
-    task = asyncio.create_task(relay.run(), name="test-relay")
+    maintenance = Maintenance(
+        relay_store,
+        dataclasses.replace(maintenance_config(settings), interval=interval),
+        relay.metrics,
+        wake=relay.wake,
+        stopping=relay.stopping,
+    )
+    tasks = [
+        asyncio.create_task(relay.run(), name="test-relay"),
+        asyncio.create_task(maintenance.run(), name="test-relay-maintenance"),
+    ]
     try:
         yield relay
     finally:
         relay.stop()
         try:
-            await asyncio.wait_for(task, 30)
+            await asyncio.wait_for(asyncio.gather(*tasks), 30)
         finally:
             await publisher.close()
 
 
-class _NoPublisher:
-    """For a relay that must only do maintenance: any publish fails the test."""
-
-    ready = False
-
-    async def connect(self) -> None:
-        raise AssertionError("retention must not publish")
-
-    async def publish_batch(self, rows: object) -> list[object]:
-        raise AssertionError("retention must not publish")
-
-    async def close(self) -> None:
-        pass
+async def one_batch(relay: Relay) -> BatchResult:
+    """Lease, publish and record one batch; raises StoreUnavailable / BrokerUnavailable."""
+    batch = await relay.start_batch()
+    return BatchResult() if batch is None else await relay.finish_batch(batch)
 
 
-def maintenance_relay(store: Store, **config: Any) -> Relay:
-    """A relay on the real store that never publishes (``config``: fields of ``RelayConfig``):
-    for retention and rescue alone."""
-    return Relay(RelayStore(store), _NoPublisher(), RelayConfig(**config))
+def store_maintenance(store: Store, **config: Any) -> Maintenance:
+    """The dispatcher's maintenance on the real store (``config``: fields of
+    ``MaintenanceConfig``): for retention and rescue alone."""
+    return Maintenance(RelayStore(store), MaintenanceConfig(**config))

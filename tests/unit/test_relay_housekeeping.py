@@ -1,5 +1,5 @@
-"""The relay's maintenance runs the housekeeping hook (lost messages, the quarantine) every round,
-wakes the relay when it wrote outbox rows, and survives its failures."""
+"""The dispatcher's maintenance runs the housekeeping hook (lost messages, the quarantine) every
+round, wakes the relay when it wrote outbox rows, and survives its failures."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import random
 
 from jobrelay.core.errors import StoreUnavailable
 from jobrelay.dispatcher.fakes import FakePublisher, InMemoryOutbox
+from jobrelay.dispatcher.maintenance import Maintenance, MaintenanceConfig
 from jobrelay.dispatcher.relay import Relay, RelayConfig
 
-CONFIG = RelayConfig(poll_interval=30, maintenance_interval=0.01)
+CONFIG = RelayConfig(poll_interval=30)
 
 
 async def test_housekeeping_runs_every_round_survives_failures_and_wakes_the_relay() -> None:
@@ -29,14 +30,17 @@ async def test_housekeeping_runs_every_round_survives_failures_and_wakes_the_rel
             raise answer
         return answer
 
-    relay = Relay(
-        InMemoryOutbox(),
-        FakePublisher(),
-        CONFIG,
-        rng=random.Random(1),
-        housekeeping=housekeeping,
+    outbox = InMemoryOutbox()
+    relay = Relay(outbox, FakePublisher(), CONFIG, rng=random.Random(1))
+    maintenance = asyncio.create_task(
+        Maintenance(
+            outbox,
+            MaintenanceConfig(interval=0.01),
+            housekeeping=housekeeping,
+            wake=relay.wake,
+            stopping=relay.stopping,
+        ).run()
     )
-    maintenance = asyncio.create_task(relay.run_maintenance())
     try:
         for _ in range(200):
             if len(calls) >= 4:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from jobrelay.core.relay import UNROUTABLE, OutboxRow, PublishOutcome
 from jobrelay.dispatcher.fakes import FakePublisher, InMemoryOutbox
 from jobrelay.dispatcher.relay import Relay, RelayConfig, publish_retry_delay
+from tests.support.relay import one_batch
 
 CONFIG = RelayConfig(batch_size=3, lease_seconds=10, poll_interval=0.01, maintenance_interval=0.01)
 
@@ -21,7 +22,7 @@ async def test_confirmed_rows_are_marked_published_and_not_due_rows_are_left_alo
     outbox, publisher = InMemoryOutbox(), FakePublisher()
     due = [outbox.add() for _ in range(2)]
     later = outbox.add(due_in=60)
-    result = await make_relay(outbox, publisher).relay_batch()
+    result = await one_batch(make_relay(outbox, publisher))
     assert (result.leased, result.published, result.failed) == (2, 2, {})
     assert all(row.published for row in due)
     assert not later.published and later.publish_attempts == 0
@@ -32,7 +33,7 @@ async def test_a_failed_publish_leaves_the_row_unpublished_with_its_error_and_a_
     outbox, publisher = InMemoryOutbox(), FakePublisher(failures={"lost.type": UNROUTABLE})
     ok, lost = outbox.add(), outbox.add("lost.type")
     relay = make_relay(outbox, publisher)
-    result = await relay.relay_batch()
+    result = await one_batch(relay)
     assert result.failed == {UNROUTABLE: 1}
     assert ok.published and not lost.published
     assert lost.last_error == "unroutable: fake"

@@ -1,4 +1,4 @@
-"""The dispatcher's housekeeping beside relaying (run by ``Relay.run_maintenance``):
+"""The dispatcher's housekeeping beside relaying (run by ``dispatcher/maintenance.py``):
 
 1. **The quarantine queue** (docs/invariants.md, invariant 8): messages the broker
    dead-lettered on its own (``x-delivery-limit``) make their jobs quarantined

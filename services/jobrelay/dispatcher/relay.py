@@ -11,9 +11,8 @@ How it keeps the broker busy: at most two batches are in flight. While one batch
 confirms, the next is leased and published; then the first one's outcome is recorded. Every row
 is still marked published only after its own confirm, and ``stop()`` lets both finish.
 
-Maintenance (rescue of expired job leases, retention, the backlog gauge, and the housekeeping
-of ``jobrelay.dispatcher.housekeeping``: lost messages and the quarantine queue) runs in its own
-task so a slow sweep never delays relaying.
+Maintenance (rescue of expired job leases, retention, the backlog gauge, the housekeeping) is
+``jobrelay.dispatcher.maintenance``, which the dispatcher runs beside this loop.
 """
 
 from __future__ import annotations
@@ -22,24 +21,17 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import partial
 
 from jobrelay.core.errors import BrokerUnavailable, StoreUnavailable
 from jobrelay.core.relay import MessagePublisher, OutboxRow, OutboxStore, PublishOutcome
 from jobrelay.core.retry import backoff
-from jobrelay.core.states import JobState
 from jobrelay.core.tracecontext import trace_id_of
 from jobrelay.dispatcher.metrics import DispatcherMetrics
 from jobrelay.eventloop import stopped_within
 
 log = logging.getLogger(__name__)
-
-# One batch of a retention statement: (limit) -> rows deleted.
-DeleteBatch = Callable[[int], Awaitable[int]]
-# One round of housekeeping; returns how many new outbox rows it wrote (the relay wakes then).
-Housekeeping = Callable[[], Awaitable[int]]
 
 
 @dataclass(frozen=True)
@@ -55,12 +47,8 @@ class RelayConfig:
     # Backoff of the loop itself while the database or the broker is unreachable.
     outage_base_seconds: float = 0.2
     outage_max_seconds: float = 5.0
+    # How often a broker's block of publishing is reported again (in the stats) while it lasts.
     maintenance_interval: float = 5.0
-    rescue_batch_size: int = 100
-    retention_seconds: float = 7 * 24 * 3600.0
-    quarantine_retention_seconds: float | None = None  # None: kept until replayed
-    retention_batch_size: int = 500
-    retention_interval: float = 60.0
     mark_retries: int = 3
 
 
@@ -97,12 +85,10 @@ class Relay:
         metrics: DispatcherMetrics | None = None,
         *,
         rng: random.Random | None = None,
-        housekeeping: Housekeeping | None = None,
         name: str = "dispatcher",
     ) -> None:
         self.name = name  # how the stats name this dispatcher (host:pid)
         self.store = store
-        self.housekeeping = housekeeping
         self.publisher = publisher
         self.config = config
         self.metrics = metrics or DispatcherMetrics()
@@ -122,11 +108,6 @@ class Relay:
         self.wakeup.set()
 
     # --- one batch ---------------------------------------------------------------------------
-
-    async def relay_batch(self) -> BatchResult:
-        """Lease, publish and record one batch. Raises StoreUnavailable / BrokerUnavailable."""
-        batch = await self.start_batch()
-        return BatchResult() if batch is None else await self.finish_batch(batch)
 
     async def start_batch(self) -> InFlight | None:
         """Lease a batch and start publishing it; None when nothing is due."""
@@ -200,7 +181,6 @@ class Relay:
 
     async def run(self) -> None:
         """Relay until ``stop()``; outages of either server are waited out, never fatal."""
-        maintenance = asyncio.create_task(self.run_maintenance(), name="dispatcher-maintenance")
         in_flight: InFlight | None = None
         try:
             while not (self.stopping.is_set() and in_flight is None):
@@ -216,8 +196,7 @@ class Relay:
         finally:
             for task in self._publishing:
                 task.cancel()
-            maintenance.cancel()
-            await asyncio.gather(maintenance, *self._publishing, return_exceptions=True)
+            await asyncio.gather(*self._publishing, return_exceptions=True)
 
     async def _step(self, in_flight: InFlight | None) -> tuple[InFlight | None, BatchResult | None]:
         """Lease and publish the next batch when ``in_flight`` is full (or absent), then record
@@ -327,93 +306,3 @@ class Relay:
         return backoff(
             outages + 1, self.config.outage_base_seconds, self.config.outage_max_seconds, self.rng
         )
-
-    # --- maintenance -------------------------------------------------------------------------
-
-    async def run_maintenance(self) -> None:
-        loop = asyncio.get_running_loop()
-        next_retention = loop.time()
-        while not self.stopping.is_set():
-            try:
-                await self.rescue_expired_leases()
-                await self.store.fold_job_counts()  # keeps what the stats read a few rows
-                self.metrics.oldest_due_age.set(await self.store.oldest_due_age())
-                if loop.time() >= next_retention:
-                    await self.apply_retention()
-                    next_retention = loop.time() + self.config.retention_interval
-            except StoreUnavailable as error:
-                log.warning("maintenance skipped: %s", error, extra={"event": "outage"})
-            except Exception:
-                log.exception("maintenance failed", extra={"event": "maintenance_failed"})
-            await self._housekeep()
-            await self._sleep(self.config.maintenance_interval)
-
-    async def _housekeep(self) -> None:
-        """Guarded on its own: its failures never stop rescues and retention, nor theirs it."""
-        if self.housekeeping is None:
-            return
-        try:
-            if await self.housekeeping():
-                self.wake()  # lost messages got new outbox rows, due now
-        except StoreUnavailable as error:
-            log.warning("housekeeping skipped: %s", error, extra={"event": "outage"})
-        except Exception:
-            log.exception("housekeeping failed", extra={"event": "maintenance_failed"})
-
-    async def rescue_expired_leases(self) -> int:
-        """Expired `running` jobs back to `queued` with a new outbox row, once per expiry."""
-        total = 0
-        while True:
-            rescued = await self.store.rescue_expired_leases(self.config.rescue_batch_size)
-            for job_id in rescued:
-                log.info(
-                    "lease expired; job queued again",
-                    extra={"event": "lease_expired", "job_id": str(job_id)},
-                )
-            total += len(rescued)
-            self.metrics.rescued.inc(len(rescued))
-            if rescued:
-                self.wake()  # their new outbox rows are due now
-            if len(rescued) < self.config.rescue_batch_size:
-                return total
-
-    async def apply_retention(self) -> tuple[int, int]:
-        """Delete published outbox rows and finished jobs past their retention (with their
-        results, journal and outbox rows), in small batches; returns (outbox rows, jobs)."""
-        config = self.config
-        deleted_outbox = await self._delete_in_batches(
-            partial(self.store.delete_published, config.retention_seconds)
-        )
-        deleted_jobs = 0
-        for state, seconds in self._retained_states():
-            deleted_jobs += await self._delete_in_batches(
-                partial(self.store.delete_finished_jobs, state, seconds)
-            )
-        if deleted_outbox or deleted_jobs:
-            self.metrics.retention_deleted.labels(table="outbox").inc(deleted_outbox)
-            self.metrics.retention_deleted.labels(table="jobs").inc(deleted_jobs)
-            log.info(
-                "retention: deleted %d outbox rows and %d finished jobs",
-                deleted_outbox,
-                deleted_jobs,
-                extra={"event": "retention"},
-            )
-        return deleted_outbox, deleted_jobs
-
-    def _retained_states(self) -> list[tuple[JobState, float]]:
-        """Which finished jobs retention deletes, and after how long."""
-        kept = [(JobState.SUCCEEDED, self.config.retention_seconds)]
-        kept.append((JobState.CANCELLED, self.config.retention_seconds))
-        if self.config.quarantine_retention_seconds is not None:
-            kept.append((JobState.QUARANTINED, self.config.quarantine_retention_seconds))
-        return kept
-
-    async def _delete_in_batches(self, delete: DeleteBatch) -> int:
-        total = 0
-        while not self.stopping.is_set():
-            deleted = await delete(self.config.retention_batch_size)
-            total += deleted
-            if deleted < self.config.retention_batch_size:
-                break
-            await asyncio.sleep(0)  # let the relay run between batches
-        return total

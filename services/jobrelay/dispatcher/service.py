@@ -19,12 +19,18 @@ from jobrelay.db.relay_store import RelayStore
 from jobrelay.db.schedule_store import ScheduleStore
 from jobrelay.db.store import Store
 from jobrelay.dispatcher.housekeeping import Housekeeper
+from jobrelay.dispatcher.maintenance import Maintenance, MaintenanceConfig
 from jobrelay.dispatcher.metrics import DispatcherMetrics
 from jobrelay.dispatcher.relay import Relay, RelayConfig
 from jobrelay.dispatcher.scheduler import Scheduler, scheduler_config
 from jobrelay.handlers.loading import registry_for
 
 log = logging.getLogger(__name__)
+
+
+def maintenance_interval(settings: Settings) -> float:
+    """Expired job leases are rescued within a quarter of a lease (5 s at most)."""
+    return min(5.0, max(0.2, settings.lease_seconds / 4))
 
 
 def relay_config(settings: Settings) -> RelayConfig:
@@ -34,20 +40,26 @@ def relay_config(settings: Settings) -> RelayConfig:
         # Leased rows must outlive a whole pipelined batch (bounded by the publish timeout)
         # plus the statement that records its outcome.
         lease_seconds=2 * settings.publish_timeout_seconds + 2,
+        maintenance_interval=maintenance_interval(settings),
+    )
+
+
+def maintenance_config(settings: Settings) -> MaintenanceConfig:
+    return MaintenanceConfig(
+        interval=maintenance_interval(settings),
         retention_seconds=settings.retention_hours * 3600,
         quarantine_retention_seconds=(
             None
             if settings.quarantine_retention_hours is None
             else settings.quarantine_retention_hours * 3600
         ),
-        maintenance_interval=min(5.0, max(0.2, settings.lease_seconds / 4)),
     )
 
 
 class Dispatcher:
-    """One dispatcher: the relay loop, its listener and the scheduler of the registry's
-    periodic schedules (``registry``: JOBRELAY_HANDLERS when None). ``run()`` returns after
-    ``stop()``."""
+    """One dispatcher: the relay loop, its listener, its maintenance and the scheduler of the
+    registry's periodic schedules (``registry``: JOBRELAY_HANDLERS when None). ``run()``
+    returns after ``stop()``."""
 
     def __init__(
         self,
@@ -74,8 +86,15 @@ class Dispatcher:
             self.publisher,
             relay_config(settings),
             self.metrics,
-            housekeeping=self.housekeeper.run_once,
             name=f"{socket.gethostname()}:{os.getpid()}",
+        )
+        self.maintenance = Maintenance(
+            RelayStore(self.store),
+            maintenance_config(settings),
+            self.metrics,
+            housekeeping=self.housekeeper.run_once,
+            wake=self.relay.wake,
+            stopping=self.relay.stopping,
         )
         self.listener = Listener(
             settings.database_url, self.relay.wake, on_state=self.metrics.listener_connected.set
@@ -91,16 +110,19 @@ class Dispatcher:
         self.relay.stop()
 
     async def run(self) -> None:
-        listening = asyncio.create_task(self.listener.run(), name="dispatcher-listener")
-        scheduling = asyncio.create_task(
-            self.scheduler.run(self.relay.stopping), name="dispatcher-scheduler"
-        )
+        beside = [
+            asyncio.create_task(self.listener.run(), name="dispatcher-listener"),
+            asyncio.create_task(self.maintenance.run(), name="dispatcher-maintenance"),
+            asyncio.create_task(
+                self.scheduler.run(self.relay.stopping), name="dispatcher-scheduler"
+            ),
+        ]
         try:
             await self.relay.run()
         finally:
-            listening.cancel()
-            scheduling.cancel()
-            await asyncio.gather(listening, scheduling, return_exceptions=True)
+            for task in beside:
+                task.cancel()
+            await asyncio.gather(*beside, return_exceptions=True)
             await self.housekeeper.close()
             await self.publisher.close()
             await self.store.close()

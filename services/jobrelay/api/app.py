@@ -93,6 +93,7 @@ def create_app(
         title="jobrelay",
         version="1",
         description="Durable background jobs: accepted means recorded, with its outbox row.",
+        openapi_tags=openapi.TAGS,
         lifespan=lifespan,
         **_without_fastapi_spans(),
     )
@@ -114,7 +115,12 @@ def create_app(
         per_path={BATCH_PATH: settings.max_batch_bytes},
     )
     # Outside the body limit: a shed request's body is never read.
-    app.add_middleware(SheddingMiddleware, admitted=settings.admitted_requests, metrics=metrics)
+    app.add_middleware(
+        SheddingMiddleware,
+        admitted=settings.admitted_requests,
+        metrics=metrics,
+        waiting_reads={jobs.get_job},
+    )
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
     for routes in (jobs, admin, health):
         app.include_router(routes.router)

@@ -17,7 +17,7 @@ from prometheus_client import (
 )
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from jobrelay.api import multiprocess
+from jobrelay.api import multiprocess, routing
 from jobrelay.api.stats_metrics import StatsCollector, StatsSnapshots
 from jobrelay.metrics import ProcessMetrics
 
@@ -43,7 +43,24 @@ class ApiMetrics(ProcessMetrics):
             "jobrelay_api_request_seconds",
             "API request latency by route template, method and status",
             ["route", "method", "status"],
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            # Up to a minute: a job read with ?wait= may take its full MAX_WAIT_SECONDS (60).
+            buckets=(
+                0.001,
+                0.0025,
+                0.005,
+                0.01,
+                0.025,
+                0.05,
+                0.1,
+                0.25,
+                0.5,
+                1,
+                2.5,
+                5,
+                10,
+                30,
+                60,
+            ),
         )
         self.submissions_total = self.counter(
             "jobrelay_api_submissions_total",
@@ -114,7 +131,8 @@ class RequestMetricsMiddleware:
         try:
             await self.app(scope, receive, record_status)
         finally:
-            route = getattr(scope.get("route"), "path", "unmatched")
+            # A request shed before routing is still counted under its route's template.
+            route = routing.path_template(scope.get("route") or routing.route_of(scope))
             self.metrics.request_seconds(route, scope["method"], status).observe(
                 time.perf_counter() - started
             )

@@ -25,9 +25,16 @@ from jobrelay.api import problems
 from jobrelay.api.schemas import BatchItem, Problem
 from jobrelay.core.registry import Registry
 
-PROBLEM_CONTENT: dict[str, Any] = {
-    problems.PROBLEM_CONTENT_TYPE: {"schema": Problem.model_json_schema()}
-}
+# A tag per resource; every operation has one, and an id of its own (``operation_id=``).
+TAGS = [
+    {"name": "jobs", "description": "Submit, list, read, trace and cancel your own jobs"},
+    {"name": "admin", "description": "Stats, the quarantine, replay, any job's trace (admins)"},
+    {"name": "health", "description": "Probes and metrics: public"},
+]
+# One schema, referenced by every error answer (``install`` puts it in the components): a copy
+# inline in each answer made client generators build one class per answer, or none.
+PROBLEM_REF = "#/components/schemas/Problem"
+PROBLEM_CONTENT: dict[str, Any] = {problems.PROBLEM_CONTENT_TYPE: {"schema": {"$ref": PROBLEM_REF}}}
 _WHEN = {
     400: "idempotency_key_missing, idempotency_key_invalid, malformed_json or invalid_cursor",
     401: "unauthorized: a missing, unknown or disabled token",
@@ -36,7 +43,7 @@ _WHEN = {
     409: "idempotency_conflict, not_cancellable or not_replayable",
     413: "payload_too_large: the body is over JOBRELAY_MAX_BODY_BYTES",
     415: "unsupported_media_type: the body is not declared application/json",
-    422: "validation_error, unknown_job_type or invalid_payload",
+    422: "validation_error, unknown_job_type, invalid_payload or invalid_schedule",
     429: "rate_limited: over the client's submission rate; retry after Retry-After",
     503: "overloaded, database_unavailable or broker_unavailable: retry after Retry-After "
     "(with the same Idempotency-Key)",
@@ -119,6 +126,14 @@ class JsonBodyRoute(APIRoute):
 # --- the submission body, per registered job type -----------------------------------------------
 
 _COMPONENT_NAME = re.compile(r"[^A-Za-z0-9._-]")
+REF_TEMPLATE = "#/components/schemas/{model}"
+
+
+def _model_schemas(model: type[BaseModel]) -> dict[str, Any]:
+    """The model's schema and those it refers to, by component name."""
+    schema = model.model_json_schema(ref_template=REF_TEMPLATE)
+    definitions: dict[str, Any] = schema.pop("$defs", {})
+    return {model.__name__: schema, **definitions}
 
 
 def install(app: FastAPI, registry: Registry, *, submit_path: str = "/v1/jobs") -> None:
@@ -132,9 +147,9 @@ def install(app: FastAPI, registry: Registry, *, submit_path: str = "/v1/jobs") 
             components = document.setdefault("components", {}).setdefault("schemas", {})
             # The batch reads its items one by one (each answered alone): the document still
             # describes them, by this component.
-            components["BatchItem"] = BatchItem.model_json_schema(
-                ref_template="#/components/schemas/{model}"
-            )
+            components["BatchItem"] = BatchItem.model_json_schema(ref_template=REF_TEMPLATE)
+            for name, schema in _model_schemas(Problem).items():
+                components.setdefault(name, schema)
             document_job_types(document, registry, submit_path)
         return app.openapi_schema  # type: ignore[return-value]
 
@@ -185,6 +200,8 @@ def document_job_types(schema: dict[str, Any], registry: Registry, submit_path: 
         if batch_key is not None:
             components["BatchItem." + name] = {
                 **variant,
+                # Its own title: generators name a class by it, and two alike collide.
+                "title": f"Batch item {job_type.name}",
                 "properties": {**variant["properties"], "idempotency_key": batch_key},
                 "required": [*variant["required"], "idempotency_key"],
             }

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from jobrelay.api import routing
 from jobrelay.core.errors import (
     BrokerUnavailable,
     Forbidden,
@@ -63,9 +64,11 @@ def status_of(error: RequestError) -> int:
 
 
 # How long a client is asked to wait (Retry-After, whole seconds) before trying again after a
-# shed request or an unreachable database; a rate-limited one is told its own wait.
+# shed request, an unreachable database or an unreachable broker (every 503 says it); a
+# rate-limited one is told its own wait.
 OVERLOADED_RETRY_AFTER = 1
 DATABASE_RETRY_AFTER = 2
+BROKER_RETRY_AFTER = 5
 
 
 def retry_after(seconds: float) -> dict[str, str]:
@@ -155,7 +158,11 @@ async def on_http_error(request: Request, error: Exception) -> JSONResponse:
         413: "payload_too_large",
     }
     code = codes.get(error.status_code, f"http_{error.status_code}")
-    return problem(error.status_code, code, str(error.detail))
+    # The exception's own headers are part of the answer (a 405's Allow, RFC 9110).
+    headers = dict(error.headers or {})
+    if error.status_code == 405:
+        headers["Allow"] = ", ".join(routing.allowed_methods(request.scope))
+    return problem(error.status_code, code, str(error.detail), headers=headers or None)
 
 
 async def on_store_unavailable(request: Request, error: Exception) -> JSONResponse:
@@ -171,7 +178,12 @@ async def on_store_unavailable(request: Request, error: Exception) -> JSONRespon
 
 async def on_broker_unavailable(request: Request, error: Exception) -> JSONResponse:
     log.warning("broker unavailable: %s", error)
-    return problem(503, "broker_unavailable", "The broker is unavailable; try again later")
+    return problem(
+        503,
+        "broker_unavailable",
+        "The broker is unavailable; try again later",
+        headers=retry_after(BROKER_RETRY_AFTER),
+    )
 
 
 async def on_unexpected_error(request: Request, error: Exception) -> JSONResponse:

@@ -46,6 +46,15 @@ class SubmitJob(BaseModel):
         description="Not published before this many seconds from now; not with run_at",
     )
 
+    @field_validator("max_attempts", mode="before")
+    @classmethod
+    def _integral(cls, value: Any) -> Any:
+        """3.0 is the integer 3 (JSON Schema counts it an integer, and a payload's 1.0 is read
+        as one); 3.5 and true stay refused by the strict check."""
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        return value
+
     @field_validator("payload")
     @classmethod
     def _storable(cls, payload: dict[str, Any]) -> dict[str, Any]:
@@ -168,6 +177,14 @@ class EventList(BaseModel):
     events: list[EventView]
 
 
+class FieldError(BaseModel):
+    """One invalid field of a request: where (``["body", "max_attempts"]``) and what."""
+
+    loc: list[str]
+    msg: str
+    type: str
+
+
 class Problem(BaseModel):
     """RFC 9457 problem details."""
 
@@ -176,7 +193,7 @@ class Problem(BaseModel):
     status: int
     code: str
     detail: str | None = None
-    errors: list[dict[str, Any]] | None = Field(
+    errors: list[FieldError] | None = Field(
         None, description="Where and what, for a request that failed validation"
     )
 

@@ -27,11 +27,12 @@ from jobrelay.api.schemas import (
 from jobrelay.core.errors import JobNotFound, NotReplayable
 from jobrelay.core.trace import trace_document
 
-router = APIRouter(route_class=openapi.JsonBodyRoute, responses=ADMIN_PROBLEMS)
+router = APIRouter(route_class=openapi.JsonBodyRoute, responses=ADMIN_PROBLEMS, tags=["admin"])
 
 
 @router.get(
     "/v1/admin/stats",
+    operation_id="getStats",
     response_model=StatsView,
     summary="Jobs by state, outbox backlog, expired leases, quarantine by reason",
 )
@@ -41,6 +42,7 @@ async def admin_stats(admin: AdminDep, store: StoreDep) -> dict[str, Any]:
 
 @router.get(
     "/v1/admin/quarantine",
+    operation_id="listQuarantine",
     response_model=QuarantineReport,
     responses=problem_responses(422),
     summary="Quarantined jobs with their reasons and dead-lettered messages",
@@ -53,6 +55,7 @@ async def admin_quarantine(
 
 @router.post(
     "/v1/admin/quarantine/reconcile",
+    operation_id="reconcileQuarantine",
     response_model=ReconcileView,
     responses=problem_responses(413),
     summary="Reconcile the quarantine now (the dispatcher does it by itself): jobs the "
@@ -64,6 +67,7 @@ async def admin_quarantine_reconcile(admin: AdminDep, ops: OpsDep) -> dict[str, 
 
 @router.post(
     "/v1/admin/jobs/{job_id}/replay",
+    operation_id="replayJob",
     response_model=ReplayView,
     responses=problem_responses(404, 409, 413, 422),
     summary="Queue a quarantined job again with a fresh attempt budget",
@@ -79,6 +83,7 @@ async def admin_replay(job_id: uuid.UUID, admin: AdminDep, ops: OpsDep) -> dict[
 
 @router.get(
     "/v1/admin/jobs/{job_id}/trace",
+    operation_id="getAnyJobTrace",
     response_model=TraceView,
     responses=JOB_PROBLEMS,
     summary="What happened to any job: intent, publishing, deliveries, attempts, result",

@@ -14,16 +14,19 @@ from jobrelay.api.schemas import Health
 from jobrelay.broker.health import BrokerProbe
 from jobrelay.core.errors import BrokerUnavailable, StoreUnavailable
 
-router = APIRouter(route_class=openapi.JsonBodyRoute)
+router = APIRouter(route_class=openapi.JsonBodyRoute, tags=["health"])
 
 
-@router.get("/healthz", response_model=Health, summary="The process is alive")
+@router.get(
+    "/healthz", operation_id="getLiveness", response_model=Health, summary="The process is alive"
+)
 async def healthz() -> Health:
     return Health(status="ok")
 
 
 @router.get(
     "/readyz",
+    operation_id="getReadiness",
     response_model=Health,
     responses={503: {"model": Health}},
     summary="The database and the broker are reachable",
@@ -48,6 +51,7 @@ async def readyz(request: Request) -> Any:
 
 @router.get(
     "/metrics",
+    operation_id="getMetrics",
     summary="Prometheus metrics",
     response_class=Response,
     responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},

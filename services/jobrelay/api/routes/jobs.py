@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from pydantic import ValidationError
+from starlette.convertors import Convertor, register_url_convertor
 
 from jobrelay import tracing
 from jobrelay.api import openapi
@@ -58,7 +59,7 @@ from jobrelay.db.store import AcceptResult, Store
 log = logging.getLogger("jobrelay.api")
 
 # A route that reads a JSON body answers 415 to any other body (api/openapi.py).
-router = APIRouter(route_class=openapi.JsonBodyRoute, responses=V1_PROBLEMS)
+router = APIRouter(route_class=openapi.JsonBodyRoute, responses=V1_PROBLEMS, tags=["jobs"])
 
 
 SUBMIT_PATH = "/v1/jobs"
@@ -66,6 +67,7 @@ SUBMIT_PATH = "/v1/jobs"
 
 @router.post(
     SUBMIT_PATH,
+    operation_id="submitJob",
     status_code=202,
     response_model=JobView,
     responses={
@@ -132,6 +134,7 @@ BATCH_PATH = "/v1/jobs/batch"
 
 @router.post(
     BATCH_PATH,
+    operation_id="submitBatch",
     response_model=BatchAnswer,
     responses=problem_responses(400, 413, 422, 429),
     summary="Submit up to 1,000 jobs, each answered on its own, in order",
@@ -197,6 +200,7 @@ def _item_answer(request: Request, job: JobRequest, accepted: AcceptResult) -> B
 
 @router.get(
     "/v1/jobs",
+    operation_id="listJobs",
     response_model=JobPage,
     responses=problem_responses(400, 422),
     summary="List your own jobs, newest first",
@@ -218,8 +222,28 @@ async def list_jobs(
     return JobPage(items=[JobView.of(job) for job in jobs], next_cursor=page.next_cursor(jobs))
 
 
+class JobIdConvertor(Convertor[str]):
+    """A job id in a path: any one segment but ``batch``, so that ``GET /v1/jobs/batch`` is the
+    batch route's 405 (``Allow: POST``), not a read of the job "batch". The route still checks
+    the id as a UUID (a malformed one is ``422 validation_error``)."""
+
+    regex = "(?!batch$)[^/]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("job_id", JobIdConvertor())
+# The job read; the document and the metrics name it by its template, /v1/jobs/{job_id}.
+JOB_PATH = "/v1/jobs/{job_id:job_id}"
+
+
 @router.get(
-    "/v1/jobs/{job_id}",
+    JOB_PATH,
+    operation_id="getJob",
     response_model=JobView,
     responses=JOB_PROBLEMS,
     summary="One of your jobs, with its result once succeeded",
@@ -251,6 +275,7 @@ async def get_job(
 
 @router.get(
     "/v1/jobs/{job_id}/events",
+    operation_id="listJobEvents",
     response_model=EventList,
     responses=JOB_PROBLEMS,
     summary="The job's transition journal",
@@ -267,6 +292,7 @@ async def job_events(job: OwnJobDep, store: StoreDep) -> EventList:
 
 @router.get(
     "/v1/jobs/{job_id}/trace",
+    operation_id="getJobTrace",
     response_model=TraceView,
     responses=JOB_PROBLEMS,
     summary="What happened to your job: intent, publishing, deliveries, attempts, result",
@@ -281,6 +307,7 @@ async def job_trace(job: OwnJobDep, store: StoreDep) -> dict[str, Any]:
 
 @router.post(
     "/v1/jobs/{job_id}/cancel",
+    operation_id="cancelJob",
     response_model=JobView,
     responses={
         200: {"description": "Cancelled: the job was queued or retrying"},

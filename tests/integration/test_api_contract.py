@@ -11,6 +11,7 @@ it can answer. (``tests/fuzz/test_api_schemathesis.py`` holds every answer to th
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import httpx
@@ -220,3 +221,52 @@ async def test_typed_answers_match_their_documented_shape(
     stats = await api.get("/v1/admin/stats", headers=auth(admin))
     assert trace.status_code == 200 and trace.json()["intent"]["client"] == "alice"
     assert stats.status_code == 200 and stats.json()["jobs_by_state"]["queued"] == 1
+
+
+# --- a document a client can be generated from (tests/integration/test_generated_client.py) ---
+
+
+def test_every_error_answer_references_the_one_problem_component(
+    document: dict[str, Any],
+) -> None:
+    """The problem schema was copied inline into every answer: generators made a class per
+    answer, or none."""
+    for (method, path), operation in operations(document).items():
+        for status, answer in operation["responses"].items():
+            problem = answer.get("content", {}).get("application/problem+json")
+            if int(status) >= 400 and path.startswith("/v1/"):
+                assert problem == {"schema": {"$ref": "#/components/schemas/Problem"}}, (
+                    method,
+                    path,
+                    status,
+                )
+    errors = document["components"]["schemas"]["Problem"]["properties"]["errors"]
+    assert errors["anyOf"][0]["items"] == {"$ref": "#/components/schemas/FieldError"}
+
+
+def test_every_operation_has_a_chosen_id_and_its_resources_tag(document: dict[str, Any]) -> None:
+    ids = [operation["operationId"] for operation in operations(document).values()]
+    assert len(set(ids)) == len(ids)
+    assert all(re.fullmatch(r"[a-z]+(?:[A-Z][a-z]+)*", name) for name in ids), ids
+    assert operations(document)["POST", "/v1/jobs"]["operationId"] == "submitJob"
+    for (_, path), operation in operations(document).items():
+        tag = (
+            "admin"
+            if path.startswith("/v1/admin/")
+            else "jobs"
+            if path.startswith("/v1/")
+            else "health"
+        )
+        assert operation["tags"] == [tag], path
+    assert [tag["name"] for tag in document["tags"]] == ["jobs", "admin", "health"]
+
+
+def test_no_two_schemas_share_a_title(document: dict[str, Any]) -> None:
+    """The batch items had the single submissions' titles (``Submit demo.sleep``)."""
+    titles = [s["title"] for s in document["components"]["schemas"].values() if "title" in s]
+    assert len(set(titles)) == len(titles), sorted(titles)
+
+
+def test_the_422_answer_names_invalid_schedule(document: dict[str, Any]) -> None:
+    answer = operations(document)["POST", "/v1/jobs"]["responses"]["422"]
+    assert "invalid_schedule" in answer["description"]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import select
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
+from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -30,24 +32,45 @@ def make_engine(
     options: dict[str, Any] = (
         {"isolation_level": "AUTOCOMMIT", "pool_reset_on_return": None} if autocommit else {}
     )
-    return create_async_engine(
+    engine = create_async_engine(
         url,
         **options,
         pool_size=pool_size,
         # No overflow: connections opened and closed per burst cost more than waiting for one.
         max_overflow=0,
-        # A liveness check on every checkout (a round trip of an empty statement): after a
-        # database restart every pooled connection is dead, and without it each one would fail
-        # one request (the fast path, Store.fetch_all, drives the driver itself, so SQLAlchemy
-        # never sees its errors). A failed check opens a new connection in its place and makes
-        # the pool recycle every connection older than the failure, so no request fails once
-        # the database answers again.
-        pool_pre_ping=True,
         pool_recycle=1800,
         # Past it the caller gets StoreUnavailable: the API answers 503 rather than queueing.
         pool_timeout=pool_timeout,
         connect_args={"application_name": application_name, "connect_timeout": 5},
     )
+    event.listen(engine.sync_engine, "checkout", _refuse_closed_connection)
+    return engine
+
+
+def _refuse_closed_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    """The liveness check of every checkout, without a round trip.
+
+    After a database restart every pooled connection is dead, and each would fail one request
+    (the fast path, ``Store.fetch_all``, drives the driver itself, so SQLAlchemy never sees its
+    errors). A server that ends a session closes its socket, so an idle pooled connection whose
+    socket is readable (end of file, or the server's last error) is dead: refusing it makes the
+    pool open a new one in its place and recycle every connection older than this one, so no
+    request fails once the database answers again. A ping per checkout would find the same at
+    the cost of a round trip on every statement of the hot path.
+    """
+    if _closed_by_server(dbapi_connection.driver_connection):
+        raise sa_exc.InvalidatePoolError("the database closed this pooled connection")
+
+
+def _closed_by_server(connection: psycopg.AsyncConnection[Any]) -> bool:
+    if connection.closed or connection.broken:
+        return True
+    try:
+        readable, _, _ = select.select([connection.pgconn.socket], [], [], 0)
+    except (OSError, ValueError, psycopg.OperationalError):
+        return True
+    # An idle connection in the pool has nothing to read unless the server has hung up.
+    return bool(readable)
 
 
 def is_connection_error(error: BaseException) -> bool:

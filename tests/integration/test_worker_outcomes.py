@@ -110,3 +110,26 @@ async def test_a_message_naming_another_unknown_type_defers_a_job_of_an_unknown_
     assert (row.state, row.attempts, row.last_error_code) == ("queued", 0, "unknown_job_type")
     assert [event for event, _ in await events(store, job_id)] == ["received", "deferred"]
     assert await scalar(store, "SELECT count(*) FROM outbox WHERE job_id = :id", id=job_id) == 2
+
+
+async def test_a_message_naming_a_known_type_defers_a_job_of_an_unknown_type_unclaimed(
+    cfg: Settings, store: Store, client_id: uuid.UUID
+) -> None:
+    """Item 4, the other half: the message names a type this consumer runs (``demo.sleep``)
+    while the job's own is unknown here; the claim took an attempt and quarantined it."""
+    job_id = await submit(store, client_id, "test.count", {})  # unknown to the built-in types
+    outcome = await deliver(store, cfg, job_id, "demo.sleep", job_registry=builtin.registry)
+    assert outcome == ("deferred", ["ack"])
+    row = await job_row(store, job_id)
+    assert (row.state, row.attempts, row.last_error_code) == ("queued", 0, "unknown_job_type")
+    assert [event for event, _ in await events(store, job_id)] == ["received", "deferred"]
+
+
+async def test_a_message_naming_another_known_type_runs_the_job_as_its_own_type(
+    cfg: Settings, store: Store, client_id: uuid.UUID
+) -> None:
+    job_id = await submit(store, client_id, "demo.fail", {"mode": "permanent", "times": 0})
+    outcome = await deliver(store, cfg, job_id, "demo.sleep", job_registry=builtin.registry)
+    assert outcome == ("succeeded", ["ack"])
+    row = await job_row(store, job_id)
+    assert (row.state, row.attempts) == ("succeeded", 1)

@@ -70,6 +70,20 @@ async def test_a_message_naming_another_unknown_type_defers_a_job_of_an_unknown_
     assert store.events(job.id) == [JobEvent.DEFERRED]
 
 
+async def test_a_message_naming_a_known_type_defers_a_job_of_an_unknown_type_unclaimed(
+    worker: Worker, store: InMemoryExecutionStore, runs: list[str]
+) -> None:
+    """Item 4, the other half: the message names a type this consumer runs, the job's own
+    type is unknown here; the job was claimed (an attempt used) and quarantined."""
+    job = store.add("t.elsewhere")
+    assert await deliver(worker, job.id, "t.known") == ("deferred", ["ack"])
+    stored = store.jobs[job.id]
+    assert (stored.state, stored.attempts) == (JobState.QUEUED, 0)
+    assert stored.last_error_code == "unknown_job_type"
+    assert store.events(job.id) == [JobEvent.DEFERRED]
+    assert runs == []
+
+
 async def test_a_message_naming_another_type_runs_a_job_whose_own_type_is_known(
     worker: Worker, store: InMemoryExecutionStore, runs: list[str]
 ) -> None:

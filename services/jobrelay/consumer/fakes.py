@@ -118,13 +118,22 @@ class InMemoryExecutionStore:
     # --- the port -------------------------------------------------------------------------------
 
     async def claim(
-        self, job_id: uuid.UUID, lease: LeaseTerms, *, detail: str | None = None
+        self,
+        job_id: uuid.UUID,
+        lease: LeaseTerms,
+        *,
+        detail: str | None = None,
+        job_type: str | None = None,
     ) -> ClaimResult:
         lease_token, lease_seconds = lease.token, lease.seconds
         self._reach()
         job = self.jobs.get(job_id)
         if job is None:
             return Refused(Refusal.UNKNOWN_JOB)
+        if job_type is not None and job.type != job_type:
+            if job.state is JobState.RUNNING and job.lease_token == lease_token:
+                return Claimed(job, lease_token, reclaimed=False)
+            return Refused(Refusal.OTHER_TYPE, job)
         if job.attempts < job.max_attempts:
             due = job.available_at <= self.clock()
             for transition in (CLAIM, RECLAIM):

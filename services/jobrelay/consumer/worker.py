@@ -54,6 +54,7 @@ from jobrelay.core.execution import (
 from jobrelay.core.failures import MESSAGE_MAX_BYTES, Failure, class_name, cut_head, storable
 from jobrelay.core.jobs import (
     Cancelled,
+    Job,
     Outcome,
     Quarantine,
     RetryLater,
@@ -223,18 +224,35 @@ class Worker:
             return await self._defer(envelope, redelivered=redelivered)
         return await self._claim_and_run(envelope, redelivered=redelivered)
 
-    async def _claim_and_run(self, envelope: Envelope, *, redelivered: bool) -> Verdict:
+    async def _claim_and_run(
+        self, envelope: Envelope, *, redelivered: bool, job_type: str | None = None
+    ) -> Verdict:
+        """Claim the job if it is of a type this consumer runs (``job_type``, else the
+        message's), then run it."""
+        job_type = job_type or envelope.type
         lease = LeaseTerms.fresh(self.lease_seconds)
         asked = time.monotonic()
         try:
             claim = await self._patiently(
-                lambda: self.store.claim(envelope.job_id, lease, detail=f"consumer {self.name}")
+                lambda: self.store.claim(
+                    envelope.job_id, lease, detail=f"consumer {self.name}", job_type=job_type
+                )
             )
         except StoreUnavailable:
             return STORE_UNAVAILABLE
         if isinstance(claim, Refused):
+            if claim.reason is Refusal.OTHER_TYPE and claim.job is not None:
+                return await self._by_own_type(envelope, claim.job, redelivered=redelivered)
             return self._refused(envelope, claim, redelivered=redelivered)
         return await self._attempt(claim, lease_deadline=asked + self.lease_seconds)
+
+    async def _by_own_type(self, envelope: Envelope, job: Job, *, redelivered: bool) -> Verdict:
+        """The message named another type than the job's: the job's own type decides. Known
+        here: claimed and run as that type; unknown: deferred (never claimed, never an
+        attempt), as any job of an unknown type."""
+        if job.type in self.registry:
+            return await self._claim_and_run(envelope, redelivered=redelivered, job_type=job.type)
+        return await self._defer(envelope, redelivered=redelivered, job_type=job.type)
 
     async def _defer(
         self, envelope: Envelope, *, redelivered: bool, job_type: str | None = None
@@ -273,14 +291,12 @@ class Worker:
                 extra={**extra, "event": "deferred", "reason": "unknown_job_type"},
             )
             return Verdict(Disposition.ACK, DeliveryOutcome.DEFERRED)
-        if deferral.reason is Refusal.OTHER_TYPE and deferral.job is not None:
-            # The message names another type than the job's: the job's own type decides, and
-            # one this consumer does not know either is deferred, not claimed.
-            own_type = deferral.job.type
-            if own_type in self.registry:
-                return await self._claim_and_run(envelope, redelivered=redelivered)
-            if own_type != job_type:
-                return await self._defer(envelope, redelivered=redelivered, job_type=own_type)
+        if (
+            deferral.reason is Refusal.OTHER_TYPE
+            and deferral.job is not None
+            and deferral.job.type != job_type
+        ):
+            return await self._by_own_type(envelope, deferral.job, redelivered=redelivered)
         return self._refused(envelope, deferral, redelivered=redelivered)
 
     def _refused(self, envelope: Envelope, refused: Refused, *, redelivered: bool) -> Verdict:

@@ -32,7 +32,7 @@ class Refusal(StrEnum):
     UNKNOWN_JOB = "unknown_job"
     EXHAUSTED = "attempts_exhausted"  # quarantined now; the message must dead-letter
     DUPLICATE = "duplicate"  # finished, running under a live lease, or not yet due
-    OTHER_TYPE = "other_type"  # the message named another type than the job's (not deferred)
+    OTHER_TYPE = "other_type"  # the message named another type than the job's (nothing done)
 
 
 @dataclass(frozen=True)
@@ -181,10 +181,17 @@ class ExecutionStore(Protocol):
     ``core/errors.py``) when the store cannot be reached."""
 
     async def claim(
-        self, job_id: uuid.UUID, lease: LeaseTerms, *, detail: str | None = None
+        self,
+        job_id: uuid.UUID,
+        lease: LeaseTerms,
+        *,
+        detail: str | None = None,
+        job_type: str | None = None,
     ) -> ClaimResult:
         """Claim the job for one attempt, or say why not (quarantining a job with no attempts
-        left). Again with the same token after a lost answer: claimed."""
+        left). Again with the same token after a lost answer: claimed. ``job_type``: claim it
+        only if it is a job of that type (the one the caller can run), else ``OTHER_TYPE``
+        with the job, untouched; None: any type."""
         ...
 
     async def defer_unknown_type(self, job_id: uuid.UUID, put_back: PutBack) -> DeferResult:

@@ -59,6 +59,7 @@ class _ClaimRequest:
     lease_token: uuid.UUID
     lease_seconds: float
     detail: str | None
+    job_type: str | None
 
 
 @dataclass(frozen=True)
@@ -122,21 +123,28 @@ class PgExecutionStore:
         await self._finishes.close()
 
     async def claim(
-        self, job_id: uuid.UUID, lease: LeaseTerms, *, detail: str | None = None
+        self,
+        job_id: uuid.UUID,
+        lease: LeaseTerms,
+        *,
+        detail: str | None = None,
+        job_type: str | None = None,
     ) -> ClaimResult:
         """Claim the job for one attempt, or say why not (and journal/quarantine accordingly).
 
         Calling it again with the same token after a lost answer is safe: a job already running
         under this token is reported as claimed.
         """
-        row = await self._claims.submit(_ClaimRequest(job_id, lease.token, lease.seconds, detail))
+        row = await self._claims.submit(
+            _ClaimRequest(job_id, lease.token, lease.seconds, detail, job_type)
+        )
         if row is not None:
             return Claimed(
                 job_from_row(row), lease.token, reclaimed=row.previous_state == JobState.RUNNING
             )
         # The rare path: find out why, and act on it, in one transaction.
         async with self.store.transaction() as connection:
-            return await self._refusal(connection, job_id, lease.token)
+            return await self._refusal(connection, job_id, lease.token, job_type)
 
     async def _claim_group(self, requests: Sequence[_ClaimRequest]) -> list[Any | None]:
         """One statement claims every job of the group it can (autocommit: one round trip);
@@ -147,6 +155,7 @@ class PgExecutionStore:
             lease_tokens=[r.lease_token for r in requests],
             lease_seconds=[r.lease_seconds for r in requests],
             details=[r.detail for r in requests],
+            types=[r.job_type for r in requests],
         )
         claimed = {(row.id, row.lease_token): row for row in rows}
         return [claimed.get((r.job_id, r.lease_token)) for r in requests]
@@ -180,7 +189,11 @@ class PgExecutionStore:
         return [(r.job_id, r.lease_token) in requested for r in requests]
 
     async def _refusal(
-        self, connection: AsyncConnection, job_id: uuid.UUID, lease_token: uuid.UUID
+        self,
+        connection: AsyncConnection,
+        job_id: uuid.UUID,
+        lease_token: uuid.UUID,
+        job_type: str | None,
     ) -> ClaimResult:
         current = (await connection.execute(q.JOB_BY_ID, {"id": job_id, "client_id": None})).first()
         if current is None:
@@ -188,6 +201,8 @@ class PgExecutionStore:
         job = job_from_row(current)
         if job.state == JobState.RUNNING and job.lease_token == lease_token:
             return Claimed(job, lease_token, reclaimed=False)  # our own earlier claim
+        if job_type is not None and job.type != job_type:
+            return Refused(Refusal.OTHER_TYPE, job)  # the caller decides by the job's own type
         exhausted = (
             await connection.execute(
                 q.QUARANTINE_EXHAUSTED, {"id": job_id, "error": _EXHAUSTED_TEXT}

@@ -658,8 +658,9 @@ CLAIM_JOBS: TextClause = text(
     f"""
     WITH asked AS (
         SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:lease_tokens AS uuid[]),
-                             CAST(:lease_seconds AS float8[]), CAST(:details AS text[]))
-                      AS a(job_id, asked_token, asked_seconds, asked_detail)
+                             CAST(:lease_seconds AS float8[]), CAST(:details AS text[]),
+                             CAST(:types AS text[]))
+                      AS a(job_id, asked_token, asked_seconds, asked_detail, asked_type)
     ), before AS (
         SELECT id, state AS previous_state FROM jobs
         WHERE id IN (SELECT job_id FROM asked) ORDER BY id FOR UPDATE
@@ -670,6 +671,8 @@ CLAIM_JOBS: TextClause = text(
             type_unknown_since = NULL  -- a consumer that knows the type has it now
         FROM before b JOIN asked a ON a.job_id = b.id
         WHERE j.id = b.id AND j.attempts < j.max_attempts
+          -- a consumer claims only a job it can run (NULL: any type)
+          AND (a.asked_type IS NULL OR j.type = a.asked_type)
           AND (({_guard(CLAIM)} AND available_at <= now()) OR {_guard(RECLAIM)})
         RETURNING {_JOB_COLUMNS}, b.previous_state, a.asked_detail
     ), new_events AS (

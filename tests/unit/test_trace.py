@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 from jobrelay.cli.output import render_trace
 from jobrelay.core.failures import describe_failure
 from jobrelay.core.jobs import Job, JournalEntry
-from jobrelay.core.journal import QuarantineMarker, is_unclaimed_delivery
+from jobrelay.core.journal import QuarantineMarker
 from jobrelay.core.states import JobEvent, JobState
-from jobrelay.core.trace import JobTrace, StoredResult, trace_document
+from jobrelay.core.trace import JobTrace, StoredResult, is_unclaimed_delivery, trace_document
 
 AT = datetime(2024, 5, 1, tzinfo=UTC)
 

@@ -42,6 +42,7 @@ from jobrelay.core.jobs import (
     RetryLater,
     Succeeded,
 )
+from jobrelay.core.journal import QuarantineMarker
 from jobrelay.core.states import (
     CANCEL_RUNNING,
     CLAIM,
@@ -151,7 +152,7 @@ class InMemoryExecutionStore:
         if job.state is JobState.RUNNING and job.lease_token == lease_token:
             return Claimed(job, lease_token, reclaimed=False)  # our own earlier claim
         if job.attempts >= job.max_attempts and self._allows(EXHAUST, job, None):
-            self._quarantine(job, EXHAUST, "attempts_exhausted", "no attempts left")
+            self._quarantine(job, EXHAUST, QuarantineMarker.ATTEMPTS_EXHAUSTED, "no attempts left")
             return Refused(Refusal.EXHAUSTED, job)
         self._record(job, JobEvent.DUPLICATE_DELIVERY, job.attempts, f"job {job.state}")
         return Refused(Refusal.DUPLICATE, job)
@@ -170,10 +171,14 @@ class InMemoryExecutionStore:
             self.unknown_since[job_id] = since
             patience = timedelta(seconds=put_back.patience_seconds)
             if known_since is not None and known_since <= now - patience:
-                self._quarantine(job, UNKNOWN_TYPE, "unknown_job_type", "type stayed unknown")
+                self._quarantine(
+                    job, UNKNOWN_TYPE, QuarantineMarker.UNKNOWN_JOB_TYPE, "type stayed unknown"
+                )
                 return Deferred(True, job.available_at, since)
             due = self._later(put_back.delay_seconds)
-            self._move(job, DEFER, available_at=due, last_error_code="unknown_job_type")
+            self._move(
+                job, DEFER, available_at=due, last_error_code=QuarantineMarker.UNKNOWN_JOB_TYPE
+            )
             self.outbox.append((job_id, due))
             return Deferred(False, due, since)
         self._record(job, JobEvent.DUPLICATE_DELIVERY, job.attempts, f"job {job.state}")

@@ -12,6 +12,7 @@ from typing import Any
 
 from jobrelay.core.errors import HandlerError, PermanentError
 from jobrelay.core.failures import MESSAGE_MAX_BYTES, Failure, cut_head, describe_failure
+from jobrelay.core.journal import QuarantineMarker
 from jobrelay.core.limits import IDEMPOTENCY_KEY_MAX, MAX_DELAY_SECONDS
 from jobrelay.core.retry import RetryPolicy
 from jobrelay.core.states import JobState
@@ -213,7 +214,7 @@ def decide_outcome(
         return Quarantine(reason_code=code, error=text, failure=failure)
     if attempt >= max_attempts:
         return Quarantine(
-            reason_code="attempts_exhausted",
+            reason_code=QuarantineMarker.ATTEMPTS_EXHAUSTED,
             error=cut_head(f"{code}: {text}", SAFE_ERROR_MAX),
             failure=failure,
         )

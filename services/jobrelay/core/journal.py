@@ -4,19 +4,14 @@ Most journal details are text for a person (``unexpected_error: retry at …``, 
 claimed). A few are the reason a job was quarantined without an attempt of its own, and the
 trace counts those as deliveries that ended without a claim. They are named here, once, for
 their writers: ``db/queries.py`` (``QUARANTINE_EXHAUSTED``, ``DEFER_UNKNOWN_TYPE``,
-``QUARANTINE_DELIVERY_LIMITED``), ``core/jobs.py::decide_outcome`` (the reason code of a failed last
-attempt, which is also its journal detail) and ``core/execution.py::Refusal``.
+``QUARANTINE_DELIVERY_LIMITED``), ``core/jobs.py::decide_outcome`` (the reason code of a
+failed last attempt, which is also its journal detail) and ``consumer/fakes.py``; their reader
+is ``core/trace.py::is_unclaimed_delivery``.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TYPE_CHECKING
-
-from jobrelay.core.states import JobEvent
-
-if TYPE_CHECKING:  # core/jobs.py writes a marker: the import runs one way only
-    from jobrelay.core.jobs import JournalEntry
 
 
 class QuarantineMarker(StrEnum):
@@ -35,13 +30,3 @@ class QuarantineMarker(StrEnum):
 UNCLAIMED_DELIVERY_MARKERS = frozenset(
     {QuarantineMarker.ATTEMPTS_EXHAUSTED, QuarantineMarker.UNKNOWN_JOB_TYPE}
 )
-
-
-def is_unclaimed_delivery(entry: JournalEntry) -> bool:
-    """A delivery that ended the job without claiming it: quarantined by the consumer that
-    received it, with no attempt run (so no failure of its own)."""
-    return (
-        entry.event == JobEvent.QUARANTINED
-        and entry.error is None
-        and entry.detail in UNCLAIMED_DELIVERY_MARKERS
-    )

@@ -17,7 +17,7 @@ from typing import Any
 
 from jobrelay.core.failures import public_failure
 from jobrelay.core.jobs import Job, JournalEntry
-from jobrelay.core.journal import is_unclaimed_delivery
+from jobrelay.core.journal import UNCLAIMED_DELIVERY_MARKERS
 from jobrelay.core.states import JobEvent, JobState
 
 
@@ -165,3 +165,13 @@ def trace_document(
 def _failure(event: JournalEntry, tracebacks: bool) -> dict[str, Any]:
     error = event.error if tracebacks else public_failure(event.error)
     return {"at": _iso(event.at), "attempt": event.attempt, "event": event.event, "error": error}
+
+
+def is_unclaimed_delivery(entry: JournalEntry) -> bool:
+    """A delivery that ended the job without claiming it: quarantined by the consumer that
+    received it, with no attempt run (so no failure of its own)."""
+    return (
+        entry.event == JobEvent.QUARANTINED
+        and entry.error is None
+        and entry.detail in UNCLAIMED_DELIVERY_MARKERS
+    )

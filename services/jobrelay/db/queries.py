@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from sqlalchemy import TextClause, text
 
+from jobrelay.core.journal import QuarantineMarker
 from jobrelay.core.states import (
     CANCEL,
     CANCEL_RUNNING,
@@ -689,7 +690,9 @@ CLAIM_JOBS: TextClause = text(
 
 # A job that cannot be claimed because it has no attempts left is quarantined here.
 QUARANTINE_EXHAUSTED: TextClause = text(
-    _quarantine_unclaimed("attempts_exhausted", f"attempts >= max_attempts AND {_guard(EXHAUST)}")
+    _quarantine_unclaimed(
+        QuarantineMarker.ATTEMPTS_EXHAUSTED, f"attempts >= max_attempts AND {_guard(EXHAUST)}"
+    )
 )
 
 RECORD_EVENT: TextClause = text(
@@ -819,7 +822,7 @@ DEFER_UNKNOWN_TYPE: TextClause = text(
                                 ELSE now() + make_interval(secs => :delay_seconds) END,
             finished_at = CASE WHEN m.patience_over THEN now() END,
             type_unknown_since = m.since,
-            last_error_code = 'unknown_job_type',
+            last_error_code = '{QuarantineMarker.UNKNOWN_JOB_TYPE}',
             last_error = CASE WHEN m.patience_over THEN :quarantined_error
                               ELSE :deferred_error END,
             updated_at = now()
@@ -831,8 +834,8 @@ DEFER_UNKNOWN_TYPE: TextClause = text(
     ), event AS (
         INSERT INTO job_events (job_id, event, attempt, detail)
         SELECT id, CASE WHEN patience_over THEN 'quarantined' ELSE 'deferred' END, attempts,
-               CASE WHEN patience_over THEN 'unknown_job_type'
-                    ELSE 'unknown_job_type: ' || :detail || '; due again at '
+               CASE WHEN patience_over THEN '{QuarantineMarker.UNKNOWN_JOB_TYPE}'
+                    ELSE '{QuarantineMarker.UNKNOWN_JOB_TYPE}: ' || :detail || '; due again at '
                          || to_char(available_at AT TIME ZONE 'UTC',
                                     'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') END
         FROM moved
@@ -928,7 +931,7 @@ REDISPATCH_STRANDED: TextClause = text(
 # quarantined so that it shows up, and can be replayed, like any other. A job that is running
 # under a live lease, or already finished, is left alone.
 QUARANTINE_DELIVERY_LIMITED: TextClause = text(
-    _quarantine_unclaimed("delivery_limit", _guard(DELIVERY_LIMIT))
+    _quarantine_unclaimed(QuarantineMarker.DELIVERY_LIMIT, _guard(DELIVERY_LIMIT))
 )
 
 CLIENT_NAME_OF_JOB: TextClause = text(

@@ -138,15 +138,19 @@ class Operations:
         ):
             return await quarantine.peek(connection)
 
-    async def _messages_if_reachable(self) -> tuple[list[QuarantinedMessage] | None, str]:
-        """The messages and "ok"; or None and why not ("unavailable", "busy"): the database
-        side of the quarantine is worth showing without the broker's."""
+    async def _messages_if_reachable(
+        self,
+    ) -> tuple[list[QuarantinedMessage] | None, dict[str, str | None]]:
+        """The messages and ``{"broker": "ok"}``; or None and why not (``"unavailable"`` with
+        the cause in words, ``"busy"``): the database side of the quarantine is worth showing
+        without the broker's."""
         try:
-            return await self.messages(wait_seconds=READ_WAIT_SECONDS), "ok"
+            return await self.messages(wait_seconds=READ_WAIT_SECONDS), {"broker": "ok"}
         except QuarantineBusy:
-            return None, "busy"
-        except BrokerUnavailable:
-            return None, "unavailable"
+            return None, {"broker": "busy"}
+        except BrokerUnavailable as error:
+            cause = getattr(error, "cause", None) or str(error)
+            return None, {"broker": "unavailable", "broker_cause": cause}
 
     async def quarantine_report(
         self, *, code: str | None = None, limit: int = 100
@@ -184,7 +188,9 @@ class Operations:
             ],
             "other_messages": other,
             "messages_in_queue": len(held),
-            "broker": broker,  # ok | unavailable | busy: without "ok" the messages are unknown
+            # broker: ok | unavailable (with broker_cause) | busy; without "ok" the messages
+            # are unknown
+            **broker,
         }
 
     async def show(self, job_id: uuid.UUID) -> dict[str, Any] | None:
@@ -193,7 +199,7 @@ class Operations:
             return None
         messages, broker = await self._messages_if_reachable()
         shown = [m.as_dict() for m in messages or [] if m.job_id == job_id]
-        return {"trace": trace_document(trace), "messages": shown, "broker": broker}
+        return {"trace": trace_document(trace), "messages": shown, **broker}
 
     # --- acting -------------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ def _broker_down(settings: Settings) -> dict[str, str]:
     [
         (["quarantine", "replay", "--all"], "connection refused"),
         (["healthcheck"], "connection refused"),
-        (["quarantine", "list"], "broker is unreachable"),
+        (["quarantine", "list"], "broker is unreachable (connection refused)"),
     ],
 )
 def test_an_operator_command_with_the_broker_down_prints_one_line_of_its_own_with_the_cause(

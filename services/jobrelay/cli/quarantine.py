@@ -39,11 +39,16 @@ BROKER_NOTES = {
 }
 
 
-def _broker_note(broker: str) -> None:
-    """One line on stderr when the messages could not be read: the listing is the database's."""
+def _broker_note(report: dict[str, Any]) -> None:
+    """One line on stderr when the messages could not be read: the listing is the database's,
+    and the line says why (``connection refused``, ``login refused …``)."""
+    broker = report["broker"]
     if broker != "ok":
+        note = BROKER_NOTES.get(broker, broker)
+        if report.get("broker_cause"):
+            note = f"{note} ({report['broker_cause']})"
         print(
-            f"jobrelay: {BROKER_NOTES.get(broker, broker)}: showing the database side only "
+            f"jobrelay: {note}: showing the database side only "
             "(the messages in jobrelay.quarantine are unknown)",
             file=sys.stderr,
         )
@@ -139,7 +144,7 @@ def replay_summary(replayed: int, asked: int) -> str:
 def cmd_quarantine_list(args: argparse.Namespace) -> int:
     async def work(ops: Operations) -> int:
         report = await ops.quarantine_report(code=args.code, limit=args.limit)
-        _broker_note(report["broker"])
+        _broker_note(report)
         render = functools.partial(render_report, code=args.code)
         print_document(report, render, as_json=args.json, ensure_ascii=True)
         return 0
@@ -154,7 +159,7 @@ def cmd_quarantine_show(args: argparse.Namespace) -> int:
         shown = await ops.show(wanted)
         if shown is None:
             raise CliError(f"no job {wanted}")
-        _broker_note(shown["broker"])
+        _broker_note(shown)
         print_document(shown, render_shown, as_json=args.json, ensure_ascii=True)
         return 0
 

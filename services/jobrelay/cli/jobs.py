@@ -28,7 +28,6 @@ from jobrelay.core.states import JobState
 from jobrelay.core.trace import trace_document
 
 if TYPE_CHECKING:
-    from jobrelay.core.clients import ClientListing
     from jobrelay.db.store import Store
     from jobrelay.operations import Operations
 
@@ -93,21 +92,6 @@ def render_listing(listing: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-async def jobs_of_clients(
-    store: Store, owners: list[ClientListing], state: str | None, job_type: str | None, page: Page
-) -> list[tuple[Job, str]]:
-    """A page of the jobs of ``owners``, newest first, with their client's name: each client's
-    page (its index reads no more), merged."""
-    found: list[tuple[Job, str]] = []
-    for owner in owners:
-        jobs = await store.list_jobs(
-            client_id=owner.id, state=state, job_type=job_type, limit=page.limit, after=page.after
-        )
-        found.extend((job, owner.name) for job in jobs)
-    found.sort(key=lambda pair: (pair[0].created_at, pair[0].id), reverse=True)
-    return found[: page.limit]
-
-
 def _list_page(args: argparse.Namespace) -> Page:
     if not 1 <= args.limit <= MAX_LIST_LIMIT:
         raise CliError(f"--limit must be 1 to {MAX_LIST_LIMIT}")
@@ -129,10 +113,17 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
             owners = [owner for owner in owners if owner.name == args.client]
             if not owners:
                 raise CliError(f"no client named {args.client!r} (see: jobrelay clients list)")
-        found = await jobs_of_clients(store, owners, args.state, args.type, page)
+        jobs = await store.list_jobs_of_clients(
+            [owner.id for owner in owners],
+            state=args.state,
+            job_type=args.type,
+            limit=page.limit,
+            after=page.after,
+        )
+        names = {owner.id: owner.name for owner in owners}
         listing = {
-            "jobs": [listed_job(job, client) for job, client in found],
-            "next_cursor": page.next_cursor([job for job, _ in found]),
+            "jobs": [listed_job(job, names[job.client_id]) for job in jobs],
+            "next_cursor": page.next_cursor(jobs),
         }
         print_document(listing, render_listing, as_json=args.json)
         return 0

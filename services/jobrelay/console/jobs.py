@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import urllib.parse
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -29,14 +28,12 @@ from jobrelay.console.web import (
     store_of,
     when,
 )
-from jobrelay.core.clients import ClientListing
 from jobrelay.core.errors import InvalidCursor
-from jobrelay.core.jobs import CancelAnswer, Job
+from jobrelay.core.jobs import CancelAnswer
 from jobrelay.core.pages import Page, decode_cursor
 from jobrelay.core.states import TERMINAL_STATES, JobState
 from jobrelay.core.trace import trace_document
 from jobrelay.db.client_store import ClientStore
-from jobrelay.db.store import Store
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
@@ -93,23 +90,6 @@ class Paging:
         return {"next": forward, "previous": back, "newest": newest}
 
 
-async def jobs_of(
-    store: Store, owners: Sequence[ClientListing], filters: Filters, page: Page
-) -> list[Job]:
-    """The page of jobs of ``owners``, newest first: each owner's page, merged."""
-    found: list[Job] = []
-    for owner in owners:
-        found += await store.list_jobs(
-            client_id=owner.id,
-            state=filters.state or None,
-            job_type=filters.type or None,
-            limit=page.limit,
-            after=page.after,
-        )
-    found.sort(key=lambda job: (job.created_at, job.id), reverse=True)
-    return found[: page.limit]
-
-
 def _page(cursor: str) -> Page:
     try:
         return Page(PAGE_SIZE, decode_cursor(cursor) if cursor else None)
@@ -135,7 +115,13 @@ async def listing(
     store = store_of(request)
     clients = await ClientStore(store).list_clients()
     owners = [c for c in clients if c.name == filters.client] if filters.client else clients
-    jobs = await jobs_of(store, owners, filters, page)
+    jobs = await store.list_jobs_of_clients(
+        [owner.id for owner in owners],
+        state=filters.state or None,
+        job_type=filters.type or None,
+        limit=page.limit,
+        after=page.after,
+    )
     names = {client.id: client.name for client in clients}
     context: dict[str, Any] = {
         "rows": [(job, names.get(job.client_id, "?")) for job in jobs],

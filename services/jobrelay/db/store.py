@@ -250,6 +250,25 @@ class Store:
         )
         return [job_from_row(row) for row in rows]
 
+    async def list_jobs_of_clients(
+        self,
+        client_ids: Sequence[uuid.UUID],
+        *,
+        state: str | None,
+        job_type: str | None,
+        limit: int,
+        after: tuple[datetime, uuid.UUID] | None,
+    ) -> list[Job]:
+        """A page of the jobs of several clients, newest first (the operators' listings):
+        each client's page, read through its own index, then merged."""
+        found: list[Job] = []
+        for client_id in client_ids:
+            found += await self.list_jobs(
+                client_id=client_id, state=state, job_type=job_type, limit=limit, after=after
+            )
+        found.sort(key=lambda job: (job.created_at, job.id), reverse=True)
+        return found[:limit]
+
     async def cancel_job(
         self, job_id: uuid.UUID, *, client_id: uuid.UUID | None, detail: str
     ) -> CancelAnswer | None:

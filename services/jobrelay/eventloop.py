@@ -13,7 +13,7 @@ T = TypeVar("T")
 def run(coroutine: Coroutine[Any, Any, T]) -> T:
     """Run a service (dispatcher, consumer) on uvloop where it is installed (Linux and macOS;
     see pyproject.toml): per socket write and task switch it costs a fraction of the stock
-    event loop, which is where most of a relay's CPU went (README, "Performance"). The API
+    event loop, which is where most of a relay's CPU went (docs/testing.md, "Performance"). The API
     gets the same from uvicorn, which picks uvloop by itself."""
     try:
         import uvloop

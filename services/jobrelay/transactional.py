@@ -1,5 +1,5 @@
-"""``jobrelay.enqueue``: a job written inside the caller's own transaction (README, "Enqueue
-inside your own transaction").
+"""``jobrelay.enqueue``: a job written inside the caller's own transaction (docs/submitting.md,
+"Enqueue inside your own transaction").
 
 An application that shares jobrelay's PostgreSQL database creates a job in the same transaction
 as its own rows, as River's ``InsertTx`` does: the job, its outbox row and its ``received`` event

@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="jobrelay",
         description="Durable background jobs: transactional outbox, PostgreSQL, RabbitMQ.",
         epilog='example: jobrelay submit catalog.export --payload \'{"course": "JavaScript"}\''
-        "\nconfiguration comes from JOBRELAY_* environment variables (see the README)",
+        "\nconfiguration comes from JOBRELAY_* environment variables (see docs/configuration.md)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

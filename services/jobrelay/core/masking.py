@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from jobrelay.core.settings import Settings, mask_url
 
 MASK = "***"
-# Passwords anyone can read in the README and compose.yaml: not secrets.
+# Passwords anyone can read in docs/configuration.md and compose.yaml: not secrets.
 PUBLIC_DEFAULT_PASSWORDS = frozenset({"jobrelay", "guest"})
 # A shorter password would mask ordinary words; URLs still have it masked by their shape.
 MIN_SECRET_LENGTH = 4

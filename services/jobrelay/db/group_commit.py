@@ -33,7 +33,7 @@ class GroupCommit(Generic[Request, Answer]):
     ) -> None:
         """``max_running``: groups in flight at once (each holds a pooled connection); requests
         made while that many run wait and form the next group. One is the default: a second
-        group in flight halves the groups (README, "Running jobs: consumers")."""
+        group in flight halves the groups (docs/operating.md, "Running jobs: consumers")."""
         if max_size < 1 or max_running < 1:
             raise ValueError("a group holds at least one request, and at least one group runs")
         self._run = run

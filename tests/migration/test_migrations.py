@@ -27,9 +27,12 @@ TABLES = {
     "rate_limits",
     "broker_blocks",
     "console_keys",
+    "queues",
+    "type_limits",
+    "type_rate_buckets",
 }
 # Written often, worthless after a crash (docs/overload.md): no WAL for them.
-UNLOGGED = {"rate_limits", "broker_blocks"}
+UNLOGGED = {"rate_limits", "broker_blocks", "type_rate_buckets"}
 
 
 @pytest.fixture
@@ -84,6 +87,10 @@ def test_the_check_constraints_make_nonsense_unrepresentable(empty_database: str
         "unknown state": "state = 'lost'",
         "finished but queued": "finished_at = now()",
         "succeeded without finished_at": "state = 'succeeded'",
+        "priority above the range": "priority = 101",
+        "priority below the range": "priority = -101",
+        "concurrency key too long": "concurrency_key = repeat('k', 201)",
+        "unique key too long": "unique_key = repeat('k', 201)",
     }
     with psycopg.connect(databases.libpq_url(empty_database), autocommit=True) as connection:
         client = connection.execute(

@@ -14,3 +14,8 @@ MAX_ATTEMPTS_MAX = 100
 DEFAULT_MAX_ATTEMPTS = 3
 # delay_seconds: 0 to a year.
 MAX_DELAY_SECONDS = 365 * 86400
+# A job's priority (higher runs first; docs/flow-control.md): from this to PRIORITY_MAX.
+PRIORITY_MIN = -100
+PRIORITY_MAX = 100
+# A concurrency key or a unique key: at most this many characters.
+FLOW_KEY_MAX = 200

@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from jobrelay.core.errors import InvalidPayload, UnknownJobType
+from jobrelay.core.flow import Limit, parse_rate
+from jobrelay.core.limits import PRIORITY_MAX, PRIORITY_MIN
 from jobrelay.core.schedules import Schedule, check_every
 
 
@@ -44,6 +46,8 @@ AsyncHandler = Callable[[JobContext, Any], Awaitable[dict[str, Any]]]
 SyncHandler = Callable[[JobContext, Any], dict[str, Any]]
 Handler = AsyncHandler | SyncHandler
 H = TypeVar("H", bound=Callable[..., Any])
+# A type's concurrency_key= or unique=: the key of a submission, from its payload.
+KeyFunction = Callable[[Any], str]
 
 
 def is_async_handler(handler: Callable[..., Any]) -> bool:
@@ -61,6 +65,13 @@ class JobType:
     max_attempts: int | None = None  # None: the JOBRELAY_MAX_ATTEMPTS default
     timeout_seconds: float = 300.0
     description: str = ""
+    # Flow control (docs/flow-control.md): a submission's priority when it names none; the
+    # type's limit (None: none); the functions that give a submission without its own
+    # concurrency key or unique key one from its payload (a dict, as submitted).
+    priority: int = 0
+    limit: Limit | None = None
+    concurrency_key: KeyFunction | None = None
+    unique: KeyFunction | None = None
 
     @property
     def runs_in_thread(self) -> bool:
@@ -74,6 +85,59 @@ def safe_validation_errors(error: ValidationError) -> list[dict[str, Any]]:
         {"loc": [str(part) for part in item["loc"]], "msg": item["msg"], "type": item["type"]}
         for item in error.errors(include_input=False, include_url=False)
     ]
+
+
+def check_priority(priority: object, owner: str) -> int:
+    """A priority: a whole number from PRIORITY_MIN to PRIORITY_MAX, or a ValueError that names
+    ``owner`` (a type or a schedule)."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ValueError(f"{owner}: priority must be a whole number, not {priority!r}")
+    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise ValueError(
+            f"{owner}: priority must be from {PRIORITY_MIN} to {PRIORITY_MAX}, not {priority}"
+        )
+    return priority
+
+
+def flow_options(
+    name: str,
+    *,
+    priority: int = 0,
+    concurrency: int | None = None,
+    concurrency_key: KeyFunction | None = None,
+    rate: str | None = None,
+    per_key: bool | None = None,
+    unique: KeyFunction | None = None,
+) -> dict[str, Any]:
+    """The flow-control fields of JobType ``name`` from ``registry.job``'s options, checked."""
+    owner = f"job type {name!r}"
+    check_priority(priority, owner)
+    if concurrency is not None and (
+        isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+    ):
+        raise ValueError(f"{owner}: concurrency must be a whole number of at least 1")
+    for option, function in (("concurrency_key", concurrency_key), ("unique", unique)):
+        if function is not None and not callable(function):
+            raise ValueError(f"{owner}: {option} must be a function of the payload")
+    if rate is not None and not isinstance(rate, str):
+        raise ValueError(f"{owner}: rate must be a text such as '10/s', not {rate!r}")
+    try:
+        parsed_rate = parse_rate(rate) if rate is not None else None
+    except ValueError as error:
+        raise ValueError(f"{owner}: {error}") from None
+    limit = None
+    if concurrency is not None or parsed_rate is not None:
+        if per_key is None:
+            per_key = concurrency_key is not None
+        limit = Limit(concurrency=concurrency, rate=parsed_rate, per_key=per_key)
+    elif per_key:
+        raise ValueError(f"{owner}: per_key needs a concurrency or a rate to apply to")
+    return {
+        "priority": priority,
+        "limit": limit,
+        "concurrency_key": concurrency_key,
+        "unique": unique,
+    }
 
 
 @dataclass
@@ -94,9 +158,31 @@ class Registry:
         *,
         max_attempts: int | None = None,
         timeout_seconds: float = 300.0,
+        priority: int = 0,
+        concurrency: int | None = None,
+        concurrency_key: KeyFunction | None = None,
+        rate: str | None = None,
+        per_key: bool | None = None,
+        unique: KeyFunction | None = None,
     ) -> Callable[[H], H]:
         """Decorator form: ``@registry.job("x.y", Payload)`` above an ``async def`` or a plain
-        ``def`` handler ``(context, payload) -> dict``."""
+        ``def`` handler ``(context, payload) -> dict``.
+
+        Flow control (docs/flow-control.md): ``priority`` (-100..100) is its submissions'
+        default; at most ``concurrency`` run at once and ``rate`` (``"10/s"``, ``"600/m"``)
+        start, per concurrency key when ``per_key`` (by default when ``concurrency_key`` is
+        given), over the type otherwise; ``concurrency_key`` and ``unique`` give a submission
+        without its own key one from its payload (a dict). A bad value is a ``ValueError``
+        naming the type."""
+        flow = flow_options(
+            name,
+            priority=priority,
+            concurrency=concurrency,
+            concurrency_key=concurrency_key,
+            rate=rate,
+            per_key=per_key,
+            unique=unique,
+        )
 
         def decorate(handler: H) -> H:
             if not callable(handler):
@@ -109,6 +195,7 @@ class Registry:
                     max_attempts=max_attempts,
                     timeout_seconds=timeout_seconds,
                     description=(handler.__doc__ or "").strip().split("\n")[0],
+                    **flow,
                 )
             )
             return handler

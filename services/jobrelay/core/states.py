@@ -34,6 +34,9 @@ class JobEvent(StrEnum):
     DEFERRED = "deferred"  # a consumer did not know the type; due again after a backoff
     REDISPATCHED = "redispatched"  # its message was provably missing and was published again
     CANCEL_REQUESTED = "cancel_requested"  # of a running job; its consumer cancels the handler
+    # A delivery put back without a claim (its queue paused, its type or key at a limit): the
+    # attempts are untouched and a new outbox row is due later (docs/flow-control.md).
+    HELD = "held"
 
 
 class Lease(StrEnum):

@@ -29,6 +29,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 
+from jobrelay.core.limits import FLOW_KEY_MAX, PRIORITY_MAX, PRIORITY_MIN
 from jobrelay.core.states import TERMINAL_STATES, JobEvent, JobState
 
 metadata = MetaData(
@@ -131,6 +132,11 @@ jobs = Table(
     _moment("cancel_requested_at"),
     # The W3C trace context its messages carry (migration 0006; docs/observability.md).
     Column("traceparent", Text),
+    # Flow control (migration 0007; docs/flow-control.md): higher priority runs first; the
+    # concurrency key names the slot a limit counts; the unique key allows one live job.
+    Column("priority", SmallInteger, nullable=False, server_default=text("0")),
+    Column("concurrency_key", Text),
+    Column("unique_key", Text),
     UniqueConstraint("client_id", "idempotency_key"),
     CheckConstraint(_in_list("state", JOB_STATES), name="state_known"),
     CheckConstraint(
@@ -170,6 +176,27 @@ jobs = Table(
         "lease_until",
         postgresql_where=text("state = 'running'"),
     ),
+    CheckConstraint(f"priority BETWEEN {PRIORITY_MIN} AND {PRIORITY_MAX}", name="priority_range"),
+    CheckConstraint(
+        f"char_length(concurrency_key) <= {FLOW_KEY_MAX}", name="concurrency_key_length"
+    ),
+    CheckConstraint(f"char_length(unique_key) <= {FLOW_KEY_MAX}", name="unique_key_length"),
+    # At most one live job per client, type and unique key: the arbiter of unique submissions.
+    Index(
+        "ux_jobs_live_unique_key",
+        "client_id",
+        "type",
+        "unique_key",
+        unique=True,
+        postgresql_where=text(f"unique_key IS NOT NULL AND {_in_list('state', LIVE)}"),
+    ),
+    # The running jobs by type and concurrency key: the slots a concurrency limit counts.
+    Index(
+        "ix_jobs_running_type_key",
+        "type",
+        "concurrency_key",
+        postgresql_where=text("state = 'running'"),
+    ),
 )
 
 
@@ -183,6 +210,13 @@ outbox = Table(
     _moment("published_at"),
     Column("publish_attempts", Integer, nullable=False, server_default=text("0")),
     Column("last_error", Text),
+    # Copies of the job's (migration 0007), written by every insert into the outbox so the
+    # relay orders and shares out its pick without reading jobs. Empty (priority 0) in rows
+    # written before 0007. No foreign key on client_id: the job's carries it.
+    Column("priority", SmallInteger, nullable=False, server_default=text("0")),
+    Column("client_id", UUID(as_uuid=True)),
+    Column("type", Text),
+    CheckConstraint(f"priority BETWEEN {PRIORITY_MIN} AND {PRIORITY_MAX}", name="priority_range"),
     # The relay's hot path: due, unpublished rows, oldest first.
     Index(
         "ix_outbox_available_at_unpublished",
@@ -275,4 +309,42 @@ console_keys = Table(
     _set_at_insert("created_at"),
     CheckConstraint("id = 1", name="one_key"),
     CheckConstraint("octet_length(secret) >= 30", name="secret_long_enough"),
+)
+
+# The work queues by short name (``default``, ``slow``; migration 0007). Paused while
+# ``paused_at`` is set: a row, so a pause survives restarts of every service.
+queues = Table(
+    "queues",
+    metadata,
+    Column("name", Text, primary_key=True),
+    _moment("paused_at"),
+    Column("paused_by", Text),
+    _set_at_insert("created_at"),
+)
+
+# Runtime overrides of a type's limit (``jobrelay limits set``): a row is the limit in force.
+type_limits = Table(
+    "type_limits",
+    metadata,
+    Column("type", Text, primary_key=True),
+    Column("concurrency", Integer),
+    Column("rate_count", Integer),
+    Column("rate_period_seconds", Integer),
+    Column("per_key", Boolean, nullable=False, server_default=text("false")),
+    _set_at_insert("updated_at"),
+    CheckConstraint("concurrency >= 1", name="concurrency_positive"),
+    CheckConstraint("rate_count >= 1", name="rate_count_positive"),
+    CheckConstraint("rate_period_seconds IN (1, 60)", name="rate_period_known"),
+    CheckConstraint("(rate_count IS NULL) = (rate_period_seconds IS NULL)", name="rate_whole"),
+)
+
+# Per type and key ('' when the limit is not per key), the time from which the next start fits
+# the type's rate (GCRA, like ``rate_limits``). UNLOGGED: emptied by a crash, a full burst again.
+type_rate_buckets = Table(
+    "type_rate_buckets",
+    metadata,
+    Column("type", Text, primary_key=True),
+    Column("key", Text, primary_key=True),
+    Column("allowed_from", DateTime(timezone=True), nullable=False),
+    prefixes=["UNLOGGED"],
 )

@@ -32,3 +32,4 @@ def in_list(column: str, values: Sequence[str]) -> str:
 
 
 EVENTS_0005 = (*EVENTS_0002, "cancel_requested")
+EVENTS_0007 = (*EVENTS_0005, "held")

@@ -1,0 +1,84 @@
+"""Flow control's values (docs/flow-control.md): a type's rate, its limit, and the limit in force.
+
+Pure: the registry states a type's limit with these, the runtime overrides (``type_limits``)
+read into them, and the dispatcher and the consumers decide with them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+# "/s" and "/m": the periods a rate may name, in seconds (``type_limits.rate_period_seconds``).
+RATE_PERIODS = {"s": 1, "m": 60}
+_PERIOD_NAMES = {seconds: name for name, seconds in RATE_PERIODS.items()}
+
+
+@dataclass(frozen=True)
+class Rate:
+    """At most ``count`` starts per ``period_seconds`` (1 or 60)."""
+
+    count: int
+    period_seconds: int
+
+    def __post_init__(self) -> None:
+        if self.count < 1:
+            raise ValueError(f"a rate counts at least 1 start, not {self.count}")
+        if self.period_seconds not in _PERIOD_NAMES:
+            raise ValueError(f"a rate's period is 1 s or 60 s, not {self.period_seconds} s")
+
+    @property
+    def interval(self) -> float:
+        """Seconds between two starts at this rate."""
+        return self.period_seconds / self.count
+
+    def __str__(self) -> str:
+        return f"{self.count}/{_PERIOD_NAMES[self.period_seconds]}"
+
+
+def parse_rate(text: str) -> Rate:
+    """``"10/s"`` or ``"600/m"``: a whole number of starts, at least 1, per second or minute."""
+    count, slash, period = text.strip().partition("/")
+    if (
+        not slash
+        or period not in RATE_PERIODS
+        or not (count.isascii() and count.isdigit())
+        or int(count) < 1
+    ):
+        raise ValueError(
+            f"invalid rate {text[:50]!r}: write N/s or N/m with a whole N of at least 1 "
+            "(for example 10/s or 600/m)"
+        )
+    return Rate(int(count), RATE_PERIODS[period])
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A type's limit: at most ``concurrency`` running at once and ``rate`` starts, per
+    concurrency key when ``per_key``, over the whole type otherwise. None: no such limit."""
+
+    concurrency: int | None = None
+    rate: Rate | None = None
+    per_key: bool = False
+
+    def __post_init__(self) -> None:
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ValueError(f"a concurrency limit is at least 1, not {self.concurrency}")
+
+
+@dataclass(frozen=True)
+class LimitInForce:
+    """The limit that holds for a type now: the code's (the registry's), or a runtime override
+    (a row of ``type_limits``), which wins while it exists."""
+
+    type: str
+    limit: Limit
+    source: Literal["code", "runtime"]
+
+
+def limit_key(limit: Limit, concurrency_key: str | None) -> str:
+    """The key a job counts under: its concurrency key when the limit is per key ('' for a job
+    without one), else '' (one count for the whole type)."""
+    if not limit.per_key:
+        return ""
+    return concurrency_key or ""

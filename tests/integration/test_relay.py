@@ -38,6 +38,9 @@ from tests.support.relay import store_maintenance
 
 # A short publish deadline, so that a publish that fails is retried within the test.
 PUBLISH_TIMEOUT = 2.0
+# A relay window wider than a test's rows, for those that publish thousands with no consumer
+# (the flow pick still leases every batch).
+WIDE_WINDOW = 1_000_000
 
 
 async def all_published(store: Store) -> bool:
@@ -153,7 +156,9 @@ async def _bind_default_queue(amqp_url: str, *, bound: bool) -> None:
 async def test_two_dispatchers_publish_every_row_exactly_once(
     make_settings: MakeSettings, store: Store
 ) -> None:
-    settings = make_settings(publish_timeout_seconds=PUBLISH_TIMEOUT, dispatch_batch_size=25)
+    settings = make_settings(
+        publish_timeout_seconds=PUBLISH_TIMEOUT, dispatch_batch_size=25, relay_window=WIDE_WINDOW
+    )
     rows = await insert_jobs(store, 2000)
     async with running_dispatcher(settings) as first, running_dispatcher(settings) as second:
         await eventually(lambda: all_published(store), within=60, what="every row published")
@@ -250,7 +255,7 @@ async def _listener_backends(store: Store) -> int:
 async def test_an_expired_lease_is_rescued_exactly_once_with_two_dispatchers_running(
     make_settings: MakeSettings, store: Store
 ) -> None:
-    settings = make_settings(publish_timeout_seconds=PUBLISH_TIMEOUT)
+    settings = make_settings(publish_timeout_seconds=PUBLISH_TIMEOUT, relay_window=WIDE_WINDOW)
     jobs = await insert_jobs(store, 300)
     job_ids = [job_id for _, job_id in jobs]
     async with running_dispatcher(settings) as first:

@@ -151,13 +151,21 @@ async def set_job(
 
 
 async def outbox(db: Database, for_jobs: Sequence[Row[Any]], **values: Any) -> list[Row[Any]]:
-    """One outbox row for each job, due when the job is (unless ``values`` say otherwise)."""
+    """One outbox row for each job, due when the job is and carrying its priority, client and
+    type as every insert of the code does (unless ``values`` say otherwise)."""
     async with connection(db) as opened:
         statement = (
             insert(tables.outbox)
             .values(
                 [
-                    {"job_id": made.id, "available_at": made.available_at} | values
+                    {
+                        "job_id": made.id,
+                        "available_at": made.available_at,
+                        "priority": made.priority,
+                        "client_id": made.client_id,
+                        "type": made.type,
+                    }
+                    | values
                     for made in for_jobs
                 ]
             )

@@ -10,10 +10,11 @@ loop's decisions. Adapters import this module, never a service.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
+from jobrelay.core.flow import Limit
 from jobrelay.core.states import JobState
 
 # Why a publish did not succeed: label values of the failure metric and the prefix of
@@ -39,6 +40,54 @@ class OutboxRow:
 
 
 @dataclass(frozen=True)
+class QueuePick:
+    """Lease at most ``limit`` due rows of the work queue ``queue`` (a short name, ``default``)
+    in flow order: priority, then client turns, then due time (docs/flow-control.md)."""
+
+    queue: str
+    limit: int
+
+
+@dataclass(frozen=True)
+class FlowRules:
+    """What the flow pick obeys besides the window: the routes of ``JOBRELAY_TYPE_QUEUES``
+    (type → short queue name; every other type goes to ``default``) and the limit in force of
+    every limited type (the runtime row, else the code's)."""
+
+    routes: Mapping[str, str] = field(default_factory=dict)
+    limits: Mapping[str, Limit] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FlowControls:
+    """The operators' controls as the database holds them now: the paused queues and the
+    runtime limits (``type_limits``)."""
+
+    paused: frozenset[str] = frozenset()
+    runtime_limits: Mapping[str, Limit] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    """A work queue as the broker sees it: messages ready (published, not delivered) and
+    consumers subscribed."""
+
+    ready: int
+    consumers: int
+
+
+@dataclass(frozen=True)
+class QueueFigures:
+    """A work queue as the database sees it: due unpublished rows (``backlog``) and running
+    jobs, with its pause."""
+
+    name: str
+    paused: bool
+    backlog: int
+    running: int
+
+
+@dataclass(frozen=True)
 class PublishOutcome:
     """The broker's answer for one row. ``reason`` None means confirmed."""
 
@@ -58,6 +107,23 @@ class PublishOutcome:
 
 class OutboxStore(Protocol):
     async def lease_batch(self, limit: int, lease_seconds: float) -> list[OutboxRow]: ...
+
+    async def lease_picks(
+        self, picks: Sequence[QueuePick], rules: FlowRules, lease_seconds: float
+    ) -> list[OutboxRow]:
+        """Lease due rows queue by queue in flow order, skipping paused queues' (no pick is
+        asked for them), rows whose type and key are at their concurrency limit and types over
+        their rate."""
+        ...
+
+    async def flow_controls(self) -> FlowControls: ...
+
+    async def register_queues(self, names: Sequence[str]) -> None:
+        """Add these work queues to ``queues`` (an existing one is kept as it is)."""
+
+    async def queue_backlogs(self, routes: Mapping[str, str]) -> dict[str, int]:
+        """Due, unpublished (and not leased) rows per work queue."""
+        ...
 
     async def mark_published(self, ids: Sequence[int]) -> int: ...
 
@@ -83,6 +149,15 @@ class OutboxStore(Protocol):
     async def delete_finished_jobs(
         self, state: JobState, retention_seconds: float, limit: int
     ) -> int: ...
+
+
+class QueueDepths(Protocol):
+    async def depths(self, queues: Sequence[str]) -> dict[str, QueueDepth]:
+        """The broker's figures of these work queues (short names); a queue the broker does
+        not have is left out. Raises ``BrokerUnavailable``."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 class MessagePublisher(Protocol):

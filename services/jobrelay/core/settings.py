@@ -30,6 +30,11 @@ class Settings(BaseSettings):
     retry_max_seconds: float = Field(300.0, ge=0)
 
     dispatch_batch_size: int = Field(200, ge=1, le=10_000)
+    # Per work queue, at most this many messages published and not yet claimed; the rest wait
+    # in the outbox, due but unpublished, and are published in flow order (docs/flow-control.md).
+    # 0: no window, every due row is published at once (priorities and fairness then only
+    # order each batch).
+    relay_window: int = Field(500, ge=0, le=1_000_000)
     poll_interval_seconds: float = Field(1.0, gt=0)
     publish_timeout_seconds: float = Field(10.0, gt=0)
     # Finished jobs (succeeded, cancelled) are deleted this long after they finished, with

@@ -21,6 +21,7 @@ UNROUTED_EXCHANGE = "jobrelay.jobs.unrouted"
 QUARANTINE_EXCHANGE = "jobrelay.quarantine"
 QUARANTINE_QUEUE = "jobrelay.quarantine"
 DEFAULT_QUEUE = "jobrelay.jobs.default"
+DEFAULT_QUEUE_NAME = "default"  # its short name, as ``--queue`` and the ``queues`` table say it
 # How many nodes hold a replica of a new quorum queue. Set only at creation: RabbitMQ refuses a
 # redeclaration with another value (or with none, or one where there was none).
 GROUP_SIZE_ARGUMENT = "x-quorum-initial-group-size"
@@ -29,6 +30,11 @@ GROUP_SIZE_ARGUMENT = "x-quorum-initial-group-size"
 def work_queue_name(name: str) -> str:
     """``default`` → ``jobrelay.jobs.default``; a full ``jobrelay.jobs.*`` name is kept."""
     return name if name.startswith(f"{JOBS_EXCHANGE}.") else f"{JOBS_EXCHANGE}.{name}"
+
+
+def queue_short_name(name: str) -> str:
+    """``jobrelay.jobs.slow`` → ``slow``; a short name is kept (the ``queues`` table's name)."""
+    return name.removeprefix(f"{JOBS_EXCHANGE}.")
 
 
 def jobs_exchange_arguments() -> dict[str, Any]:

@@ -672,6 +672,170 @@ CLAIM_JOBS: TextClause = text(
             type_unknown_since = NULL  -- a consumer that knows the type has it now
         FROM before b JOIN asked a ON a.job_id = b.id
         WHERE j.id = b.id AND j.attempts < j.max_attempts
+# --- flow control: the relay's pick and the queues' figures (docs/flow-control.md) -----------
+
+# Whether the type expression ``t`` is routed to the picked queue: one of ``:queue_types`` (the
+# types JOBRELAY_TYPE_QUEUES sends there), or, for ``default``, any type not sent elsewhere
+# (``:other_types``).
+def _in_queue(t: str) -> str:
+    return (
+        f"({t} = ANY(CAST(:queue_types AS text[])) OR (CAST(:is_default AS boolean) "
+        f"AND NOT ({t} = ANY(CAST(:other_types AS text[])))))"
+    )
+
+
+# The key a row of type ``t`` counts under: its job's concurrency key when its limit is per key
+# ('' without one), else '' (core/flow.py::limit_key). ``key`` reads the job's key.
+def _limit_key(t: str, key: str) -> str:
+    return (
+        f"CASE WHEN {t} = ANY(CAST(:per_key_types AS text[])) "
+        f"THEN coalesce({key}, '') ELSE '' END"
+    )
+
+
+# The flow pick of one work queue: due rows in priority order (higher first), round-robin among
+# the clients with due rows within a priority, then due order. A recursive skip scan finds the
+# clients with due rows (ix_outbox_client_priority_due, one probe per client), a LATERAL pick
+# per client reads that client's best ``:limit`` rows from the same index, and ``turn`` (the
+# row's rank within its client and priority) interleaves them. Rows whose (type, key) is at its
+# concurrency limit (running jobs holding a live lease, through ix_jobs_running_type_key) or
+# over its rate (type_rate_buckets) are skipped; within the pick at most the free slots (and one
+# period's rate) of a (type, key) are taken. Rows written before migration 0007 carry no type or
+# client: they are read with their job (ix_outbox_legacy_unpublished), as one more client.
+# Limits are approximate here: the consumer enforces them exactly at claim. Each row returns its
+# place (priority, turn, due time): the relay publishes in that order. The lease itself is
+# LEASE_OUTBOX_BATCH's: locked with SKIP LOCKED and re-checked under the lock, so several
+# dispatchers never lease a row twice.
+LEASE_FLOW_PICK: TextClause = text(
+    f"""
+    WITH RECURSIVE limits AS (
+        SELECT * FROM unnest(
+            CAST(:limit_types AS text[]), CAST(:limit_concurrency AS integer[]),
+            CAST(:limit_burst AS integer[])
+        ) AS l(type, concurrency, burst)
+    ), running AS (
+        SELECT r.type, {_limit_key("r.type", "r.concurrency_key")} AS key, count(*) AS n
+        FROM limits l JOIN jobs r ON r.type = l.type
+        WHERE l.concurrency IS NOT NULL AND r.state = 'running' AND r.lease_until > now()
+        GROUP BY 1, 2
+    ), blocked AS (
+        SELECT r.type, r.key FROM running r JOIN limits l ON l.type = r.type
+        WHERE r.n >= l.concurrency
+        UNION
+        SELECT b.type, b.key FROM limits l JOIN type_rate_buckets b ON b.type = l.type
+        WHERE l.burst IS NOT NULL AND b.allowed_from > now()
+    ), clients AS (
+        (SELECT o.client_id FROM outbox o
+         WHERE o.published_at IS NULL AND o.client_id IS NOT NULL AND o.available_at <= now()
+         ORDER BY o.client_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT o.client_id FROM outbox o
+                WHERE o.published_at IS NULL AND o.client_id > c.client_id
+                  AND o.available_at <= now()
+                ORDER BY o.client_id LIMIT 1)
+        FROM clients c WHERE c.client_id IS NOT NULL
+    ), candidates AS (
+        SELECT p.* FROM clients c CROSS JOIN LATERAL (
+            SELECT o.id, o.client_id, o.priority, o.available_at, o.type, k.key
+            FROM outbox o
+            CROSS JOIN LATERAL (
+                SELECT {
+        _limit_key("o.type", "(SELECT j.concurrency_key FROM jobs j WHERE j.id = o.job_id)")
+    } AS key
+            ) k
+            WHERE o.client_id = c.client_id AND o.published_at IS NULL
+              AND o.available_at <= now() AND o.type IS NOT NULL AND {_in_queue("o.type")}
+              AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.type = o.type AND b.key = k.key)
+            ORDER BY o.priority DESC, o.available_at
+            LIMIT :limit
+        ) p
+        WHERE c.client_id IS NOT NULL
+        UNION ALL
+        (SELECT o.id, o.client_id, o.priority, o.available_at, j.type, k.key
+         FROM outbox o JOIN jobs j ON j.id = o.job_id
+         CROSS JOIN LATERAL (SELECT {_limit_key("j.type", "j.concurrency_key")} AS key) k
+         WHERE o.published_at IS NULL AND (o.type IS NULL OR o.client_id IS NULL)
+           AND o.available_at <= now() AND {_in_queue("j.type")}
+           AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.type = j.type AND b.key = k.key)
+         ORDER BY o.available_at
+         LIMIT :limit)
+    ), ranked AS (
+        SELECT cd.id, cd.priority, cd.available_at,
+               row_number() OVER (PARTITION BY cd.client_id, cd.priority
+                                  ORDER BY cd.available_at, cd.id) AS turn,
+               row_number() OVER (PARTITION BY cd.type, cd.key
+                                  ORDER BY cd.priority DESC, cd.available_at, cd.id) AS nth,
+               l.concurrency - coalesce(r.n, 0) AS free, l.burst
+        FROM candidates cd
+        LEFT JOIN limits l ON l.type = cd.type
+        LEFT JOIN running r ON r.type = cd.type AND r.key = cd.key
+    ), due AS (
+        SELECT o.id FROM ranked rk JOIN outbox o ON o.id = rk.id
+        WHERE (rk.free IS NULL OR rk.nth <= rk.free) AND (rk.burst IS NULL OR rk.nth <= rk.burst)
+          AND o.published_at IS NULL AND o.available_at <= now()
+        ORDER BY rk.priority DESC, rk.turn, rk.available_at, rk.id
+        LIMIT :limit
+        FOR UPDATE OF o SKIP LOCKED
+    )
+    UPDATE outbox o
+    SET available_at = now() + make_interval(secs => :lease_seconds),
+        publish_attempts = o.publish_attempts + 1
+    FROM due, ranked rk, jobs j
+    WHERE o.id = due.id AND rk.id = due.id AND j.id = o.job_id
+    RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent,
+              rk.priority, rk.turn, rk.available_at AS due_at
+    """
+)
+
+# The operators' controls the dispatcher obeys, read every couple of seconds: the paused queues
+# and the runtime limits (one row each; ``kind`` tells which).
+FLOW_CONTROLS: TextClause = text(
+    """
+    SELECT 'paused' AS kind, name, NULL::integer AS concurrency, NULL::integer AS rate_count,
+           NULL::integer AS rate_period_seconds, false AS per_key
+    FROM queues WHERE paused_at IS NOT NULL
+    UNION ALL
+    SELECT 'limit', type, concurrency, rate_count, rate_period_seconds, per_key FROM type_limits
+    """
+)
+
+REGISTER_QUEUES: TextClause = text(
+    """
+    INSERT INTO queues (name) SELECT unnest(CAST(:names AS text[]))
+    ON CONFLICT (name) DO NOTHING
+    """
+)
+
+# Per work queue (short name; ``:route_types``/``:route_queues`` is JOBRELAY_TYPE_QUEUES), the
+# due, unpublished rows not leased right now: the backlog the window, a pause or a limit holds.
+QUEUE_BACKLOGS: TextClause = text(
+    """
+    SELECT coalesce(r.queue, 'default') AS queue, count(*) AS n
+    FROM outbox o
+    LEFT JOIN jobs j ON o.type IS NULL AND j.id = o.job_id
+    LEFT JOIN unnest(CAST(:route_types AS text[]), CAST(:route_queues AS text[]))
+              AS r(type, queue) ON r.type = coalesce(o.type, j.type)
+    WHERE o.published_at IS NULL AND o.available_at <= now()
+    GROUP BY 1
+    """
+)
+
+# Running jobs per work queue (through ix_jobs_running_type_key).
+QUEUE_RUNNING: TextClause = text(
+    """
+    SELECT coalesce(r.queue, 'default') AS queue, count(*) AS n
+    FROM jobs j
+    LEFT JOIN unnest(CAST(:route_types AS text[]), CAST(:route_queues AS text[]))
+              AS r(type, queue) ON r.type = j.type
+    WHERE j.state = 'running'
+    GROUP BY 1
+    """
+)
+
+QUEUES: TextClause = text(
+    "SELECT name, paused_at IS NOT NULL AS paused FROM queues ORDER BY name"
+)
+
           -- a consumer claims only a job it can run (NULL: any type)
           AND (a.asked_type IS NULL OR j.type = a.asked_type)
           AND (({_guard(CLAIM)} AND available_at <= now()) OR {_guard(RECLAIM)})

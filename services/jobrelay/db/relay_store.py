@@ -8,15 +8,62 @@ or a snapshot while it waits for the broker.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import TextClause
 
-from jobrelay.core.relay import OutboxRow
+from jobrelay.core.flow import Limit, Rate
+from jobrelay.core.relay import FlowControls, FlowRules, OutboxRow, QueuePick
 from jobrelay.core.states import JobState
+from jobrelay.core.topology import DEFAULT_QUEUE_NAME
 from jobrelay.db import queries as q
 from jobrelay.db.store import Store
+
+
+def route_params(routes: Mapping[str, str]) -> dict[str, list[str]]:
+    """JOBRELAY_TYPE_QUEUES (type → short queue name) as the two arrays the statements join."""
+    return {"route_types": list(routes), "route_queues": list(routes.values())}
+
+
+def queue_params(queue: str, routes: Mapping[str, str]) -> dict[str, Any]:
+    """The types LEASE_FLOW_PICK takes for ``queue``: those routed there, and for ``default``
+    every type not routed elsewhere."""
+    return {
+        "queue_types": [t for t, routed in routes.items() if routed == queue],
+        "other_types": [t for t, routed in routes.items() if routed != DEFAULT_QUEUE_NAME],
+        "is_default": queue == DEFAULT_QUEUE_NAME,
+    }
+
+
+def flow_limit_params(limits: Mapping[str, Limit]) -> dict[str, list[Any]]:
+    """The limits in force as LEASE_FLOW_PICK's arrays; ``burst``: at most one period's rate
+    taken in one pick."""
+    return {
+        "limit_types": list(limits),
+        "limit_concurrency": [limit.concurrency for limit in limits.values()],
+        "limit_burst": [
+            None if limit.rate is None else limit.rate.count for limit in limits.values()
+        ],
+        "per_key_types": [t for t, limit in limits.items() if limit.per_key],
+    }
+
+
+def _leased(rows: Sequence[Any], *, in_order: bool = False) -> list[OutboxRow]:
+    """The leased rows as values, by outbox id unless ``in_order`` (the flow pick's order)."""
+    leased = [
+        OutboxRow(
+            id=row.id,
+            job_id=row.job_id,
+            type=row.type,
+            publish_attempts=row.publish_attempts,
+            traceparent=row.traceparent,
+        )
+        for row in rows
+    ]
+    if not in_order:
+        leased.sort(key=lambda row: row.id)
+    return leased
 
 
 class RelayStore:
@@ -29,18 +76,45 @@ class RelayStore:
         rows = await self.store.fetch_all(
             q.LEASE_OUTBOX_BATCH, limit=limit, lease_seconds=lease_seconds
         )
-        leased = [
-            OutboxRow(
-                id=row.id,
-                job_id=row.job_id,
-                type=row.type,
-                publish_attempts=row.publish_attempts,
-                traceparent=row.traceparent,
+        return _leased(rows)
+
+    async def lease_picks(
+        self, picks: Sequence[QueuePick], rules: FlowRules, lease_seconds: float
+    ) -> list[OutboxRow]:
+        """One LEASE_FLOW_PICK per queue (each its own short transaction)."""
+        limits = flow_limit_params(rules.limits)
+        leased: list[OutboxRow] = []
+        for pick in picks:
+            if pick.limit <= 0:
+                continue
+            rows = await self.store.fetch_all(
+                q.LEASE_FLOW_PICK,
+                limit=pick.limit,
+                lease_seconds=lease_seconds,
+                **queue_params(pick.queue, rules.routes),
+                **limits,
             )
-            for row in rows
-        ]
-        leased.sort(key=lambda row: row.id)
+            rows.sort(key=lambda row: (-row.priority, row.turn, row.due_at, row.id))
+            leased += _leased(rows, in_order=True)
         return leased
+
+    async def flow_controls(self) -> FlowControls:
+        paused: set[str] = set()
+        runtime: dict[str, Limit] = {}
+        for row in await self.store.fetch_all(q.FLOW_CONTROLS):
+            if row.kind == "paused":
+                paused.add(row.name)
+                continue
+            rate = None if row.rate_count is None else Rate(row.rate_count, row.rate_period_seconds)
+            runtime[row.name] = Limit(row.concurrency, rate, bool(row.per_key))
+        return FlowControls(frozenset(paused), runtime)
+
+    async def register_queues(self, names: Sequence[str]) -> None:
+        await self.store.fetch_all(q.REGISTER_QUEUES, names=sorted(set(names)))
+
+    async def queue_backlogs(self, routes: Mapping[str, str]) -> dict[str, int]:
+        rows = await self.store.fetch_all(q.QUEUE_BACKLOGS, **route_params(routes))
+        return {row.queue: int(row.n) for row in rows}
 
     async def mark_published(self, ids: Sequence[int]) -> int:
         if not ids:

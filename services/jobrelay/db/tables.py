@@ -230,6 +230,21 @@ outbox = Table(
         postgresql_where=text("published_at IS NOT NULL"),
     ),
     Index("ix_outbox_job_id", "job_id"),
+    # The relay's flow pick (migration 0008; db/queries.py LEASE_FLOW_PICK): the clients with
+    # due rows, each client's rows in priority then due order; and the rows without a type or
+    # client (written before 0007), read with their job.
+    Index(
+        "ix_outbox_client_priority_due",
+        "client_id",
+        text("priority DESC"),
+        "available_at",
+        postgresql_where=text("published_at IS NULL"),
+    ),
+    Index(
+        "ix_outbox_legacy_unpublished",
+        "available_at",
+        postgresql_where=text("published_at IS NULL AND (type IS NULL OR client_id IS NULL)"),
+    ),
 )
 
 job_results = Table(

@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from jobrelay.core.errors import BrokerUnavailable, StoreUnavailable
-from jobrelay.core.relay import OutboxRow, PublishOutcome
+from jobrelay.core.relay import (
+    FlowControls,
+    FlowRules,
+    OutboxRow,
+    PublishOutcome,
+    QueueDepth,
+    QueuePick,
+)
 from jobrelay.core.states import JobState
 
 
@@ -33,6 +40,8 @@ class InMemoryOutbox:
     unavailable: bool = False
     failed_calls: list[tuple[list[int], str, float]] = field(default_factory=list)
     broker_blocks: dict[str, str] = field(default_factory=dict)
+    controls: FlowControls = field(default_factory=FlowControls)
+    queues: set[str] = field(default_factory=set)
 
     def add(self, job_type: str = "demo.sleep", *, due_in: float = 0.0) -> FakeRow:
         row = FakeRow(len(self.rows) + 1, uuid.uuid4(), job_type, self.now + due_in)
@@ -53,6 +62,46 @@ class InMemoryOutbox:
             row.due_at = self.now + lease_seconds
             row.publish_attempts += 1
         return [OutboxRow(r.id, r.job_id, r.type, r.publish_attempts) for r in due]
+
+    async def lease_picks(
+        self, picks: Sequence[QueuePick], rules: FlowRules, lease_seconds: float
+    ) -> list[OutboxRow]:
+        """Oldest first per queue, paused and limits aside (the order and the limits are the
+        SQL's, tested against PostgreSQL)."""
+        leased: list[OutboxRow] = []
+        for pick in picks:
+            due = sorted(
+                (
+                    r
+                    for r in self.rows.values()
+                    if not r.published
+                    and r.due_at <= self.now
+                    and rules.routes.get(r.type, "default") == pick.queue
+                ),
+                key=lambda r: r.due_at,
+            )[: pick.limit]
+            for row in due:
+                row.due_at = self.now + lease_seconds
+                row.publish_attempts += 1
+            leased += [OutboxRow(r.id, r.job_id, r.type, r.publish_attempts) for r in due]
+        return leased
+
+    async def flow_controls(self) -> FlowControls:
+        self._check()
+        return self.controls
+
+    async def register_queues(self, names: Sequence[str]) -> None:
+        self._check()
+        self.queues.update(names)
+
+    async def queue_backlogs(self, routes: Mapping[str, str]) -> dict[str, int]:
+        self._check()
+        backlogs: dict[str, int] = {}
+        for row in self.rows.values():
+            if not row.published and row.due_at <= self.now:
+                queue = routes.get(row.type, "default")
+                backlogs[queue] = backlogs.get(queue, 0) + 1
+        return backlogs
 
     async def mark_published(self, ids: Sequence[int]) -> int:
         self._check()
@@ -102,6 +151,19 @@ class InMemoryOutbox:
     ) -> int:
         self._check()
         return 0
+
+
+@dataclass
+class FakeDepths:
+    """The broker's ready counts by queue, as a test sets them."""
+
+    ready: dict[str, int] = field(default_factory=dict)
+
+    async def depths(self, queues: Sequence[str]) -> dict[str, QueueDepth]:
+        return {queue: QueueDepth(self.ready.get(queue, 0), 0) for queue in queues}
+
+    async def close(self) -> None:
+        pass
 
 
 @dataclass

@@ -3,7 +3,7 @@ in one test process without clashing)."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 
 from jobrelay.core.relay import FAILURE_REASONS
 from jobrelay.metrics import ProcessMetrics
@@ -74,6 +74,21 @@ class DispatcherMetrics(ProcessMetrics):
             "Jobs made by periodic schedules (one a tick, whichever dispatcher made it), by "
             "schedule.",
             ["schedule"],
+        )
+        # Flow control (docs/flow-control.md): the relay window per work queue.
+        self.window_in_use = Gauge(
+            "jobrelay_relay_window_in_use",
+            "Messages of the work queue published and not yet claimed (the broker's ready "
+            "count plus this dispatcher's publishes in flight), at the last fill.",
+            ["queue"],
+            registry=self.registry,
+        )
+        self.backlog_held = Gauge(
+            "jobrelay_relay_backlog_held",
+            "Due outbox rows of the work queue not yet published: held back by the relay "
+            "window, a pause or a limit (read every couple of seconds).",
+            ["queue"],
+            registry=self.registry,
         )
         self.listener_connected = self.gauge(
             PREFIX + "listener_connected",

@@ -11,6 +11,10 @@ How it keeps the broker busy: at most two batches are in flight. While one batch
 confirms, the next is leased and published; then the first one's outcome is recorded. Every row
 is still marked published only after its own confirm, and ``stop()`` lets both finish.
 
+What is leased is the flow's choice (``jobrelay.dispatcher.window``): the relay window per work
+queue, then priority, clients in turn, pauses and limits. Without a ``Flow`` every due row is
+leased oldest first.
+
 Maintenance (rescue of expired job leases, retention, the backlog gauge, the housekeeping) is
 ``jobrelay.dispatcher.maintenance``, which the dispatcher runs beside this loop.
 """
@@ -29,6 +33,7 @@ from jobrelay.core.relay import MessagePublisher, OutboxRow, OutboxStore, Publis
 from jobrelay.core.retry import backoff
 from jobrelay.core.tracecontext import trace_id_of
 from jobrelay.dispatcher.metrics import DispatcherMetrics
+from jobrelay.dispatcher.window import Flow
 from jobrelay.eventloop import stopped_within
 
 log = logging.getLogger(__name__)
@@ -86,7 +91,9 @@ class Relay:
         *,
         rng: random.Random | None = None,
         name: str = "dispatcher",
+        flow: Flow | None = None,
     ) -> None:
+        self.flow = flow
         self.name = name  # how the stats name this dispatcher (host:pid)
         self.store = store
         self.publisher = publisher
@@ -112,7 +119,10 @@ class Relay:
     async def start_batch(self) -> InFlight | None:
         """Lease a batch and start publishing it; None when nothing is due."""
         await self.publisher.connect()  # no lease is taken while the broker is unreachable
-        rows = await self.store.lease_batch(self.config.batch_size, self.config.lease_seconds)
+        if self.flow is None:
+            rows = await self.store.lease_batch(self.config.batch_size, self.config.lease_seconds)
+        else:
+            rows = await self.flow.lease(self.config.batch_size, self.config.lease_seconds)
         if not rows:
             return None
         self.metrics.batch_size.observe(len(rows))
@@ -123,7 +133,11 @@ class Relay:
 
     async def finish_batch(self, batch: InFlight) -> BatchResult:
         """Wait for the batch's confirms and record them: published, or failed with a backoff."""
-        outcomes = await batch.confirms
+        try:
+            outcomes = await batch.confirms
+        finally:
+            if self.flow is not None:
+                self.flow.settled(batch.rows)
         result = BatchResult(leased=len(batch.rows))
         confirmed = [outcome.row.id for outcome in outcomes if outcome.confirmed]
         failures = [outcome for outcome in outcomes if not outcome.confirmed]
@@ -286,13 +300,18 @@ class Relay:
         await self._sleep(delay)
 
     async def _wait_for_work(self) -> None:
-        """Until NOTIFY, the next row's due time, the poll interval or stop, whichever first."""
+        """Until NOTIFY, the next row's due time, the poll interval or stop, whichever first.
+        Rows due but held back (a full window, a pause, a limit) are tried again after the
+        flow's recheck interval, not at once."""
         timeout = self.config.poll_interval
         try:
             due_in = await self.store.next_due_in()
         except StoreUnavailable:
             due_in = None
-        if due_in is not None:
+        held_for = None if self.flow is None else self.flow.recheck_in
+        if held_for is not None:
+            timeout = min(timeout, held_for)
+        if due_in is not None and (due_in > 0 or held_for is None):
             timeout = min(timeout, max(0.0, due_in))
         if timeout <= 0:
             return

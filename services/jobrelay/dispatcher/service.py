@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 
+from jobrelay.broker.depth import BrokerDepths
 from jobrelay.broker.publisher import Publisher
 from jobrelay.core.errors import ConfigurationError
 from jobrelay.core.registry import Registry
@@ -23,6 +24,7 @@ from jobrelay.dispatcher.maintenance import Maintenance, MaintenanceConfig
 from jobrelay.dispatcher.metrics import DispatcherMetrics
 from jobrelay.dispatcher.relay import Relay, RelayConfig
 from jobrelay.dispatcher.scheduler import Scheduler, scheduler_config
+from jobrelay.dispatcher.window import Flow, code_limits, short_routes
 from jobrelay.handlers.loading import registry_for
 
 log = logging.getLogger(__name__)
@@ -57,9 +59,10 @@ def maintenance_config(settings: Settings) -> MaintenanceConfig:
 
 
 class Dispatcher:
-    """One dispatcher: the relay loop, its listener, its maintenance and the scheduler of the
-    registry's periodic schedules (``registry``: JOBRELAY_HANDLERS when None). ``run()``
-    returns after ``stop()``."""
+    """One dispatcher: the relay loop with its flow (window, priorities, pauses and the
+    registry's limits), its listener, its maintenance and the scheduler of the registry's
+    periodic schedules (``registry``: JOBRELAY_HANDLERS when None). ``run()`` returns after
+    ``stop()``."""
 
     def __init__(
         self,
@@ -81,12 +84,23 @@ class Dispatcher:
             group_size=settings.quorum_group_size,
         )
         self.housekeeper = Housekeeper(self.store, settings, self.metrics, type_queues=type_queues)
+        self.registry = registry if registry is not None else registry_for(settings)
+        self.depths = BrokerDepths(settings.amqp_url)
+        self.flow = Flow(
+            RelayStore(self.store),
+            self.depths,
+            settings.relay_window,
+            routes=short_routes(type_queues),
+            code_limits=code_limits(self.registry),
+            metrics=self.metrics,
+        )
         self.relay = Relay(
             RelayStore(self.store),
             self.publisher,
             relay_config(settings),
             self.metrics,
             name=f"{socket.gethostname()}:{os.getpid()}",
+            flow=self.flow,
         )
         self.maintenance = Maintenance(
             RelayStore(self.store),
@@ -101,7 +115,7 @@ class Dispatcher:
         )
         self.scheduler = Scheduler(
             ScheduleStore(self.store),
-            registry if registry is not None else registry_for(settings),
+            self.registry,
             scheduler_config(settings),
             self.metrics,
         )
@@ -124,6 +138,7 @@ class Dispatcher:
                 task.cancel()
             await asyncio.gather(*beside, return_exceptions=True)
             await self.housekeeper.close()
+            await self.depths.close()
             await self.publisher.close()
             await self.store.close()
 
@@ -150,10 +165,11 @@ async def run_dispatcher(settings: Settings, handlers: str | None = None) -> int
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(signum, dispatcher.stop)
     log.info(
-        "dispatcher starting (database %s, broker %s, batch %d)",
+        "dispatcher starting (database %s, broker %s, batch %d, window %s)",
         mask_url(settings.database_url),
         mask_url(settings.amqp_url),
         settings.dispatch_batch_size,
+        settings.relay_window or "off",
         extra={"event": "started"},
     )
     await dispatcher.run()

@@ -1,0 +1,218 @@
+"""The relay window and the flow pick (docs/flow-control.md): what the dispatcher may publish
+next, per work queue.
+
+Per queue at most ``JOBRELAY_RELAY_WINDOW`` messages are published and not yet claimed; the rest
+stay in the outbox, due but unpublished. "Published, not yet claimed" is measured as the
+broker's ready count of the queue (a passive declare before each fill, ``broker/depth.py``) plus
+this dispatcher's rows still being published. While a queue's window is full, the count is read
+again every ``WINDOW_RECHECK_SECONDS``, so a claim frees room at once without a notification per
+claim. What fills the room is the flow pick (``queries.LEASE_FLOW_PICK``): priority order,
+clients in turn, nothing for a paused queue, keys at their concurrency limit and types over their
+rate skipped. The paused queues and the runtime limits are read every
+``CONTROLS_REFRESH_SECONDS``, so a change takes effect within seconds with no restart.
+
+With no window (0), no pause and no limit, a fill is the plain ``lease_batch`` of before.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from jobrelay.core.errors import StoreUnavailable
+from jobrelay.core.flow import Limit
+from jobrelay.core.registry import Registry
+from jobrelay.core.relay import (
+    FlowControls,
+    FlowRules,
+    OutboxRow,
+    OutboxStore,
+    QueueDepth,
+    QueueDepths,
+    QueuePick,
+)
+from jobrelay.core.topology import DEFAULT_QUEUE_NAME, queue_short_name
+from jobrelay.dispatcher.metrics import DispatcherMetrics
+
+log = logging.getLogger(__name__)
+
+# How often a full window is measured again (a claim frees room within this).
+WINDOW_RECHECK_SECONDS = 0.05
+# How often rows held back by a pause or a limit are tried again.
+HELD_RECHECK_SECONDS = 0.5
+# How often the paused queues, the runtime limits and the backlog gauge are read.
+CONTROLS_REFRESH_SECONDS = 2.0
+
+
+def short_routes(type_queues: Mapping[str, str]) -> dict[str, str]:
+    """JOBRELAY_TYPE_QUEUES with short queue names (``jobrelay.jobs.slow`` → ``slow``)."""
+    return {job_type: queue_short_name(queue) for job_type, queue in type_queues.items()}
+
+
+def work_queues(routes: Mapping[str, str]) -> list[str]:
+    """``default`` and every queue a type is routed to: what a dispatcher registers and fills."""
+    return sorted({DEFAULT_QUEUE_NAME, *routes.values()})
+
+
+def code_limits(registry: Registry | None) -> dict[str, Limit]:
+    """The registry's limits (``@registry.job(concurrency=..., rate=...)``)."""
+    if registry is None:
+        return {}
+    return {name: t.limit for name, t in registry.types.items() if t.limit is not None}
+
+
+def limits_in_force(code: Mapping[str, Limit], runtime: Mapping[str, Limit]) -> dict[str, Limit]:
+    """A runtime row wins over the code's limit (a row with neither bound lifts it); types
+    limited by neither are left out."""
+    merged = {**code, **runtime}
+    return {
+        job_type: limit
+        for job_type, limit in merged.items()
+        if limit.concurrency is not None or limit.rate is not None
+    }
+
+
+@dataclass(frozen=True)
+class FillPlan:
+    """What one fill may lease: a pick per queue with room, and the queues whose window is
+    full (their backlog, if any, is held back)."""
+
+    picks: list[QueuePick]
+    full: list[str]
+    in_use: dict[str, int]
+
+
+def plan_fill(
+    queues: Iterable[str],
+    *,
+    window: int,
+    batch_size: int,
+    ready: Mapping[str, int],
+    in_flight: Mapping[str, int],
+    paused: frozenset[str],
+) -> FillPlan:
+    """Room per queue: the window less its messages ready in the broker and this dispatcher's
+    rows still being published (counted twice at worst once the broker has them: a fill errs
+    on the small side); at most a batch per queue. A paused queue gets no pick. ``window`` 0:
+    no window, a batch per queue."""
+    picks: list[QueuePick] = []
+    full: list[str] = []
+    in_use: dict[str, int] = {}
+    for queue in queues:
+        used = ready.get(queue, 0) + in_flight.get(queue, 0)
+        in_use[queue] = used
+        if queue in paused:
+            continue
+        room = batch_size if window == 0 else min(batch_size, window - used)
+        if room <= 0:
+            full.append(queue)
+        else:
+            picks.append(QueuePick(queue, room))
+    return FillPlan(picks, full, in_use)
+
+
+@dataclass
+class Flow:
+    """The dispatcher's scheduler: decides each fill (``lease``) and how soon a held backlog is
+    tried again (``recheck_in``)."""
+
+    store: OutboxStore
+    depths: QueueDepths | None
+    window: int
+    routes: dict[str, str] = field(default_factory=dict)
+    code_limits: dict[str, Limit] = field(default_factory=dict)
+    metrics: DispatcherMetrics = field(default_factory=DispatcherMetrics)
+    clock: Callable[[], float] = time.monotonic
+    controls: FlowControls = field(default_factory=FlowControls)
+    recheck_in: float | None = None  # None: nothing held back by the last fill
+    _in_flight: dict[str, int] = field(default_factory=dict)
+    _refreshed_at: float | None = None
+    _registered: bool = False
+
+    @property
+    def queues(self) -> list[str]:
+        return work_queues(self.routes)
+
+    @property
+    def rules(self) -> FlowRules:
+        return FlowRules(
+            self.routes, limits_in_force(self.code_limits, self.controls.runtime_limits)
+        )
+
+    def queue_of(self, job_type: str) -> str:
+        return self.routes.get(job_type, DEFAULT_QUEUE_NAME)
+
+    async def lease(self, batch_size: int, lease_seconds: float) -> list[OutboxRow]:
+        """Lease the next rows to publish (counted in flight until ``settled``)."""
+        await self.refresh()
+        rules = self.rules
+        if self.window == 0 and not self.controls.paused and not rules.limits:
+            self.recheck_in = None
+            rows = await self.store.lease_batch(batch_size, lease_seconds)
+        else:
+            rows = await self._lease_in_flow(rules, batch_size, lease_seconds)
+        for row in rows:
+            queue = self.queue_of(row.type)
+            self._in_flight[queue] = self._in_flight.get(queue, 0) + 1
+        return rows
+
+    def settled(self, rows: Sequence[OutboxRow]) -> None:
+        """These rows' publishes are answered: the broker's count has them now."""
+        for row in rows:
+            queue = self.queue_of(row.type)
+            self._in_flight[queue] = max(0, self._in_flight.get(queue, 0) - 1)
+
+    async def _lease_in_flow(
+        self, rules: FlowRules, batch_size: int, lease_seconds: float
+    ) -> list[OutboxRow]:
+        ready = await self._ready() if self.window else {}
+        plan = plan_fill(
+            self.queues,
+            window=self.window,
+            batch_size=batch_size,
+            ready=ready,
+            in_flight=self._in_flight,
+            paused=self.controls.paused,
+        )
+        for queue, used in plan.in_use.items():
+            self.metrics.window_in_use.labels(queue=queue).set(used)
+        rows = await self.store.lease_picks(plan.picks, rules, lease_seconds) if plan.picks else []
+        asked = sum(pick.limit for pick in plan.picks)
+        if plan.full:
+            self.recheck_in = WINDOW_RECHECK_SECONDS
+        elif self.controls.paused or (rules.limits and len(rows) < asked):
+            self.recheck_in = HELD_RECHECK_SECONDS
+        else:
+            self.recheck_in = None
+        return rows
+
+    async def _ready(self) -> dict[str, int]:
+        if self.depths is None:
+            return {}
+        found: dict[str, QueueDepth] = await self.depths.depths(self.queues)
+        return {queue: depth.ready for queue, depth in found.items()}
+
+    async def refresh(self, *, force: bool = False) -> None:
+        """Every CONTROLS_REFRESH_SECONDS: register the queues (once), read the paused queues
+        and the runtime limits, and set the backlog gauge. A database outage keeps the last
+        controls (the lease that follows reports it)."""
+        now = self.clock()
+        if (
+            not force
+            and self._refreshed_at is not None
+            and now - self._refreshed_at < CONTROLS_REFRESH_SECONDS
+        ):
+            return
+        self._refreshed_at = now
+        try:
+            if not self._registered:
+                await self.store.register_queues(self.queues)
+                self._registered = True
+            self.controls = await self.store.flow_controls()
+            backlogs = await self.store.queue_backlogs(self.routes)
+        except StoreUnavailable:
+            return
+        for queue in {*self.queues, *backlogs}:
+            self.metrics.backlog_held.labels(queue=queue).set(backlogs.get(queue, 0))

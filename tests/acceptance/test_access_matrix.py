@@ -41,6 +41,14 @@ MATRIX: list[tuple[str, str, tuple[int, ...]]] = [
     ("POST", "/v1/admin/quarantine/reconcile", ADMIN_ONLY),
     ("POST", "/v1/admin/jobs/{quarantined}/replay", ADMIN_ONLY),
     ("GET", "/v1/admin/jobs/{queued}/trace", ADMIN_ONLY),
+    # {name}: the queue default; {job_type}: demo.sleep (issue 25, flow control)
+    ("GET", "/v1/admin/queues", ADMIN_ONLY),
+    ("POST", "/v1/admin/queues/{name}/pause", ADMIN_ONLY),
+    ("POST", "/v1/admin/queues/{name}/resume", ADMIN_ONLY),
+    ("GET", "/v1/admin/limits", ADMIN_ONLY),
+    ("GET", "/v1/admin/limits/{job_type}", ADMIN_ONLY),
+    ("PUT", "/v1/admin/limits/{job_type}", ADMIN_ONLY),
+    ("DELETE", "/v1/admin/limits/{job_type}", (401, 401, 403, 403, 204)),
     ("GET", "/healthz", PUBLIC),
     ("GET", "/readyz", PUBLIC),
     ("GET", "/metrics", PUBLIC),
@@ -83,6 +91,8 @@ async def call(
     if method == "POST" and path == "/v1/jobs/batch":
         batch = {"jobs": [{"idempotency_key": uuid.uuid4().hex, **SUBMIT}]}
         return await api.post(path, json=batch, headers=headers)
+    if method == "PUT":  # a runtime limit
+        return await api.put(path, json={"concurrency": 1}, headers=headers)
     return await api.request(method, path, headers=headers)
 
 
@@ -110,6 +120,7 @@ async def test_each_role_gets_the_status_of_the_matrix(
         job_id = await new_job(api, alice, quarantined="{quarantined}" in path, store=store)
         state_before = await job_state(store, job_id)
         concrete = path.replace("{queued}", job_id).replace("{quarantined}", job_id)
+        concrete = concrete.replace("{name}", "default").replace("{job_type}", "demo.sleep")
         response = await call(api, method, concrete, headers_for(role, tokens))
         got[role] = response.status_code
         if response.status_code >= 400:

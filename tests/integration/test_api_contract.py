@@ -137,6 +137,15 @@ STATUSES = {
         *("200", "401", "403", "404", "409", "413", "422", "503")
     },
     ("GET", "/v1/admin/jobs/{job_id}/trace"): {"200", "401", "403", "404", "422", "503"},
+    ("GET", "/v1/admin/queues"): {"200", "401", "403", "503"},
+    ("POST", "/v1/admin/queues/{name}/pause"): {"200", "401", "403", "404", "413", "422", "503"},
+    ("POST", "/v1/admin/queues/{name}/resume"): {"200", "401", "403", "404", "413", "422", "503"},
+    ("GET", "/v1/admin/limits"): {"200", "401", "403", "503"},
+    ("GET", "/v1/admin/limits/{job_type}"): {"200", "401", "403", "404", "422", "503"},
+    ("PUT", "/v1/admin/limits/{job_type}"): {
+        *("200", "401", "403", "404", "413", "415", "422", "503")
+    },
+    ("DELETE", "/v1/admin/limits/{job_type}"): {"204", "401", "403", "404", "422", "503"},
     ("GET", "/healthz"): {"200"},
     ("GET", "/readyz"): {"200", "503"},
     ("GET", "/metrics"): {"200"},
@@ -160,6 +169,10 @@ def test_each_operation_lists_only_the_statuses_it_can_answer(document: dict[str
         ("GET", "/v1/admin/stats", "StatsView"),
         ("GET", "/v1/admin/quarantine", "QuarantineReport"),
         ("POST", "/v1/admin/jobs/{job_id}/replay", "ReplayView"),
+        ("GET", "/v1/admin/queues", "QueueList"),
+        ("POST", "/v1/admin/queues/{name}/pause", "QueueView"),
+        ("GET", "/v1/admin/limits", "LimitList"),
+        ("PUT", "/v1/admin/limits/{job_type}", "LimitView"),
     ],
 )
 def test_operator_answers_are_typed(

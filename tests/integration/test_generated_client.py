@@ -69,7 +69,9 @@ def test_the_client_has_a_module_per_tag_and_a_function_per_operation(
         "jobs": {"submit_job", "submit_batch", "list_jobs", "get_job", "list_job_events"}
         | {"get_job_trace", "cancel_job"},
         "admin": {"get_stats", "list_quarantine", "reconcile_quarantine", "replay_job"}
-        | {"get_any_job_trace"},
+        | {"get_any_job_trace"}
+        | {"list_queues", "pause_queue", "resume_queue"}
+        | {"list_limits", "get_limit", "set_limit", "clear_limit"},
         "health": {"get_liveness", "get_readiness", "get_metrics"},
     }
     for tag, names in operations.items():

@@ -20,7 +20,7 @@ from jobrelay.api import openapi, problems
 from jobrelay.api.limits import BodyLimitMiddleware
 from jobrelay.api.metrics import ApiMetrics, RequestMetricsMiddleware
 from jobrelay.api.notifications import ApiNotifications
-from jobrelay.api.routes import admin, health, jobs
+from jobrelay.api.routes import admin, flow, health, jobs
 from jobrelay.api.routes.jobs import BATCH_PATH
 from jobrelay.api.shedding import SheddingMiddleware
 from jobrelay.api.waiting import FinishWaiters
@@ -122,7 +122,7 @@ def create_app(
         waiting_reads={jobs.get_job},
     )
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
-    for routes in (jobs, admin, health):
+    for routes in (jobs, admin, flow, health):
         app.include_router(routes.router)
     console.install(app, settings)  # /ui/: the operator console and its assets (docs/console.md)
     openapi.install(app, registry)

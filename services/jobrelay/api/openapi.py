@@ -28,7 +28,11 @@ from jobrelay.core.registry import Registry
 # A tag per resource; every operation has one, and an id of its own (``operation_id=``).
 TAGS = [
     {"name": "jobs", "description": "Submit, list, read, trace and cancel your own jobs"},
-    {"name": "admin", "description": "Stats, the quarantine, replay, any job's trace (admins)"},
+    {
+        "name": "admin",
+        "description": "Stats, the quarantine, replay, any job's trace, the queues (pause, "
+        "resume) and the runtime limits (admins)",
+    },
     {"name": "health", "description": "Probes and metrics: public"},
 ]
 # One schema, referenced by every error answer (``install`` puts it in the components): a copy

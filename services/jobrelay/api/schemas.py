@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from jobrelay.core.errors import InvalidSchedule
+from jobrelay.core.flow import Limit
 from jobrelay.core.jobs import Job, JobRequest
 from jobrelay.core.jsonvalues import unstorable_json
 from jobrelay.core.limits import (
@@ -17,6 +18,7 @@ from jobrelay.core.limits import (
     MAX_DELAY_SECONDS,
     TYPE_NAME_MAX,
 )
+from jobrelay.core.runtime_limits import CONCURRENCY_MAX, check_rate, runtime_limit
 from jobrelay.core.states import JobState
 
 # Query text reaches SQL parameters, and PostgreSQL text cannot hold a NUL character.
@@ -296,6 +298,12 @@ class BrokerBlockView(OpenModel):
     since: str
 
 
+class PausedQueueView(OpenModel):
+    name: str
+    since: str
+    by: str | None = Field(description="the admin client (or jobrelay queues pause) that paused it")
+
+
 class StatsView(OpenModel):
     """``jobrelay stats``: jobs by state, outbox backlog, expired leases, failures by code."""
 
@@ -314,6 +322,11 @@ class StatsView(OpenModel):
         default_factory=list,
         description="dispatchers the broker blocks from publishing now (a memory or disk "
         "alarm); accepted jobs wait in the outbox until it clears",
+    )
+    paused_queues: list[PausedQueueView] = Field(
+        default_factory=list,
+        description="work queues paused by an operator: their jobs are accepted and wait in the "
+        "outbox (GET /v1/admin/queues has their backlog)",
     )
 
 
@@ -384,6 +397,89 @@ class ReplayView(BaseModel):
 class Health(BaseModel):
     status: str
     checks: dict[str, str] = Field(default_factory=dict)
+
+
+# --- flow control: queues and runtime limits (docs/flow-control.md) ---------------------------
+
+
+class QueueView(BaseModel):
+    """A work queue (``jobrelay.jobs.<name>``): its pause, the database's figures and the
+    broker's (null while the broker is unreachable)."""
+
+    name: str = Field(examples=["default"])
+    paused: bool
+    paused_at: datetime | None
+    paused_by: str | None = Field(description="the admin client that paused it")
+    backlog: int = Field(description="due jobs not yet published: they wait in the outbox")
+    window_in_use: int | None = Field(
+        description="published messages no consumer took yet (the broker's ready count); "
+        "null while the broker is unreachable"
+    )
+    running: int
+    consumers: int | None = Field(description="null while the broker is unreachable")
+
+
+class QueueList(BaseModel):
+    queues: list[QueueView]
+    broker: str = Field(
+        description="ok; or unavailable: window_in_use and consumers are null, the rest is "
+        "read from the database"
+    )
+
+
+class LimitView(BaseModel):
+    """The limit in force for a type: the code's (its registration) or a runtime override."""
+
+    type: str
+    concurrency: int | None = Field(description="at most this many run at once; null: none")
+    rate: str | None = Field(
+        description="at most this many start per second or minute; null: none",
+        examples=["10/s"],
+    )
+    per_key: bool = Field(description="counted per concurrency key, else over the whole type")
+    source: Literal["code", "runtime"]
+
+
+class LimitList(BaseModel):
+    limits: list[LimitView] = Field(description="every type with a limit in force, by name")
+
+
+class SetLimit(BaseModel):
+    """``PUT /v1/admin/limits/{type}``: the runtime limit, in force until it is cleared
+    (``DELETE``); neither a concurrency nor a rate lifts the code's limit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    concurrency: int | None = Field(None, ge=1, le=CONCURRENCY_MAX, strict=True)
+    rate: str | None = Field(
+        None,
+        max_length=50,
+        description="N/s or N/m, N a whole number of at least 1",
+        examples=["10/s"],
+    )
+    per_key: bool = Field(False, strict=True)
+
+    @field_validator("concurrency", mode="before")
+    @classmethod
+    def _whole(cls, value: Any) -> Any:
+        """3.0 is 3, as for max_attempts; 3.5 and true stay refused."""
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        return value
+
+    @field_validator("rate")
+    @classmethod
+    def _parses(cls, rate: str | None) -> str | None:
+        check_rate(rate)
+        return rate
+
+    @model_validator(mode="after")
+    def _whole_limit(self) -> SetLimit:
+        self.as_limit()  # per_key needs a concurrency or a rate
+        return self
+
+    def as_limit(self) -> Limit:
+        return runtime_limit(self.concurrency, self.rate, self.per_key)
 
 
 def job_location(job_id: uuid.UUID) -> str:

@@ -5,17 +5,24 @@ be a connection storm on the broker. ``BrokerProbe`` keeps one connection per pr
 the first probe, reused by the next ones, opened again when the broker closed it, and closed
 at shutdown. A probe on an open connection is one round trip (``basic.qos`` on its channel,
 which touches no queue or exchange) within ``timeout_seconds``.
+
+The same connection answers the operators' figures of the work queues (``queue_depths``: a
+passive ``queue.declare`` per queue, ``broker/depth.py``, for ``GET /v1/admin/queues``, the
+console and ``jobrelay queues list``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 
 from aio_pika.abc import AbstractChannel, AbstractConnection
 
 from jobrelay.broker.connection import cause_of, connect_broker
+from jobrelay.broker.depth import queue_depths
 from jobrelay.core.errors import BrokerUnavailable
+from jobrelay.core.relay import QueueDepth
 from jobrelay.core.settings import mask_url
 
 CONNECTION_NAME = "jobrelay-readyz"
@@ -41,10 +48,48 @@ class BrokerProbe:
                 if not await self._answers():
                     raise BrokerUnavailable(f"broker at {mask_url(self.url)} does not answer")
         except TimeoutError:
-            await self._drop()
-            raise BrokerUnavailable(
-                f"broker at {mask_url(self.url)}: {cause_of(TimeoutError(), self.timeout_seconds)}"
-            ) from None
+            raise await self._timed_out() from None
+
+    async def queue_depths(self, names: Sequence[str]) -> dict[str, QueueDepth]:
+        """Each work queue's ready messages and consumers (``names``: short names, as in
+        ``--queue``), by a passive declare on a channel of the kept connection opened for them;
+        a queue the broker does not have holds nothing. ``BrokerUnavailable`` as ``check``."""
+        try:
+            async with asyncio.timeout(self.timeout_seconds), self._lock:
+                try:
+                    return await self._depths(names)
+                except BrokerUnavailable:  # a kept connection the broker closed: a new one
+                    await self._drop()
+                    return await self._depths(names)
+        except TimeoutError:
+            raise await self._timed_out() from None
+
+    async def _depths(self, names: Sequence[str]) -> dict[str, QueueDepth]:
+        depths: dict[str, QueueDepth] = {}
+        channel: AbstractChannel | None = None
+        try:
+            connection = await self._kept_connection()
+            for name in names:
+                if channel is None or channel.is_closed:  # a queue not found closes its channel
+                    channel = await connection.channel(publisher_confirms=False)
+                found = await queue_depths(channel, [name])
+                depths[name] = found.get(name, QueueDepth(ready=0, consumers=0))
+        except (BrokerUnavailable, TimeoutError):
+            raise
+        except Exception as error:  # closed by the broker, a broken socket
+            raise BrokerUnavailable(f"broker at {mask_url(self.url)}: {cause_of(error)}") from None
+        finally:
+            if channel is not None and not channel.is_closed:
+                with contextlib.suppress(Exception):
+                    await channel.close()
+        return depths
+
+    async def _timed_out(self) -> BrokerUnavailable:
+        """The error of a probe past ``timeout_seconds``; its connection is dropped."""
+        await self._drop()
+        return BrokerUnavailable(
+            f"broker at {mask_url(self.url)}: {cause_of(TimeoutError(), self.timeout_seconds)}"
+        )
 
     async def close(self) -> None:
         """At shutdown; a later ``check`` would connect again."""
@@ -64,14 +109,18 @@ class BrokerProbe:
             return False
         return True
 
-    async def _open_channel(self) -> AbstractChannel:
+    async def _kept_connection(self) -> AbstractConnection:
         if self._connection is None or self._connection.is_closed:
             await self._drop()
             self._connection = await connect_broker(
                 self.url, seconds=self.timeout_seconds, name=CONNECTION_NAME
             )
+        return self._connection
+
+    async def _open_channel(self) -> AbstractChannel:
+        connection = await self._kept_connection()
         if self._channel is None or self._channel.is_closed:
-            self._channel = await self._connection.channel(publisher_confirms=False)
+            self._channel = await connection.channel(publisher_confirms=False)
         return self._channel
 
     async def _drop(self) -> None:

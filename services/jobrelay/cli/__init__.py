@@ -5,7 +5,7 @@ mistake a user can make.
 
 This module only assembles the parser; each command group lives in a module of its own
 (``services``, ``clients``, ``submit``, ``jobs``, ``quarantine``, ``healthcheck``, ``stats``,
-``schedules``)
+``schedules``, ``queues``, ``limits``)
 that imports ``common`` and jobrelay's packages, never another command module.
 """
 
@@ -18,7 +18,9 @@ from jobrelay.cli import (
     clients,
     healthcheck,
     jobs,
+    limits,
     quarantine,
+    queues,
     schedules,
     services,
     stats,
@@ -48,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     healthcheck.register(commands)
     stats.register(commands)
     schedules.register(commands)
+    queues.register(commands)  # list, pause, resume
+    limits.register(commands)  # list, set, clear
     return parser
 
 

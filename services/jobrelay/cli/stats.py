@@ -19,6 +19,12 @@ if TYPE_CHECKING:
 EXAMPLE = "jobrelay stats --json"
 
 
+def _paused(queues: list[dict[str, Any]]) -> str:
+    return ", ".join(
+        f"{queue['name']} (since {queue['since']} by {queue['by']})" for queue in queues
+    )
+
+
 def render_stats(stats: dict[str, Any]) -> str:
     states = "  ".join(f"{k}={v}" for k, v in stats["jobs_by_state"].items())
     outbox = stats["outbox"]
@@ -35,6 +41,7 @@ def render_stats(stats: dict[str, Any]) -> str:
             f"quarantined  {quarantined or '-'}",
             f"never_claimed {stats['published_never_claimed']}",
             f"redispatched {stats['redispatched_last_hour']} in the last hour (lost messages)",
+            f"paused       {_paused(stats['paused_queues']) or '-'}",
             *(
                 f"BROKER BLOCKS PUBLISHING since {block['since']}: {block['reason']} "
                 f"(dispatcher {block['dispatcher']}; the outbox keeps every job)"

@@ -142,3 +142,13 @@ class InvalidPayload(RequestError):
 class InvalidSchedule(RequestError):
     code = "invalid_schedule"
     title = "Give run_at (RFC 3339 with an offset) or delay_seconds, not both"
+
+
+class QueueNotFound(RequestError):
+    code = "queue_not_found"
+    title = "No such queue"
+
+
+class JobTypeNotFound(RequestError):
+    code = "job_type_not_found"
+    title = "No such job type in this API's registry"

@@ -35,6 +35,15 @@ class BrokerBlock:
     since: datetime
 
 
+@dataclass(frozen=True)
+class PausedQueue:
+    """A work queue paused by an operator (``jobrelay queues pause``): since when, by whom."""
+
+    name: str
+    since: datetime
+    by: str | None
+
+
 # A block report older than this is a dispatcher that stopped while blocked: not shown.
 BROKER_BLOCK_FRESH_SECONDS = 60.0
 
@@ -53,6 +62,7 @@ class SystemStats:
     # `jobs redispatch`), over the last hour.
     redispatched_last_hour: int
     broker_blocks: list[BrokerBlock] = field(default_factory=list)
+    paused_queues: list[PausedQueue] = field(default_factory=list)
 
     def as_document(self) -> dict[str, Any]:
         next_due = self.retrying.next_due_at
@@ -76,6 +86,10 @@ class SystemStats:
             "broker_blocks": [
                 {"dispatcher": b.dispatcher, "reason": b.reason, "since": b.since.isoformat()}
                 for b in self.broker_blocks
+            ],
+            "paused_queues": [
+                {"name": p.name, "since": p.since.isoformat(), "by": p.by}
+                for p in self.paused_queues
             ],
         }
 

@@ -1218,3 +1218,63 @@ BROKER_BLOCKS: TextClause = text(
 # The key the console signs its cookies and forms with (migration 0006 made it), read once per
 # API process unless JOBRELAY_CONSOLE_SECRET is set.
 CONSOLE_KEY: TextClause = text("SELECT secret FROM console_keys WHERE id = 1")
+
+
+# --- flow control: admin (queues, pause and resume, runtime limits; db/flow_store.py) ---------
+
+QUEUE_ROWS: TextClause = text("SELECT name, paused_at, paused_by FROM queues ORDER BY name")
+
+PAUSED_QUEUE_ROWS: TextClause = text(
+    "SELECT name, paused_at, paused_by FROM queues WHERE paused_at IS NOT NULL ORDER BY name"
+)
+
+# The pause is exact at claim: a claim holds the queue's row (FOR KEY SHARE, CLAIM_JOBS and
+# CLAIM_CANDIDATE) while it checks paused_at and claims, so this lock waits for the claims under
+# way and every claim after it sees the pause. Pausing a paused queue keeps its first time and
+# operator. (The figures of the queues: QUEUE_BACKLOGS and QUEUE_RUNNING, the relay's.)
+PAUSE_QUEUE: TextClause = text(
+    """
+    WITH locked AS (SELECT name FROM queues WHERE name = :name FOR UPDATE)
+    UPDATE queues AS q
+    SET paused_at = coalesce(q.paused_at, now()),
+        paused_by = CASE WHEN q.paused_at IS NULL THEN :paused_by ELSE q.paused_by END
+    FROM locked
+    WHERE q.name = locked.name
+    RETURNING q.name, q.paused_at, q.paused_by
+    """
+)
+
+# A resume wakes the dispatchers (the outbox's channel) so the queue's backlog is published at
+# once, not at the next poll.
+RESUME_QUEUE: TextClause = text(
+    f"""
+    WITH resumed AS (
+        UPDATE queues SET paused_at = NULL, paused_by = NULL WHERE name = :name
+        RETURNING name, paused_at, paused_by
+    )
+    SELECT name, paused_at, paused_by, pg_notify('{OUTBOX_CHANNEL}', '')::text AS notified
+    FROM resumed
+    """
+)
+
+_TYPE_LIMIT_COLUMNS = "type, concurrency, rate_count, rate_period_seconds, per_key"
+
+TYPE_LIMIT_ROWS: TextClause = text(f"SELECT {_TYPE_LIMIT_COLUMNS} FROM type_limits ORDER BY type")
+
+TYPE_LIMIT_ROW: TextClause = text(
+    f"SELECT {_TYPE_LIMIT_COLUMNS} FROM type_limits WHERE type = :type"
+)
+
+SET_TYPE_LIMIT: TextClause = text(
+    f"""
+    INSERT INTO type_limits AS t ({_TYPE_LIMIT_COLUMNS}, updated_at)
+    VALUES (:type, :concurrency, :rate_count, :rate_period_seconds, :per_key, now())
+    ON CONFLICT (type) DO UPDATE
+    SET concurrency = excluded.concurrency, rate_count = excluded.rate_count,
+        rate_period_seconds = excluded.rate_period_seconds, per_key = excluded.per_key,
+        updated_at = now()
+    RETURNING {_TYPE_LIMIT_COLUMNS}
+    """
+)
+
+CLEAR_TYPE_LIMIT: TextClause = text("DELETE FROM type_limits WHERE type = :type RETURNING type")

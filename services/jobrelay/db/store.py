@@ -27,6 +27,7 @@ from jobrelay.core.stats import (
     BrokerBlock,
     FinishedMinute,
     OutboxBacklog,
+    PausedQueue,
     RetryingSummary,
     SystemStats,
 )
@@ -311,6 +312,7 @@ class Store:
                     q.BROKER_BLOCKS, {"fresh_seconds": BROKER_BLOCK_FRESH_SECONDS}
                 )
             ).all()
+            paused = (await connection.execute(q.PAUSED_QUEUE_ROWS)).all()
         oldest = backlog.oldest_due_seconds
         return SystemStats(
             jobs_by_state={row.state: row.n for row in by_state},
@@ -325,6 +327,7 @@ class Store:
             published_never_claimed_after_seconds=never_claimed_after_seconds,
             redispatched_last_hour=redispatched,
             broker_blocks=[BrokerBlock(row.dispatcher, row.reason, row.since) for row in blocks],
+            paused_queues=[PausedQueue(row.name, row.paused_at, row.paused_by) for row in paused],
         )
 
     async def finished_per_minute(self) -> list[FinishedMinute]:

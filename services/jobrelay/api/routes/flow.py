@@ -1,0 +1,171 @@
+"""``/v1/admin/queues`` and ``/v1/admin/limits``: the work queues with their figures, pause and
+resume, and the limits in force with their runtime overrides (docs/flow-control.md); admin
+clients only, like the rest of ``/v1/admin``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Request, Response
+
+from jobrelay.api import openapi
+from jobrelay.api.deps import ADMIN_PROBLEMS, AdminDep, StoreDep
+from jobrelay.api.openapi import PROBLEM_CONTENT, problem_responses
+from jobrelay.api.schemas import NO_NUL, LimitList, LimitView, QueueList, QueueView, SetLimit
+from jobrelay.broker.health import BrokerProbe
+from jobrelay.core.errors import JobTypeNotFound, QueueNotFound
+from jobrelay.core.limits import TYPE_NAME_MAX
+from jobrelay.core.queues import QUEUE_NAME_MAX, QueuesReport
+from jobrelay.core.registry import Registry
+from jobrelay.core.runtime_limits import limit_document
+from jobrelay.core.settings import Settings, parse_type_queues
+from jobrelay.db.flow_store import FlowStore
+
+router = APIRouter(route_class=openapi.JsonBodyRoute, responses=ADMIN_PROBLEMS, tags=["admin"])
+
+QueueName = Annotated[str, Path(min_length=1, max_length=QUEUE_NAME_MAX, pattern=NO_NUL)]
+TypeName = Annotated[str, Path(min_length=1, max_length=TYPE_NAME_MAX, pattern=NO_NUL)]
+# Their own 404s (the shared one is a job's), still the one Problem component.
+QUEUE_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {
+        "description": "queue_not_found: no such queue (every consumer registers its own)",
+        "content": PROBLEM_CONTENT,
+    }
+}
+TYPE_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {
+        "description": "job_type_not_found: a type neither in this API's registry "
+        "(JOBRELAY_HANDLERS) nor with a runtime limit",
+        "content": PROBLEM_CONTENT,
+    }
+}
+
+
+async def queues_report(request: Request, store: StoreDep) -> QueuesReport:
+    settings: Settings = request.app.state.settings
+    probe: BrokerProbe = request.app.state.broker_probe  # the API's kept connection
+    flow = FlowStore(store)
+    return await flow.queues_report(parse_type_queues(settings.type_queues), probe.queue_depths)
+
+
+async def queue_view(request: Request, store: StoreDep, name: str) -> dict[str, Any]:
+    report = await queues_report(request, store)
+    queue = report.find(name)
+    if queue is None:  # deleted meanwhile: as unknown as one never made
+        raise QueueNotFound(f"no queue named {name!r}")
+    return report.queue_document(queue)
+
+
+def registry_of(request: Request) -> Registry:
+    registry: Registry = request.app.state.registry
+    return registry
+
+
+@router.get(
+    "/v1/admin/queues",
+    operation_id="listQueues",
+    response_model=QueueList,
+    summary="The work queues: paused or not, backlog in the outbox, window in use, running "
+    "jobs, consumers",
+)
+async def list_queues(request: Request, admin: AdminDep, store: StoreDep) -> dict[str, Any]:
+    return (await queues_report(request, store)).as_document()
+
+
+@router.post(
+    "/v1/admin/queues/{name}/pause",
+    operation_id="pauseQueue",
+    response_model=QueueView,
+    responses={**QUEUE_NOT_FOUND, **problem_responses(413, 422)},
+    summary="Pause a queue: once answered, none of its jobs is claimed or published until it "
+    "is resumed (jobs are still accepted; those running finish)",
+)
+async def pause_queue(
+    request: Request, name: QueueName, admin: AdminDep, store: StoreDep
+) -> dict[str, Any]:
+    if not await FlowStore(store).pause_queue(name, by=admin.name):
+        raise QueueNotFound(f"no queue named {name!r}")
+    return await queue_view(request, store, name)
+
+
+@router.post(
+    "/v1/admin/queues/{name}/resume",
+    operation_id="resumeQueue",
+    response_model=QueueView,
+    responses={**QUEUE_NOT_FOUND, **problem_responses(413, 422)},
+    summary="Resume a paused queue",
+)
+async def resume_queue(
+    request: Request, name: QueueName, admin: AdminDep, store: StoreDep
+) -> dict[str, Any]:
+    if not await FlowStore(store).resume_queue(name):
+        raise QueueNotFound(f"no queue named {name!r}")
+    return await queue_view(request, store, name)
+
+
+@router.get(
+    "/v1/admin/limits",
+    operation_id="listLimits",
+    response_model=LimitList,
+    summary="Every type with a limit in force: the code's, or a runtime override",
+)
+async def list_limits(request: Request, admin: AdminDep, store: StoreDep) -> dict[str, Any]:
+    limits = await FlowStore(store).limits_in_force(registry_of(request))
+    return {"limits": [limit_document(limit) for limit in limits]}
+
+
+@router.get(
+    "/v1/admin/limits/{job_type}",
+    operation_id="getLimit",
+    response_model=LimitView,
+    responses={**TYPE_NOT_FOUND, **problem_responses(422)},
+    summary="The limit in force for a type (no limit: nulls, from the code)",
+)
+async def get_limit(
+    request: Request, job_type: TypeName, admin: AdminDep, store: StoreDep
+) -> dict[str, Any]:
+    registry = registry_of(request)
+    flow = FlowStore(store)
+    if job_type not in registry.types and await flow.runtime_limit(job_type) is None:
+        raise JobTypeNotFound(f"no job type {job_type!r} in this API's registry")
+    return limit_document(await flow.limit_in_force(job_type, registry))
+
+
+@router.put(
+    "/v1/admin/limits/{job_type}",
+    operation_id="setLimit",
+    response_model=LimitView,
+    responses={**TYPE_NOT_FOUND, **problem_responses(413, 422)},
+    summary="Set a type's runtime limit (in force within seconds on every dispatcher and "
+    "consumer, until cleared)",
+)
+async def set_limit(
+    request: Request, job_type: TypeName, body: SetLimit, admin: AdminDep, store: StoreDep
+) -> dict[str, Any]:
+    registry = registry_of(request)
+    if job_type not in registry.types:
+        raise JobTypeNotFound(f"no job type {job_type!r} in this API's registry")
+    flow = FlowStore(store)
+    await flow.set_limit(job_type, body.as_limit())
+    return limit_document(await flow.limit_in_force(job_type, registry))
+
+
+@router.delete(
+    "/v1/admin/limits/{job_type}",
+    operation_id="clearLimit",
+    status_code=204,
+    response_class=Response,
+    responses={
+        204: {"description": "Cleared: the code's limit is in force again"},
+        **TYPE_NOT_FOUND,
+        **problem_responses(422),
+    },
+    summary="Clear a type's runtime limit: back to the code's",
+)
+async def clear_limit(
+    request: Request, job_type: TypeName, admin: AdminDep, store: StoreDep
+) -> Response:
+    cleared = await FlowStore(store).clear_limit(job_type)
+    if not cleared and job_type not in registry_of(request).types:
+        raise JobTypeNotFound(f"no job type {job_type!r} in this API's registry")
+    return Response(status_code=204)

@@ -1,0 +1,172 @@
+"""The operators' side of flow control in PostgreSQL: the work queues (``queues``: their
+pause, their backlog, their running jobs) and the runtime limits (``type_limits``).
+
+A pause is a row, so it survives restarts of every service; a runtime limit is a row, the limit
+in force while it exists (``core/flow.py``). The dispatchers and consumers read both by
+themselves, within seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from psycopg.errors import UndefinedTable
+from sqlalchemy import TextClause
+from sqlalchemy.exc import ProgrammingError
+
+from jobrelay.core.errors import BrokerUnavailable, ConfigurationError
+from jobrelay.core.flow import Limit, LimitInForce, Rate
+from jobrelay.core.queues import QueuesReport, QueueState
+from jobrelay.core.registry import Registry
+from jobrelay.core.relay import QueueDepth
+from jobrelay.core.topology import queue_short_name
+from jobrelay.db import queries as q
+from jobrelay.db.relay_store import route_params
+from jobrelay.db.store import Store
+
+# The broker's figures of the named queues (``BrokerProbe.queue_depths``); raises
+# ``BrokerUnavailable`` when the broker does not answer.
+DepthReader = Callable[[Sequence[str]], Awaitable[Mapping[str, QueueDepth]]]
+
+
+class FlowNotMigrated(ConfigurationError):
+    """The database has no ``queues`` or ``type_limits`` yet: it was not migrated to 0007."""
+
+
+@asynccontextmanager
+async def _migrated() -> AsyncIterator[None]:
+    try:
+        yield
+    except (UndefinedTable, ProgrammingError) as error:
+        if not isinstance(getattr(error, "orig", error), UndefinedTable):
+            raise
+        raise FlowNotMigrated(
+            "the database has no flow-control tables yet (revision 0007): run jobrelay migrate"
+        ) from None
+
+
+def limit_of_row(row: Any) -> Limit:
+    """A ``type_limits`` row as the limit it sets."""
+    rate = None
+    if row.rate_count is not None:
+        rate = Rate(row.rate_count, row.rate_period_seconds)
+    return Limit(concurrency=row.concurrency, rate=rate, per_key=row.per_key)
+
+
+def code_limits(registry: Registry) -> dict[str, Limit]:
+    """The limits the registry's types declare (``@registry.job(..., concurrency=, rate=)``)."""
+    return {
+        name: job_type.limit
+        for name, job_type in registry.types.items()
+        if job_type.limit is not None
+    }
+
+
+def in_force(
+    job_type: str, code: Mapping[str, Limit], runtime: Mapping[str, Limit]
+) -> LimitInForce:
+    """The runtime row while there is one, else the code's limit (no limit at all: a ``Limit``
+    of nothing, from the code)."""
+    if job_type in runtime:
+        return LimitInForce(job_type, runtime[job_type], "runtime")
+    return LimitInForce(job_type, code.get(job_type, Limit()), "code")
+
+
+class FlowStore:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # --- queues -------------------------------------------------------------------------------
+
+    async def queue_states(self, type_queues: Mapping[str, str]) -> list[QueueState]:
+        """Every queue of ``queues`` with its backlog (due, unpublished) and running jobs, in
+        one snapshot; a type's queue is ``type_queues``' (JOBRELAY_TYPE_QUEUES), else
+        ``default``."""
+        routes = route_params({t: queue_short_name(name) for t, name in type_queues.items()})
+        async with _migrated(), self.store.transaction() as connection:
+            rows = (await connection.execute(q.QUEUE_ROWS)).all()
+            backlog = _by_queue(await connection.execute(q.QUEUE_BACKLOGS, routes))
+            running = _by_queue(await connection.execute(q.QUEUE_RUNNING, routes))
+        return [
+            QueueState(
+                row.name,
+                row.paused_at,
+                row.paused_by,
+                backlog.get(row.name, 0),
+                running.get(row.name, 0),
+            )
+            for row in rows
+        ]
+
+    async def queues_report(
+        self, type_queues: Mapping[str, str], read_depths: DepthReader
+    ) -> QueuesReport:
+        """Every queue with the database's figures and the broker's; a broker that does not
+        answer leaves its figures unknown, never the whole report."""
+        states = await self.queue_states(type_queues)
+        try:
+            depths = await read_depths([state.name for state in states])
+        except BrokerUnavailable:
+            return QueuesReport(states, None)
+        return QueuesReport(states, depths)
+
+    async def pause_queue(self, name: str, *, by: str) -> bool:
+        """Pause ``name`` (its first pause's time and operator are kept); False: no such queue.
+        Once this returns, no job of the queue is claimed until it is resumed."""
+        return await self._one(q.PAUSE_QUEUE, name=name, paused_by=by) is not None
+
+    async def resume_queue(self, name: str) -> bool:
+        """Resume ``name``; False: no such queue."""
+        return await self._one(q.RESUME_QUEUE, name=name) is not None
+
+    # --- runtime limits -------------------------------------------------------------------------
+
+    async def runtime_limits(self) -> dict[str, Limit]:
+        """Every runtime override, by type."""
+        return {row.type: limit_of_row(row) for row in await self._all(q.TYPE_LIMIT_ROWS)}
+
+    async def runtime_limit(self, job_type: str) -> Limit | None:
+        row = await self._one(q.TYPE_LIMIT_ROW, type=job_type)
+        return None if row is None else limit_of_row(row)
+
+    async def limits_in_force(self, registry: Registry) -> list[LimitInForce]:
+        """Every type with a limit in force: the registry's limits and the runtime rows (which
+        win), by type name."""
+        code = code_limits(registry)
+        runtime = await self.runtime_limits()
+        return [in_force(name, code, runtime) for name in sorted(code.keys() | runtime.keys())]
+
+    async def limit_in_force(self, job_type: str, registry: Registry) -> LimitInForce:
+        runtime = await self.runtime_limit(job_type)
+        overrides = {} if runtime is None else {job_type: runtime}
+        return in_force(job_type, code_limits(registry), overrides)
+
+    async def set_limit(self, job_type: str, limit: Limit) -> None:
+        """The runtime limit of ``job_type`` (it replaces the code's until cleared)."""
+        rate = limit.rate
+        await self._one(
+            q.SET_TYPE_LIMIT,
+            type=job_type,
+            concurrency=limit.concurrency,
+            rate_count=None if rate is None else rate.count,
+            rate_period_seconds=None if rate is None else rate.period_seconds,
+            per_key=limit.per_key,
+        )
+
+    async def clear_limit(self, job_type: str) -> bool:
+        """Back to the code's limit; False: there was no runtime limit."""
+        return await self._one(q.CLEAR_TYPE_LIMIT, type=job_type) is not None
+
+    async def _all(self, statement: TextClause, **params: Any) -> list[Any]:
+        async with _migrated():
+            return await self.store.fetch_all(statement, **params)
+
+    async def _one(self, statement: TextClause, **params: Any) -> Any | None:
+        rows = await self._all(statement, **params)
+        return rows[0] if rows else None
+
+
+def _by_queue(rows: Iterable[Any]) -> dict[str, int]:
+    return {row.queue: int(row.n) for row in rows}

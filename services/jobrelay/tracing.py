@@ -105,7 +105,7 @@ FAILED_OUTCOMES: frozenset[DeliveryOutcome] = frozenset(
         DeliveryOutcome.ERROR,
     }
 )
-ACCEPT_STATUS = {"created": 202, "existing": 200, "conflict": 409}
+ACCEPT_STATUS = {"created": 202, "existing": 200, "deduplicated": 200, "conflict": 409}
 # W3C trace context allows 32 list members of at most 256 characters, but a longer tracestate
 # than this is not worth parsing on the accept path: it is dropped.
 MAX_TRACESTATE_CHARS = 512

@@ -53,7 +53,7 @@ from sqlalchemy.orm import Session, scoped_session
 
 from jobrelay import tracing
 from jobrelay.core.fingerprint import canonical_json
-from jobrelay.core.jobs import Job, JobRequest, is_valid_idempotency_key
+from jobrelay.core.jobs import Flow, Job, JobRequest, is_valid_idempotency_key
 from jobrelay.core.jsonvalues import unstorable_json
 from jobrelay.core.limits import (
     DEFAULT_MAX_ATTEMPTS,
@@ -102,6 +102,9 @@ def enqueue(
     max_attempts: int | None = None,
     registry: Registry | None = None,
     traceparent: str | None = None,
+    priority: int | None = None,
+    concurrency_key: str | None = None,
+    unique_key: str | None = None,
 ) -> Job:
     """Write a job of ``type`` with ``payload`` for ``client`` under idempotency ``key`` in the
     transaction open on ``connection`` (psycopg 3 ``Connection``, SQLAlchemy ``Connection`` or
@@ -123,6 +126,14 @@ def enqueue(
       the type's schema (``UnknownJobType``, ``InvalidPayload``), as the API checks. Without
       it only the type's shape is checked (a non-empty string): a consumer that does not know
       the type defers the job and in the end quarantines it (``unknown_job_type``).
+    - ``priority`` (-100 to 100; by default the registry's for the type, else 0),
+      ``concurrency_key`` and ``unique_key`` (1-200 characters; by default from the type's
+      ``concurrency_key=`` and ``unique=`` functions when a ``registry`` is given), as on the
+      API (docs/flow-control.md); ``ValueError`` out of range. They belong to the request, when
+      given: the same key with another of them conflicts.
+    - A ``unique_key`` held by a live (queued, running, retrying) job of the client and type
+      makes no job: ``enqueue`` returns that job, whose ``idempotency_key`` is then another
+      submission's, not ``key`` (that is how to tell; ``key`` is not kept).
     - ``traceparent``: the W3C trace context the job's publish and execution continue
       (docs/observability.md); by default the caller's current OpenTelemetry span, when there
       is one. ``ValueError`` when it is not a valid ``traceparent``. Not part of the request:
@@ -135,7 +146,15 @@ def enqueue(
     """
     execute = _sync_executor(connection)
     submission = _submission(
-        type, payload, key, run_at, delay_seconds, max_attempts, registry, traceparent
+        type,
+        payload,
+        key,
+        run_at,
+        delay_seconds,
+        max_attempts,
+        registry,
+        traceparent,
+        Flow(priority, concurrency_key, unique_key),  # checked here: ValueError
     )
     return drive(_accept(client, submission), execute)
 
@@ -152,12 +171,23 @@ async def enqueue_async(
     max_attempts: int | None = None,
     registry: Registry | None = None,
     traceparent: str | None = None,
+    priority: int | None = None,
+    concurrency_key: str | None = None,
+    unique_key: str | None = None,
 ) -> Job:
     """``enqueue`` on an async connection: a psycopg ``AsyncConnection``, an SQLAlchemy
     ``AsyncConnection`` or ``AsyncSession``. Arguments, result and errors as for ``enqueue``."""
     execute = _async_executor(connection)
     submission = _submission(
-        type, payload, key, run_at, delay_seconds, max_attempts, registry, traceparent
+        type,
+        payload,
+        key,
+        run_at,
+        delay_seconds,
+        max_attempts,
+        registry,
+        traceparent,
+        Flow(priority, concurrency_key, unique_key),  # checked here: ValueError
     )
     return await drive_async(_accept(client, submission), execute)
 
@@ -174,8 +204,10 @@ def _submission(
     max_attempts: int | None,
     registry: Registry | None,
     traceparent: str | None = None,
+    flow: Flow | None = None,
 ) -> Submission:
     """The checked request, or the error that says what is wrong with it."""
+    flow = flow or Flow()
     if not isinstance(key, str) or not is_valid_idempotency_key(key):
         raise ValueError(
             f"key must be 1 to {IDEMPOTENCY_KEY_MAX} visible ASCII characters (0x21-0x7E)"
@@ -195,8 +227,10 @@ def _submission(
     problem = unstorable_json(payload)  # JSON, but not for jsonb: NaN, infinity, NUL
     if problem is not None:
         raise ValueError(f"payload cannot be stored: {problem}")
+    defaults = Flow()
     if registry is not None:
-        registry.validate_payload(job_type, payload)
+        model = registry.validate_payload(job_type, payload)
+        defaults = registry.flow_defaults(job_type, model, flow)
     if max_attempts is None:
         max_attempts = (
             registry.max_attempts_for(job_type, DEFAULT_MAX_ATTEMPTS)
@@ -211,7 +245,14 @@ def _submission(
         raise ValueError(f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_MAX}")
     # Checks the schedule: an offset on run_at, a delay within a year, not both.
     request = JobRequest(
-        key, job_type, payload, max_attempts, run_at=run_at, delay_seconds=delay_seconds
+        key,
+        job_type,
+        payload,
+        max_attempts,
+        run_at=run_at,
+        delay_seconds=delay_seconds,
+        flow=flow,
+        defaults=defaults,
     )
     return Submission(request, payload_json, _trace_context(traceparent))
 

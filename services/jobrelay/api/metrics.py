@@ -64,7 +64,7 @@ class ApiMetrics(ProcessMetrics):
         )
         self.submissions_total = self.counter(
             "jobrelay_api_submissions_total",
-            "Job submissions by job type and outcome (created, existing, conflict)",
+            "Job submissions by job type and outcome (created, existing, deduplicated, conflict)",
             ["type", "outcome"],
         )
         self.shed_total = self.counter(

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.json_schema import models_json_schema
 
 from jobrelay.api import problems
-from jobrelay.api.schemas import BatchItem, Problem
+from jobrelay.api.schemas import SUBMISSION_OPTIONS, BatchItem, Problem
 from jobrelay.core.registry import Registry
 
 # A tag per resource; every operation has one, and an id of its own (``operation_id=``).
@@ -179,7 +179,7 @@ def document_job_types(schema: dict[str, Any], registry: Registry, submit_path: 
     components.update(definitions)
     shared = {
         field: generic.get("properties", {}).get(field, {})
-        for field in ("max_attempts", "run_at", "delay_seconds")
+        for field in (*SUBMISSION_OPTIONS,)
     }
     batch_key = components.get("BatchItem", {}).get("properties", {}).get("idempotency_key")
     variants: dict[str, str] = {}

@@ -10,12 +10,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from jobrelay.core.errors import InvalidSchedule
 from jobrelay.core.flow import Limit
-from jobrelay.core.jobs import Job, JobRequest
+from jobrelay.core.jobs import Flow, Job, JobRequest
 from jobrelay.core.jsonvalues import unstorable_json
 from jobrelay.core.limits import (
+    FLOW_KEY_MAX,
     IDEMPOTENCY_KEY_MAX,
     MAX_ATTEMPTS_MAX,
     MAX_DELAY_SECONDS,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
     TYPE_NAME_MAX,
 )
 from jobrelay.core.runtime_limits import CONCURRENCY_MAX, check_rate, runtime_limit
@@ -47,8 +50,32 @@ class SubmitJob(BaseModel):
         le=MAX_DELAY_SECONDS,
         description="Not published before this many seconds from now; not with run_at",
     )
+    # Flow control (docs/flow-control.md); each is part of the idempotency fingerprint.
+    priority: int | None = Field(
+        None,
+        ge=PRIORITY_MIN,
+        le=PRIORITY_MAX,
+        strict=True,
+        description="Higher runs first; by default the type's priority, else 0",
+    )
+    concurrency_key: str | None = Field(
+        None,
+        min_length=1,
+        max_length=FLOW_KEY_MAX,
+        pattern=NO_NUL,
+        description="What a per-key limit of the type counts this job under; by default "
+        "from the type's concurrency_key function, if any",
+    )
+    unique_key: str | None = Field(
+        None,
+        min_length=1,
+        max_length=FLOW_KEY_MAX,
+        pattern=NO_NUL,
+        description="While a job of yours of this type and unique key is queued, running or "
+        "retrying, the submission answers that job (200, deduplicated) and makes none",
+    )
 
-    @field_validator("max_attempts", mode="before")
+    @field_validator("max_attempts", "priority", mode="before")
     @classmethod
     def _integral(cls, value: Any) -> Any:
         """3.0 is the integer 3 (JSON Schema counts it an integer, and a payload's 1.0 is read
@@ -79,8 +106,20 @@ class SubmitJob(BaseModel):
             max_attempts,
             run_at=self.run_at,
             delay_seconds=self.delay_seconds,
+            flow=Flow(self.priority, self.concurrency_key, self.unique_key),
         )
 
+
+# The fields of a submission beside its type and payload (api/openapi.py documents them in
+# each type's own variant).
+SUBMISSION_OPTIONS = (
+    "max_attempts",
+    "run_at",
+    "delay_seconds",
+    "priority",
+    "concurrency_key",
+    "unique_key",
+)
 
 MAX_BATCH_JOBS = 1000
 
@@ -135,6 +174,13 @@ class JobView(BaseModel):
     last_error_code: str | None
     last_error: str | None
     result: dict[str, Any] | None
+    priority: int = Field(0, description="Higher runs first")
+    concurrency_key: str | None = Field(
+        None, description="What a per-key limit of its type counts it under"
+    )
+    unique_key: str | None = Field(
+        None, description="No other live job of yours of its type has this unique key"
+    )
     links: JobLinks
 
     @classmethod
@@ -158,8 +204,27 @@ class JobView(BaseModel):
             last_error_code=job.last_error_code,
             last_error=job.last_error,
             result=job.result if job.state == JobState.SUCCEEDED else None,
+            priority=job.priority,
+            concurrency_key=job.concurrency_key,
+            unique_key=job.unique_key,
             links=JobLinks(self=location, events=f"{location}/events"),
         )
+
+
+class DeduplicatedJobView(JobView):
+    """The answer to a unique submission while a job of the same type and unique key is
+    queued, running or retrying: that job, and no new one (docs/flow-control.md)."""
+
+    # Required, so that a reader trying this schema first tells the two views apart.
+    deduplicated: bool = Field(
+        description="Always true: the view is of the job that holds the unique key"
+    )
+
+
+def submitted_view(job: Job, *, deduplicated: bool) -> JobView:
+    """A submission's answer: the job, marked when it is a live job of the unique key."""
+    view = JobView.of(job)
+    return DeduplicatedJobView(**dict(view), deduplicated=True) if deduplicated else view
 
 
 class JobPage(BaseModel):
@@ -205,7 +270,9 @@ class BatchResult(BaseModel):
     (202 new, 200 the key's existing job) or the problem."""
 
     status: int
-    job: JobView | None = None
+    # The deduplicated view first: generated clients try the schemas in order, and only it
+    # requires ``deduplicated``.
+    job: DeduplicatedJobView | JobView | None = None
     error: Problem | None = None
 
 

@@ -3,6 +3,8 @@ a body, the client's rate limit, and the counting of outcomes (``routes/jobs.py`
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fastapi import Request
 
 from jobrelay.api.metrics import ApiMetrics
@@ -21,10 +23,11 @@ def job_request(request: Request, idempotency_key: str, body: SubmitJob) -> JobR
     if not is_valid_idempotency_key(idempotency_key):
         raise IdempotencyKeyInvalid()
     registry: Registry = request.app.state.registry
-    registry.validate_payload(body.type, body.payload)
+    payload = registry.validate_payload(body.type, body.payload)
     settings: Settings = request.app.state.settings
     max_attempts = body.max_attempts or registry.max_attempts_for(body.type, settings.max_attempts)
-    return body.as_request(idempotency_key, max_attempts)
+    asked = body.as_request(idempotency_key, max_attempts)
+    return replace(asked, defaults=registry.flow_defaults(body.type, payload, asked.flow))
 
 
 async def take_rate_limit(request: Request, client: Client, count: int = 1) -> None:
@@ -43,6 +46,8 @@ def accept_outcome(accepted: AcceptResult) -> str:
     """What a submission came to, as the metrics and the accept span name it."""
     if accepted.conflict:
         return "conflict"
+    if accepted.deduplicated:
+        return "deduplicated"  # a live job of its unique key answered it
     return "created" if accepted.created else "existing"
 
 
@@ -53,4 +58,4 @@ def count_outcome(metrics: ApiMetrics, job_type: str, accepted: AcceptResult) ->
         raise IdempotencyConflict(
             "the key was used for another type, payload or due time", job_id=str(accepted.job.id)
         )
-    metrics.submissions(job_type, "created" if accepted.created else "existing").inc()
+    metrics.submissions(job_type, accept_outcome(accepted)).inc()

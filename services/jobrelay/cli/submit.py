@@ -63,6 +63,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 max_attempts=args.max_attempts,
                 run_at=run_at,
                 delay=delay,
+                priority=args.priority,
+                concurrency_key=args.concurrency_key,
+                unique_key=args.unique_key,
             )
     except ApiError as error:
         raise CliError(_refusal(error, made_key)) from None
@@ -70,7 +73,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
         raise CliError(
             f"cannot reach the API at {args.api_url}: {error}{_retry_hint(made_key)}"
         ) from None
-    except ValueError as error:  # what the client refuses to send (a malformed --key)
+    # What the client refuses to send: a malformed --key, a priority out of range, a key
+    # too long (one line, like every CLI error).
+    except ValueError as error:
         raise CliError(str(error)) from None
     _show(job, key, accepted=recorder.status == 202, as_json=args.json)
     return 0
@@ -80,6 +85,12 @@ def _show(job: Job, key: str, *, accepted: bool, as_json: bool) -> None:
     if as_json:
         print_json(job.model_dump(mode="json"))
     else:
+        if job.deduplicated:
+            print(
+                f"deduplicated: job {job.id} ({job.type}) is {job.state} with unique key "
+                f"{job.unique_key}; no job made, key {key} not kept"
+            )
+            return
         verb = "accepted" if accepted else "already known"
         print(f"{verb}: job {job.id} ({job.type}) is {job.state}; key {key}")
 
@@ -153,6 +164,17 @@ def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
         "--run-at", metavar="TIME", help="not before this time (RFC 3339 with an offset)"
     )
     submit.add_argument("--delay", metavar="DURATION", help="not before this long, e.g. 90s, 10m")
+    submit.add_argument(
+        "--priority", type=int, help="-100 to 100, higher runs first (default: the type's)"
+    )
+    submit.add_argument(
+        "--concurrency-key", metavar="KEY", help="what a per-key limit counts the job under"
+    )
+    submit.add_argument(
+        "--unique-key",
+        metavar="KEY",
+        help="no new job while one of the type with this key is queued, running or retrying",
+    )
     submit.add_argument(
         "--api-url", default=os.environ.get("JOBRELAY_API_URL", "http://127.0.0.1:8000")
     )

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from jobrelay.client._retry import Failure, RetryPolicy, parse_retry_after, status_failure
 from jobrelay.client.errors import ApiError
 from jobrelay.client.models import BatchAnswer, Job, JobPage
-from jobrelay.core.jobs import is_valid_idempotency_key
+from jobrelay.core.jobs import Flow, is_valid_idempotency_key
 
 T = TypeVar("T")
 Http = TypeVar("Http", bound=httpx.Client | httpx.AsyncClient)
@@ -100,20 +100,22 @@ def submit(
     max_attempts: int | None,
     run_at: datetime | None = None,
     delay: float | timedelta | None = None,
+    flow: Flow | None = None,
 ) -> Call[Job]:
     """``POST /v1/jobs``. Every try carries the same key: the API makes one job of them all."""
     key = _key(key)
-    body = job_body(type, payload, max_attempts=max_attempts, run_at=run_at, delay=delay)
+    body = job_body(type, payload, max_attempts=max_attempts, run_at=run_at, delay=delay, flow=flow)
     return Call("POST", "/v1/jobs", _reader(Job), json=body, headers={"Idempotency-Key": key})
 
 
 def submit_many(jobs: Iterable[Mapping[str, Any]]) -> Call[list[Job | ApiError]]:
     """``POST /v1/jobs/batch``: each job a mapping with ``type`` and the keyword arguments of
-    ``submit`` (``payload``, ``key``, ``max_attempts``, ``run_at``, ``delay``). A job without a
-    key gets a random one here, so every try of the batch carries the same keys."""
+    ``submit`` (``payload``, ``key``, ``max_attempts``, ``run_at``, ``delay``, ``priority``,
+    ``concurrency_key``, ``unique_key``). A job without a key gets a random one here, so every
+    try of the batch carries the same keys."""
     items = []
     for job in jobs:
-        unknown = set(job) - {"type", "payload", "key", "max_attempts", "run_at", "delay"}
+        unknown = set(job) - BATCH_JOB_FIELDS
         if unknown:
             raise ValueError(f"unknown fields for a job: {', '.join(sorted(unknown))}")
         body = job_body(
@@ -122,11 +124,19 @@ def submit_many(jobs: Iterable[Mapping[str, Any]]) -> Call[list[Job | ApiError]]
             max_attempts=job.get("max_attempts"),
             run_at=job.get("run_at"),
             delay=job.get("delay"),
+            flow=Flow(job.get("priority"), job.get("concurrency_key"), job.get("unique_key")),
         )
         items.append({"idempotency_key": _key(job.get("key")), **body})
     if not 1 <= len(items) <= MAX_BATCH:
         raise ValueError(f"a batch is 1 to {MAX_BATCH} jobs")
     return Call("POST", "/v1/jobs/batch", _batch_results, json={"jobs": items})
+
+
+# The keys of a job of submit_many: submit's arguments.
+BATCH_JOB_FIELDS = frozenset(
+    {"type", "payload", "key", "max_attempts", "run_at", "delay"}
+    | {"priority", "concurrency_key", "unique_key"}
+)
 
 
 def job_body(
@@ -136,8 +146,13 @@ def job_body(
     max_attempts: int | None,
     run_at: datetime | None,
     delay: float | timedelta | None,
+    flow: Flow | None = None,
 ) -> dict[str, Any]:
+    """The submission's JSON; ``flow``'s fields only when given (the API fingerprints what
+    it is sent, so a submission without them is the request it always was)."""
     body: dict[str, Any] = {"type": type, "payload": payload}
+    if flow is not None:
+        body.update(flow.given())
     if max_attempts is not None:
         body["max_attempts"] = max_attempts
     if run_at is not None and delay is not None:

@@ -16,6 +16,7 @@ from jobrelay.client import _calls
 from jobrelay.client._calls import Attempts, Call, ClientBase, JobId, Outcome, Wait
 from jobrelay.client.errors import ApiError
 from jobrelay.client.models import Job
+from jobrelay.core.jobs import Flow
 
 T = TypeVar("T")
 
@@ -56,9 +57,18 @@ class AsyncClient(ClientBase[httpx.AsyncClient, httpx.AsyncBaseTransport]):
         max_attempts: int | None = None,
         run_at: datetime | None = None,
         delay: float | timedelta | None = None,
+        priority: int | None = None,
+        concurrency_key: str | None = None,
+        unique_key: str | None = None,
     ) -> Job:
         call = _calls.submit(
-            type, payload, key=key, max_attempts=max_attempts, run_at=run_at, delay=delay
+            type,
+            payload,
+            key=key,
+            max_attempts=max_attempts,
+            run_at=run_at,
+            delay=delay,
+            flow=Flow(priority, concurrency_key, unique_key),
         )
         return await self._run(call)
 

@@ -41,6 +41,12 @@ class Job(_Answer):
     last_error_code: str | None = None
     last_error: str | None = None
     result: dict[str, Any] | None = None
+    priority: int = 0
+    concurrency_key: str | None = None
+    unique_key: str | None = None
+    deduplicated: bool = False
+    """True when a live job of the same type and unique key answered the submission: this
+    job is that one, and the submission made none (docs/flow-control.md)."""
     links: JobLinks
 
     @property

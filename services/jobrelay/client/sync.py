@@ -14,6 +14,7 @@ from jobrelay.client import _calls
 from jobrelay.client._calls import Attempts, Call, ClientBase, JobId, Outcome, Wait
 from jobrelay.client.errors import ApiError
 from jobrelay.client.models import Job
+from jobrelay.core.jobs import Flow
 
 T = TypeVar("T")
 
@@ -56,16 +57,29 @@ class Client(ClientBase[httpx.Client, httpx.BaseTransport]):
         max_attempts: int | None = None,
         run_at: datetime | None = None,
         delay: float | timedelta | None = None,
+        priority: int | None = None,
+        concurrency_key: str | None = None,
+        unique_key: str | None = None,
     ) -> Job:
         """Submits a job (``POST /v1/jobs``) and returns it: new (``queued``), or the one
         this ``key`` made before with the same type, payload and due time. Without a key a
         random one is used; every retry sends the same key, so a retried submission makes one
         job. ``run_at`` (an aware datetime) or ``delay`` (seconds or a timedelta): not run
-        before then. The key was used for another request: ``IdempotencyConflict``; another
+        before then. ``priority`` (-100 to 100, higher first; by default the type's),
+        ``concurrency_key`` and ``unique_key`` (docs/flow-control.md) are part of the request.
+        A ``unique_key`` a live job of the type already holds makes no job: that job comes
+        back with ``deduplicated`` true. The key was used for another request:
+        ``IdempotencyConflict``; another
         error answer: ``ApiError``; the API unreachable after the retries: the last
         ``httpx.TransportError``."""
         call = _calls.submit(
-            type, payload, key=key, max_attempts=max_attempts, run_at=run_at, delay=delay
+            type,
+            payload,
+            key=key,
+            max_attempts=max_attempts,
+            run_at=run_at,
+            delay=delay,
+            flow=Flow(priority, concurrency_key, unique_key),
         )
         return self._run(call)
 

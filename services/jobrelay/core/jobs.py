@@ -12,8 +12,9 @@ from typing import Any
 
 from jobrelay.core.errors import HandlerError, PermanentError
 from jobrelay.core.failures import MESSAGE_MAX_BYTES, Failure, cut_head, describe_failure
+from jobrelay.core.flow import check_priority
 from jobrelay.core.journal import QuarantineMarker
-from jobrelay.core.limits import IDEMPOTENCY_KEY_MAX, MAX_DELAY_SECONDS
+from jobrelay.core.limits import FLOW_KEY_MAX, IDEMPOTENCY_KEY_MAX, MAX_DELAY_SECONDS
 from jobrelay.core.retry import RetryPolicy
 from jobrelay.core.states import JobState
 
@@ -49,6 +50,51 @@ class Job:
     traceparent: str | None = None
     """The W3C trace context of its accept (core/tracecontext.py); None: not traced."""
 
+    priority: int = 0
+    """Higher runs first (docs/flow-control.md)."""
+
+    concurrency_key: str | None = None
+    """The value a per-key limit of its type counts it under; None: none."""
+
+    unique_key: str | None = None
+    """While it is live, no other job of its client and type has this key; None: none."""
+
+
+@dataclass(frozen=True)
+class Flow:
+    """A job's flow control fields, as a submission asks for them or its type gives them
+    (``Registry.flow_defaults``)."""
+
+    priority: int | None = None
+    concurrency_key: str | None = None
+    unique_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.priority is not None:
+            check_priority(self.priority)
+        for name in ("concurrency_key", "unique_key"):
+            key = getattr(self, name)
+            if key is not None and not is_valid_flow_key(key):
+                raise ValueError(f"{name} is a text of 1 to {FLOW_KEY_MAX} characters, without NUL")
+
+    def over(self, defaults: Flow) -> Flow:
+        """These fields, each one not given taken from ``defaults``."""
+        return Flow(
+            self.priority if self.priority is not None else defaults.priority,
+            self.concurrency_key if self.concurrency_key is not None else defaults.concurrency_key,
+            self.unique_key if self.unique_key is not None else defaults.unique_key,
+        )
+
+    def given(self) -> dict[str, Any]:
+        """The fields given, by name: what the idempotency fingerprint adds
+        (``core/fingerprint.py``)."""
+        fields = {
+            "priority": self.priority,
+            "concurrency_key": self.concurrency_key,
+            "unique_key": self.unique_key,
+        }
+        return {name: value for name, value in fields.items() if value is not None}
+
 
 @dataclass(frozen=True)
 class JobRequest:
@@ -63,6 +109,13 @@ class JobRequest:
     max_attempts: int
     run_at: datetime | None = None
     delay_seconds: float | None = None
+    flow: Flow = Flow()
+    """Priority and keys as the submission gave them: these are fingerprinted."""
+
+    defaults: Flow = Flow()
+    """What its type gives for those the submission did not (``Registry.flow_defaults``):
+    the job gets them, the fingerprint does not see them, so a type's new default does not
+    turn a resubmission into a conflict."""
 
     def __post_init__(self) -> None:
         if self.run_at is not None and self.delay_seconds is not None:
@@ -82,6 +135,15 @@ class JobRequest:
         if self.delay_seconds is not None:
             return {"delay_seconds": self.delay_seconds}
         return None
+
+    @property
+    def job_flow(self) -> Flow:
+        """The priority and keys the job gets: the submission's, else its type's."""
+        return self.flow.over(self.defaults)
+
+    @property
+    def priority(self) -> int:
+        return self.job_flow.priority or 0
 
     def as_new_job(
         self,
@@ -109,6 +171,9 @@ class JobRequest:
             updated_at=at,
             run_at=due if self.schedule is not None else None,
             traceparent=traceparent,
+            priority=self.priority,
+            concurrency_key=self.job_flow.concurrency_key,
+            unique_key=self.job_flow.unique_key,
         )
 
 
@@ -122,6 +187,11 @@ class JournalEntry:
     attempt: int
     detail: str | None
     error: dict[str, Any] | None = None  # a failed attempt's {"class", "message", "traceback"}
+
+
+def is_valid_flow_key(key: object) -> bool:
+    """A concurrency or unique key: 1-200 characters, no NUL (PostgreSQL text has none)."""
+    return isinstance(key, str) and 1 <= len(key) <= FLOW_KEY_MAX and "\x00" not in key
 
 
 def is_valid_idempotency_key(key: str | None) -> bool:

@@ -20,8 +20,9 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from jobrelay.core.errors import InvalidPayload, UnknownJobType
-from jobrelay.core.flow import Limit, parse_rate
-from jobrelay.core.limits import PRIORITY_MAX, PRIORITY_MIN
+from jobrelay.core.flow import Limit, check_priority, parse_rate
+from jobrelay.core.jobs import Flow, is_valid_flow_key
+from jobrelay.core.limits import FLOW_KEY_MAX
 from jobrelay.core.schedules import Schedule, check_every
 
 
@@ -87,18 +88,6 @@ def safe_validation_errors(error: ValidationError) -> list[dict[str, Any]]:
     ]
 
 
-def check_priority(priority: object, owner: str) -> int:
-    """A priority: a whole number from PRIORITY_MIN to PRIORITY_MAX, or a ValueError that names
-    ``owner`` (a type or a schedule)."""
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise ValueError(f"{owner}: priority must be a whole number, not {priority!r}")
-    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
-        raise ValueError(
-            f"{owner}: priority must be from {PRIORITY_MIN} to {PRIORITY_MAX}, not {priority}"
-        )
-    return priority
-
-
 def flow_options(
     name: str,
     *,
@@ -111,7 +100,10 @@ def flow_options(
 ) -> dict[str, Any]:
     """The flow-control fields of JobType ``name`` from ``registry.job``'s options, checked."""
     owner = f"job type {name!r}"
-    check_priority(priority, owner)
+    try:
+        check_priority(priority)
+    except ValueError as error:
+        raise ValueError(f"{owner}: {error}") from None
     if concurrency is not None and (
         isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
     ):
@@ -211,11 +203,13 @@ class Registry:
         every: int | timedelta | None = None,
         cron: str | None = None,
         max_attempts: int | None = None,
+        priority: int | None = None,
     ) -> Schedule:
         """A periodic job (``jobrelay.core.schedules``): one job of ``type`` with ``payload``
         every ``every`` seconds (ticks aligned on the Unix epoch) or at each minute the
         five-field ``cron`` expression names, in UTC. ``type`` must be registered in this
         registry already, and ``payload`` (a dict or the type's model) must match its schema.
+        ``priority`` (-100 to 100): its jobs' priority; by default the type's.
         Every mistake is a ``ValueError`` naming the schedule."""
         if isinstance(payload, BaseModel):
             payload = payload.model_dump(mode="json")
@@ -231,6 +225,7 @@ class Registry:
             every=every,
             cron=cron,
             max_attempts=max_attempts,
+            priority=priority,
         )
         job_type = self.types.get(type)
         if job_type is None:
@@ -278,6 +273,50 @@ class Registry:
                 errors=safe_validation_errors(error),
             ) from None
 
+    def flow_defaults(self, name: str, payload: BaseModel, asked: Flow) -> Flow:
+        """What type ``name`` gives a submission of ``payload`` (validated) beside what it
+        ``asked``: the type's priority, and each key it did not give from the type's function
+        of the payload. ``InvalidPayload`` when such a function fails on the payload or gives
+        no fit key: the submission cannot be keyed."""
+        job_type = self.get(name)
+        keys = {}
+        for option, function, given in (
+            ("concurrency_key", job_type.concurrency_key, asked.concurrency_key),
+            ("unique", job_type.unique, asked.unique_key),
+        ):
+            if function is not None and given is None:
+                keys[option] = _key_of(name, option, function, payload)
+        # A priority of 0 is every job's anyway: left None, a request of a type without flow
+        # options is the same value as one built without a registry.
+        priority = job_type.priority or None
+        return Flow(priority, keys.get("concurrency_key"), keys.get("unique"))
+
     def max_attempts_for(self, name: str, default: int) -> int:
         limit = self.get(name).max_attempts
         return limit if limit is not None else default
+
+
+def _key_of(name: str, option: str, function: KeyFunction, payload: BaseModel) -> str:
+    """``function(payload)``, a type's key function, or ``InvalidPayload`` saying how it
+    failed (its exception's class only: the message may quote the payload)."""
+    try:
+        key = function(payload)
+    except Exception as error:
+        problem = f"its {option}= function raised {type(error).__name__}"
+    else:
+        if is_valid_flow_key(key):
+            return key
+        problem = f"its {option}= function gave {_unfit(key)}"
+    raise InvalidPayload(
+        f"job type {name!r}: {problem} on this payload",
+        errors=[{"loc": [], "msg": problem, "type": f"{option}_function"}],
+    )
+
+
+def _unfit(key: object) -> str:
+    """What is wrong with a key that is not a fit one (``is_valid_flow_key``)."""
+    if not isinstance(key, str):
+        return f"{type(key).__name__}, not a text"
+    if not 1 <= len(key) <= FLOW_KEY_MAX:
+        return f"a text of {len(key)} characters (1 to {FLOW_KEY_MAX})"
+    return "a text with a NUL character"

@@ -23,6 +23,7 @@ from typing import Any
 
 from croniter import CroniterBadDateError, croniter
 
+from jobrelay.core.flow import check_priority
 from jobrelay.core.limits import MAX_ATTEMPTS_MAX
 
 SCHEDULER_CLIENT = "jobrelay-scheduler"
@@ -129,6 +130,7 @@ class Schedule:
     every: int | None = None
     cron: str | None = None
     max_attempts: int | None = None  # None: the type's limit, else JOBRELAY_MAX_ATTEMPTS
+    priority: int | None = None  # None: the type's priority (docs/flow-control.md)
 
     def __post_init__(self) -> None:
         check_name(self.name)
@@ -145,6 +147,8 @@ class Schedule:
                 object.__setattr__(self, "cron", check_cron(self.cron))
             object.__setattr__(self, "payload", check_payload(self.payload))
             check_max_attempts(self.max_attempts)
+            if self.priority is not None:
+                check_priority(self.priority)
         except ValueError as error:
             raise ValueError(f"schedule {self.name!r}: {error}") from None
 

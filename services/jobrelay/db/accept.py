@@ -39,6 +39,10 @@ class AcceptResult:
     conflict: bool
     """True when the key was used for a different type or payload."""
 
+    deduplicated: bool = False
+    """True when a live job of the same client, type and unique key answered the submission
+    (``job``), which made none: its idempotency key is not kept (docs/flow-control.md)."""
+
 
 @dataclass(frozen=True)
 class Submission:
@@ -55,15 +59,23 @@ class Submission:
     @property
     def fingerprint(self) -> str:
         request = self.request
-        return request_hash_of_json(request.type, self.payload_json, request.schedule)
+        return request_hash_of_json(
+            request.type, self.payload_json, request.schedule, request.flow.given()
+        )
 
 
 def accept_steps(client_id: uuid.UUID, submission: Submission) -> Steps[AcceptResult]:
     """Two statements, each atomic: the insert of job + outbox row + event, then (only when the
     key existed) a read of the job that holds it. ON CONFLICT waits for a concurrent insert of
     the same key to commit, so the read finds it, unless retention deleted that job in between:
-    then the key is free, and the insert is tried again."""
+    then the key is free, and the insert is tried again.
+
+    A unique submission whose insert met a live job of its unique key rather than its
+    idempotency key reads that job (LIVE_JOB_BY_UNIQUE_KEY) and answers it, deduplicated; when
+    that job finished in between, nothing holds the unique key any more, and the insert is
+    tried again too."""
     request, fingerprint = submission.request, submission.fingerprint
+    flow = request.job_flow
     for _ in range(ACCEPT_TRIES):
         job_id = new_id()  # time-ordered: appends at the right edge of the indexes
         inserted = yield (
@@ -79,6 +91,9 @@ def accept_steps(client_id: uuid.UUID, submission: Submission) -> Steps[AcceptRe
                 "run_at": request.run_at,
                 "delay_seconds": request.delay_seconds,
                 "traceparent": submission.traceparent,
+                "priority": flow.priority or 0,
+                "concurrency_key": flow.concurrency_key,
+                "unique_key": flow.unique_key,
             },
         )
         if inserted:
@@ -97,6 +112,14 @@ def accept_steps(client_id: uuid.UUID, submission: Submission) -> Steps[AcceptRe
         if existing:
             conflict = existing[0].request_hash != fingerprint
             return AcceptResult(job=job_from_row(existing[0]), created=False, conflict=conflict)
+        if flow.unique_key is not None:
+            live = yield (
+                q.LIVE_JOB_BY_UNIQUE_KEY,
+                {"client_id": client_id, "type": request.type, "unique_key": flow.unique_key},
+            )
+            if live:
+                job = job_from_row(live[0])
+                return AcceptResult(job=job, created=False, conflict=False, deduplicated=True)
     raise RuntimeError("an idempotency key's job kept vanishing between insert and read")
 
 

@@ -41,7 +41,7 @@ _JOB_COLUMNS = """
     j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, j.state,
     j.attempts, j.max_attempts, j.available_at, j.lease_token, j.lease_until,
     j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at, j.run_at,
-    j.cancel_requested_at, j.traceparent
+    j.cancel_requested_at, j.traceparent, j.priority, j.concurrency_key, j.unique_key
 """
 
 
@@ -253,31 +253,38 @@ CLIENT_BY_ID_OR_NAME: TextClause = text(
 # --- accept (docs/life-of-a-job.md, "1. Accept") --------------------------------------------
 
 # What every accept writes beside the jobs it inserted (CTE ``j``): their outbox rows, due when
-# they are, and their `received` events.
+# they are and with the job's priority, client and type (migration 0007), and their `received`
+# events.
 _OUTBOX_ROW_AND_RECEIVED = """, new_outbox AS (
-        INSERT INTO outbox (job_id, available_at) SELECT id, available_at FROM j
+        INSERT INTO outbox (job_id, available_at, priority, client_id, type)
+        SELECT id, available_at, priority, client_id, type FROM j
     ), new_event AS (
         INSERT INTO job_events (job_id, event, attempt) SELECT id, 'received', 0 FROM j
     )"""
 
 # One statement writes the job, its outbox row and the `received` event: they commit together
 # or not at all. ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to finish,
-# so of N identical concurrent requests exactly one inserts and the others see its row.
+# so of N identical concurrent requests exactly one inserts and the others see its row. It has
+# no conflict target, so a live job of the same client, type and unique key
+# (ux_jobs_live_unique_key) also makes it insert nothing: of N concurrent unique submissions one
+# inserts, and the others find that job (LIVE_JOB_BY_UNIQUE_KEY).
 # The caller knows every column of the new job but the database's times: only those come back
 # (reading back the whole row, its payload parsed again, was a fifth of the accept's driver CPU).
 ACCEPT_JOB: TextClause = text(
     f"""
     WITH j AS (
         INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload,
-                          max_attempts, run_at, available_at, traceparent)
+                          max_attempts, run_at, available_at, traceparent, priority,
+                          concurrency_key, unique_key)
         SELECT :id, :client_id, :idempotency_key, :request_hash, :type,
                CAST(:payload AS jsonb), :max_attempts, due.at, coalesce(due.at, now()),
-               CAST(:traceparent AS text)
+               CAST(:traceparent AS text), CAST(:priority AS smallint),
+               CAST(:concurrency_key AS text), CAST(:unique_key AS text)
         FROM (SELECT coalesce(CAST(:run_at AS timestamptz),
                               now() + make_interval(secs => CAST(:delay_seconds AS float8)))
                      AS at) AS due
-        ON CONFLICT (client_id, idempotency_key) DO NOTHING
-        RETURNING id, created_at, updated_at, available_at
+        ON CONFLICT DO NOTHING
+        RETURNING id, created_at, updated_at, available_at, priority, client_id, type
     ){_OUTBOX_ROW_AND_RECEIVED}
     SELECT created_at, updated_at, available_at FROM j
     """
@@ -294,17 +301,21 @@ ACCEPT_JOBS: TextClause = text(
         FROM unnest(CAST(:ids AS uuid[]), CAST(:idempotency_keys AS text[]),
                     CAST(:request_hashes AS text[]), CAST(:types AS text[]),
                     CAST(:payloads AS jsonb[]), CAST(:max_attempts AS int[]),
-                    CAST(:run_ats AS timestamptz[]), CAST(:delays AS float8[]))
+                    CAST(:run_ats AS timestamptz[]), CAST(:delays AS float8[]),
+                    CAST(:priorities AS smallint[]), CAST(:concurrency_keys AS text[]),
+                    CAST(:unique_keys AS text[]))
              AS a(id, idempotency_key, request_hash, type, payload, max_attempts, run_at,
-                  delay_seconds)
+                  delay_seconds, priority, concurrency_key, unique_key)
     ), j AS (
         INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload,
-                          max_attempts, run_at, available_at, traceparent)
+                          max_attempts, run_at, available_at, traceparent, priority,
+                          concurrency_key, unique_key)
         SELECT id, :client_id, idempotency_key, request_hash, type, payload, max_attempts,
-               due, coalesce(due, now()), CAST(:traceparent AS text)
+               due, coalesce(due, now()), CAST(:traceparent AS text), priority,
+               concurrency_key, unique_key
         FROM asked
-        ON CONFLICT (client_id, idempotency_key) DO NOTHING
-        RETURNING id, idempotency_key, created_at, available_at
+        ON CONFLICT DO NOTHING  -- a used key, or a live job of a unique key (ACCEPT_JOB)
+        RETURNING id, idempotency_key, created_at, available_at, priority, client_id, type
     ){_OUTBOX_ROW_AND_RECEIVED}
     SELECT id, idempotency_key, created_at, available_at FROM j
     """
@@ -323,6 +334,20 @@ JOB_BY_KEY: TextClause = text(
     SELECT {_JOB_COLUMNS}, r.result
     FROM jobs j LEFT JOIN job_results r ON r.job_id = j.id
     WHERE j.client_id = :client_id AND j.idempotency_key = :idempotency_key
+    """
+)
+
+# --- flow control: submission (unique jobs; db/accept.py) ------------------------------------
+
+# The live job that holds a client's unique key of a type (ux_jobs_live_unique_key): the answer
+# to a unique submission whose insert found it. None when it finished meanwhile: the accept
+# then inserts again.
+LIVE_JOB_BY_UNIQUE_KEY: TextClause = text(
+    f"""
+    SELECT {_JOB_COLUMNS}, NULL::jsonb AS result
+    FROM jobs j
+    WHERE j.client_id = :client_id AND j.type = :type AND j.unique_key = :unique_key
+      AND {_state_in(frozenset(JobState) - TERMINAL_STATES)}
     """
 )
 
@@ -606,9 +631,10 @@ RESCUE_EXPIRED_LEASES: TextClause = text(
         SET state = '{RESCUE.target}', lease_token = NULL, lease_until = NULL,
             available_at = now(), updated_at = now()
         FROM expired e WHERE j.id = e.id
-        RETURNING j.id, j.attempts
+        RETURNING j.id, j.attempts, j.priority, j.client_id, j.type
     ), new_outbox AS (
-        INSERT INTO outbox (job_id) SELECT id FROM rescued
+        INSERT INTO outbox (job_id, priority, client_id, type)
+        SELECT id, priority, client_id, type FROM rescued
     )
     INSERT INTO job_events (job_id, event, attempt, detail)
     SELECT id, 'lease_expired', attempts, 'lease expired; rescued by dispatcher' FROM rescued
@@ -935,14 +961,15 @@ FINISH_JOBS: TextClause = text(
           AND {_shared_guard(_WORKER_EXITS, "a.asked_token")}
           AND a.ends_as IN ({_targets_of(_WORKER_EXITS)})  -- only the moves declared
         RETURNING j.id, j.attempts, j.available_at, a.asked_token, a.target, a.ends_as,
-                  a.result, a.error_code, a.failure
+                  a.result, a.error_code, a.failure, j.priority, j.client_id, j.type
     ), stored AS (
         INSERT INTO job_results (job_id, result, attempt)
         SELECT id, CAST(result AS jsonb), attempts FROM moved
         WHERE ends_as = '{COMPLETE.target}'
     ), new_outbox AS (
-        INSERT INTO outbox (job_id, available_at)
-        SELECT id, available_at FROM moved WHERE ends_as = '{RETRY.target}'
+        INSERT INTO outbox (job_id, available_at, priority, client_id, type)
+        SELECT id, available_at, priority, client_id, type FROM moved
+        WHERE ends_as = '{RETRY.target}'
     ), event AS (
         INSERT INTO job_events (job_id, event, attempt, detail, error)
         SELECT id, CASE ends_as WHEN '{COMPLETE.target}' THEN 'succeeded'
@@ -991,10 +1018,11 @@ DEFER_UNKNOWN_TYPE: TextClause = text(
                               ELSE :deferred_error END,
             updated_at = now()
         FROM met m WHERE j.id = m.id
-        RETURNING j.id, j.attempts, j.available_at, j.type_unknown_since, m.patience_over
+        RETURNING j.id, j.attempts, j.available_at, j.type_unknown_since, m.patience_over,
+                  j.priority, j.client_id, j.type
     ), new_outbox AS (
-        INSERT INTO outbox (job_id, available_at)
-        SELECT id, available_at FROM moved WHERE NOT patience_over
+        INSERT INTO outbox (job_id, available_at, priority, client_id, type)
+        SELECT id, available_at, priority, client_id, type FROM moved WHERE NOT patience_over
     ), event AS (
         INSERT INTO job_events (job_id, event, attempt, detail)
         SELECT id, CASE WHEN patience_over THEN 'quarantined' ELSE 'deferred' END, attempts,
@@ -1046,9 +1074,10 @@ REPLAY_JOB: TextClause = text(
             finished_at = NULL, updated_at = now(), type_unknown_since = NULL,
             cancel_requested_at = NULL  -- a cancel asked of an earlier attempt is not the replay's
         WHERE id = :id AND {_guard(REPLAY)}
-        RETURNING id, attempts, available_at
+        RETURNING id, attempts, available_at, priority, client_id, type
     ), new_outbox AS (
-        INSERT INTO outbox (job_id, available_at) SELECT id, available_at FROM r
+        INSERT INTO outbox (job_id, available_at, priority, client_id, type)
+        SELECT id, available_at, priority, client_id, type FROM r
     ), event AS (
         INSERT INTO job_events (job_id, event, attempt, detail)
         SELECT id, 'replayed', attempts, :detail FROM r
@@ -1078,12 +1107,13 @@ OUTBOX_ROWS_OF_JOB: TextClause = text(
 REDISPATCH_STRANDED: TextClause = text(
     f"""
     WITH stranded AS (
-        SELECT j.id, j.attempts FROM jobs j WHERE {_STRANDED}
+        SELECT j.id, j.attempts, j.priority, j.client_id, j.type FROM jobs j WHERE {_STRANDED}
         ORDER BY j.available_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
     ), new_outbox AS (
-        INSERT INTO outbox (job_id) SELECT id FROM stranded
+        INSERT INTO outbox (job_id, priority, client_id, type)
+        SELECT id, priority, client_id, type FROM stranded
     )
     INSERT INTO job_events (job_id, event, attempt, detail)
     SELECT id, 'redispatched', attempts, :detail FROM stranded
@@ -1139,7 +1169,7 @@ QUARANTINED_COUNT: TextClause = text(
 HEAL_LOST_MESSAGES: TextClause = text(
     f"""
     WITH lost AS (
-        SELECT j.id, j.type, j.attempts FROM jobs j
+        SELECT j.id, j.type, j.attempts, j.priority, j.client_id FROM jobs j
         WHERE {_STRANDED}
           AND ((CAST(:default_empty AS boolean)
                 AND j.type <> ALL(CAST(:own_types AS text[])))
@@ -1153,7 +1183,8 @@ HEAL_LOST_MESSAGES: TextClause = text(
         LIMIT :limit
         FOR UPDATE OF j SKIP LOCKED
     ), new_outbox AS (
-        INSERT INTO outbox (job_id) SELECT id FROM lost
+        INSERT INTO outbox (job_id, priority, client_id, type)
+        SELECT id, priority, client_id, type FROM lost
     ), event AS (
         INSERT INTO job_events (job_id, event, attempt, detail)
         SELECT id, 'redispatched', attempts, :detail FROM lost

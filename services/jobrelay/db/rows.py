@@ -41,6 +41,9 @@ def job_from_row(row: Any) -> Job:
         run_at=data.get("run_at"),
         cancel_requested_at=data.get("cancel_requested_at"),
         traceparent=data.get("traceparent"),
+        priority=data.get("priority") or 0,
+        concurrency_key=data.get("concurrency_key"),
+        unique_key=data.get("unique_key"),
     )
 
 

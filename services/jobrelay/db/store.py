@@ -163,6 +163,7 @@ class Store:
         fingerprints = [submission.fingerprint for submission in submissions]
         ids = [new_id() for _ in requests]
         keys = [request.idempotency_key for request in requests]
+        flows = [request.job_flow for request in requests]
         async with self.transaction() as connection:
             inserted = {
                 row.idempotency_key: row
@@ -178,6 +179,9 @@ class Store:
                         "max_attempts": [request.max_attempts for request in requests],
                         "run_ats": [request.run_at for request in requests],
                         "delays": [request.delay_seconds for request in requests],
+                        "priorities": [flow.priority or 0 for flow in flows],
+                        "concurrency_keys": [flow.concurrency_key for flow in flows],
+                        "unique_keys": [flow.unique_key for flow in flows],
                         "traceparent": traceparent,
                     },
                 )
@@ -218,7 +222,8 @@ class Store:
                 conflict = existing[key].request_hash != fingerprints[index]
                 job = job_from_row(existing[key])
                 results[index] = AcceptResult(job=job, created=False, conflict=conflict)
-            else:  # retention deleted the key's job meanwhile: the key is free again
+            else:  # retention deleted the key's job meanwhile: the key is free again; or a live
+                # job holds its unique key, which the single accept finds (deduplicated)
                 results[index] = await self._accept(client_id, submissions[index])
         return all_present(results)
 

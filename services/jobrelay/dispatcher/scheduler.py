@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Protocol
 
 from jobrelay.core.errors import StoreUnavailable
-from jobrelay.core.jobs import JobRequest
+from jobrelay.core.jobs import Flow, JobRequest
 from jobrelay.core.registry import Registry
 from jobrelay.core.retry import backoff
 from jobrelay.core.schedules import SCHEDULER_CLIENT, MadeJob, Schedule
@@ -166,11 +166,15 @@ class Scheduler:
             max_attempts = self.registry.max_attempts_for(
                 schedule.type, self.config.default_max_attempts
             )
+        asked = Flow(priority=schedule.priority)
+        payload = self.registry.validate_payload(schedule.type, schedule.payload)
         return JobRequest(
             idempotency_key=schedule.key(tick),
             type=schedule.type,
             payload=schedule.payload,
             max_attempts=max_attempts,
+            flow=asked,
+            defaults=self.registry.flow_defaults(schedule.type, payload, asked),
         )
 
     async def client_id(self) -> uuid.UUID:

@@ -33,6 +33,7 @@ from jobrelay.api.schemas import (
     BatchAnswer,
     BatchItem,
     BatchResult,
+    DeduplicatedJobView,
     EventList,
     EventView,
     JobPage,
@@ -41,6 +42,7 @@ from jobrelay.api.schemas import (
     SubmitJob,
     TraceView,
     job_location,
+    submitted_view,
 )
 from jobrelay.api.shedding import overloaded
 from jobrelay.api.submission import accept_outcome, count_outcome, job_request, take_rate_limit
@@ -76,8 +78,10 @@ SUBMIT_PATH = "/v1/jobs"
             "headers": LOCATION_HEADER,
         },
         200: {
-            "model": JobView,
-            "description": "The key was used before for the same request: that job, now",
+            "model": DeduplicatedJobView | JobView,
+            "description": "The key was used before for the same request: that job, now. Or "
+            "a job of yours of the same type and unique_key is queued, running or retrying: "
+            "that job, with deduplicated true (the key is not kept)",
             "headers": LOCATION_HEADER,
         },
         **problem_responses(400, 409, 413, 422, 429),
@@ -110,23 +114,37 @@ async def submit_job(
         accepted = await store.accept_job(client.id, asked, traceparent=accept.traceparent)
         accept.accepted(accepted.job.id, body.type, client.name, accept_outcome(accepted))
         count_outcome(request.app.state.metrics, body.type, accepted)
-        log.info(
-            "job accepted" if accepted.created else "job submitted again with the same key",
-            extra={
-                "job_id": str(accepted.job.id),
-                "type": body.type,
-                "attempt": 0,
-                "event": "received" if accepted.created else "idempotent_repeat",
-            },
-        )
+        log.info(_ACCEPT_LOG[accept_outcome(accepted)], extra=_accept_log_extra(accepted))
     # Serialized once here rather than re-validated through response_model: this is the
     # hot path, and the model above is still what the OpenAPI document describes.
     return Response(
-        JobView.of(accepted.job).model_dump_json(),
+        submitted_view(accepted.job, deduplicated=accepted.deduplicated).model_dump_json(),
         status_code=202 if accepted.created else 200,
         media_type="application/json",
         headers={"Location": job_location(accepted.job.id)},
     )
+
+
+_ACCEPT_LOG = {
+    "created": "job accepted",
+    "existing": "job submitted again with the same key",
+    "deduplicated": "job not made: a live job holds its unique key",
+}
+_ACCEPT_EVENT = {
+    "created": "received",
+    "existing": "idempotent_repeat",
+    "deduplicated": "deduplicated",
+}
+
+
+def _accept_log_extra(accepted: AcceptResult) -> dict[str, Any]:
+    job = accepted.job
+    return {
+        "job_id": str(job.id),
+        "type": job.type,
+        "attempt": 0,
+        "event": _ACCEPT_EVENT[accept_outcome(accepted)],
+    }
 
 
 BATCH_PATH = "/v1/jobs/batch"
@@ -195,7 +213,8 @@ def _item_answer(request: Request, job: JobRequest, accepted: AcceptResult) -> B
         count_outcome(request.app.state.metrics, job.type, accepted)
     except IdempotencyConflict as error:
         return _request_problem(error)
-    return BatchResult(status=202 if accepted.created else 200, job=JobView.of(accepted.job))
+    view = submitted_view(accepted.job, deduplicated=accepted.deduplicated)
+    return BatchResult(status=202 if accepted.created else 200, job=view)
 
 
 @router.get(

@@ -274,6 +274,26 @@ async def test_twenty_concurrent_unique_submissions_make_one_job_and_nineteen_de
     assert (third.status_code, third.json()["id"]) == (200, again.json()["id"])
 
 
+async def test_a_quarantined_unique_job_is_not_replayed_while_another_holds_its_key(
+    api: httpx.AsyncClient, alice: str, store: Store
+) -> None:
+    from jobrelay.db.quarantine_store import QuarantineStore
+
+    first = await api.post("/v1/jobs", json=submit(unique_key="r"), headers=auth(alice, "r1"))
+    await rows(
+        store,
+        "UPDATE jobs SET state = 'quarantined', finished_at = now() WHERE id = :id",
+        id=uuid.UUID(first.json()["id"]),
+    )
+    second = await api.post("/v1/jobs", json=submit(unique_key="r"), headers=auth(alice, "r2"))
+    assert second.status_code == 202
+    keeper = QuarantineStore(store)
+    # Before the guard, the replay's UPDATE broke ux_jobs_live_unique_key: a 500.
+    assert await keeper.replay_job(uuid.UUID(first.json()["id"]), budget=1, detail="t") is False
+    await finish(store, second.json()["id"])
+    assert await keeper.replay_job(uuid.UUID(first.json()["id"]), budget=1, detail="t") is True
+
+
 async def test_a_unique_key_is_per_client_and_type(
     api: httpx.AsyncClient, alice: str, bob: str
 ) -> None:

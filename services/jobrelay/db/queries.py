@@ -1074,6 +1074,13 @@ REPLAY_JOB: TextClause = text(
             finished_at = NULL, updated_at = now(), type_unknown_since = NULL,
             cancel_requested_at = NULL  -- a cancel asked of an earlier attempt is not the replay's
         WHERE id = :id AND {_guard(REPLAY)}
+          -- Not while another live job holds its unique key (ux_jobs_live_unique_key).
+          AND NOT EXISTS (
+              SELECT 1 FROM jobs o
+              WHERE o.client_id = jobs.client_id AND o.type = jobs.type
+                AND o.unique_key = jobs.unique_key AND o.id <> jobs.id
+                AND o.{_state_in(frozenset(JobState) - TERMINAL_STATES)}
+          )
         RETURNING id, attempts, available_at, priority, client_id, type
     ), new_outbox AS (
         INSERT INTO outbox (job_id, available_at, priority, client_id, type)

@@ -5,6 +5,11 @@ move is checked against its transition's source states and lease, a fenced one a
 lease token, and journaled with the transition's events. Its clock is injected; setting
 ``reachable`` to False makes every call raise ``StoreUnavailable``, like a database that is away.
 ``request_cancel`` asks to cancel a running job, as the API does.
+
+Flow control follows the rules of ``db/execution_store.py``: no job of a queue in
+``paused_queues`` is claimed, a type's limit in force (``runtime_limits``, else the claim's
+``ClaimRules.code_limit``) is kept exactly (``concurrency_keys`` holds the jobs' keys), and a
+job that may not start is held.
 """
 
 from __future__ import annotations
@@ -21,10 +26,13 @@ from jobrelay.core.execution import (
     AttemptTrace,
     Claimed,
     ClaimResult,
+    ClaimRules,
     Deferred,
     DeferResult,
     ExecutionStore,
     Finish,
+    Held,
+    HoldReason,
     LeaseTerms,
     PutBack,
     Refusal,
@@ -32,6 +40,7 @@ from jobrelay.core.execution import (
     Renewal,
     already_done,
 )
+from jobrelay.core.flow import Limit, limit_key
 from jobrelay.core.jobs import (
     Cancelled,
     Job,
@@ -49,6 +58,8 @@ from jobrelay.core.states import (
     COMPLETE,
     DEFER,
     EXHAUST,
+    HOLD,
+    HOLD_ABANDONED,
     QUARANTINE,
     RECLAIM,
     RELEASE,
@@ -66,8 +77,15 @@ def _utc_now() -> datetime:
 
 
 class InMemoryExecutionStore:
-    def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
+    def __init__(
+        self, clock: Callable[[], datetime] | None = None, *, queue: str = "default"
+    ) -> None:
         self.clock = clock or _utc_now
+        self.queue = queue
+        self.paused_queues: set[str] = set()
+        self.runtime_limits: dict[str, Limit] = {}
+        self.concurrency_keys: dict[uuid.UUID, str | None] = {}
+        self.rate_buckets: dict[tuple[str, str], datetime] = {}
         self.jobs: dict[uuid.UUID, Job] = {}
         self.results: dict[uuid.UUID, StoredResult] = {}
         self.journal: defaultdict[uuid.UUID, list[JournalEntry]] = defaultdict(list)
@@ -85,12 +103,14 @@ class InMemoryExecutionStore:
         state: JobState = JobState.QUEUED,
         attempts: int = 0,
         max_attempts: int = 3,
+        concurrency_key: str | None = None,
     ) -> Job:
         payload = {} if payload is None else payload
         request = JobRequest(f"key-{len(self.jobs)}", job_type, payload, max_attempts)
         accepted = request.as_new_job(uuid.uuid4(), uuid.uuid4(), at=self.clock())
         job = dataclasses.replace(accepted, state=state, attempts=attempts)
         self.jobs[job.id] = job
+        self.concurrency_keys[job.id] = concurrency_key
         return job
 
     def take_over(self, job_id: uuid.UUID) -> uuid.UUID:
@@ -125,8 +145,10 @@ class InMemoryExecutionStore:
         *,
         detail: str | None = None,
         job_type: str | None = None,
+        rules: ClaimRules | None = None,
     ) -> ClaimResult:
         lease_token, lease_seconds = lease.token, lease.seconds
+        rules = rules or ClaimRules()
         self._reach()
         job = self.jobs.get(job_id)
         if job is None:
@@ -139,6 +161,9 @@ class InMemoryExecutionStore:
             due = job.available_at <= self.clock()
             for transition in (CLAIM, RECLAIM):
                 if (transition is RECLAIM or due) and self._allows(transition, job, None):
+                    held = self._held(job, rules)
+                    if held is not None:
+                        return held
                     self.unknown_since.pop(job_id, None)
                     claimed = self._move(
                         job,
@@ -218,6 +243,55 @@ class InMemoryExecutionStore:
         self._move(job, RELEASE, available_at=self.clock(), detail=detail)
         self.outbox.append((job_id, self.clock()))
         return True
+
+    # --- flow control: the checks of a claim --------------------------------------------------
+
+    def _held(self, job: Job, rules: ClaimRules) -> Held | None:
+        """Hold a claimable job whose queue is paused, or whose type (or key) has no slot or
+        rate token free under the limit in force; None: it may start (its token taken)."""
+        if self.queue in self.paused_queues:
+            return self._hold(job, HoldReason.PAUSED, 0.0, f"queue {self.queue!r} is paused")
+        limit = self.runtime_limits.get(job.type)
+        if limit is None and rules.limited:
+            limit = rules.code_limit
+        if limit is None:
+            return None
+        key = limit_key(limit, self.concurrency_keys.get(job.id))
+        of_key = f" for key {key[:100]!r}" if limit.per_key else ""
+        if (
+            limit.concurrency is not None
+            and self._running(job.type, limit, key) >= limit.concurrency
+        ):
+            detail = f"concurrency limit {limit.concurrency} reached{of_key}"
+            return self._hold(job, HoldReason.CONCURRENCY, rules.hold_seconds, detail)
+        if limit.rate is not None:
+            now = self.clock()
+            allowed_from = self.rate_buckets.get((job.type, key), now)
+            if allowed_from > now:
+                wait = (allowed_from - now).total_seconds()
+                return self._hold(job, HoldReason.RATE, wait, f"rate {limit.rate} reached{of_key}")
+            self.rate_buckets[(job.type, key)] = now + timedelta(seconds=limit.rate.interval)
+        return None
+
+    def _running(self, job_type: str, limit: Limit, key: str) -> int:
+        """The slots in use: running jobs of the type (and key) under a live lease."""
+        now = self.clock()
+        return sum(
+            1
+            for other in self.jobs.values()
+            if other.type == job_type
+            and other.state is JobState.RUNNING
+            and other.lease_until is not None
+            and other.lease_until > now
+            and limit_key(limit, self.concurrency_keys.get(other.id)) == key
+        )
+
+    def _hold(self, job: Job, reason: HoldReason, delay: float, detail: str) -> Held:
+        due = self._later(delay)
+        hold = HOLD_ABANDONED if job.state is JobState.RUNNING else HOLD
+        self._move(job, hold, available_at=due, detail=f"{reason}: {detail}")
+        self.outbox.append((job.id, due))
+        return Held(reason, due, detail, self.jobs[job.id])
 
     # --- the rules --------------------------------------------------------------------------
 

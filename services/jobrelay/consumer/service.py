@@ -19,15 +19,17 @@ from jobrelay.broker import quarantine
 from jobrelay.broker.acks import AckRouter, GroupAcked
 from jobrelay.broker.connection import cause_of, connect_broker_robust
 from jobrelay.broker.topology import declare_topology, declare_work_queue, is_refusal
+from jobrelay.consumer.limits import RuntimeLimits
 from jobrelay.consumer.metrics import ConsumerMetrics
 from jobrelay.consumer.worker import Worker
-from jobrelay.core.errors import ConfigurationError
+from jobrelay.core.errors import ConfigurationError, StoreUnavailable
 from jobrelay.core.execution import Delivery
 from jobrelay.core.message import traceparent_of
 from jobrelay.core.registry import Registry
 from jobrelay.core.retry import backoff_ceiling
 from jobrelay.core.settings import Settings, mask_url, parse_type_queues
-from jobrelay.core.topology import work_queue_name
+from jobrelay.core.topology import queue_short_name, work_queue_name
+from jobrelay.db import queries as q
 from jobrelay.db.execution_store import PgExecutionStore
 from jobrelay.db.store import Store
 from jobrelay.eventloop import stopped_within
@@ -107,11 +109,17 @@ class Consumer:
             pool_size=self.concurrency + 2,
             application_name="jobrelay-consumer",
         )
-        execution = PgExecutionStore(store)
-        self.worker = Worker(execution, self.registry, settings, self.metrics)
+        short_name = queue_short_name(self.queue_name)
+        execution = PgExecutionStore(store, queue=short_name)
+        limits = RuntimeLimits(execution.runtime_limits)
+        self.worker = Worker(
+            execution, self.registry, settings, self.metrics, runtime_limits=limits
+        )
         if settings.metrics_port:
             self.metrics.serve(settings.metrics_port)
+        limits_read = asyncio.create_task(limits.keep_fresh(stop))
         try:
+            await _register_queue(store, short_name, stop)
             subscribed = await self._subscribe(stop)
             if subscribed is None:
                 return 0 if stop.is_set() else 1
@@ -121,6 +129,9 @@ class Consumer:
             finally:
                 await _close(connection)  # unacked deliveries go back to the queue
         finally:
+            limits_read.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await limits_read
             await execution.close()
             await store.close()
         log.info("stopped", extra={"event": "consumer_stopped"})
@@ -236,6 +247,27 @@ class Consumer:
             for task in pending:
                 task.cancel()
             await asyncio.wait(pending, timeout=30)
+
+
+async def _register_queue(store: Store, queue: str, stop: asyncio.Event) -> None:
+    """The consumer's queue in ``queues`` (where its pause is kept), again with a doubling
+    pause while the database is unreachable; an existing row, paused or not, is left alone."""
+    failures = 0
+    while not stop.is_set():
+        try:
+            await store.fetch_all(q.REGISTER_QUEUES, names=[queue])
+            return
+        except StoreUnavailable as error:
+            failures += 1
+            pause = backoff_ceiling(failures, CONNECT_BACKOFF_START, CONNECT_BACKOFF_CAP)
+            log.warning(
+                "queue %s not registered (%s); retrying in %.1fs",
+                queue,
+                error,
+                pause,
+                extra={"event": "store_unavailable"},
+            )
+            await stopped_within(stop, pause)
 
 
 async def _close(connection: AbstractRobustConnection) -> None:

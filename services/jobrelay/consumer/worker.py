@@ -15,7 +15,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -41,17 +41,21 @@ from jobrelay.core.errors import (
     UnknownJobType,
 )
 from jobrelay.core.execution import (
+    HOLD_AT_LIMIT_SECONDS,
     Claimed,
+    ClaimRules,
     Deferred,
     Delivery,
     ExecutionStore,
     Finish,
+    Held,
     LeaseTerms,
     PutBack,
     Refusal,
     Refused,
 )
 from jobrelay.core.failures import MESSAGE_MAX_BYTES, Failure, class_name, cut_head, storable
+from jobrelay.core.flow import Limit
 from jobrelay.core.jobs import (
     Cancelled,
     Job,
@@ -139,7 +143,11 @@ class Worker:
         rng: random.Random | None = None,
         name: str | None = None,
         backoff: Backoff | None = None,
+        runtime_limits: Callable[[], Mapping[str, Limit]] | None = None,
     ) -> None:
+        """``runtime_limits``: the runtime limits (``type_limits``) by type as the consumer
+        last read them (``consumer/limits.py``); they only choose how a job is claimed: the
+        claim itself reads the limit in force."""
         self.store = store
         self.registry = registry
         self.lease_seconds = settings.lease_seconds
@@ -161,7 +169,9 @@ class Worker:
         # the delivery is requeued instead.
         self.store_patience = store_patience or max(10.0, 2 * settings.lease_seconds)
         self.rng = rng
+        self._random = rng or random.Random()
         self.backoff = backoff or Backoff(rng=rng)
+        self.runtime_limits = runtime_limits or _no_runtime_limits
         self._unknown_types = _FirstTimeWarned()
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
 
@@ -231,20 +241,59 @@ class Worker:
         message's), then run it."""
         job_type = job_type or envelope.type
         lease = LeaseTerms.fresh(self.lease_seconds)
+        rules = self._claim_rules(job_type)
         asked = time.monotonic()
         try:
             claim = await self._patiently(
                 lambda: self.store.claim(
-                    envelope.job_id, lease, detail=f"consumer {self.name}", job_type=job_type
+                    envelope.job_id,
+                    lease,
+                    detail=f"consumer {self.name}",
+                    job_type=job_type,
+                    rules=rules,
                 )
             )
         except StoreUnavailable:
             return STORE_UNAVAILABLE
+        if isinstance(claim, Held):
+            return self._held(claim)
         if isinstance(claim, Refused):
             if claim.reason is Refusal.OTHER_TYPE and claim.job is not None:
                 return await self._by_own_type(envelope, claim.job, redelivered=redelivered)
             return self._refused(envelope, claim, redelivered=redelivered)
         return await self._attempt(claim, lease_deadline=asked + self.lease_seconds)
+
+    def _claim_rules(self, job_type: str) -> ClaimRules:
+        """How to claim a job of ``job_type``: in a transaction of its own when a limit is in
+        force for it (a runtime row, else the registry's), in a group otherwise."""
+        runtime = self.runtime_limits()
+        code = self.registry.types[job_type].limit if job_type in self.registry else None
+        in_force = runtime.get(job_type, code)
+        limited = in_force is not None and (
+            in_force.concurrency is not None or in_force.rate is not None
+        )
+        return ClaimRules(
+            limited=limited or job_type in runtime,  # a runtime row: never in a group
+            code_limit=code,
+            hold_seconds=self._random.uniform(*HOLD_AT_LIMIT_SECONDS),
+        )
+
+    def _held(self, held: Held) -> Verdict:
+        """Put back without a claim (its queue paused, its type or key at a limit): the job
+        waits in the outbox for its new due time, so its message is acked."""
+        job = held.job
+        log.info(
+            "held (%s): due again at %s",
+            held.detail,
+            held.available_at.isoformat(),
+            extra={
+                "job_id": str(job.id),
+                "type": job.type,
+                "event": "held",
+                "reason": held.reason.value,
+            },
+        )
+        return Verdict(Disposition.ACK, DeliveryOutcome.HELD)
 
     async def _by_own_type(self, envelope: Envelope, job: Job, *, redelivered: bool) -> Verdict:
         """The message named another type than the job's: the job's own type decides. Known
@@ -474,6 +523,10 @@ class Worker:
                     extra={"event": "store_unavailable"},
                 )
                 await asyncio.sleep(pause)
+
+
+def _no_runtime_limits() -> Mapping[str, Limit]:
+    return {}
 
 
 def _verdict_for(outcome: Outcome, finish: Finish) -> Verdict:

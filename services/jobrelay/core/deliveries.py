@@ -12,6 +12,7 @@ class DeliveryOutcome(StrEnum):
     QUARANTINED = "quarantined"
     CANCELLED = "cancelled"
     DEFERRED = "deferred"  # a type this consumer does not know: put back, no attempt
+    HELD = "held"  # its queue paused or its type at a limit: put back, no attempt
     DUPLICATE = "duplicate"
     STALE = "stale"  # the outcome was rejected: the lease is no longer ours
     ATTEMPTS_EXHAUSTED = "attempts_exhausted"

@@ -14,6 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
 
+from jobrelay.core.flow import Limit
 from jobrelay.core.jobs import Cancelled, Job, Outcome, Quarantine, RetryLater, Succeeded
 from jobrelay.core.states import JobState
 
@@ -41,7 +42,48 @@ class Refused:
     job: Job | None = None
 
 
-ClaimResult = Claimed | Refused
+class HoldReason(StrEnum):
+    """Why a due job was put back without a claim (docs/flow-control.md)."""
+
+    PAUSED = "queue_paused"  # the consumer's queue is paused
+    CONCURRENCY = "concurrency_limit"  # its type (or key) runs as many jobs as its limit allows
+    RATE = "rate_limit"  # its type (or key) started as many jobs as its rate allows
+
+
+@dataclass(frozen=True)
+class Held:
+    """A due job put back without a claim, its attempts untouched: `queued` (or `retrying`)
+    with a new outbox row due at ``available_at``, and a `held` event saying why."""
+
+    reason: HoldReason
+    available_at: datetime
+    detail: str
+    job: Job
+
+
+ClaimResult = Claimed | Refused | Held
+
+
+# How long a job found at its concurrency limit is held: a slot frees when a running job of
+# its type (or key) ends, which the consumer cannot wait for, so it comes back soon, jittered.
+HOLD_AT_LIMIT_SECONDS = (0.5, 2.0)
+
+
+@dataclass(frozen=True)
+class ClaimRules:
+    """What a claim checks beyond the job's own state, besides the consumer's queue being open
+    (which every claim re-checks).
+
+    ``limited``: a limit is in force for the job's type (the code's, or a runtime row the
+    consumer read): the claim runs in a transaction that takes the type's (or key's) slot and
+    rate token exactly. Otherwise it goes in a group with the others, and a job of a type with
+    a runtime limit the consumer has not read yet is claimed the exact way anyway.
+    ``code_limit``: the registry's limit of the type (a runtime row wins over it).
+    ``hold_seconds``: how long a job found at its concurrency limit is held."""
+
+    limited: bool = False
+    code_limit: Limit | None = None
+    hold_seconds: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -187,11 +229,13 @@ class ExecutionStore(Protocol):
         *,
         detail: str | None = None,
         job_type: str | None = None,
+        rules: ClaimRules | None = None,
     ) -> ClaimResult:
         """Claim the job for one attempt, or say why not (quarantining a job with no attempts
         left). Again with the same token after a lost answer: claimed. ``job_type``: claim it
         only if it is a job of that type (the one the caller can run), else ``OTHER_TYPE``
-        with the job, untouched; None: any type."""
+        with the job, untouched; None: any type. A due job of a paused queue, or at its type's
+        limit (``rules``), is not claimed: it is ``Held``."""
         ...
 
     async def defer_unknown_type(self, job_id: uuid.UUID, put_back: PutBack) -> DeferResult:

@@ -111,6 +111,17 @@ DELIVERY_LIMIT = _quarantine_unclaimed("delivery_limit")
 # same statement quarantines it instead (UNKNOWN_TYPE).
 DEFER = Transition("defer", _WAITING, None, (JobEvent.DEFERRED,))
 UNKNOWN_TYPE = Transition("unknown_type", _WAITING, JobState.QUARANTINED, (JobEvent.QUARANTINED,))
+# A consumer puts a due job back without claiming it, its attempts untouched, because its queue
+# is paused or its type (or key) is at a limit; a job whose lease expired is queued again
+# (HOLD_ABANDONED, one statement with HOLD: HOLD_JOB).
+HOLD = Transition("hold", _WAITING, None, (JobEvent.HELD,))
+HOLD_ABANDONED = Transition(
+    "hold_abandoned",
+    _RUNNING,
+    JobState.QUEUED,
+    (JobEvent.LEASE_EXPIRED, JobEvent.HELD),
+    lease=Lease.EXPIRED,
+)
 # A stopping consumer gives its job back; the attempt stays counted.
 RELEASE = Transition("release", _RUNNING, JobState.QUEUED, (JobEvent.LEASE_EXPIRED,), fenced=True)
 RESCUE = Transition(
@@ -141,6 +152,8 @@ ALL_TRANSITIONS: tuple[Transition, ...] = (
     DELIVERY_LIMIT,
     DEFER,
     UNKNOWN_TYPE,
+    HOLD,
+    HOLD_ABANDONED,
     RELEASE,
     RESCUE,
     CANCEL,

@@ -10,6 +10,12 @@ The heartbeats' cancel polls are grouped the same way (one read for the jobs in 
 
 Every write that reports on a job is fenced by the lease token of the claim that made it, so a
 worker whose lease expired and was taken over can never complete, retry or quarantine the job.
+
+Flow control (docs/flow-control.md): no job of the consumer's paused queue is claimed, and a
+job whose type has a limit in force is claimed in a transaction of its own that takes its
+concurrency slot and rate token exactly; either way a job that may not start is held (put back,
+due later, attempts untouched). A group's claim refused for a pause or a runtime limit the
+consumer had not read yet takes that transaction too.
 """
 
 from __future__ import annotations
@@ -26,9 +32,12 @@ from jobrelay.core.execution import (
     AttemptTrace,
     Claimed,
     ClaimResult,
+    ClaimRules,
     Deferred,
     DeferResult,
     Finish,
+    Held,
+    HoldReason,
     LeaseTerms,
     PutBack,
     Refusal,
@@ -38,7 +47,8 @@ from jobrelay.core.execution import (
     outcome_name,
 )
 from jobrelay.core.failures import Failure
-from jobrelay.core.jobs import Cancelled, Outcome, Quarantine, RetryLater, Succeeded
+from jobrelay.core.flow import Limit, Rate, limit_key
+from jobrelay.core.jobs import Cancelled, Job, Outcome, Quarantine, RetryLater, Succeeded
 from jobrelay.core.states import JobEvent, JobState
 from jobrelay.db import queries as q
 from jobrelay.db.group_commit import GroupCommit
@@ -110,8 +120,11 @@ class PgExecutionStore:
 
     GROUP_SIZE = 64
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, queue: str | None = "default") -> None:
+        """``queue``: the short name of the consumer's queue (``--queue``), whose pause its
+        claims keep; None: claims keep no pause."""
         self.store = store
+        self.queue = queue
         self._claims = GroupCommit(self._claim_group, max_size=self.GROUP_SIZE)
         self._finishes = GroupCommit(self._finish_group, max_size=self.GROUP_SIZE)
         self._cancel_polls = GroupCommit(self._cancel_poll_group, max_size=4 * self.GROUP_SIZE)
@@ -129,36 +142,50 @@ class PgExecutionStore:
         *,
         detail: str | None = None,
         job_type: str | None = None,
+        rules: ClaimRules | None = None,
     ) -> ClaimResult:
-        """Claim the job for one attempt, or say why not (and journal/quarantine accordingly).
+        """Claim the job for one attempt, or say why not (and journal/quarantine accordingly),
+        or hold it (its queue paused, its type or key at a limit).
 
         Calling it again with the same token after a lost answer is safe: a job already running
         under this token is reported as claimed.
         """
-        row = await self._claims.submit(
-            _ClaimRequest(job_id, lease.token, lease.seconds, detail, job_type)
-        )
-        if row is not None:
-            return Claimed(
-                job_from_row(row), lease.token, reclaimed=row.previous_state == JobState.RUNNING
-            )
-        # The rare path: find out why, and act on it, in one transaction.
+        rules = rules or ClaimRules()
+        request = _ClaimRequest(job_id, lease.token, lease.seconds, detail, job_type)
+        if not rules.limited:
+            row = await self._claims.submit(request)
+            if row is not None:
+                return _claimed(row, lease.token)
+        # Under a limit, or the rare path: claim, hold or find out why not, in one transaction.
         async with self.store.transaction() as connection:
-            return await self._refusal(connection, job_id, lease.token, job_type)
+            return await self._claim_exactly(connection, request, rules)
+
+    async def runtime_limits(self) -> dict[str, Limit]:
+        """The runtime limits (``type_limits``) by type, for ``consumer/limits.py``."""
+        rows = await self.store.fetch_all(q.FLOW_CONTROLS)
+        return {row.name: _runtime_limit(row) for row in rows if row.kind == "limit"}
 
     async def _claim_group(self, requests: Sequence[_ClaimRequest]) -> list[Any | None]:
         """One statement claims every job of the group it can (autocommit: one round trip);
         each request gets its row, or None when its job was not claimed under its token."""
-        rows = await self.store.fetch_all(
-            q.CLAIM_JOBS,
-            ids=[r.job_id for r in requests],
-            lease_tokens=[r.lease_token for r in requests],
-            lease_seconds=[r.lease_seconds for r in requests],
-            details=[r.detail for r in requests],
-            types=[r.job_type for r in requests],
-        )
+        rows = await self.store.fetch_all(q.CLAIM_JOBS, **self._claim_params(requests))
         claimed = {(row.id, row.lease_token): row for row in rows}
         return [claimed.get((r.job_id, r.lease_token)) for r in requests]
+
+    def _claim_params(
+        self, requests: Sequence[_ClaimRequest], *, checked: bool = False
+    ) -> dict[str, Any]:
+        """CLAIM_JOBS' arrays; ``checked``: their types' limits were checked by the caller's
+        transaction."""
+        return {
+            "ids": [r.job_id for r in requests],
+            "lease_tokens": [r.lease_token for r in requests],
+            "lease_seconds": [r.lease_seconds for r in requests],
+            "details": [r.detail for r in requests],
+            "types": [r.job_type for r in requests],
+            "checked": [checked for _ in requests],
+            "queue": self.queue,
+        }
 
     async def _finish_group(self, requests: Sequence[_FinishRequest]) -> list[JobState | None]:
         """One statement carries out every decided outcome of the group whose lease is still
@@ -188,30 +215,100 @@ class PgExecutionStore:
         requested = {(row.id, row.lease_token) for row in rows}
         return [(r.job_id, r.lease_token) in requested for r in requests]
 
-    async def _refusal(
+    async def _claim_exactly(
+        self, connection: AsyncConnection, request: _ClaimRequest, rules: ClaimRules
+    ) -> ClaimResult:
+        """Claim the job in this transaction, after the checks that must hold exactly: its
+        queue not paused, a slot and a rate token under the type's limit in force (a runtime
+        row, else ``rules.code_limit``); or hold it; or say why it cannot be claimed."""
+        candidate = (
+            await connection.execute(q.CLAIM_CANDIDATE, {"id": request.job_id, "queue": self.queue})
+        ).first()
+        if candidate is None:
+            return Refused(Refusal.UNKNOWN_JOB)
+        job = job_from_row(candidate)
+        if job.state == JobState.RUNNING and job.lease_token == request.lease_token:
+            return Claimed(job, request.lease_token, reclaimed=False)  # our own earlier claim
+        if request.job_type is not None and job.type != request.job_type:
+            return Refused(Refusal.OTHER_TYPE, job)  # the caller decides by the job's own type
+        if not candidate.claimable:
+            return await self._unclaimable(connection, job)
+        if candidate.queue_paused:
+            return await self._hold(
+                connection, job, HoldReason.PAUSED, 0.0, f"queue {self.queue!r} is paused"
+            )
+        limit = _runtime_limit(candidate) if candidate.has_runtime_limit else rules.code_limit
+        if limit is not None:
+            held = await self._take_slot_and_token(
+                connection, job, limit, candidate.concurrency_key, rules
+            )
+            if held is not None:
+                return held
+        rows = (
+            await connection.execute(q.CLAIM_JOBS, self._claim_params([request], checked=True))
+        ).all()
+        if rows:
+            return _claimed(rows[0], request.lease_token)
+        return await self._unclaimable(connection, job)  # not expected: its row is locked
+
+    async def _take_slot_and_token(
         self,
         connection: AsyncConnection,
-        job_id: uuid.UUID,
-        lease_token: uuid.UUID,
-        job_type: str | None,
+        job: Job,
+        limit: Limit,
+        concurrency_key: str | None,
+        rules: ClaimRules,
+    ) -> ClaimResult | None:
+        """Take the job's concurrency slot and its rate token under ``limit``, in this
+        transaction; None when taken, else the job held (``Held``)."""
+        key = limit_key(limit, concurrency_key)
+        slot = {"type": job.type, "key": key}
+        of_key = f" for key {key[:100]!r}" if limit.per_key else ""
+        if limit.concurrency is not None:
+            await connection.execute(q.TAKE_SLOT_LOCK, slot)
+            running = (
+                await connection.execute(q.RUNNING_IN_SLOT, {**slot, "per_key": limit.per_key})
+            ).scalar_one()
+            if running >= limit.concurrency:
+                detail = f"concurrency limit {limit.concurrency} reached{of_key}"
+                return await self._hold(
+                    connection, job, HoldReason.CONCURRENCY, rules.hold_seconds, detail
+                )
+        if limit.rate is not None:
+            token = {**slot, "interval": limit.rate.interval}
+            if (await connection.execute(q.TAKE_TYPE_TOKEN, token)).first() is None:
+                wait = (await connection.execute(q.TYPE_TOKEN_WAIT, slot)).scalar_one()
+                detail = f"rate {limit.rate} reached{of_key}"
+                return await self._hold(connection, job, HoldReason.RATE, wait, detail)
+        return None
+
+    async def _hold(
+        self,
+        connection: AsyncConnection,
+        job: Job,
+        reason: HoldReason,
+        delay_seconds: float,
+        detail: str,
     ) -> ClaimResult:
-        current = (await connection.execute(q.JOB_BY_ID, {"id": job_id, "client_id": None})).first()
-        if current is None:
-            return Refused(Refusal.UNKNOWN_JOB)
-        job = job_from_row(current)
-        if job.state == JobState.RUNNING and job.lease_token == lease_token:
-            return Claimed(job, lease_token, reclaimed=False)  # our own earlier claim
-        if job_type is not None and job.type != job_type:
-            return Refused(Refusal.OTHER_TYPE, job)  # the caller decides by the job's own type
+        """Put the due job back (HOLD_JOB): due after ``delay_seconds``, attempts untouched."""
+        params = {"id": job.id, "delay_seconds": delay_seconds, "detail": f"{reason}: {detail}"}
+        row = (await connection.execute(q.HOLD_JOB, params)).first()
+        if row is None:  # not expected: its row is locked and was found due
+            return await self._unclaimable(connection, job)
+        return Held(reason, row.available_at, detail, job)
+
+    async def _unclaimable(self, connection: AsyncConnection, job: Job) -> ClaimResult:
+        """A job that cannot be claimed: quarantined when it has no attempts left, else a
+        duplicate delivery (finished, running under a live lease, or not yet due)."""
         exhausted = (
             await connection.execute(
-                q.QUARANTINE_EXHAUSTED, {"id": job_id, "error": _EXHAUSTED_TEXT}
+                q.QUARANTINE_EXHAUSTED, {"id": job.id, "error": _EXHAUSTED_TEXT}
             )
         ).first()
         if exhausted is not None:
             return Refused(Refusal.EXHAUSTED, job)
         await self._record(
-            connection, job_id, JobEvent.DUPLICATE_DELIVERY, job.attempts, f"job {job.state}"
+            connection, job.id, JobEvent.DUPLICATE_DELIVERY, job.attempts, f"job {job.state}"
         )
         return Refused(Refusal.DUPLICATE, job)
 
@@ -309,6 +406,16 @@ class PgExecutionStore:
             q.RECORD_EVENT,
             {"job_id": job_id, "event": event.value, "attempt": attempt, "detail": detail},
         )
+
+
+def _claimed(row: Any, lease_token: uuid.UUID) -> Claimed:
+    return Claimed(job_from_row(row), lease_token, reclaimed=row.previous_state == JobState.RUNNING)
+
+
+def _runtime_limit(row: Any) -> Limit:
+    """A runtime limit (a ``type_limits`` row: CLAIM_CANDIDATE's, or FLOW_CONTROLS')."""
+    rate = None if row.rate_count is None else Rate(row.rate_count, row.rate_period_seconds)
+    return Limit(concurrency=row.concurrency, rate=rate, per_key=bool(row.per_key))
 
 
 def _failure_json(failure: Failure | None) -> str | None:

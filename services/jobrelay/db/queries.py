@@ -23,6 +23,8 @@ from jobrelay.core.states import (
     DEFER,
     DELIVERY_LIMIT,
     EXHAUST,
+    HOLD,
+    HOLD_ABANDONED,
     QUARANTINE,
     RECLAIM,
     RELEASE,
@@ -670,34 +672,6 @@ DELETE_FINISHED_JOBS: TextClause = text(
     """
 )
 
-# --- execution (docs/life-of-a-job.md, "3. Claim, run, finish, ack") ------------------------
-
-# The consumer's hot path runs as group commits (``db/group_commit.py``): one statement claims,
-# or finishes, the jobs of every delivery that arrived together, each row fenced on its own.
-# The requests come as parallel arrays; a row the statement cannot move is simply not returned,
-# and its caller alone finds out why. Rows are locked in id order, so two groups that share a
-# job (duplicate deliveries) wait for each other instead of deadlocking.
-
-# Claim: due queued/retrying, or running with an expired lease, and attempts left. The previous
-# state comes back so a re-claim of an expired lease is journaled as such. Two requests for one
-# job in a group: one wins (its token is returned), the other is refused as a duplicate.
-CLAIM_JOBS: TextClause = text(
-    f"""
-    WITH asked AS (
-        SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:lease_tokens AS uuid[]),
-                             CAST(:lease_seconds AS float8[]), CAST(:details AS text[]),
-                             CAST(:types AS text[]))
-                      AS a(job_id, asked_token, asked_seconds, asked_detail, asked_type)
-    ), before AS (
-        SELECT id, state AS previous_state FROM jobs
-        WHERE id IN (SELECT job_id FROM asked) ORDER BY id FOR UPDATE
-    ), claimed AS (
-        UPDATE jobs j
-        SET state = '{CLAIM.target}', attempts = j.attempts + 1, lease_token = a.asked_token,
-            lease_until = now() + make_interval(secs => a.asked_seconds), updated_at = now(),
-            type_unknown_since = NULL  -- a consumer that knows the type has it now
-        FROM before b JOIN asked a ON a.job_id = b.id
-        WHERE j.id = b.id AND j.attempts < j.max_attempts
 # --- flow control: the relay's pick and the queues' figures (docs/flow-control.md) -----------
 
 # Whether the type expression ``t`` is routed to the picked queue: one of ``:queue_types`` (the
@@ -862,17 +836,61 @@ QUEUES: TextClause = text(
     "SELECT name, paused_at IS NOT NULL AS paused FROM queues ORDER BY name"
 )
 
+# --- execution (docs/life-of-a-job.md, "3. Claim, run, finish, ack") ------------------------
+
+# The consumer's hot path runs as group commits (``db/group_commit.py``): one statement claims,
+# or finishes, the jobs of every delivery that arrived together, each row fenced on its own.
+# The requests come as parallel arrays; a row the statement cannot move is simply not returned,
+# and its caller alone finds out why. Rows are locked in id order, so two groups that share a
+# job (duplicate deliveries) wait for each other instead of deadlocking.
+
+# Claim: due queued/retrying, or running with an expired lease, and attempts left. The previous
+# state comes back so a re-claim of an expired lease is journaled as such. Two requests for one
+# job in a group: one wins (its token is returned), the other is refused as a duplicate.
+# Nothing of the consumer's queue (:queue, NULL: none) is claimed while it is paused: its row is
+# share-locked first (FOR KEY SHARE, before any job row), so a pause (PAUSE_QUEUE locks the row
+# FOR UPDATE) waits for the claims under way, and a claim that waited for a pause sees it.
+# A request not :checked (its type's limit checked by the caller's transaction, "flow control:
+# claim" below) claims only a job of a type without a runtime limit (``type_limits``).
+CLAIM_JOBS: TextClause = text(
+    f"""
+    WITH asked AS (
+        SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:lease_tokens AS uuid[]),
+                             CAST(:lease_seconds AS float8[]), CAST(:details AS text[]),
+                             CAST(:types AS text[]), CAST(:checked AS boolean[]))
+                      AS a(job_id, asked_token, asked_seconds, asked_detail, asked_type,
+                           limit_checked)
+    ), queue AS MATERIALIZED (
+        SELECT paused_at IS NULL AS open FROM queues
+        WHERE name = CAST(:queue AS text) FOR KEY SHARE
+    ), before AS (
+        SELECT id, state AS previous_state FROM jobs
+        WHERE id IN (SELECT job_id FROM asked)
+          AND coalesce((SELECT open FROM queue), true)  -- no row: no pause to keep
+        ORDER BY id FOR UPDATE
+    ), claimed AS (
+        UPDATE jobs j
+        SET state = '{CLAIM.target}', attempts = j.attempts + 1, lease_token = a.asked_token,
+            lease_until = now() + make_interval(secs => a.asked_seconds), updated_at = now(),
+            type_unknown_since = NULL  -- a consumer that knows the type has it now
+        FROM before b JOIN asked a ON a.job_id = b.id
+        WHERE j.id = b.id AND j.attempts < j.max_attempts
           -- a consumer claims only a job it can run (NULL: any type)
           AND (a.asked_type IS NULL OR j.type = a.asked_type)
+          AND (a.limit_checked OR NOT EXISTS (SELECT 1 FROM type_limits l WHERE l.type = j.type))
           AND (({_guard(CLAIM)} AND available_at <= now()) OR {_guard(RECLAIM)})
         RETURNING {_JOB_COLUMNS}, b.previous_state, a.asked_detail
     ), new_events AS (
         -- One INSERT, so the journal reads in order: the expiry first, then the new claim.
-        INSERT INTO job_events (job_id, event, attempt, detail)
-        SELECT id, 'lease_expired', attempts - 1, 'lease expired; re-claimed by a consumer'
+        -- At the statement's clock, not its transaction's start: a claim under a limit waits
+        -- for its slot's lock within its transaction, and the journal must not date it before
+        -- the finish that freed the slot.
+        INSERT INTO job_events (job_id, event, attempt, detail, at)
+        SELECT id, 'lease_expired', attempts - 1, 'lease expired; re-claimed by a consumer',
+               clock_timestamp()
         FROM claimed WHERE previous_state = 'running'
         UNION ALL
-        SELECT id, 'claimed', attempts, asked_detail FROM claimed
+        SELECT id, 'claimed', attempts, asked_detail, clock_timestamp() FROM claimed
     )
     SELECT * FROM claimed
     """
@@ -1063,6 +1081,116 @@ ATTEMPT_TRACE: TextClause = text(
     """
 )
 
+# --- flow control: claim (the consumer's exact checks; db/execution_store.py) ----------------
+# A job of a type with a limit in force is claimed in one transaction (docs/flow-control.md):
+# CLAIM_CANDIDATE locks the consumer's queue row (FOR KEY SHARE, as CLAIM_JOBS) and the job's
+# row, and reads the type's runtime limit; with a concurrency limit, TAKE_SLOT_LOCK serializes
+# the claims of the type (or key) and RUNNING_IN_SLOT counts its slots in use, in a statement
+# of its own so its snapshot sees every claim that held the lock before; TAKE_TYPE_TOKEN takes a
+# start from the type's rate; then CLAIM_JOBS claims it (:checked). Or HOLD_JOB puts it back.
+# A slot is a running job under a live lease: a consumer that dies frees it as the lease
+# expires, with nothing to clean up.
+
+CLAIM_CANDIDATE: TextClause = text(
+    f"""
+    WITH queue AS MATERIALIZED (
+        SELECT paused_at IS NOT NULL AS paused FROM queues
+        WHERE name = CAST(:queue AS text) FOR KEY SHARE
+    )
+    SELECT {_JOB_COLUMNS}, j.concurrency_key,
+           coalesce((SELECT paused FROM queue), false) AS queue_paused,
+           j.attempts < j.max_attempts
+               AND (({_guard(CLAIM)} AND available_at <= now()) OR {_guard(RECLAIM)})
+               AS claimable,
+           l.type IS NOT NULL AS has_runtime_limit, l.concurrency, l.rate_count,
+           l.rate_period_seconds, l.per_key
+    FROM jobs j LEFT JOIN type_limits l ON l.type = j.type
+    WHERE j.id = :id
+      AND (SELECT count(*) FROM queue) >= 0  -- the queue's row is locked before the job's
+    FOR UPDATE OF j
+    """
+)
+
+# One lock per type and limit key ('' for the whole type), released at COMMIT (a transaction's
+# lock, never a session's: a pooler such as PgBouncer may hand the session to another client).
+TAKE_SLOT_LOCK: TextClause = text(
+    "SELECT pg_advisory_xact_lock(hashtext(CAST(:type AS text)), hashtext(CAST(:key AS text)))"
+)
+
+# The slots in use: running jobs of the type (and key, when per key; '' is a job without one)
+# under a live lease (ix_jobs_running_type_key).
+RUNNING_IN_SLOT: TextClause = text(
+    """
+    SELECT count(*) AS running FROM jobs
+    WHERE type = :type AND state = 'running' AND lease_until > now()
+      AND (NOT CAST(:per_key AS boolean) OR concurrency_key = CAST(:key AS text)
+           OR (CAST(:key AS text) = '' AND concurrency_key IS NULL))
+    """
+)
+
+# A start from the type's (or key's) rate: the generic cell rate algorithm of TAKE_RATE_TOKEN
+# with no burst, so starts are at least :interval seconds apart by the database's clock (the
+# statement's, as the claim's journal entry) and at most the rate's count start in any period,
+# over every consumer. Concurrent takers serialize on the row (ON CONFLICT DO UPDATE waits, then
+# sees the latest). Not taken: the row stays locked by this transaction, and TYPE_TOKEN_WAIT
+# reads when the next start is free.
+TAKE_TYPE_TOKEN: TextClause = text(
+    """
+    INSERT INTO type_rate_buckets AS b (type, key, allowed_from)
+    VALUES (:type, :key, clock_timestamp() + make_interval(secs => CAST(:interval AS float8)))
+    ON CONFLICT (type, key) DO UPDATE
+    SET allowed_from = greatest(b.allowed_from, clock_timestamp())
+                       + make_interval(secs => CAST(:interval AS float8))
+    WHERE b.allowed_from <= clock_timestamp()
+    RETURNING allowed_from
+    """
+)
+
+TYPE_TOKEN_WAIT: TextClause = text(
+    """
+    SELECT greatest(EXTRACT(EPOCH FROM allowed_from - clock_timestamp())::float8, 0)
+           AS wait_seconds
+    FROM type_rate_buckets WHERE type = :type AND key = :key
+    """
+)
+
+# A due job put back without a claim (its queue paused, its type or key at a limit): due again
+# after :delay_seconds with a new outbox row, a `held` event saying why, attempts untouched; a
+# job whose lease expired is `queued` again (its expiry journaled first).
+HOLD_JOB: TextClause = text(
+    f"""
+    WITH before AS (
+        SELECT id, state AS previous_state FROM jobs WHERE id = :id FOR UPDATE
+    ), held AS (
+        UPDATE jobs j
+        SET state = CASE WHEN b.previous_state = '{JobState.RUNNING}'
+                         THEN '{HOLD_ABANDONED.target}' ELSE j.state END,
+            lease_token = NULL, lease_until = NULL,
+            available_at = clock_timestamp()
+                           + make_interval(secs => CAST(:delay_seconds AS float8)),
+            updated_at = now()
+        FROM before b
+        WHERE j.id = b.id AND j.attempts < j.max_attempts
+          AND (({_guard(HOLD)} AND available_at <= now()) OR {_guard(HOLD_ABANDONED)})
+        RETURNING j.id, j.attempts, j.available_at, j.priority, j.client_id, j.type,
+                  b.previous_state
+    ), new_outbox AS (
+        INSERT INTO outbox (job_id, available_at, priority, client_id, type)
+        SELECT id, available_at, priority, client_id, type FROM held
+    ), event AS (
+        INSERT INTO job_events (job_id, event, attempt, detail)
+        SELECT id, 'lease_expired', attempts, 'lease expired; held by a consumer'
+        FROM held WHERE previous_state = '{JobState.RUNNING}'
+        UNION ALL
+        SELECT id, 'held', attempts,
+               CAST(:detail AS text) || '; due again at '
+               || to_char(available_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+        FROM held
+    )
+    SELECT id, available_at FROM held
+    """
+)
+
 # --- operations (docs/life-of-a-job.md, "Quarantine and replay") ----------------------------
 
 # A fresh budget: max_attempts = attempts + the type's limit, so attempt numbers stay unique.
@@ -1220,6 +1348,7 @@ STATE_WRITES: dict[str, tuple[Transition, ...]] = {
     "FINISH_JOBS": _WORKER_EXITS,
     "DEFER_UNKNOWN_TYPE": (DEFER, UNKNOWN_TYPE),
     "RELEASE_LEASE": (RELEASE,),
+    "HOLD_JOB": (HOLD, HOLD_ABANDONED),
     "REPLAY_JOB": (REPLAY,),
     "QUARANTINE_DELIVERY_LIMITED": (DELIVERY_LIMIT,),
 }

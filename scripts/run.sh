@@ -43,13 +43,15 @@ import os
 
 from jobrelay.core.fingerprint import token_hash
 from jobrelay.core.settings import Settings
+from jobrelay.db.client_store import ClientStore
 from jobrelay.db.store import Store
 
 
 async def main() -> None:
     store = Store.connect(Settings().database_url, pool_size=1, application_name="jobrelay-run")
     try:
-        client = await store.client_by_token_hash(token_hash(os.environ["JOBRELAY_TOKEN"]))
+        token = token_hash(os.environ["JOBRELAY_TOKEN"])
+        client = await ClientStore(store).client_by_token_hash(token)
     finally:
         await store.close()
     if client is not None and client.valid_for_seconds is None:

@@ -91,7 +91,11 @@ async def test_a_consumer_killed_right_after_its_claim_leaves_the_job_running_un
     ]
     journal = await events(store, job_id)
     assert ("lease_expired", 1) in journal and ("claimed", 2) in journal
-    assert journal[-1] == ("succeeded", 2)
+    # The job has two messages once the rescue wrote its row (the killed consumer's, which the
+    # broker delivers again, and the rescue's): on a slow machine the second may arrive after
+    # the success, and is then a harmless duplicate.
+    done = journal.index(("succeeded", 2))
+    assert all(event == "duplicate_delivery" for event, _ in journal[done + 1 :]), journal
 
 
 async def _ran(results_dir: Path, job_id: uuid.UUID, times: int) -> bool:

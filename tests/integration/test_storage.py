@@ -186,17 +186,17 @@ async def test_an_accept_whose_key_lost_its_job_in_between_makes_a_new_job(
     client = await factories.client(store)
     request = JobRequest("order-2", "demo.sleep", {"seconds": 0}, 3)
     first = await store.accept_job(client.id, request)
-    plain_fetch_one = store.fetch_one
+    plain_fetch_all = store.fetch_all
 
-    async def retention_strikes_in_between(statement: Any, **params: Any) -> Any:
-        row = await plain_fetch_one(statement, **params)
-        if statement is q.ACCEPT_JOB and row is None:
+    async def retention_strikes_in_between(statement: Any, **params: Any) -> list[Any]:
+        rows = await plain_fetch_all(statement, **params)
+        if statement is q.ACCEPT_JOB and not rows:
             gone = delete(tables.jobs).where(tables.jobs.c.id == first.job.id)
             async with store.transaction() as connection:
                 await connection.execute(gone)
-        return row
+        return rows
 
-    monkeypatch.setattr(store, "fetch_one", retention_strikes_in_between)
+    monkeypatch.setattr(store, "fetch_all", retention_strikes_in_between)
     again = await store.accept_job(client.id, request)
     assert again.created and again.job.id != first.job.id
 

@@ -10,6 +10,10 @@ One allowance (docs/states.md: ``attempts`` counts every claim): an attempt lost
 an expired lease still counts, so a job whose attempts all ran out that way is quarantined
 ``attempts_exhausted``. That is correct behaviour, counted as ``exhausted_by_faults``; a
 quarantine the journal does not explain that way is a violation.
+
+Flow control (docs/flow-control.md): no more than the limit of ``chaos.limited`` attempts of one
+key may ever run at once, as the journal tells it (``attempts_from_journal``,
+``limit_excesses``).
 """
 
 from __future__ import annotations
@@ -18,14 +22,19 @@ import hashlib
 import json
 import urllib.parse
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
+from chaos.handlers import LIMITED
+from chaos.handlers import registry as chaos_registry
 from chaos.workload import Kind, Ledger
 from jobrelay.broker.connection import connect_broker
+from jobrelay.core.flow import limit_key
 from jobrelay.db.engine import libpq_url
 from jobrelay.db.quarantine_store import QUARANTINE_LOCK_KEY
 from tests.support.servers import management_request
@@ -33,6 +42,9 @@ from tests.support.servers import management_request
 TERMINAL = ("succeeded", "quarantined", "cancelled")
 QUARANTINE_QUEUE = "jobrelay.quarantine"
 WORK_QUEUE_PREFIX = "jobrelay.jobs."
+# The journal's entries that end an attempt (of the same attempt number as its `claimed`):
+# its outcome, or its lease found expired (a re-claim, a rescue, a hold or a release).
+ATTEMPT_ENDS = ("succeeded", "retry_scheduled", "quarantined", "cancelled", "lease_expired")
 
 
 @dataclass(frozen=True)
@@ -44,6 +56,16 @@ class JobRow:
     attempts: int
     max_attempts: int
     error_code: str | None
+    concurrency_key: str | None = None
+    finished_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    job_id: str
+    event: str
+    attempt: int
+    at: datetime
 
 
 @dataclass
@@ -56,6 +78,8 @@ class Snapshot:
     work_queues: dict[str, int]  # queue -> messages (ready + unacked)
     quarantine_messages: Counter[str] = field(default_factory=Counter)  # job id -> messages
     malformed_quarantine: int = 0
+    limited_journal: list[JournalEntry] = field(default_factory=list)  # chaos.limited's, in order
+    held: int = 0  # `held` events: deliveries put back at a limit
 
 
 # --- reading ------------------------------------------------------------------------------------
@@ -79,9 +103,21 @@ def read_database(database_url: str) -> Snapshot:
             str(row[0]): JobRow(str(row[0]), *row[1:])
             for row in connection.execute(
                 "SELECT id, idempotency_key, type, state, attempts, max_attempts,"
-                " last_error_code FROM jobs"
+                " last_error_code, concurrency_key, finished_at FROM jobs"
             )
         }
+        limited_journal = [
+            JournalEntry(str(job_id), event, int(attempt), at)
+            for job_id, event, attempt, at in connection.execute(
+                "SELECT e.job_id, e.event, e.attempt, e.at FROM job_events e"
+                " JOIN jobs j ON j.id = e.job_id"
+                " WHERE j.type = %s AND e.event = ANY(%s) ORDER BY e.job_id, e.id",
+                (LIMITED, ["claimed", *ATTEMPT_ENDS]),
+            )
+        ]
+        held_row = connection.execute(
+            "SELECT count(*) FROM job_events WHERE event = 'held'"
+        ).fetchone()
         results: dict[str, Any] = {}
         result_counts: Counter[str] = Counter()
         for job_id, result in connection.execute("SELECT job_id, result FROM job_results"):
@@ -99,8 +135,17 @@ def read_database(database_url: str) -> Snapshot:
         unpublished_row = connection.execute(
             "SELECT count(*) FROM outbox WHERE published_at IS NULL"
         ).fetchone()
-    assert unpublished_row is not None
-    return Snapshot(jobs, results, result_counts, lease_losses, int(unpublished_row[0]), {})
+    assert unpublished_row is not None and held_row is not None
+    return Snapshot(
+        jobs,
+        results,
+        result_counts,
+        lease_losses,
+        int(unpublished_row[0]),
+        {},
+        limited_journal=limited_journal,
+        held=int(held_row[0]),
+    )
 
 
 def work_queue_depths(api_url: str, vhost: str) -> dict[str, int]:
@@ -194,6 +239,105 @@ def read_logs(paths: list[Path]) -> LogFacts:
     return facts
 
 
+# --- the concurrency limit ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of a limited job as the journal tells it, from its `claimed` to its end."""
+
+    job_id: str
+    number: int
+    key: str  # the limit's key (``limit_key``)
+    start: datetime
+    end: datetime
+    ended: bool  # False: the journal has no end for it; counted until its job finished
+
+
+@dataclass(frozen=True)
+class Excess:
+    """A moment when more attempts of one key ran at once than the limit allows."""
+
+    key: str
+    at: datetime
+    running: tuple[Attempt, ...]  # the last one started over the limit
+
+    def describe(self) -> str:
+        attempts = ", ".join(
+            f"{a.job_id}#{a.number} [{a.start.isoformat()} .. {a.end.isoformat()}"
+            f"{'' if a.ended else ', no end'}]"
+            for a in self.running
+        )
+        at = self.at.isoformat()
+        return f"key {self.key!r}: {len(self.running)} attempts at {at}: {attempts}"
+
+
+def attempts_from_journal(
+    entries: Iterable[JournalEntry], keys: Mapping[str, str], finished: Mapping[str, datetime]
+) -> list[Attempt]:
+    """The attempts of the jobs of ``entries`` (their `claimed` and ATTEMPT_ENDS, each job's in
+    journal order), under the key ``keys`` gives each job. An attempt ends at the first entry of
+    ATTEMPT_ENDS after its `claimed` with its number; with none, when its job finished
+    (``finished``), else at the job's last entry."""
+    journals: dict[str, list[JournalEntry]] = defaultdict(list)
+    for entry in entries:
+        journals[entry.job_id].append(entry)
+    attempts = []
+    for job_id, journal in journals.items():
+        for position, claimed in enumerate(journal):
+            if claimed.event != "claimed":
+                continue
+            end = next(
+                (
+                    later
+                    for later in journal[position + 1 :]
+                    if later.attempt == claimed.attempt and later.event in ATTEMPT_ENDS
+                ),
+                None,
+            )
+            if end is not None:
+                until, ended = end.at, True
+            else:
+                until = finished.get(job_id) or max(entry.at for entry in journal)
+                ended = False
+            attempts.append(
+                Attempt(job_id, claimed.attempt, keys[job_id], claimed.at, until, ended)
+            )
+    return attempts
+
+
+def _running_at_starts(attempts: list[Attempt]) -> Iterator[tuple[datetime, tuple[Attempt, ...]]]:
+    """For each start of one key's ``attempts``, the attempts running just after it. An end at
+    the same moment as a start comes first: attempts that only touch do not overlap."""
+    moments = sorted(
+        [(a.start, 1, n) for n, a in enumerate(attempts) if a.end > a.start]
+        + [(a.end, 0, n) for n, a in enumerate(attempts) if a.end > a.start]
+    )
+    running: dict[int, Attempt] = {}
+    for at, starts, n in moments:
+        if starts:
+            running[n] = attempts[n]
+            yield at, tuple(running.values())
+        else:
+            del running[n]
+
+
+def limit_excesses(attempts: Iterable[Attempt], limit: int) -> tuple[list[Excess], int]:
+    """The moments (starts) when more than ``limit`` attempts of one key ran at once, and the
+    most that ever ran at once of any key."""
+    by_key: dict[str, list[Attempt]] = defaultdict(list)
+    for attempt in attempts:
+        by_key[attempt.key].append(attempt)
+    excesses = []
+    peak = 0
+    for key, of_key in sorted(by_key.items()):
+        for at, running in _running_at_starts(of_key):
+            peak = max(peak, len(running))
+            if len(running) > limit:
+                excesses.append(Excess(key, at, running))
+    return excesses, peak
+
+
 # --- the verdict --------------------------------------------------------------------------------
 
 
@@ -202,6 +346,7 @@ class Verdict:
     violations: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     figures: Counter[str] = field(default_factory=Counter)
     suspects: list[str] = field(default_factory=list)  # job ids worth a `jobs trace`
+    remarks: list[str] = field(default_factory=list)  # worth a look, not violations
 
     def fail(self, kind: str, message: str, job_id: str | None = None) -> None:
         self.violations[kind].append(message)
@@ -239,6 +384,7 @@ def verify(ledger: Ledger, snapshot: Snapshot, logs: LogFacts, results_dir: Path
         if count > 1:
             verdict.fail("duplicate_results", f"job {job_id} has {count} results", job_id)
     _check_exports(verdict, snapshot, logs, results_dir)
+    _check_limit(verdict, snapshot)
     _check_broker(verdict, snapshot)
     for line in logs.bugs:
         verdict.fail("service_bug", line)
@@ -308,6 +454,32 @@ def _check_exports(verdict: Verdict, snapshot: Snapshot, logs: LogFacts, results
     for path in reports.glob("*.csv") if reports.exists() else []:
         if path.stem not in exports:
             verdict.fail("duplicate_effects", f"report {path.name} belongs to no export job")
+
+
+def _check_limit(verdict: Verdict, snapshot: Snapshot) -> None:
+    """No more than ``chaos.limited``'s concurrency of one key ran at once (the journal's
+    attempts); an attempt the journal never ends is a remark, counted until its job finished."""
+    limit = chaos_registry.types[LIMITED].limit
+    assert limit is not None and limit.concurrency is not None
+    limited = [job for job in snapshot.jobs.values() if job.type == LIMITED]
+    keys = {job.id: limit_key(limit, job.concurrency_key) for job in limited}
+    finished = {job.id: job.finished_at for job in limited if job.finished_at is not None}
+    attempts = attempts_from_journal(snapshot.limited_journal, keys, finished)
+    verdict.figures["limited_attempts"] = len(attempts)
+    for attempt in attempts:
+        if not attempt.ended:
+            verdict.figures["open_attempts"] += 1
+            verdict.remarks.append(
+                f"attempt {attempt.number} of {LIMITED} job {attempt.job_id} has no end in the "
+                "journal: counted until its job finished"
+            )
+    excesses, verdict.figures["limited_peak"] = limit_excesses(attempts, limit.concurrency)
+    for excess in excesses:
+        verdict.fail("limit_exceeded", excess.describe(), excess.running[-1].job_id)
+        for attempt in excess.running[:-1]:
+            if attempt.job_id not in verdict.suspects:
+                verdict.suspects.append(attempt.job_id)
+    verdict.figures["held"] = snapshot.held
 
 
 def _check_broker(verdict: Verdict, snapshot: Snapshot) -> None:

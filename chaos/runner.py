@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chaos import checks, faults
+from chaos.handlers import HANDLERS
 from chaos.proxy import Proxy
 from chaos.system import (
     Scratch,
@@ -127,6 +128,7 @@ class Run:
                 "JOBRELAY_RESULTS_DIR": str(self.results_dir),
                 "JOBRELAY_API_PORT": str(api_port),
                 "JOBRELAY_LOG_LEVEL": "INFO",
+                "JOBRELAY_HANDLERS": HANDLERS,  # chaos.limited, beside the built-in types
             }
         )
         self.api = Service("api", ["api"], env, self.logs_dir / "api.log")
@@ -337,6 +339,11 @@ class Run:
             f"duplicate_results={count['duplicate_results']}",
             f"duplicate_effects={count['duplicate_effects']}",
             f"wrongly_quarantined={count['wrongly_quarantined']}",
+            f"limited_attempts={figures['limited_attempts']}",
+            f"limited_peak={figures['limited_peak']}",
+            f"held={figures['held']}",
+            f"open_attempts={figures['open_attempts']}",
+            f"limit_exceeded={count['limit_exceeded']}",
             f"violations={sum(count.values())}",
             f"quiescence={f'{quiescence:.1f}s' if quiescence is not None else 'timeout'}",
             f"elapsed={time.monotonic() - self.started:.0f}s",
@@ -349,6 +356,8 @@ class Run:
                 say(f"VIOLATION {kind}: {item}")
             if len(items) > SHOWN_PER_KIND:
                 say(f"VIOLATION {kind}: ... and {len(items) - SHOWN_PER_KIND} more")
+        for remark in verdict.remarks[:SHOWN_PER_KIND]:
+            say(f"REMARK: {remark}")
         assert self.scratch is not None
         direct = jobrelay_env({"JOBRELAY_DATABASE_URL": self.scratch.database_url})
         for job_id in verdict.suspects[:TRACED]:

@@ -2,8 +2,11 @@
 
 The plan is a pure function of the seed: a mix of job kinds, each under its own idempotency key,
 some keys submitted twice (later, or at the same moment) and some jobs cancelled right after
-they are accepted. The client retries a 5xx or a broken connection with the same key: the
-earlier request may have committed (the ambiguous commit), and the key makes the retry safe.
+they are accepted. Every job has a priority of its own, and a share of them (``LIMITED``) runs
+under ``chaos.limited``'s concurrency limit per key (chaos/handlers.py), most of them on a few
+busy keys so the limit is reached. The client retries a 5xx or a broken connection with the
+same key: the earlier request may have committed (the ambiguous commit), and the key makes the
+retry safe.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ import asyncio
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 import httpx
+
+from chaos.handlers import LIMITED
 
 RETRY_PAUSE = (0.2, 2.0)  # growing pause between retries of an ambiguous request
 
@@ -26,9 +31,20 @@ class Kind(StrEnum):
     EXPORT = "export"
     TRANSIENT = "transient"  # fails on its first 1–2 attempts, then succeeds
     PERMANENT = "permanent"  # fails permanently on every attempt: must end quarantined
+    LIMITED = "limited"  # chaos.limited: at most its limit of one key run at once
 
 
-KIND_WEIGHTS = {Kind.SLEEP: 45, Kind.EXPORT: 25, Kind.TRANSIENT: 20, Kind.PERMANENT: 10}
+KIND_WEIGHTS = {
+    Kind.SLEEP: 35,
+    Kind.EXPORT: 22,
+    Kind.TRANSIENT: 18,
+    Kind.PERMANENT: 10,
+    Kind.LIMITED: 15,
+}
+PRIORITIES = (-10, 0, 0, 0, 5, 50)  # every job's priority is drawn from these
+LIMITED_KEYS = 30  # chaos.limited's keys; the first ones far busier than the last (1/rank)
+LIMITED_SECONDS = (0.05, 0.8)  # how long a chaos.limited job holds its slot
+LIMITED_KEY_WEIGHTS = [1 / rank for rank in range(1, LIMITED_KEYS + 1)]
 
 
 @dataclass(frozen=True)
@@ -37,11 +53,16 @@ class Planned:
     kind: Kind
     type: str
     payload: dict[str, Any]
+    priority: int = 0
     max_attempts: int | None = None
     cancel: bool = False
 
     def body(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"type": self.type, "payload": self.payload}
+        body: dict[str, Any] = {
+            "type": self.type,
+            "payload": self.payload,
+            "priority": self.priority,
+        }
         if self.max_attempts is not None:
             body["max_attempts"] = self.max_attempts
         return body
@@ -59,7 +80,8 @@ def plan(rng: random.Random, count: int, prefix: str) -> list[Submission]:
     weights = list(KIND_WEIGHTS.values())
     slots: list[list[Submission]] = [[] for _ in range(count)]
     for number in range(count):
-        job = _planned(rng, f"{prefix}-{number}", rng.choices(kinds, weights)[0])
+        kind = rng.choices(kinds, weights)[0]
+        job = replace(_planned(rng, f"{prefix}-{number}", kind), priority=rng.choice(PRIORITIES))
         slots[number].append(Submission(job, duplicate=False))
         roll = rng.random()
         if roll < 0.03:  # at the same moment: two workers take them side by side
@@ -84,6 +106,12 @@ def _planned(rng: random.Random, key: str, kind: Kind) -> Planned:
             # `times` at its maximum: no attempt number can succeed, even after lost attempts.
             payload = {"mode": "permanent", "times": 1000}
             return Planned(key, kind, "demo.fail", payload, max_attempts=3)
+        case Kind.LIMITED:
+            payload = {
+                "key": f"key-{rng.choices(range(1, LIMITED_KEYS + 1), LIMITED_KEY_WEIGHTS)[0]}",
+                "seconds": round(rng.uniform(*LIMITED_SECONDS), 3),
+            }
+            return Planned(key, kind, LIMITED, payload)
     raise AssertionError(kind)  # pragma: no cover
 
 

@@ -1,5 +1,6 @@
 """The short chaos profile, as CI runs it: the whole system under a fixed seed's faults must end
-with nothing lost, doubled or wrongly quarantined (``python -m chaos`` exits 0)."""
+with nothing lost, doubled or wrongly quarantined, and no key of ``chaos.limited`` over its
+concurrency limit (``python -m chaos`` exits 0)."""
 
 from __future__ import annotations
 
@@ -24,4 +25,6 @@ def test_short_chaos_profile_loses_and_doubles_nothing(tmp_path: Path) -> None:
             "(run `make test`)",
             pytrace=False,
         )
-    run_chaos_profile("short", SEED, tmp_path / "chaos", timeout=400)
+    summary = run_chaos_profile("short", SEED, tmp_path / "chaos", timeout=400)
+    assert " limit_exceeded=0 " in summary
+    assert " limited_attempts=0 " not in summary  # the limited share did run

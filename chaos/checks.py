@@ -251,7 +251,12 @@ class Attempt:
     key: str  # the limit's key (``limit_key``)
     start: datetime
     end: datetime
-    ended: bool  # False: the journal has no end for it; counted until its job finished
+    ended_by: str | None  # its end's event; None: the journal has none (counted until the
+    # job finished)
+
+    @property
+    def ended(self) -> bool:
+        return self.ended_by is not None
 
 
 @dataclass(frozen=True)
@@ -265,7 +270,7 @@ class Excess:
     def describe(self) -> str:
         attempts = ", ".join(
             f"{a.job_id}#{a.number} [{a.start.isoformat()} .. {a.end.isoformat()}"
-            f"{'' if a.ended else ', no end'}]"
+            f" {a.ended_by or 'no end'}]"
             for a in self.running
         )
         at = self.at.isoformat()
@@ -296,12 +301,12 @@ def attempts_from_journal(
                 None,
             )
             if end is not None:
-                until, ended = end.at, True
+                until, ended_by = end.at, end.event
             else:
                 until = finished.get(job_id) or max(entry.at for entry in journal)
-                ended = False
+                ended_by = None
             attempts.append(
-                Attempt(job_id, claimed.attempt, keys[job_id], claimed.at, until, ended)
+                Attempt(job_id, claimed.attempt, keys[job_id], claimed.at, until, ended_by)
             )
     return attempts
 

@@ -107,6 +107,8 @@ async def relay_rate(settings: Settings, store: Store, n: int) -> float:
         await insert_jobs(store, min(PRELOAD_CHUNK, n - start))
     dispatcher = Dispatcher(settings)
     task = asyncio.create_task(dispatcher.run())
+    # With a relay window (--window), a consumer acks as fast as it can: the window refills.
+    consumer = asyncio.create_task(consume(settings.amqp_url)) if settings.relay_window else None
     # Timed from the first lease, as the raw rate is timed from its first publish: neither
     # counts connecting to the broker and declaring the topology.
     await wait_counted(dispatcher, 1, name="jobrelay_dispatcher_batch_size_count")
@@ -116,13 +118,36 @@ async def relay_rate(settings: Settings, store: Store, n: int) -> float:
     await wait_published(store, n)  # the counter agrees with the table
     dispatcher.stop()
     await task
+    if consumer is not None:
+        consumer.cancel()
+        await asyncio.gather(consumer, return_exceptions=True)
     return n / elapsed
+
+
+async def consume(amqp_url: str) -> None:
+    """Ack every message of the default queue as it comes (until cancelled)."""
+    connection = await aio_pika.connect(first_node(amqp_url))
+    async with connection:
+        channel = await connection.channel()
+        await channel.set_qos(prefetch_count=500)
+        while True:
+            try:
+                queue = await channel.declare_queue(names.DEFAULT_QUEUE, passive=True)
+                break
+            except aio_pika.exceptions.ChannelNotFoundEntity:
+                await asyncio.sleep(0.05)  # the dispatcher declares it when it connects
+                channel = await connection.channel()
+                await channel.set_qos(prefetch_count=500)
+        async with queue.iterator() as messages:
+            async for message in messages:
+                await message.ack()
 
 
 async def latency(settings: Settings, store: Store, rate: float, seconds: float) -> list[float]:
     """Commit → confirm latencies (ms) at ``rate`` single-row commits per second."""
     dispatcher = Dispatcher(settings)
     task = asyncio.create_task(dispatcher.run())
+    consumer = asyncio.create_task(consume(settings.amqp_url)) if settings.relay_window else None
     await asyncio.sleep(1.0)  # connected and listening
     commits: dict[int, float] = {}
     interval = 1.0 / rate
@@ -136,6 +161,9 @@ async def latency(settings: Settings, store: Store, rate: float, seconds: float)
     await wait_published(store, len(commits) + await _published_before(store, commits))
     dispatcher.stop()
     await task
+    if consumer is not None:
+        consumer.cancel()
+        await asyncio.gather(consumer, return_exceptions=True)
     rows = await store.fetch_all(
         text("SELECT id, EXTRACT(EPOCH FROM published_at) AS at FROM outbox WHERE id = ANY(:ids)"),
         ids=list(commits),
@@ -173,6 +201,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=200)
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--seconds", type=float, default=10.0)
+    # The relay window (JOBRELAY_RELAY_WINDOW); 0: none, the relay as before flow control. With
+    # one, a consumer drains the queue while the relay runs.
+    parser.add_argument("--window", type=int, default=0)
     return parser.parse_args(argv)
 
 
@@ -200,7 +231,10 @@ async def measure(
     amqp_url = vhost_amqp_url(amqp_base, vhost)
     raw_url = first_node(amqp_url)  # aio-pika's connect takes one URL
     settings = Settings(
-        database_url=database_url, amqp_url=amqp_url, dispatch_batch_size=args.batch
+        database_url=database_url,
+        amqp_url=amqp_url,
+        dispatch_batch_size=args.batch,
+        relay_window=args.window,
     )
     store = Store.connect(database_url)
     try:
@@ -220,7 +254,8 @@ async def measure(
             f"{raw_after:,.0f} msgs/s (before/after the relay; mean {raw_mean:,.0f})"
         )
         print(
-            f"relay from a preloaded outbox of {args.rows:,} rows (batch {args.batch}): "
+            f"relay from a preloaded outbox of {args.rows:,} rows (batch {args.batch}, "
+            f"window {args.window or 'off'}): "
             f"{relay:,.0f} msgs/s = {relay / raw_mean:.0%} of raw"
         )
         latencies = await latency(settings, store, args.rate, args.seconds)

@@ -11,7 +11,9 @@ from typing import Any
 
 from sqlalchemy import text
 
+from jobrelay.core.relay import QueueFigures
 from jobrelay.core.states import JobState
+from jobrelay.db.queue_store import queue_figures
 from jobrelay.db.store import Store
 from jobrelay.dispatcher.service import Dispatcher
 from tests.conftest import MakeSettings
@@ -194,3 +196,15 @@ async def _at_least(store: Store, n: int) -> bool:
 
 async def _async(value: bool) -> bool:
     return value
+
+
+async def test_queue_figures_count_backlog_running_and_pause_per_queue(store: Store) -> None:
+    await set_paused(store, "slow", True)
+    await due_jobs(store, 3)
+    await due_jobs(store, 2, job_type="catalog.export")
+    await factories.jobs(store, 1, state=JobState.RUNNING, job_type="catalog.export")
+    figures = await queue_figures(store, {"catalog.export": "slow"})
+    assert figures == [
+        QueueFigures("default", paused=False, backlog=3, running=0),
+        QueueFigures("slow", paused=True, backlog=2, running=1),
+    ]

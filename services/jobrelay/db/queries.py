@@ -706,8 +706,31 @@ def _limit_key(t: str, key: str) -> str:
 # place (priority, turn, due time): the relay publishes in that order. The lease itself is
 # LEASE_OUTBOX_BATCH's: locked with SKIP LOCKED and re-checked under the lock, so several
 # dispatchers never lease a row twice.
-LEASE_FLOW_PICK: TextClause = text(
-    f"""
+def _flow_pick(limited: bool) -> TextClause:
+    """LEASE_FLOW_PICK, or with ``limited`` LEASE_FLOW_PICK_LIMITED: the same pick that also
+    reads each candidate's key (its job's, for a per-key limit) and skips blocked keys. The
+    per-client pick is an ordered index scan either way: a type blocked as a whole is filtered
+    in it (no join), a blocked key among the client's next ``:lookahead`` rows after it."""
+    key = (
+        _limit_key("s.type", "(SELECT j.concurrency_key FROM jobs j WHERE j.id = s.job_id)")
+        if limited
+        else "''"
+    )
+    skip_blocked = (
+        "AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.type = s.type AND b.key = k.key)"
+        if limited
+        else ""
+    )
+    # Without limits there is nothing to filter: the filter alone would make the planner
+    # misjudge the scan (a bitmap scan and a sort of the client's whole backlog).
+    skip_blocked_types = (
+        "AND NOT (o.type = ANY(ARRAY(SELECT b.type FROM blocked b WHERE b.key = '' "
+        "AND NOT (b.type = ANY(CAST(:per_key_types AS text[]))))))"
+        if limited
+        else ""
+    )
+    return text(
+        f"""
     WITH RECURSIVE limits AS (
         SELECT * FROM unnest(
             CAST(:limit_types AS text[]), CAST(:limit_concurrency AS integer[]),
@@ -736,17 +759,18 @@ LEASE_FLOW_PICK: TextClause = text(
         FROM clients c WHERE c.client_id IS NOT NULL
     ), candidates AS (
         SELECT p.* FROM clients c CROSS JOIN LATERAL (
-            SELECT o.id, o.client_id, o.priority, o.available_at, o.type, k.key
-            FROM outbox o
-            CROSS JOIN LATERAL (
-                SELECT {
-        _limit_key("o.type", "(SELECT j.concurrency_key FROM jobs j WHERE j.id = o.job_id)")
-    } AS key
-            ) k
-            WHERE o.client_id = c.client_id AND o.published_at IS NULL
-              AND o.available_at <= now() AND o.type IS NOT NULL AND {_in_queue("o.type")}
-              AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.type = o.type AND b.key = k.key)
-            ORDER BY o.priority DESC, o.available_at
+            SELECT s.id, s.client_id, s.priority, s.available_at, s.type, k.key
+            FROM (
+                SELECT o.id, o.job_id, o.client_id, o.priority, o.available_at, o.type
+                FROM outbox o
+                WHERE o.client_id = c.client_id AND o.published_at IS NULL
+                  AND o.available_at <= now() AND o.type IS NOT NULL AND {_in_queue("o.type")}
+                  {skip_blocked_types}
+                ORDER BY o.priority DESC, o.available_at
+                LIMIT :lookahead
+            ) s CROSS JOIN LATERAL (SELECT {key} AS key) k
+            WHERE TRUE {skip_blocked}
+            ORDER BY s.priority DESC, s.available_at
             LIMIT :limit
         ) p
         WHERE c.client_id IS NOT NULL
@@ -769,23 +793,30 @@ LEASE_FLOW_PICK: TextClause = text(
         FROM candidates cd
         LEFT JOIN limits l ON l.type = cd.type
         LEFT JOIN running r ON r.type = cd.type AND r.key = cd.key
-    ), due AS (
-        SELECT o.id FROM ranked rk JOIN outbox o ON o.id = rk.id
+    ), top AS (
+        SELECT rk.id, rk.priority, rk.turn, rk.available_at FROM ranked rk
         WHERE (rk.free IS NULL OR rk.nth <= rk.free) AND (rk.burst IS NULL OR rk.nth <= rk.burst)
-          AND o.published_at IS NULL AND o.available_at <= now()
         ORDER BY rk.priority DESC, rk.turn, rk.available_at, rk.id
         LIMIT :limit
-        FOR UPDATE OF o SKIP LOCKED
+    ), due AS (
+        SELECT o.id FROM outbox o
+        WHERE o.id = ANY(ARRAY(SELECT id FROM top))
+          AND o.published_at IS NULL AND o.available_at <= now()
+        FOR UPDATE SKIP LOCKED
     )
     UPDATE outbox o
     SET available_at = now() + make_interval(secs => :lease_seconds),
         publish_attempts = o.publish_attempts + 1
-    FROM due, ranked rk, jobs j
-    WHERE o.id = due.id AND rk.id = due.id AND j.id = o.job_id
+    FROM top, jobs j
+    WHERE o.id = ANY(ARRAY(SELECT id FROM due)) AND top.id = o.id AND j.id = o.job_id
     RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent,
-              rk.priority, rk.turn, rk.available_at AS due_at
+              top.priority, top.turn, top.available_at AS due_at
     """
-)
+    )
+
+
+LEASE_FLOW_PICK: TextClause = _flow_pick(limited=False)
+LEASE_FLOW_PICK_LIMITED: TextClause = _flow_pick(limited=True)
 
 # The operators' controls the dispatcher obeys, read every couple of seconds: the paused queues
 # and the runtime limits (one row each; ``kind`` tells which).

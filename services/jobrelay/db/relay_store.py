@@ -20,6 +20,10 @@ from jobrelay.core.topology import DEFAULT_QUEUE_NAME
 from jobrelay.db import queries as q
 from jobrelay.db.store import Store
 
+# With per-key limits, how far past the batch size a client's pick looks for rows whose key is
+# not at its limit (docs/flow-control.md).
+LOOKAHEAD = 4
+
 
 def route_params(routes: Mapping[str, str]) -> dict[str, list[str]]:
     """JOBRELAY_TYPE_QUEUES (type → short queue name) as the two arrays the statements join."""
@@ -81,15 +85,18 @@ class RelayStore:
     async def lease_picks(
         self, picks: Sequence[QueuePick], rules: FlowRules, lease_seconds: float
     ) -> list[OutboxRow]:
-        """One LEASE_FLOW_PICK per queue (each its own short transaction)."""
+        """One LEASE_FLOW_PICK per queue (each its own short transaction); with limits in force,
+        LEASE_FLOW_PICK_LIMITED."""
         limits = flow_limit_params(rules.limits)
+        statement = q.LEASE_FLOW_PICK_LIMITED if rules.limits else q.LEASE_FLOW_PICK
         leased: list[OutboxRow] = []
         for pick in picks:
             if pick.limit <= 0:
                 continue
             rows = await self.store.fetch_all(
-                q.LEASE_FLOW_PICK,
+                statement,
                 limit=pick.limit,
+                lookahead=pick.limit * LOOKAHEAD if rules.limits else pick.limit,
                 lease_seconds=lease_seconds,
                 **queue_params(pick.queue, rules.routes),
                 **limits,

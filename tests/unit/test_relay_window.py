@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from jobrelay.core.flow import Limit, Rate
+from jobrelay.core.flow import Limit, Rate, limits_in_force
 from jobrelay.core.relay import FlowControls, QueuePick
 from jobrelay.dispatcher.fakes import FakeDepths, InMemoryOutbox
 from jobrelay.dispatcher.window import (
     HELD_RECHECK_SECONDS,
     WINDOW_RECHECK_SECONDS,
     Flow,
-    limits_in_force,
     plan_fill,
     short_routes,
 )

@@ -6,6 +6,7 @@ read into them, and the dispatcher and the consumers decide with them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -94,3 +95,24 @@ def limit_key(limit: Limit, concurrency_key: str | None) -> str:
     if not limit.per_key:
         return ""
     return concurrency_key or ""
+
+
+def limit_in_force(
+    job_type: str, code: Mapping[str, Limit], runtime: Mapping[str, Limit]
+) -> LimitInForce:
+    """The runtime row while there is one, else the code's limit (no limit at all: a ``Limit``
+    of nothing, from the code)."""
+    if job_type in runtime:
+        return LimitInForce(job_type, runtime[job_type], "runtime")
+    return LimitInForce(job_type, code.get(job_type, Limit()), "code")
+
+
+def limits_in_force(code: Mapping[str, Limit], runtime: Mapping[str, Limit]) -> dict[str, Limit]:
+    """Every type limited now: a runtime row wins over the code's limit (a row with neither
+    bound lifts it); types limited by neither are left out."""
+    merged = {**code, **runtime}
+    return {
+        job_type: limit
+        for job_type, limit in merged.items()
+        if limit.concurrency is not None or limit.rate is not None
+    }

@@ -291,6 +291,10 @@ class Registry:
         priority = job_type.priority or None
         return Flow(priority, keys.get("concurrency_key"), keys.get("unique"))
 
+    def limits(self) -> dict[str, Limit]:
+        """The limits its types declare (``@registry.job(..., concurrency=, rate=)``)."""
+        return {t.name: t.limit for t in self.types.values() if t.limit is not None}
+
     def max_attempts_for(self, name: str, default: int) -> int:
         limit = self.get(name).max_attempts
         return limit if limit is not None else default

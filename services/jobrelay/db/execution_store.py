@@ -47,11 +47,12 @@ from jobrelay.core.execution import (
     outcome_name,
 )
 from jobrelay.core.failures import Failure
-from jobrelay.core.flow import Limit, Rate, limit_key
+from jobrelay.core.flow import Limit, limit_key
 from jobrelay.core.jobs import Cancelled, Job, Outcome, Quarantine, RetryLater, Succeeded
 from jobrelay.core.states import JobEvent, JobState
 from jobrelay.db import queries as q
 from jobrelay.db.group_commit import GroupCommit
+from jobrelay.db.rows import limit_from_row
 from jobrelay.db.store import Store, job_from_row
 
 _EXHAUSTED_TEXT = "no attempts left: earlier attempts crashed or lost their lease"
@@ -163,7 +164,7 @@ class PgExecutionStore:
     async def runtime_limits(self) -> dict[str, Limit]:
         """The runtime limits (``type_limits``) by type, for ``consumer/limits.py``."""
         rows = await self.store.fetch_all(q.FLOW_CONTROLS)
-        return {row.name: _runtime_limit(row) for row in rows if row.kind == "limit"}
+        return {row.name: limit_from_row(row) for row in rows if row.kind == "limit"}
 
     async def _claim_group(self, requests: Sequence[_ClaimRequest]) -> list[Any | None]:
         """One statement claims every job of the group it can (autocommit: one round trip);
@@ -237,7 +238,7 @@ class PgExecutionStore:
             return await self._hold(
                 connection, job, HoldReason.PAUSED, 0.0, f"queue {self.queue!r} is paused"
             )
-        limit = _runtime_limit(candidate) if candidate.has_runtime_limit else rules.code_limit
+        limit = limit_from_row(candidate) if candidate.has_runtime_limit else rules.code_limit
         if limit is not None:
             held = await self._take_slot_and_token(
                 connection, job, limit, candidate.concurrency_key, rules
@@ -410,12 +411,6 @@ class PgExecutionStore:
 
 def _claimed(row: Any, lease_token: uuid.UUID) -> Claimed:
     return Claimed(job_from_row(row), lease_token, reclaimed=row.previous_state == JobState.RUNNING)
-
-
-def _runtime_limit(row: Any) -> Limit:
-    """A runtime limit (a ``type_limits`` row: CLAIM_CANDIDATE's, or FLOW_CONTROLS')."""
-    rate = None if row.rate_count is None else Rate(row.rate_count, row.rate_period_seconds)
-    return Limit(concurrency=row.concurrency, rate=rate, per_key=bool(row.per_key))
 
 
 def _failure_json(failure: Failure | None) -> str | None:

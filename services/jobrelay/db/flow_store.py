@@ -17,13 +17,14 @@ from sqlalchemy import TextClause
 from sqlalchemy.exc import ProgrammingError
 
 from jobrelay.core.errors import BrokerUnavailable, ConfigurationError
-from jobrelay.core.flow import Limit, LimitInForce, Rate
+from jobrelay.core.flow import Limit, LimitInForce, limit_in_force
 from jobrelay.core.queues import QueuesReport, QueueState
 from jobrelay.core.registry import Registry
 from jobrelay.core.relay import QueueDepth
 from jobrelay.core.topology import queue_short_name
 from jobrelay.db import queries as q
 from jobrelay.db.relay_store import route_params
+from jobrelay.db.rows import limit_from_row
 from jobrelay.db.store import Store
 
 # The broker's figures of the named queues (``BrokerProbe.queue_depths``); raises
@@ -45,33 +46,6 @@ async def _migrated() -> AsyncIterator[None]:
         raise FlowNotMigrated(
             "the database has no flow-control tables yet (revision 0007): run jobrelay migrate"
         ) from None
-
-
-def limit_of_row(row: Any) -> Limit:
-    """A ``type_limits`` row as the limit it sets."""
-    rate = None
-    if row.rate_count is not None:
-        rate = Rate(row.rate_count, row.rate_period_seconds)
-    return Limit(concurrency=row.concurrency, rate=rate, per_key=row.per_key)
-
-
-def code_limits(registry: Registry) -> dict[str, Limit]:
-    """The limits the registry's types declare (``@registry.job(..., concurrency=, rate=)``)."""
-    return {
-        name: job_type.limit
-        for name, job_type in registry.types.items()
-        if job_type.limit is not None
-    }
-
-
-def in_force(
-    job_type: str, code: Mapping[str, Limit], runtime: Mapping[str, Limit]
-) -> LimitInForce:
-    """The runtime row while there is one, else the code's limit (no limit at all: a ``Limit``
-    of nothing, from the code)."""
-    if job_type in runtime:
-        return LimitInForce(job_type, runtime[job_type], "runtime")
-    return LimitInForce(job_type, code.get(job_type, Limit()), "code")
 
 
 class FlowStore:
@@ -125,23 +99,25 @@ class FlowStore:
 
     async def runtime_limits(self) -> dict[str, Limit]:
         """Every runtime override, by type."""
-        return {row.type: limit_of_row(row) for row in await self._all(q.TYPE_LIMIT_ROWS)}
+        return {row.type: limit_from_row(row) for row in await self._all(q.TYPE_LIMIT_ROWS)}
 
     async def runtime_limit(self, job_type: str) -> Limit | None:
         row = await self._one(q.TYPE_LIMIT_ROW, type=job_type)
-        return None if row is None else limit_of_row(row)
+        return None if row is None else limit_from_row(row)
 
     async def limits_in_force(self, registry: Registry) -> list[LimitInForce]:
         """Every type with a limit in force: the registry's limits and the runtime rows (which
         win), by type name."""
-        code = code_limits(registry)
+        code = registry.limits()
         runtime = await self.runtime_limits()
-        return [in_force(name, code, runtime) for name in sorted(code.keys() | runtime.keys())]
+        return [
+            limit_in_force(name, code, runtime) for name in sorted(code.keys() | runtime.keys())
+        ]
 
     async def limit_in_force(self, job_type: str, registry: Registry) -> LimitInForce:
         runtime = await self.runtime_limit(job_type)
         overrides = {} if runtime is None else {job_type: runtime}
-        return in_force(job_type, code_limits(registry), overrides)
+        return limit_in_force(job_type, registry.limits(), overrides)
 
     async def set_limit(self, job_type: str, limit: Limit) -> None:
         """The runtime limit of ``job_type`` (it replaces the code's until cleared)."""

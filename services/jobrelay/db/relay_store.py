@@ -13,11 +13,12 @@ from typing import Any
 
 from sqlalchemy import TextClause
 
-from jobrelay.core.flow import Limit, Rate
+from jobrelay.core.flow import Limit
 from jobrelay.core.relay import FlowControls, FlowRules, OutboxRow, QueuePick
 from jobrelay.core.states import JobState
 from jobrelay.core.topology import DEFAULT_QUEUE_NAME
 from jobrelay.db import queries as q
+from jobrelay.db.rows import limit_from_row
 from jobrelay.db.store import Store
 
 # With per-key limits, how far past the batch size a client's pick looks for rows whose key is
@@ -112,8 +113,7 @@ class RelayStore:
             if row.kind == "paused":
                 paused.add(row.name)
                 continue
-            rate = None if row.rate_count is None else Rate(row.rate_count, row.rate_period_seconds)
-            runtime[row.name] = Limit(row.concurrency, rate, bool(row.per_key))
+            runtime[row.name] = limit_from_row(row)
         return FlowControls(frozenset(paused), runtime)
 
     async def register_queues(self, names: Sequence[str]) -> None:

@@ -7,8 +7,15 @@ from typing import Any
 
 from sqlalchemy import Row
 
+from jobrelay.core.flow import Limit, Rate
 from jobrelay.core.jobs import Job, JournalEntry
 from jobrelay.core.states import JobState
+
+
+def limit_from_row(row: Any) -> Limit:
+    """The limit a ``type_limits`` row sets (its columns, under the same names in any row)."""
+    rate = None if row.rate_count is None else Rate(row.rate_count, row.rate_period_seconds)
+    return Limit(concurrency=row.concurrency, rate=rate, per_key=bool(row.per_key))
 
 
 def job_from_row(row: Any) -> Job:

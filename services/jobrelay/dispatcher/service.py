@@ -24,7 +24,7 @@ from jobrelay.dispatcher.maintenance import Maintenance, MaintenanceConfig
 from jobrelay.dispatcher.metrics import DispatcherMetrics
 from jobrelay.dispatcher.relay import Relay, RelayConfig
 from jobrelay.dispatcher.scheduler import Scheduler, scheduler_config
-from jobrelay.dispatcher.window import Flow, code_limits, short_routes
+from jobrelay.dispatcher.window import Flow, short_routes
 from jobrelay.handlers.loading import registry_for
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class Dispatcher:
             self.depths,
             settings.relay_window,
             routes=short_routes(type_queues),
-            code_limits=code_limits(self.registry),
+            code_limits=self.registry.limits() if self.registry is not None else {},
             metrics=self.metrics,
         )
         self.relay = Relay(

@@ -22,8 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from jobrelay.core.errors import StoreUnavailable
-from jobrelay.core.flow import Limit
-from jobrelay.core.registry import Registry
+from jobrelay.core.flow import Limit, limits_in_force
 from jobrelay.core.relay import (
     FlowControls,
     FlowRules,
@@ -54,24 +53,6 @@ def short_routes(type_queues: Mapping[str, str]) -> dict[str, str]:
 def work_queues(routes: Mapping[str, str]) -> list[str]:
     """``default`` and every queue a type is routed to: what a dispatcher registers and fills."""
     return sorted({DEFAULT_QUEUE_NAME, *routes.values()})
-
-
-def code_limits(registry: Registry | None) -> dict[str, Limit]:
-    """The registry's limits (``@registry.job(concurrency=..., rate=...)``)."""
-    if registry is None:
-        return {}
-    return {name: t.limit for name, t in registry.types.items() if t.limit is not None}
-
-
-def limits_in_force(code: Mapping[str, Limit], runtime: Mapping[str, Limit]) -> dict[str, Limit]:
-    """A runtime row wins over the code's limit (a row with neither bound lifts it); types
-    limited by neither are left out."""
-    merged = {**code, **runtime}
-    return {
-        job_type: limit
-        for job_type, limit in merged.items()
-        if limit.concurrency is not None or limit.rate is not None
-    }
 
 
 @dataclass(frozen=True)

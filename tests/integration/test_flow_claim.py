@@ -218,6 +218,38 @@ async def test_a_per_key_limit_holds_a_second_job_of_the_key_until_the_first_lea
     assert isinstance(await claim(store, second, rules=rules), Claimed)
 
 
+async def test_a_slot_freed_by_an_expired_lease_is_journaled_before_the_claim_that_takes_it(
+    store: Store,
+) -> None:
+    """Found by the long chaos run (seed 2525): the exact claim counted only live leases, so
+    a dead consumer's job stayed `running` (its expiry not yet journaled) while the claim
+    that took its slot ran: the journal showed the key over its limit. The claim now frees
+    the slot's expired jobs first, in its own transaction."""
+    client_id = await new_client(store)
+    rules = limited(Limit(concurrency=1, per_key=True))
+    first = await keyed_job(store, client_id, "demo.sleep", "a", seconds=0)
+    second = await keyed_job(store, client_id, "demo.sleep", "a", seconds=0)
+    assert isinstance(await claim(store, first, lease=0.5, rules=rules), Claimed)
+    await asyncio.sleep(0.7)  # its consumer "died": the lease runs out, nobody rescues it
+
+    assert isinstance(await claim(store, second, rules=rules), Claimed)
+
+    assert await job_state(store, first) == ("queued", 1)
+    running = await scalar(
+        store, "SELECT count(*) FROM jobs WHERE state = 'running' AND concurrency_key = 'a'"
+    )
+    assert running == 1
+    expired_at = await scalar(
+        store,
+        "SELECT at FROM job_events WHERE job_id = :id AND event = 'lease_expired'",
+        id=first,
+    )
+    claimed_at = await scalar(
+        store, "SELECT at FROM job_events WHERE job_id = :id AND event = 'claimed'", id=second
+    )
+    assert expired_at <= claimed_at
+
+
 async def test_a_finished_job_frees_its_slot(store: Store) -> None:
     client_id = await new_client(store)
     rules = limited(Limit(concurrency=1))

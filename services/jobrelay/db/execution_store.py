@@ -115,6 +115,10 @@ class _FinishRequest:
         raise AssertionError(f"unknown outcome {outcome!r}")  # pragma: no cover
 
 
+# Expired leases of one slot freed per exact claim: more than any limit sensibly set.
+SLOT_RESCUE_LIMIT = 1000
+
+
 class PgExecutionStore:
     """``core.execution.ExecutionStore`` on PostgreSQL; claims and final writes go in groups
     of at most ``GROUP_SIZE``, one group of each in flight (``db/group_commit.py``)."""
@@ -267,6 +271,19 @@ class PgExecutionStore:
         of_key = f" for key {key[:100]!r}" if limit.per_key else ""
         if limit.concurrency is not None:
             await connection.execute(q.TAKE_SLOT_LOCK, slot)
+            # The slot's jobs whose lease expired (their consumer died) go back to queued, with
+            # their lease_expired event, before the count: the slot they free is in the
+            # journal before the claim that takes it, and at most the limit is ever running.
+            await connection.execute(
+                q.RESCUE_EXPIRED_LEASES,
+                {
+                    **slot,
+                    "limit": SLOT_RESCUE_LIMIT,
+                    "except_id": job.id,
+                    "per_key": limit.per_key,
+                    "detail": "lease expired; its concurrency slot freed for a claim",
+                },
+            )
             running = (
                 await connection.execute(q.RUNNING_IN_SLOT, {**slot, "per_key": limit.per_key})
             ).scalar_one()

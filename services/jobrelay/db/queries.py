@@ -625,6 +625,12 @@ RESCUE_EXPIRED_LEASES: TextClause = text(
     WITH expired AS (
         SELECT id FROM jobs
         WHERE {_guard(RESCUE)}
+          -- :type given: only the jobs of one concurrency slot (the exact claim frees them
+          -- before it counts, so a slot freed by an expiry is journaled before it is taken)
+          AND (CAST(:type AS text) IS NULL
+               OR (type = :type AND id <> CAST(:except_id AS uuid)
+                   AND (NOT CAST(:per_key AS boolean) OR concurrency_key = CAST(:key AS text)
+                        OR (CAST(:key AS text) = '' AND concurrency_key IS NULL))))
         ORDER BY lease_until
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
@@ -639,7 +645,7 @@ RESCUE_EXPIRED_LEASES: TextClause = text(
         SELECT id, priority, client_id, type FROM rescued
     )
     INSERT INTO job_events (job_id, event, attempt, detail)
-    SELECT id, 'lease_expired', attempts, 'lease expired; rescued by dispatcher' FROM rescued
+    SELECT id, 'lease_expired', attempts, :detail FROM rescued
     RETURNING job_id
     """
 )
@@ -674,6 +680,7 @@ DELETE_FINISHED_JOBS: TextClause = text(
 
 # --- flow control: the relay's pick and the queues' figures (docs/flow-control.md) -----------
 
+
 # Whether the type expression ``t`` is routed to the picked queue: one of ``:queue_types`` (the
 # types JOBRELAY_TYPE_QUEUES sends there), or, for ``default``, any type not sent elsewhere
 # (``:other_types``).
@@ -688,8 +695,7 @@ def _in_queue(t: str) -> str:
 # ('' without one), else '' (core/flow.py::limit_key). ``key`` reads the job's key.
 def _limit_key(t: str, key: str) -> str:
     return (
-        f"CASE WHEN {t} = ANY(CAST(:per_key_types AS text[])) "
-        f"THEN coalesce({key}, '') ELSE '' END"
+        f"CASE WHEN {t} = ANY(CAST(:per_key_types AS text[])) THEN coalesce({key}, '') ELSE '' END"
     )
 
 
@@ -863,9 +869,7 @@ QUEUE_RUNNING: TextClause = text(
     """
 )
 
-QUEUES: TextClause = text(
-    "SELECT name, paused_at IS NOT NULL AS paused FROM queues ORDER BY name"
-)
+QUEUES: TextClause = text("SELECT name, paused_at IS NOT NULL AS paused FROM queues ORDER BY name")
 
 # --- execution (docs/life-of-a-job.md, "3. Claim, run, finish, ack") ------------------------
 

@@ -148,7 +148,15 @@ class RelayStore:
         return 0.0 if row is None or row.seconds is None else float(row.seconds)
 
     async def rescue_expired_leases(self, limit: int) -> list[uuid.UUID]:
-        rows = await self.store.fetch_all(q.RESCUE_EXPIRED_LEASES, limit=limit)
+        rows = await self.store.fetch_all(
+            q.RESCUE_EXPIRED_LEASES,
+            limit=limit,
+            type=None,
+            except_id=None,
+            per_key=False,
+            key="",
+            detail="lease expired; rescued by dispatcher",
+        )
         return [row.job_id for row in rows]
 
     async def delete_published(self, retention_seconds: float, limit: int) -> int:

@@ -35,6 +35,17 @@ def admin_database_url() -> str:
     return url
 
 
+def server_urls(module: str) -> tuple[str, str, str]:
+    """JOBRELAY_DATABASE_URL (admin), JOBRELAY_AMQP_URL and JOBRELAY_RABBITMQ_API_URL, as
+    ``servers.py run`` sets them for ``python -m benchmarks.<module>``; else an exit saying so."""
+    admin_url = admin_database_url()
+    amqp_base = os.environ.get("JOBRELAY_AMQP_URL")
+    api_url = os.environ.get("JOBRELAY_RABBITMQ_API_URL")
+    if not (amqp_base and api_url):
+        sys.exit(f"run under `python scripts/servers.py run -- python -m benchmarks.{module}`")
+    return admin_url, amqp_base, api_url
+
+
 def first_node(amqp_url: str) -> str:
     """The first URL of ``JOBRELAY_AMQP_URL``, which lists a cluster's nodes separated by commas
     (node 1 first, where jobrelay's services connect first and its queues get their leader): for

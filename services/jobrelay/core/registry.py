@@ -68,7 +68,8 @@ class JobType:
     description: str = ""
     # Flow control (docs/flow-control.md): a submission's priority when it names none; the
     # type's limit (None: none); the functions that give a submission without its own
-    # concurrency key or unique key one from its payload (a dict, as submitted).
+    # concurrency key or unique key one from its payload (the validated payload model, as
+    # the handler gets it).
     priority: int = 0
     limit: Limit | None = None
     concurrency_key: KeyFunction | None = None
@@ -164,8 +165,8 @@ class Registry:
         default; at most ``concurrency`` run at once and ``rate`` (``"10/s"``, ``"600/m"``)
         start, per concurrency key when ``per_key`` (by default when ``concurrency_key`` is
         given), over the type otherwise; ``concurrency_key`` and ``unique`` give a submission
-        without its own key one from its payload (a dict). A bad value is a ``ValueError``
-        naming the type."""
+        without its own key one from its payload (the validated model). A bad value is a
+        ``ValueError`` naming the type."""
         flow = flow_options(
             name,
             priority=priority,

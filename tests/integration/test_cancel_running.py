@@ -56,9 +56,12 @@ async def test_a_running_sleep_cancelled_through_the_api_ends_cancelled_long_bef
     assert row.finished_at is not None and row.lease_token is None
     assert row.cancel_requested_at is not None
     assert await results_of(system.store, uuid.UUID(job_id)) == []
-    assert await event_names(system.store, job_id) == [
+    journal = await event_names(system.store, job_id)
+    # The broker may deliver the message before the dispatcher has recorded its confirm, so
+    # `published` may follow `claimed`; every other entry is in order.
+    assert journal.count("published") == 1
+    assert [name for name in journal if name != "published"] == [
         "received",
-        "published",
         "claimed",
         "cancel_requested",
         "cancelled",

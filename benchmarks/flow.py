@@ -18,7 +18,9 @@ Variants:
 - ``now``: the same jobs on today's code, no flow feature used (relay window: its default, 500);
 - ``now, limited``: today's code, every job a ``bench.limited`` no-op
   (``benchmarks/flow_handlers.py``: ``concurrency=1`` per key, loaded into every service with
-  JOBRELAY_HANDLERS) over 1,000 keys, priorities uniformly from -10 to 10.
+  JOBRELAY_HANDLERS) over 1,000 keys, priorities uniformly from -10 to 10;
+- ``now, window 0`` (only with ``--variants ...,window 0``, end to end only): the ``now`` jobs
+  with JOBRELAY_RELAY_WINDOW=0, which parts the window's cost from the rest of today's code.
 
 Measurements, alternated per round (the order of the variants turns each round) so that the
 machine's drift hits all alike:
@@ -286,6 +288,11 @@ def table(title: str, rates: dict[str, list[float]], unit: str) -> None:
         cells = "".join(f"{value:>10,.0f}" for value in values)
         middle = median(values)
         print(f"{name:<14}{cells}{middle:>10,.0f}{middle / base:>11.3f}{spread(values):>8}")
+    for name, values in rates.items():
+        if name != "before":
+            pairs = zip(values, rates["before"], strict=False)
+            ratios = ", ".join(f"{value / before:.2f}" for value, before in pairs)
+            print(f"  {name}: per round, to that round's before: {ratios}")
 
 
 def cpu_lines(cpus: dict[str, list[dict[str, float]]]) -> None:
@@ -333,6 +340,8 @@ async def measure(run: Run, variants: list[Variant]) -> Figures:
             figures.e2e.setdefault(variant.name, []).append(result)
             print(f"  e2e   {result.line()}; {result.notes[0]}", flush=True)
         for variant in order if "relay" in run.args.measure else []:
+            if variant.name == "now, window 0":
+                continue  # the relay alone runs today's code with no window anyway
             rate, cpu = await run.relay(variant, rng.randrange(2**31))
             figures.relay.setdefault(variant.name, []).append(rate)
             figures.relay_cpu.setdefault(variant.name, []).append(cpu)
@@ -352,7 +361,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--before", default="bca1379", help="the last landing's commit")
     parser.add_argument("--seed", type=int, default=25)
     parser.add_argument("--measure", default="e2e,relay", help="e2e, relay or both")
-    parser.add_argument("--variants", default="before,now,limited", help="which of them")
+    parser.add_argument(
+        "--variants",
+        default="before,now,limited",
+        help="which of them: before, now, limited, and 'window 0' (e2e only: the default "
+        "variant's jobs with JOBRELAY_RELAY_WINDOW=0, to part the window's cost from the rest)",
+    )
     args = parser.parse_args(argv)
     args.relay_jobs = args.relay_jobs or 2 * args.jobs
     return args
@@ -380,13 +394,14 @@ def main() -> int:
             Variant("before", before, "noop"),
             Variant("now", now, "noop"),
             Variant("now, limited", now, "limited", {"JOBRELAY_HANDLERS": HANDLERS}),
+            Variant("now, window 0", now, "noop", {"JOBRELAY_RELAY_WINDOW": "0"}),
         ]
         print(
             f"before = {args.before} ({worktree}), now = {ROOT}; {os.cpu_count()} CPUs; "
             f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
             flush=True,
         )
-        chosen = {"before", "now", "limited"} & set(args.variants.split(","))
+        chosen = set(args.variants.split(","))
         variants = [v for v in variants if v.name.split(", ")[-1] in chosen]
         figures = asyncio.run(measure(run, variants))
         report(figures, args)

@@ -163,7 +163,12 @@ class Flow:
         asked = sum(pick.limit for pick in plan.picks)
         if plan.full:
             self.recheck_in = WINDOW_RECHECK_SECONDS
-        elif self.controls.paused or (rules.limits and len(rows) < asked):
+        elif rows:
+            # Something went out: the next fill follows at once, as without flow control. Only
+            # a fill that leased nothing while rows are held back (a pause, limits) waits, so
+            # a backlog of limited keys is not published one short fill per recheck.
+            self.recheck_in = None
+        elif self.controls.paused or (rules.limits and asked):
             self.recheck_in = HELD_RECHECK_SECONDS
         else:
             self.recheck_in = None

@@ -178,8 +178,7 @@ def document_job_types(schema: dict[str, Any], registry: Registry, submit_path: 
     refs, definitions = _payload_schemas(models, components)
     components.update(definitions)
     shared = {
-        field: generic.get("properties", {}).get(field, {})
-        for field in (*SUBMISSION_OPTIONS,)
+        field: generic.get("properties", {}).get(field, {}) for field in (*SUBMISSION_OPTIONS,)
     }
     batch_key = components.get("BatchItem", {}).get("properties", {}).get("idempotency_key")
     variants: dict[str, str] = {}

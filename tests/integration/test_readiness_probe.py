@@ -20,7 +20,8 @@ from jobrelay.api.app import create_app
 from jobrelay.broker.health import CONNECTION_NAME
 from jobrelay.db.store import Store
 from tests.conftest import MakeSettings
-from tests.support.faults import close_all_broker_connections, servers_script
+from tests.support import faults
+from tests.support.faults import close_all_broker_connections
 from tests.support.servers import Servers, management_request
 from tests.support.waiting import eventually
 
@@ -101,14 +102,13 @@ async def test_readyz_says_unavailable_while_the_broker_is_stopped_and_recovers_
     make_settings: MakeSettings, store: Store
 ) -> None:
     settings = make_settings()
-    script = servers_script()
     async with api_app(settings, store) as (_app, http):
         assert await _broker_check(http) == "ok"
-        await asyncio.to_thread(script.rabbit_stop_app, 1)
+        await asyncio.to_thread(faults.rabbit_stop_app)
         try:
             answer = await http.get("/readyz")
             assert answer.status_code == 503
             assert answer.json()["checks"] == {"database": "ok", "broker": "unavailable"}
         finally:
-            await asyncio.to_thread(script.rabbit_start_app, 1)
+            await asyncio.to_thread(faults.rabbit_start_app)
         await eventually(lambda: _is_ok(http), within=30, what="readyz ok after the restart")

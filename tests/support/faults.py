@@ -54,3 +54,12 @@ def close_all_broker_connections() -> None:
 
 def rabbit_restart_app() -> None:
     servers_script().rabbit_restart_app()
+
+
+def rabbit_stop_app() -> None:
+    """The broker stops serving (its node stays up): clients' connections are closed."""
+    servers_script().rabbit_stop_app(1)
+
+
+def rabbit_start_app() -> None:
+    servers_script().rabbit_start_app(1)

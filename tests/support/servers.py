@@ -307,7 +307,14 @@ class ContainerFaults:
         return text
 
     def rabbit_restart_app(self) -> None:
+        self.rabbit_stop_app()
+        self.rabbit_start_app()
+
+    def rabbit_stop_app(self, node: int = 1) -> None:
+        """``node``: as scripts/servers.py's; the container is the one node."""
         self.rabbitmqctl("stop_app")
+
+    def rabbit_start_app(self, node: int = 1) -> None:
         self.rabbitmqctl("start_app")
         amqp_port = int(self.rabbit.get_exposed_port(5672))
         _wait(lambda: _management_answers(self.api_url, amqp_port), 90, "RabbitMQ after start_app")

@@ -78,7 +78,9 @@ async def test_an_operator_finds_a_job_by_id_and_reads_its_timeline(
     await expect(page).to_have_url(f"{deployment.base}/ui/jobs/{retried}")
     await expect(page.locator("h1 .state")).to_have_text("succeeded")
     events = await page.locator("ol.journal .event").all_inner_texts()
-    assert events[0] == "received" and events[-1] == "succeeded"
+    # `published` is the relay's mark after the broker's confirm and may land after the run.
+    steps = [event for event in events if event != "published"]
+    assert steps[0] == "received" and steps[-1] == "succeeded"
     assert events.index("claimed") < events.index("retry_scheduled") < events.index("succeeded")
     assert events.count("claimed") == 2
     await expect(page.locator("svg.timeline circle")).to_have_count(len(events))

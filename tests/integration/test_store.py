@@ -29,3 +29,28 @@ async def test_statements_compile_once(store: Store) -> None:
     for _ in range(3):
         await store.ping()
     assert list(store._sql_cache) == [q.PING]
+
+
+PLAN_CACHE_MODE = text("SELECT current_setting('plan_cache_mode') AS mode")
+PLAN_CACHE_MODE_SLOWLY = text(
+    "SELECT current_setting('plan_cache_mode') AS mode, pg_backend_pid() AS pid, pg_sleep(0.2)"
+)
+
+
+async def test_generic_plans_are_kept_only_where_asked_and_only_on_single_statements(
+    store: Store, database_url: str
+) -> None:
+    """The dispatcher's pool keeps one generic plan per prepared statement (docs/flow-control.md,
+    "What flow control costs"); every other pool, and every transaction, plans as PostgreSQL
+    decides."""
+    dispatcher = Store.connect(database_url, generic_plans=True)
+    try:
+        # At once, so that they run on three connections of the pool, not only the first.
+        rows = await asyncio.gather(*(dispatcher.fetch_one(PLAN_CACHE_MODE_SLOWLY) for _ in "abc"))
+        assert len({row.pid for row in rows}) == 3
+        assert {row.mode for row in rows} == {"force_generic_plan"}
+        async with dispatcher.transaction() as connection:
+            assert (await connection.execute(PLAN_CACHE_MODE)).scalar_one() == "auto"
+    finally:
+        await dispatcher.close()
+    assert (await store.fetch_one(PLAN_CACHE_MODE)).mode == "auto"

@@ -61,7 +61,10 @@ class Store:
         pool_size: int = 10,
         pool_timeout: float = 10.0,
         application_name: str = "jobrelay",
+        generic_plans: bool = False,
     ) -> Store:
+        """``generic_plans``: the single statements keep one generic plan each
+        (``engine.make_engine``); the dispatcher's, for its flow pick."""
         return cls(
             make_engine(
                 url,
@@ -75,6 +78,7 @@ class Store:
                 pool_timeout=pool_timeout,
                 application_name=application_name,
                 autocommit=True,
+                generic_plans=generic_plans,
             ),
             url,
         )

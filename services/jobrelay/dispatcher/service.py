@@ -73,7 +73,10 @@ class Dispatcher:
         self.settings = settings
         self.metrics = metrics or DispatcherMetrics()
         self.store = Store.connect(
-            settings.database_url, pool_size=3, application_name="jobrelay-dispatcher"
+            settings.database_url,
+            pool_size=3,
+            application_name="jobrelay-dispatcher",
+            generic_plans=True,
         )
         type_queues = parse_type_queues(settings.type_queues)
         self.publisher = Publisher(

@@ -77,18 +77,37 @@ def test_the_registry_keeps_a_types_flow_options() -> None:
     def account(payload: dict[str, Any]) -> str:
         return str(payload["account"])
 
-    registry.job("pay", Payload, priority=50, concurrency=2, concurrency_key=account, rate="10/s")(
-        handler
-    )
+    registry.job(
+        "pay",
+        Payload,
+        priority=50,
+        concurrency=2,
+        concurrency_key=account,
+        rate="10/s",
+        per_key=True,
+    )(handler)
     registry.job("sync", Payload, rate="600/m", unique=account)(handler)
     registry.job("keyed", Payload, concurrency=3, concurrency_key=account, per_key=False)(handler)
+    registry.job("per_account", Payload, concurrency=1, concurrency_key=account)(handler)
+    registry.job("provider", Payload, rate="10/s", concurrency_key=account)(handler)
     pay, sync, keyed = registry.get("pay"), registry.get("sync"), registry.get("keyed")
-    # per_key follows concurrency_key unless it is said.
     assert pay.limit == Limit(concurrency=2, rate=Rate(10, 1), per_key=True)
     assert pay.priority == 50 and pay.concurrency_key is account
     assert sync.limit == Limit(rate=Rate(600, 60), per_key=False)
     assert sync.unique is account
     assert keyed.limit == Limit(concurrency=3, per_key=False)
+    # Unless it is said, a concurrency is per key with a concurrency_key, a rate never.
+    assert registry.get("per_account").limit == Limit(concurrency=1, per_key=True)
+    assert registry.get("provider").limit == Limit(rate=Rate(10, 1), per_key=False)
+
+
+def test_a_per_key_concurrency_beside_a_total_rate_must_say_per_key() -> None:
+    """The one case where the two defaults disagree is refused, not guessed."""
+    registry = Registry()
+    with pytest.raises(ValueError, match=r"say per_key=True .* or per_key=False"):
+        registry.job(
+            "shop.pay", Payload, concurrency=2, concurrency_key=lambda p: "k", rate="10/s"
+        )(handler)
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from jobrelay.core.errors import InvalidPayload, UnknownJobType
-from jobrelay.core.flow import Limit, check_priority, parse_rate
+from jobrelay.core.flow import Limit, Rate, check_priority, parse_rate
 from jobrelay.core.jobs import Flow, is_valid_flow_key
 from jobrelay.core.limits import FLOW_KEY_MAX
 from jobrelay.core.schedules import Schedule, check_every
@@ -89,6 +89,24 @@ def safe_validation_errors(error: ValidationError) -> list[dict[str, Any]]:
     ]
 
 
+def _per_key_by_default(
+    owner: str, concurrency: int | None, rate: Rate | None, concurrency_key: KeyFunction | None
+) -> bool:
+    """``per_key`` when it is not said: a concurrency is per key exactly when a
+    ``concurrency_key`` is given, a rate is over the whole type. A type's limit counts both one
+    way (``core/flow.py::Limit``), so a type with all three must say which it means."""
+    if concurrency_key is None:
+        return False
+    if rate is None:
+        return concurrency is not None
+    if concurrency is None:
+        return False  # the rate over the whole type; the key serves a runtime limit
+    raise ValueError(
+        f"{owner}: a concurrency per key and a rate over the whole type cannot share one type: "
+        "say per_key=True (both per key) or per_key=False (both over the type)"
+    )
+
+
 def flow_options(
     name: str,
     *,
@@ -121,7 +139,7 @@ def flow_options(
     limit = None
     if concurrency is not None or parsed_rate is not None:
         if per_key is None:
-            per_key = concurrency_key is not None
+            per_key = _per_key_by_default(owner, concurrency, parsed_rate, concurrency_key)
         limit = Limit(concurrency=concurrency, rate=parsed_rate, per_key=per_key)
     elif per_key:
         raise ValueError(f"{owner}: per_key needs a concurrency or a rate to apply to")
@@ -163,10 +181,10 @@ class Registry:
 
         Flow control (docs/flow-control.md): ``priority`` (-100..100) is its submissions'
         default; at most ``concurrency`` run at once and ``rate`` (``"10/s"``, ``"600/m"``)
-        start, per concurrency key when ``per_key`` (by default when ``concurrency_key`` is
-        given), over the type otherwise; ``concurrency_key`` and ``unique`` give a submission
-        without its own key one from its payload (the validated model). A bad value is a
-        ``ValueError`` naming the type."""
+        start, per concurrency key when ``per_key`` (by default: a concurrency when
+        ``concurrency_key`` is given, a rate never), over the type otherwise;
+        ``concurrency_key`` and ``unique`` give a submission without its own key one from its
+        payload (the validated model). A bad value is a ``ValueError`` naming the type."""
         flow = flow_options(
             name,
             priority=priority,

@@ -55,7 +55,7 @@ def make_engine(
 def _keep_generic_plans(dbapi_connection: Any, _record: Any) -> None:
     """``plan_cache_mode`` for the session, set once at connect: once the tables are analyzed,
     PostgreSQL judges the flow pick's custom plan cheaper than its generic one and plans it on
-    every run, 1.1 ms of a 2.3 ms pick (docs/flow-control.md, "What flow control costs")."""
+    every run, about 1 ms of a 2.3 ms pick (docs/flow-control.md, "What flow control costs")."""
     cursor = dbapi_connection.cursor()
     cursor.execute("SET plan_cache_mode = force_generic_plan")
     cursor.close()

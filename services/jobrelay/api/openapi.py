@@ -177,9 +177,7 @@ def document_job_types(schema: dict[str, Any], registry: Registry, submit_path: 
             models.append(job_type.payload_model)
     refs, definitions = _payload_schemas(models, components)
     components.update(definitions)
-    shared = {
-        field: generic.get("properties", {}).get(field, {}) for field in (*SUBMISSION_OPTIONS,)
-    }
+    shared = {field: generic.get("properties", {}).get(field, {}) for field in SUBMISSION_OPTIONS}
     batch_key = components.get("BatchItem", {}).get("properties", {}).get("idempotency_key")
     variants: dict[str, str] = {}
     batch_variants: dict[str, str] = {}

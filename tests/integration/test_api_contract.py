@@ -266,12 +266,14 @@ def test_every_operation_has_a_chosen_id_and_its_resources_tag(document: dict[st
         tag = (
             "admin"
             if path.startswith("/v1/admin/")
+            else "workflows"
+            if path.startswith("/v1/workflows")
             else "jobs"
             if path.startswith("/v1/")
             else "health"
         )
         assert operation["tags"] == [tag], path
-    assert [tag["name"] for tag in document["tags"]] == ["jobs", "admin", "health"]
+    assert [tag["name"] for tag in document["tags"]] == ["jobs", "workflows", "admin", "health"]
 
 
 def test_no_two_schemas_share_a_title(document: dict[str, Any]) -> None:

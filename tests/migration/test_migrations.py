@@ -30,6 +30,8 @@ TABLES = {
     "queues",
     "type_limits",
     "type_rate_buckets",
+    "workflows",
+    "job_dependencies",
 }
 # Written often, worthless after a crash (docs/overload.md): no WAL for them.
 UNLOGGED = {"rate_limits", "broker_blocks", "type_rate_buckets"}

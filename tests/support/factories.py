@@ -43,8 +43,10 @@ def _state_defaults(state: JobState | str, values: dict[str, Any]) -> dict[str, 
     lease while running, a finish time once terminal, an error once quarantined."""
     state = JobState(state)
     defaults: dict[str, Any] = {"state": state.value}
-    if state not in (JobState.QUEUED, JobState.CANCELLED):
+    if state not in (JobState.QUEUED, JobState.CANCELLED, JobState.WAITING):
         defaults["attempts"] = 1
+    if state is JobState.WAITING:  # for a parent that has not succeeded (no edge is made)
+        defaults["waiting_for"] = 1
     if state is JobState.RUNNING:
         defaults["lease_token"] = func.gen_random_uuid()
         defaults["lease_until"] = func.now() + timedelta(seconds=30)

@@ -13,7 +13,7 @@ from jobrelay.core.fingerprint import canonical_json, request_hash
 from jobrelay.core.jobs import is_valid_idempotency_key, safe_error_text
 from jobrelay.core.message import Envelope, MalformedMessage
 from jobrelay.core.settings import Settings, mask_url, parse_type_queues
-from jobrelay.core.states import TERMINAL_STATES, JobState
+from jobrelay.core.states import JobState
 from jobrelay.handlers.builtin import registry
 from tests.support.transitions import CANCELLABLE_STATES, TRANSITIONS, can_transition
 
@@ -32,10 +32,14 @@ def test_the_transition_table_matches_the_spec() -> None:
     assert can_transition(JobState.QUEUED, JobState.CANCELLED)  # at once
     assert can_transition(JobState.RETRYING, JobState.CANCELLED)
     assert can_transition(JobState.RUNNING, JobState.CANCELLED)  # requested, then its worker
-    assert {JobState.QUEUED, JobState.RETRYING, JobState.RUNNING} == CANCELLABLE_STATES
+    assert can_transition(JobState.WAITING, JobState.QUEUED)  # its parents all succeeded
+    assert can_transition(JobState.WAITING, JobState.CANCELLED)  # a parent failed, or a cancel
+    assert not can_transition(JobState.WAITING, JobState.RUNNING)  # never claimed
+    assert can_transition(JobState.CANCELLED, JobState.WAITING)  # its failed parent replayed
+    expected = {JobState.QUEUED, JobState.RETRYING, JobState.RUNNING, JobState.WAITING}
+    assert expected == CANCELLABLE_STATES
     assert set(TRANSITIONS) == set(JobState)
-    for state in TERMINAL_STATES - {JobState.QUARANTINED}:
-        assert TRANSITIONS[state] == frozenset()
+    assert TRANSITIONS[JobState.SUCCEEDED] == frozenset()
 
 
 def test_the_request_hash_ignores_key_order_but_not_values() -> None:

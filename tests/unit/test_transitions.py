@@ -10,7 +10,14 @@ import dataclasses
 
 import pytest
 
-from jobrelay.core.states import ALL_TRANSITIONS, CANCEL, JobState, Lease, Transition
+from jobrelay.core.states import (
+    ALL_TRANSITIONS,
+    CANCEL,
+    TERMINAL_STATES,
+    JobState,
+    Lease,
+    Transition,
+)
 from jobrelay.db import queries as q
 from tests.support.transitions import CANCELLABLE_STATES, TRANSITIONS
 
@@ -63,9 +70,23 @@ def test_every_exit_of_a_worker_from_running_is_one_statement() -> None:
     assert makers == {"FINISH_JOBS"}
 
 
-def test_every_transition_is_made_by_exactly_one_statement() -> None:
+def test_every_transition_is_made_by_exactly_one_statement_but_the_shared_ones() -> None:
     made = [t for transitions in q.STATE_WRITES.values() for t in transitions]
-    assert sorted(t.name for t in made) == sorted(t.name for t in ALL_TRANSITIONS)
+    alone = [t.name for t in made if t not in q.SHARED_TRANSITIONS]
+    assert sorted(alone) == sorted(t.name for t in ALL_TRANSITIONS if t not in q.SHARED_TRANSITIONS)
+    assert {t.name for t in made} == {t.name for t in ALL_TRANSITIONS}
+
+
+def test_every_statement_that_can_end_a_job_of_a_workflow_moves_its_dependents() -> None:
+    ending = {
+        name
+        for name, made in q.STATE_WRITES.items()
+        if any(t.target in TERMINAL_STATES for t in made) and name != "CANCEL_WORKFLOW_JOBS"
+    }
+    moving = {name for name, made in q.STATE_WRITES.items() if q.DEPENDENCY_FAILED in made}
+    assert ending == moving
+    for name in moving:
+        assert "moved_dependents AS (" in getattr(q, name).text
 
 
 def test_the_table_of_moves_is_derived_from_the_transitions() -> None:
@@ -83,4 +104,12 @@ def test_the_table_of_moves_is_derived_from_the_transitions() -> None:
         JobState.CANCELLED,  # its worker carried out a cancel request
     }
     assert TRANSITIONS[JobState.QUARANTINED] == {JobState.QUEUED}
-    assert {JobState.QUEUED, JobState.RETRYING, JobState.RUNNING} == CANCELLABLE_STATES
+    assert TRANSITIONS[JobState.WAITING] == {JobState.QUEUED, JobState.CANCELLED}
+    assert TRANSITIONS[JobState.CANCELLED] == {JobState.WAITING}  # its failed parent replayed
+    assert TRANSITIONS[JobState.SUCCEEDED] == set()
+    assert {
+        JobState.QUEUED,
+        JobState.RETRYING,
+        JobState.RUNNING,
+        JobState.WAITING,
+    } == CANCELLABLE_STATES

@@ -20,8 +20,9 @@ from jobrelay.api import openapi, problems
 from jobrelay.api.limits import BodyLimitMiddleware
 from jobrelay.api.metrics import ApiMetrics, RequestMetricsMiddleware
 from jobrelay.api.notifications import ApiNotifications
-from jobrelay.api.routes import admin, flow, health, jobs
+from jobrelay.api.routes import admin, flow, health, jobs, workflows
 from jobrelay.api.routes.jobs import BATCH_PATH
+from jobrelay.api.routes.workflows import SUBMIT_PATH as WORKFLOWS_PATH
 from jobrelay.api.shedding import SheddingMiddleware
 from jobrelay.api.waiting import FinishWaiters
 from jobrelay.auth import Authenticator
@@ -112,7 +113,7 @@ def create_app(
     app.add_middleware(
         BodyLimitMiddleware,
         max_body_bytes=settings.max_body_bytes,
-        per_path={BATCH_PATH: settings.max_batch_bytes},
+        per_path={BATCH_PATH: settings.max_batch_bytes, WORKFLOWS_PATH: settings.max_batch_bytes},
     )
     # Outside the body limit: a shed request's body is never read.
     app.add_middleware(
@@ -122,7 +123,7 @@ def create_app(
         waiting_reads={jobs.get_job},
     )
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
-    for routes in (jobs, admin, flow, health):
+    for routes in (jobs, workflows, admin, flow, health):
         app.include_router(routes.router)
     console.install(app, settings)  # /ui/: the operator console and its assets (docs/console.md)
     openapi.install(app, registry)

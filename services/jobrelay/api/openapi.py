@@ -29,6 +29,11 @@ from jobrelay.core.registry import Registry
 TAGS = [
     {"name": "jobs", "description": "Submit, list, read, trace and cancel your own jobs"},
     {
+        "name": "workflows",
+        "description": "Submit, read and cancel your own workflows: jobs that wait for other "
+        "jobs (docs/workflows.md)",
+    },
+    {
         "name": "admin",
         "description": "Stats, the quarantine, replay, any job's trace, the queues (pause, "
         "resume) and the runtime limits (admins)",

@@ -33,6 +33,7 @@ from jobrelay.core.errors import (
     Unauthorized,
     UnknownJobType,
 )
+from jobrelay.core.workflows import InvalidWorkflow, WorkflowNotFound
 
 PROBLEM_TYPE_BASE = "https://jobrelay.dev/problems/"
 PROBLEM_CONTENT_TYPE = "application/problem+json"
@@ -48,6 +49,7 @@ STATUSES: dict[type[RequestError], int] = {
     Unauthorized: 401,
     Forbidden: 403,
     JobNotFound: 404,
+    WorkflowNotFound: 404,
     QueueNotFound: 404,
     JobTypeNotFound: 404,
     IdempotencyConflict: 409,
@@ -56,6 +58,7 @@ STATUSES: dict[type[RequestError], int] = {
     RateLimited: 429,
     UnknownJobType: 422,
     InvalidPayload: 422,
+    InvalidWorkflow: 422,
     InvalidSchedule: 422,
 }
 

@@ -23,6 +23,7 @@ from jobrelay.core.limits import (
 )
 from jobrelay.core.runtime_limits import CONCURRENCY_MAX, check_rate, runtime_limit
 from jobrelay.core.states import JobState
+from jobrelay.core.workflows import OnFailure, WorkflowState, WorkflowView
 
 # Query text reaches SQL parameters, and PostgreSQL text cannot hold a NUL character.
 NO_NUL = r"^[^\x00]*$"
@@ -154,6 +155,17 @@ class JobLinks(BaseModel):
     events: str
 
 
+class ProgressView(BaseModel):
+    fraction: float = Field(ge=0, le=1)
+    message: str | None
+    at: datetime
+
+
+def progress_view(progress: dict[str, Any] | Any | None) -> ProgressView | None:
+    """A job's stored progress (``jobs.progress``) as the views show it; None: none reported."""
+    return ProgressView.model_validate(progress) if progress else None
+
+
 class JobView(BaseModel):
     id: uuid.UUID
     type: str
@@ -181,6 +193,12 @@ class JobView(BaseModel):
     unique_key: str | None = Field(
         None, description="No other live job of yours of its type has this unique key"
     )
+    workflow_id: uuid.UUID | None = Field(
+        None, description="The workflow it is a job of (docs/workflows.md); null outside one"
+    )
+    progress: ProgressView | None = Field(
+        None, description="What its handler last reported (context.progress)"
+    )
     links: JobLinks
 
     @classmethod
@@ -207,6 +225,8 @@ class JobView(BaseModel):
             priority=job.priority,
             concurrency_key=job.concurrency_key,
             unique_key=job.unique_key,
+            workflow_id=job.workflow_id,
+            progress=progress_view(job.progress),
             links=JobLinks(self=location, events=f"{location}/events"),
         )
 
@@ -343,6 +363,8 @@ class TraceView(OpenModel):
     replays: int
     result: TraceResult | None
     state: JobState
+    workflow_id: uuid.UUID | None = None
+    progress: ProgressView | None = None
     why: str
     last_failure: dict[str, Any] | None = None
     events: list[TraceEvent]
@@ -551,3 +573,88 @@ class SetLimit(BaseModel):
 
 def job_location(job_id: uuid.UUID) -> str:
     return f"/v1/jobs/{job_id}"
+
+
+# --- workflows (docs/workflows.md) -----------------------------------------------------------
+
+
+class WorkflowJobIn(BaseModel):
+    """One job of ``POST /v1/workflows``: a submission's type, payload and options, its ref,
+    and the refs it waits for."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ref: str = Field(min_length=1, max_length=1000, description="1–100 of [A-Za-z0-9_.-]")
+    type: str = Field(min_length=1, max_length=TYPE_NAME_MAX)
+    payload: dict[str, Any] = Field(default_factory=dict)
+    after: list[str] = Field(default_factory=list, description="Refs of jobs of this workflow")
+    max_attempts: int | None = Field(None, ge=1, le=MAX_ATTEMPTS_MAX, strict=True)
+    priority: int | None = Field(None, ge=PRIORITY_MIN, le=PRIORITY_MAX, strict=True)
+
+    @field_validator("max_attempts", "priority", mode="before")
+    @classmethod
+    def _integral(cls, value: Any) -> Any:
+        return SubmitJob._integral(value)  # as a single submission's
+
+    @field_validator("payload")
+    @classmethod
+    def _storable(cls, payload: dict[str, Any]) -> dict[str, Any]:
+        return SubmitJob._storable(payload)
+
+
+class SubmitWorkflow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # The size is checked with the graph (422 invalid_workflow naming it), not here.
+    jobs: list[WorkflowJobIn] = Field(description="1 to 1,000 jobs")
+    on_failure: OnFailure = OnFailure.CANCEL_DEPENDENTS
+
+
+class WorkflowJobView(BaseModel):
+    id: uuid.UUID
+    type: str
+    state: JobState
+    after: list[str]
+    last_error_code: str | None
+    progress: ProgressView | None
+    links: dict[str, str]
+
+
+class WorkflowViewOut(BaseModel):
+    id: uuid.UUID
+    state: WorkflowState
+    on_failure: OnFailure
+    created_at: datetime
+    cancelled_at: datetime | None
+    jobs: dict[str, WorkflowJobView] = Field(description="By ref, in the order submitted")
+    counts: dict[str, int] = Field(description="Jobs by state")
+    links: dict[str, str]
+
+    @classmethod
+    def of(cls, view: WorkflowView) -> WorkflowViewOut:
+        location = workflow_location(view.id)
+        return cls(
+            id=view.id,
+            state=view.state,
+            on_failure=view.on_failure,
+            created_at=view.created_at,
+            cancelled_at=view.cancelled_at,
+            jobs={
+                job.ref: WorkflowJobView(
+                    id=job.id,
+                    type=job.type,
+                    state=job.state,
+                    after=list(job.after),
+                    last_error_code=job.last_error_code,
+                    progress=progress_view(job.progress),
+                    links={"self": job_location(job.id)},
+                )
+                for job in view.jobs
+            },
+            counts=view.counts,
+            links={"self": location, "cancel": f"{location}/cancel"},
+        )
+
+
+def workflow_location(workflow_id: uuid.UUID) -> str:
+    return f"/v1/workflows/{workflow_id}"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,7 @@ from jobrelay.core.execution import (
     Held,
     HoldReason,
     LeaseTerms,
+    ProgressReport,
     PutBack,
     Refusal,
     Refused,
@@ -92,6 +93,10 @@ class InMemoryExecutionStore:
         self.outbox: list[tuple[uuid.UUID, datetime]] = []  # (job id, due at)
         self.unknown_since: dict[uuid.UUID, datetime] = {}
         self.reachable = True
+        # Workflows are the database's (db/queries.py::_dependents_of); a test sets what a
+        # job's parents returned, and reads what its handler reported.
+        self.parents: dict[uuid.UUID, dict[str, Any]] = {}
+        self.progress: dict[uuid.UUID, list[ProgressReport]] = defaultdict(list)
 
     # --- for tests ----------------------------------------------------------------------------
 
@@ -243,6 +248,20 @@ class InMemoryExecutionStore:
         self._move(job, RELEASE, available_at=self.clock(), detail=detail)
         self.outbox.append((job_id, self.clock()))
         return True
+
+    async def parent_results(self, job_id: uuid.UUID) -> dict[str, Any]:
+        self._reach()
+        return dict(self.parents.get(job_id, {}))
+
+    async def report_progress(self, reports: Sequence[ProgressReport]) -> None:
+        self._reach()
+        for report in reports:
+            job = self.jobs.get(report.job_id)
+            if job is not None and (job.state, job.lease_token) == (
+                JobState.RUNNING,
+                report.lease_token,
+            ):
+                self.progress[report.job_id].append(report)
 
     # --- flow control: the checks of a claim --------------------------------------------------
 

@@ -10,6 +10,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -19,7 +20,7 @@ from pydantic import BaseModel
 from jobrelay.core.errors import PermanentError, TransientError
 from jobrelay.core.jobs import Job
 from jobrelay.core.jsonvalues import unstorable_json
-from jobrelay.core.registry import AsyncHandler, JobContext, JobType, SyncHandler
+from jobrelay.core.registry import AsyncHandler, JobContext, JobType, ProgressSink, SyncHandler
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,13 @@ class HandlerRun:
     seconds: float
 
 
-def job_context(job: Job, results_dir: Path) -> JobContext:
+def job_context(
+    job: Job,
+    results_dir: Path,
+    *,
+    parent_results: Mapping[str, Any] | None = None,
+    progress_sink: ProgressSink | None = None,
+) -> JobContext:
     """What the handler of a claimed job is given besides its payload."""
     return JobContext(
         job_id=job.id,
@@ -41,6 +48,8 @@ def job_context(job: Job, results_dir: Path) -> JobContext:
             logging.getLogger("jobrelay.handler"),
             {"job_id": str(job.id), "attempt": job.attempts, "type": job.type},
         ),
+        parent_results=parent_results or {},
+        progress_sink=progress_sink,
     )
 
 

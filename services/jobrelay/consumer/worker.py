@@ -33,6 +33,7 @@ from jobrelay.consumer.lease import (
     LeaseLost,
 )
 from jobrelay.consumer.metrics import ConsumerMetrics
+from jobrelay.consumer.progress import ProgressReporter
 from jobrelay.core.deliveries import DeliveryOutcome
 from jobrelay.core.errors import (
     InvalidPayload,
@@ -173,6 +174,7 @@ class Worker:
         self.backoff = backoff or Backoff(rng=rng)
         self.runtime_limits = runtime_limits or _no_runtime_limits
         self._unknown_types = _FirstTimeWarned()
+        self.progress = ProgressReporter(store)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
 
     # --- the one place a delivery is settled ------------------------------------------------
@@ -387,7 +389,14 @@ class Worker:
             failure = self._refusal_failure(error)
             quarantine = Quarantine(error.code, failure.message, failure)
             return await self._conclude(claim, quarantine, job.type, 0.0)
-        run = await self._run_under_lease(claim, job_type, payload, lease_deadline)
+        try:
+            run = await self._run_under_lease(claim, job_type, payload, lease_deadline)
+        except StoreUnavailable:  # its parents' results could not be read
+            log.warning(
+                "parents' results not read: database unreachable; requeued",
+                extra={**extra, "event": "store_unavailable"},
+            )
+            return STORE_UNAVAILABLE
         if isinstance(run, LeaseLost):
             self.metrics.lease_losses.inc()
             self.metrics.job_duration.labels(job.type, DeliveryOutcome.LEASE_LOST).observe(
@@ -488,12 +497,26 @@ class Worker:
     async def _run_under_lease(
         self, claim: Claimed, job_type: JobType, payload: BaseModel, lease_deadline: float
     ) -> HeldRun:
-        context = job_context(claim.job, self.results_dir)
+        job = claim.job
+        # A workflow's job reads its parents' results (docs/workflows.md); others skip the read.
+        parents = (
+            await self._patiently(lambda: self.store.parent_results(job.id))
+            if job.workflow_id is not None
+            else None
+        )
+        context = job_context(
+            job,
+            self.results_dir,
+            parent_results=parents,
+            progress_sink=self.progress.sink_for(claim),
+        )
         handler = asyncio.create_task(call_handler(job_type, context, payload))
         try:
-            return await self.lease.watch(
+            held = await self.lease.watch(
                 handler, lambda: self._heartbeat(claim, lease_deadline), lease_deadline
             )
+            await self.progress.flush_job(job.id)  # its last report, while the lease is ours
+            return held
         except asyncio.CancelledError:
             # Shutdown past its grace period: the handler is stopped; the job is given back.
             await _shielded(self.lease.release(claim))

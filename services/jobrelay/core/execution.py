@@ -9,10 +9,11 @@ the worker's unit tests. Both follow the transitions of ``core/states.py``.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 from jobrelay.core.flow import Limit
 from jobrelay.core.jobs import Cancelled, Job, Outcome, Quarantine, RetryLater, Succeeded
@@ -218,6 +219,20 @@ class ForwardingDelivery:
         await self.inner.nack(multiple=multiple, requeue=requeue)
 
 
+@dataclass(frozen=True)
+class ProgressReport:
+    """A handler's latest ``context.progress`` of one running job (consumer/progress.py)."""
+
+    job_id: uuid.UUID
+    lease_token: uuid.UUID
+    fraction: float
+    message: str | None
+    at: datetime
+
+    def as_json(self) -> dict[str, Any]:
+        return {"fraction": self.fraction, "message": self.message, "at": self.at.isoformat()}
+
+
 class ExecutionStore(Protocol):
     """What the worker asks of the store. Every method raises ``StoreUnavailable`` (from
     ``core/errors.py``) when the store cannot be reached."""
@@ -263,4 +278,13 @@ class ExecutionStore(Protocol):
 
     async def release(self, job_id: uuid.UUID, *, lease_token: uuid.UUID, detail: str) -> bool:
         """Give a running job back (shutdown): `queued` again, the attempt still counted."""
+        ...
+
+    async def parent_results(self, job_id: uuid.UUID) -> dict[str, Any]:
+        """A workflow's job: the results of the jobs it waited for, by ref (docs/workflows.md)."""
+        ...
+
+    async def report_progress(self, reports: Sequence[ProgressReport]) -> None:
+        """Store each running job's latest progress, fenced by its lease token (a report of a
+        job no longer held is dropped)."""
         ...

@@ -59,6 +59,15 @@ class Job:
     unique_key: str | None = None
     """While it is live, no other job of its client and type has this key; None: none."""
 
+    workflow_id: uuid.UUID | None = None
+    """The workflow it is a job of (docs/workflows.md); None: none."""
+
+    workflow_ref: str | None = None
+    """Its name within that workflow."""
+
+    progress: dict[str, Any] | None = None
+    """What its handler last reported: ``{"fraction", "message", "at"}``; None: nothing."""
+
 
 @dataclass(frozen=True)
 class Flow:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -36,12 +36,36 @@ class JobContext:
     max_attempts: int
     results_dir: Path
     logger: logging.LoggerAdapter[logging.Logger]
+    parent_results: Mapping[str, Any] = field(default_factory=dict)
+    """In a workflow (docs/workflows.md): the results of the jobs this one waits for, by ref."""
+
+    progress_sink: ProgressSink | None = field(default=None, repr=False, compare=False)
 
     @property
     def idempotency_key(self) -> str:
         """Stable across attempts: pass it to external systems so a retry is not a second effect."""
         return f"jobrelay:{self.job_id}"
 
+    def progress(self, fraction: float, message: str | None = None) -> None:
+        """Report how far the attempt is (0 to 1) and what it is at. A plain call that never
+        blocks, from an async or a plain handler: the consumer writes the latest report a few
+        times a second at most, however often it is called (consumer/progress.py)."""
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+            raise TypeError(f"fraction is a number from 0 to 1, not {type(fraction).__name__}")
+        if not 0 <= fraction <= 1:  # NaN fails this too
+            raise ValueError(f"fraction is from 0 to 1, not {fraction!r}")
+        if message is not None and not isinstance(message, str):
+            raise TypeError(f"message is a text, not {type(message).__name__}")
+        if self.progress_sink is not None:
+            self.progress_sink(
+                float(fraction), None if message is None else message[:PROGRESS_MESSAGE_MAX]
+            )
+
+
+# Where a context's progress reports go: the consumer's reporter (consumer/progress.py).
+ProgressSink = Callable[[float, str | None], None]
+# A progress message is cut to this many characters.
+PROGRESS_MESSAGE_MAX = 500
 
 AsyncHandler = Callable[[JobContext, Any], Awaitable[dict[str, Any]]]
 SyncHandler = Callable[[JobContext, Any], dict[str, Any]]

@@ -13,6 +13,9 @@ class JobState(StrEnum):
     SUCCEEDED = "succeeded"
     QUARANTINED = "quarantined"
     CANCELLED = "cancelled"
+    # A job of a workflow whose parents have not all succeeded yet: no outbox row, never
+    # claimed; the statement that stores its last parent's result queues it (docs/workflows.md).
+    WAITING = "waiting"
 
 
 class JobEvent(StrEnum):
@@ -37,6 +40,10 @@ class JobEvent(StrEnum):
     # A delivery put back without a claim (its queue paused, its type or key at a limit): the
     # attempts are untouched and a new outbox row is due later (docs/flow-control.md).
     HELD = "held"
+    # A waiting job of a workflow whose parents have all succeeded: queued, with its outbox row.
+    PARENTS_SUCCEEDED = "parents_succeeded"
+    # A job cancelled for a failed parent, waiting again: that parent was replayed.
+    RESTORED = "restored"
 
 
 class Lease(StrEnum):
@@ -69,11 +76,13 @@ class Transition:
         return lease_expired == (self.lease is Lease.EXPIRED)
 
 
-_WAITING = frozenset({JobState.QUEUED, JobState.RETRYING})
+# Due for a consumer (when their due time has come): the states a claim takes a job from.
+_DUE = frozenset({JobState.QUEUED, JobState.RETRYING})
 _RUNNING = frozenset({JobState.RUNNING})
-_WAITING_OR_ABANDONED = _WAITING | _RUNNING  # running only under an expired lease
+_DUE_OR_ABANDONED = _DUE | _RUNNING  # running only under an expired lease
+_WAITING = frozenset({JobState.WAITING})
 
-CLAIM = Transition("claim", _WAITING, JobState.RUNNING, (JobEvent.CLAIMED,))
+CLAIM = Transition("claim", _DUE, JobState.RUNNING, (JobEvent.CLAIMED,))
 RECLAIM = Transition(
     "reclaim",
     _RUNNING,
@@ -100,7 +109,7 @@ QUARANTINE = Transition(
 def _quarantine_unclaimed(name: str) -> Transition:
     """Quarantined without an attempt: waiting, or running under an expired lease."""
     target, journal = JobState.QUARANTINED, (JobEvent.QUARANTINED,)
-    return Transition(name, _WAITING_OR_ABANDONED, target, journal, lease=Lease.EXPIRED)
+    return Transition(name, _DUE_OR_ABANDONED, target, journal, lease=Lease.EXPIRED)
 
 
 # No attempts left: quarantined instead of claimed (the consumer's claim, docs/life-of-a-job.md).
@@ -109,12 +118,12 @@ EXHAUST = _quarantine_unclaimed("exhaust")
 DELIVERY_LIMIT = _quarantine_unclaimed("delivery_limit")
 # A consumer that does not know the type puts the job back, due later; past the patience the
 # same statement quarantines it instead (UNKNOWN_TYPE).
-DEFER = Transition("defer", _WAITING, None, (JobEvent.DEFERRED,))
-UNKNOWN_TYPE = Transition("unknown_type", _WAITING, JobState.QUARANTINED, (JobEvent.QUARANTINED,))
+DEFER = Transition("defer", _DUE, None, (JobEvent.DEFERRED,))
+UNKNOWN_TYPE = Transition("unknown_type", _DUE, JobState.QUARANTINED, (JobEvent.QUARANTINED,))
 # A consumer puts a due job back without claiming it, its attempts untouched, because its queue
 # is paused or its type (or key) is at a limit; a job whose lease expired is queued again
 # (HOLD_ABANDONED, one statement with HOLD: HOLD_JOB).
-HOLD = Transition("hold", _WAITING, None, (JobEvent.HELD,))
+HOLD = Transition("hold", _DUE, None, (JobEvent.HELD,))
 HOLD_ABANDONED = Transition(
     "hold_abandoned",
     _RUNNING,
@@ -127,7 +136,8 @@ RELEASE = Transition("release", _RUNNING, JobState.QUEUED, (JobEvent.LEASE_EXPIR
 RESCUE = Transition(
     "rescue", _RUNNING, JobState.QUEUED, (JobEvent.LEASE_EXPIRED,), lease=Lease.EXPIRED
 )
-CANCEL = Transition("cancel", _WAITING, JobState.CANCELLED, (JobEvent.CANCELLED,))
+# A job that has not started: due, or waiting for its parents (a workflow's).
+CANCEL = Transition("cancel", _DUE | _WAITING, JobState.CANCELLED, (JobEvent.CANCELLED,))
 # A running job whose client asked to cancel it (``jobs.cancel_requested_at``): its worker
 # stopped the handler, or its attempt failed with attempts left (no retry is scheduled).
 CANCEL_RUNNING = Transition(
@@ -140,6 +150,20 @@ CANCEL_RUNNING = Transition(
 )
 REPLAY = Transition(
     "replay", frozenset({JobState.QUARANTINED}), JobState.QUEUED, (JobEvent.REPLAYED,)
+)
+# Workflows (docs/workflows.md). The statement that stores a parent's success queues each child
+# whose parents have now all succeeded, with its outbox row.
+PARENTS_SUCCEEDED = Transition(
+    "parents_succeeded", _WAITING, JobState.QUEUED, (JobEvent.PARENTS_SUCCEEDED,)
+)
+# The statement that quarantines or cancels a job of a ``cancel_dependents`` workflow cancels
+# every job waiting on it, directly or not (code ``dependency_failed``).
+DEPENDENCY_FAILED = Transition(
+    "dependency_failed", _WAITING, JobState.CANCELLED, (JobEvent.CANCELLED,)
+)
+# A replay of the failed parent brings those jobs back to waiting.
+RESTORE = Transition(
+    "restore", frozenset({JobState.CANCELLED}), JobState.WAITING, (JobEvent.RESTORED,)
 )
 
 ALL_TRANSITIONS: tuple[Transition, ...] = (
@@ -159,6 +183,9 @@ ALL_TRANSITIONS: tuple[Transition, ...] = (
     CANCEL,
     CANCEL_RUNNING,
     REPLAY,
+    PARENTS_SUCCEEDED,
+    DEPENDENCY_FAILED,
+    RESTORE,
 )
 
 TERMINAL_STATES: frozenset[JobState] = frozenset(

@@ -19,6 +19,7 @@ from jobrelay.core.failures import public_failure
 from jobrelay.core.jobs import Job, JournalEntry
 from jobrelay.core.journal import UNCLAIMED_DELIVERY_MARKERS
 from jobrelay.core.states import JobEvent, JobState
+from jobrelay.core.workflows import DEPENDENCY_FAILED_CODE
 
 
 @dataclass(frozen=True)
@@ -66,15 +67,22 @@ def why_it_stopped(
         return f"succeeded on attempt {attempt} of {job.max_attempts}"
     if job.state == JobState.QUARANTINED:
         return f"quarantined: {job.last_error_code or 'unknown'}: {job.last_error or ''}".strip()
+    if job.state == JobState.CANCELLED and job.last_error_code == DEPENDENCY_FAILED_CODE:
+        return f"cancelled: {DEPENDENCY_FAILED_CODE}: {job.last_error or ''}".strip()
     if job.state == JobState.CANCELLED:
         return "cancelled by its client"
+    if job.state == JobState.WAITING:
+        return f"not stopped: waiting for the jobs it depends on in workflow {job.workflow_id}"
     if job.state == JobState.RETRYING:
         return (
             f"not stopped: retrying after {job.last_error_code}, next attempt due "
             f"{moment(job.available_at)}"
         )
     if job.state == JobState.RUNNING:
-        return f"not stopped: running attempt {job.attempts}, lease until {moment(job.lease_until)}"
+        running = (
+            f"not stopped: running attempt {job.attempts}, lease until {moment(job.lease_until)}"
+        )
+        return running + _progress_words(job)
     if deferred:
         return (
             "not stopped: deferred, the consumer that received it did not know its type; "
@@ -147,6 +155,8 @@ def trace_document(
             else None
         ),
         "state": job.state.value,
+        "workflow_id": str(job.workflow_id) if job.workflow_id else None,
+        "progress": job.progress,
         "why": why_it_stopped(job, result, deferred=last == JobEvent.DEFERRED, moment=moment),
         "last_failure": _failure(failures[-1], tracebacks) if failures else None,
         "events": [
@@ -160,6 +170,14 @@ def trace_document(
             for e in events
         ],
     }
+
+
+def _progress_words(job: Job) -> str:
+    """What its handler last reported, as the trace's ``why`` says it ("" for nothing)."""
+    if not job.progress:
+        return ""
+    fraction, message = job.progress.get("fraction", 0), job.progress.get("message")
+    return f"; {fraction:.0%} done" + (f": {message}" if message else "")
 
 
 def _failure(event: JournalEntry, tracebacks: bool) -> dict[str, Any]:

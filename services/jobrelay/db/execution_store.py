@@ -39,6 +39,7 @@ from jobrelay.core.execution import (
     Held,
     HoldReason,
     LeaseTerms,
+    ProgressReport,
     PutBack,
     Refusal,
     Refused,
@@ -415,6 +416,22 @@ class PgExecutionStore:
             q.RELEASE_LEASE, id=job_id, lease_token=lease_token, detail=detail
         )
         return row is not None
+
+    async def parent_results(self, job_id: uuid.UUID) -> dict[str, Any]:
+        """The results of a workflow job's parents, by ref (one read, on claim)."""
+        rows = await self.store.fetch_all(q.PARENT_RESULTS, job_id=job_id)
+        return {row.ref: row.result for row in rows}
+
+    async def report_progress(self, reports: Sequence[ProgressReport]) -> None:
+        """One statement for every report of the group, each fenced by its lease token."""
+        if not reports:
+            return
+        await self.store.fetch_all(
+            q.REPORT_PROGRESS,
+            ids=[r.job_id for r in reports],
+            lease_tokens=[r.lease_token for r in reports],
+            progress=[json.dumps(r.as_json()) for r in reports],
+        )
 
     @staticmethod
     async def _record(

@@ -22,14 +22,17 @@ from jobrelay.core.states import (
     COMPLETE,
     DEFER,
     DELIVERY_LIMIT,
+    DEPENDENCY_FAILED,
     EXHAUST,
     HOLD,
     HOLD_ABANDONED,
+    PARENTS_SUCCEEDED,
     QUARANTINE,
     RECLAIM,
     RELEASE,
     REPLAY,
     RESCUE,
+    RESTORE,
     RETRY,
     TERMINAL_STATES,
     UNKNOWN_TYPE,
@@ -37,13 +40,15 @@ from jobrelay.core.states import (
     Lease,
     Transition,
 )
+from jobrelay.core.workflows import DEPENDENCY_FAILED_CODE, OnFailure
 
 # The columns of the job view, used by every statement that returns a job.
 _JOB_COLUMNS = """
     j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, j.state,
     j.attempts, j.max_attempts, j.available_at, j.lease_token, j.lease_until,
     j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at, j.run_at,
-    j.cancel_requested_at, j.traceparent, j.priority, j.concurrency_key, j.unique_key
+    j.cancel_requested_at, j.traceparent, j.priority, j.concurrency_key, j.unique_key,
+    j.workflow_id, j.workflow_ref, j.progress
 """
 
 
@@ -92,19 +97,120 @@ _QUARANTINE_SET = f"""state = '{JobState.QUARANTINED}', lease_token = NULL, leas
 
 def _quarantine_unclaimed(code: str, condition: str) -> str:
     """Quarantine job ``:id`` with ``code`` (no attempt of its own: the journal entry carries
-    the attempts so far) when ``condition`` holds; returns its id."""
+    the attempts so far) when ``condition`` holds, and cancel its dependents (a workflow's);
+    returns its id."""
     return f"""
     WITH q AS (
         UPDATE jobs
         SET {_QUARANTINE_SET}, last_error_code = '{code}'
         WHERE id = :id AND {condition}
-        RETURNING id, attempts
+        RETURNING id, attempts, state AS ends_as, workflow_id
     ), event AS (
         INSERT INTO job_events (job_id, event, attempt, detail)
         SELECT id, 'quarantined', attempts, '{code}' FROM q
-    )
+    ){_dependents_of("q")}
     SELECT id FROM q
     """
+
+
+# --- workflows: what a job's end does to the jobs waiting on it (docs/workflows.md) ----------
+
+_CANCELLED_WORKFLOW = (
+    "EXISTS (SELECT 1 FROM workflows w WHERE w.id = {0} AND w.cancelled_at IS NOT NULL)"
+)
+
+
+def _not_in_cancelled_workflow(job: str) -> str:
+    """A claim's condition: a job of a cancelled workflow starts nothing (it is cancelled as
+    soon as the workflow's cancel reaches its row)."""
+    return f"({job}.workflow_id IS NULL OR NOT {_CANCELLED_WORKFLOW.format(job + '.workflow_id')})"
+
+
+def _dependents_of(ended: str) -> str:
+    """CTEs that follow a statement's CTE ``ended`` (its jobs that changed state, with columns
+    ``id``, ``ends_as``, ``workflow_id``) through the workflows' edges, in the same statement:
+
+    - each waiting child of a job that ``succeeded`` counts one parent fewer to wait for, and
+      is queued (PARENTS_SUCCEEDED, with its outbox row) when none is left. Its row lock makes
+      that exact: of two statements that finish its last two parents, the second waits for the
+      first and re-reads ``waiting_for`` (EvalPlanQual), and one statement that finishes both
+      counts both at once (``counted``);
+    - every job waiting, directly or not, on one that ended ``quarantined`` or ``cancelled`` in
+      a ``cancel_dependents`` workflow is cancelled (DEPENDENCY_FAILED, code
+      ``dependency_failed``), and so is a child that would be queued in a cancelled workflow.
+
+    One UPDATE makes both moves (a child may have a parent of each kind in one group), on rows
+    locked in id order first, so two statements never wait for each other's children in a cycle.
+    A statement with no job of a workflow finds no edge: two index probes per job."""
+    return f""", counted AS (
+        SELECT d.job_id, count(*) AS n FROM job_dependencies d JOIN {ended} e ON d.parent_id = e.id
+        WHERE e.workflow_id IS NOT NULL AND e.ends_as = '{JobState.SUCCEEDED}'
+        GROUP BY d.job_id
+    ), failed_roots AS (
+        SELECT e.id, e.ends_as FROM {ended} e JOIN workflows w ON w.id = e.workflow_id
+        WHERE e.ends_as IN ('{JobState.QUARANTINED}', '{JobState.CANCELLED}')
+          AND w.on_failure = '{OnFailure.CANCEL_DEPENDENTS}'
+    ), doomed AS (
+        WITH RECURSIVE below(id, root, root_state) AS (
+            SELECT d.job_id, r.id, r.ends_as FROM job_dependencies d
+            JOIN failed_roots r ON d.parent_id = r.id
+            UNION
+            SELECT d.job_id, b.root, b.root_state FROM job_dependencies d
+            JOIN below b ON d.parent_id = b.id
+        )
+        SELECT DISTINCT ON (id) id, root, root_state FROM below ORDER BY id, root
+    ), dependents AS (
+        SELECT j.id FROM jobs j
+        WHERE j.id IN (SELECT job_id FROM counted UNION ALL SELECT id FROM doomed)
+          AND j.{_state_in(PARENTS_SUCCEEDED.source)}
+        ORDER BY j.id FOR UPDATE
+    ), decided_dependents AS (
+        SELECT dp.id, coalesce(c.n, 0) AS n, dm.root, dm.root_state,
+               {_CANCELLED_WORKFLOW.format("j.workflow_id")} AS workflow_cancelled
+        FROM dependents dp JOIN jobs j ON j.id = dp.id
+        LEFT JOIN counted c ON c.job_id = dp.id LEFT JOIN doomed dm ON dm.id = dp.id
+    ), moved_dependents AS (
+        UPDATE jobs c
+        SET state = CASE
+                WHEN dd.root IS NOT NULL
+                     OR (c.waiting_for <= dd.n AND dd.workflow_cancelled)
+                    THEN '{DEPENDENCY_FAILED.target}'
+                WHEN c.waiting_for <= dd.n THEN '{PARENTS_SUCCEEDED.target}'
+                ELSE c.state END,
+            waiting_for = CASE WHEN dd.root IS NOT NULL THEN 0
+                               ELSE greatest(c.waiting_for - dd.n, 0) END,
+            available_at = now(),
+            finished_at = CASE WHEN dd.root IS NOT NULL
+                                    OR (c.waiting_for <= dd.n AND dd.workflow_cancelled)
+                               THEN now() END,
+            last_error_code = CASE WHEN dd.root IS NOT NULL THEN '{DEPENDENCY_FAILED_CODE}'
+                                   ELSE c.last_error_code END,
+            last_error = CASE
+                WHEN dd.root IS NOT NULL
+                    THEN 'job ' || dd.root || ', which it depends on, ended ' || dd.root_state
+                WHEN c.waiting_for <= dd.n AND dd.workflow_cancelled
+                    THEN 'its workflow was cancelled'
+                ELSE c.last_error END,
+            updated_at = now()
+        FROM decided_dependents dd
+        WHERE c.id = dd.id AND c.{_guard(PARENTS_SUCCEEDED)}
+        RETURNING c.id, c.state, c.attempts, c.available_at, c.priority, c.client_id, c.type,
+                  c.last_error_code, c.last_error
+    ), dependents_outbox AS (
+        INSERT INTO outbox (job_id, available_at, priority, client_id, type)
+        SELECT id, available_at, priority, client_id, type FROM moved_dependents
+        WHERE state = '{PARENTS_SUCCEEDED.target}'
+    ), dependents_event AS (
+        INSERT INTO job_events (job_id, event, attempt, detail)
+        SELECT id,
+               CASE WHEN state = '{PARENTS_SUCCEEDED.target}' THEN 'parents_succeeded'
+                    ELSE 'cancelled' END,
+               attempts,
+               CASE WHEN state = '{PARENTS_SUCCEEDED.target}'
+                        THEN 'the jobs it waits for have all succeeded'
+                    ELSE coalesce(last_error_code || ': ', '') || last_error END
+        FROM moved_dependents WHERE state <> '{JobState.WAITING}'
+    )"""
 
 
 PING: TextClause = text("SELECT 1 AS ok")
@@ -400,14 +506,15 @@ LIST_JOBS: TextClause = text(
 CANCEL_JOB: TextClause = text(
     f"""
     WITH cancelled AS (
-        UPDATE jobs SET state = '{CANCEL.target}', finished_at = now(), updated_at = now()
+        UPDATE jobs SET state = '{CANCEL.target}', waiting_for = 0, finished_at = now(),
+                        updated_at = now()
         WHERE id = :id AND (CAST(:client_id AS uuid) IS NULL OR client_id = :client_id)
           AND {_guard(CANCEL)}
-        RETURNING id, attempts
+        RETURNING id, attempts, state AS ends_as, workflow_id
     ), event AS (
         INSERT INTO job_events (job_id, event, attempt, detail)
         SELECT id, 'cancelled', attempts, :detail FROM cancelled
-    )
+    ){_dependents_of("cancelled")}
     SELECT id FROM cancelled
     """
 )
@@ -913,6 +1020,7 @@ CLAIM_JOBS: TextClause = text(
           -- a consumer claims only a job it can run (NULL: any type)
           AND (a.asked_type IS NULL OR j.type = a.asked_type)
           AND (a.limit_checked OR NOT EXISTS (SELECT 1 FROM type_limits l WHERE l.type = j.type))
+          AND {_not_in_cancelled_workflow("j")}
           AND (({_guard(CLAIM)} AND available_at <= now()) OR {_guard(RECLAIM)})
         RETURNING {_JOB_COLUMNS}, b.previous_state, a.asked_detail
     ), new_events AS (
@@ -1014,7 +1122,8 @@ FINISH_JOBS: TextClause = text(
           AND {_shared_guard(_WORKER_EXITS, "a.asked_token")}
           AND a.ends_as IN ({_targets_of(_WORKER_EXITS)})  -- only the moves declared
         RETURNING j.id, j.attempts, j.available_at, a.asked_token, a.target, a.ends_as,
-                  a.result, a.error_code, a.failure, j.priority, j.client_id, j.type
+                  a.result, a.error_code, a.failure, j.priority, j.client_id, j.type,
+                  j.workflow_id
     ), stored AS (
         INSERT INTO job_results (job_id, result, attempt)
         SELECT id, CAST(result AS jsonb), attempts FROM moved
@@ -1041,7 +1150,7 @@ FINISH_JOBS: TextClause = text(
                END,
                CAST(failure AS jsonb)
         FROM moved
-    )
+    ){_dependents_of("moved")}
     SELECT id, asked_token, target, ends_as FROM moved
     """
 )
@@ -1072,7 +1181,7 @@ DEFER_UNKNOWN_TYPE: TextClause = text(
             updated_at = now()
         FROM met m WHERE j.id = m.id
         RETURNING j.id, j.attempts, j.available_at, j.type_unknown_since, m.patience_over,
-                  j.priority, j.client_id, j.type
+                  j.priority, j.client_id, j.type, j.state AS ends_as, j.workflow_id
     ), new_outbox AS (
         INSERT INTO outbox (job_id, available_at, priority, client_id, type)
         SELECT id, available_at, priority, client_id, type FROM moved WHERE NOT patience_over
@@ -1084,7 +1193,7 @@ DEFER_UNKNOWN_TYPE: TextClause = text(
                          || to_char(available_at AT TIME ZONE 'UTC',
                                     'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') END
         FROM moved
-    )
+    ){_dependents_of("moved")}
     SELECT id, attempts, available_at, type_unknown_since, patience_over FROM moved
     """
 )
@@ -1136,6 +1245,7 @@ CLAIM_CANDIDATE: TextClause = text(
            coalesce((SELECT paused FROM queue), false) AS queue_paused,
            j.attempts < j.max_attempts
                AND (({_guard(CLAIM)} AND available_at <= now()) OR {_guard(RECLAIM)})
+               AND {_not_in_cancelled_workflow("j")}
                AS claimable,
            l.type IS NOT NULL AS has_runtime_limit, l.concurrency, l.rate_count,
            l.rate_period_seconds, l.per_key
@@ -1244,6 +1354,8 @@ REPLAY_JOB: TextClause = text(
                 AND o.unique_key = jobs.unique_key AND o.id <> jobs.id
                 AND o.{_state_in(frozenset(JobState) - TERMINAL_STATES)}
           )
+          -- Nothing of a cancelled workflow starts again.
+          AND NOT {_CANCELLED_WORKFLOW.format("jobs.workflow_id")}
         RETURNING id, attempts, available_at, priority, client_id, type
     ), new_outbox AS (
         INSERT INTO outbox (job_id, available_at, priority, client_id, type)
@@ -1251,6 +1363,28 @@ REPLAY_JOB: TextClause = text(
     ), event AS (
         INSERT INTO job_events (job_id, event, attempt, detail)
         SELECT id, 'replayed', attempts, :detail FROM r
+    ), below AS (
+        -- Its dependents that its failure cancelled, directly or not, wait for it again
+        -- (RESTORE): each for its parents that have not succeeded, the replayed job among them.
+        WITH RECURSIVE below(id) AS (
+            SELECT d.job_id FROM job_dependencies d JOIN r ON d.parent_id = r.id
+            UNION
+            SELECT d.job_id FROM job_dependencies d JOIN below b ON d.parent_id = b.id
+        )
+        SELECT id FROM below
+    ), restored AS (
+        UPDATE jobs c
+        SET state = '{RESTORE.target}', finished_at = NULL, last_error_code = NULL,
+            last_error = NULL, updated_at = now(),
+            waiting_for = (SELECT count(*) FROM job_dependencies d JOIN jobs p ON p.id = d.parent_id
+                           WHERE d.job_id = c.id AND p.state <> '{JobState.SUCCEEDED}')
+        FROM below b
+        WHERE c.id = b.id AND c.{_guard(RESTORE)}
+          AND c.last_error_code = '{DEPENDENCY_FAILED_CODE}'
+        RETURNING c.id, c.attempts
+    ), restored_event AS (
+        INSERT INTO job_events (job_id, event, attempt, detail)
+        SELECT id, 'restored', attempts, 'a job it depends on was replayed' FROM restored
     )
     SELECT id FROM r
     """
@@ -1372,21 +1506,182 @@ REDISPATCHED_RECENTLY: TextClause = text(
 )
 
 
+# --- workflows (docs/workflows.md) -----------------------------------------------------------
+
+# A workflow and all its jobs in one statement: the workflow row (nothing else when its key was
+# used: the caller reads that one, WORKFLOW_BY_KEY), its jobs (waiting while they have parents,
+# else queued with their outbox rows), their edges and their `received` events. The jobs' keys
+# are the workflow's (core/workflows.py::job_key); their request hash is the workflow's.
+ACCEPT_WORKFLOW: TextClause = text(
+    f"""
+    WITH w AS (
+        INSERT INTO workflows (id, client_id, idempotency_key, request_hash, on_failure)
+        VALUES (:id, :client_id, :idempotency_key, :request_hash, :on_failure)
+        ON CONFLICT (client_id, idempotency_key) DO NOTHING
+        RETURNING id, created_at
+    ), asked AS (
+        SELECT * FROM unnest(CAST(:job_ids AS uuid[]), CAST(:refs AS text[]),
+                             CAST(:job_keys AS text[]), CAST(:types AS text[]),
+                             CAST(:payloads AS jsonb[]), CAST(:max_attempts AS int[]),
+                             CAST(:priorities AS smallint[]), CAST(:concurrency_keys AS text[]),
+                             CAST(:waiting_for AS int[]))
+                      AS a(id, ref, job_key, type, payload, max_attempts, priority,
+                           concurrency_key, waiting_for)
+    ), j AS (
+        INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload,
+                          max_attempts, traceparent, priority, concurrency_key, workflow_id,
+                          workflow_ref, waiting_for, state)
+        SELECT a.id, :client_id, a.job_key, :request_hash, a.type, a.payload, a.max_attempts,
+               CAST(:traceparent AS text), a.priority, a.concurrency_key, w.id, a.ref,
+               a.waiting_for,
+               CASE WHEN a.waiting_for > 0 THEN '{JobState.WAITING}'
+                    ELSE '{JobState.QUEUED}' END
+        FROM asked a CROSS JOIN w
+        RETURNING id, state, available_at, priority, client_id, type
+    ), edges AS (
+        INSERT INTO job_dependencies (job_id, parent_id)
+        SELECT e.job_id, e.parent_id
+        FROM unnest(CAST(:child_ids AS uuid[]), CAST(:parent_ids AS uuid[]))
+             AS e(job_id, parent_id)
+        WHERE EXISTS (SELECT 1 FROM w)
+    ), new_outbox AS (
+        INSERT INTO outbox (job_id, available_at, priority, client_id, type)
+        SELECT id, available_at, priority, client_id, type FROM j
+        WHERE state = '{JobState.QUEUED}'
+    ), new_event AS (
+        INSERT INTO job_events (job_id, event, attempt) SELECT id, 'received', 0 FROM j
+    )
+    SELECT id, created_at FROM w
+    """
+)
+
+# The first statement of a transaction whose reads must see one snapshot.
+ONE_SNAPSHOT: TextClause = text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+
+_WORKFLOW_COLUMNS = "w.id, w.client_id, w.request_hash, w.on_failure, w.created_at, w.cancelled_at"
+
+WORKFLOW_BY_KEY: TextClause = text(
+    f"""
+    SELECT {_WORKFLOW_COLUMNS} FROM workflows w
+    WHERE w.client_id = :client_id AND w.idempotency_key = :idempotency_key
+    """
+)
+
+# :client_id NULL: any client's (operators and the CLI).
+WORKFLOW_BY_ID: TextClause = text(
+    f"""
+    SELECT {_WORKFLOW_COLUMNS} FROM workflows w
+    WHERE w.id = :id AND (CAST(:client_id AS uuid) IS NULL OR w.client_id = :client_id)
+    """
+)
+
+# A workflow's jobs in the order they were submitted (their ids are time-ordered), each with the
+# refs of its parents.
+WORKFLOW_JOBS: TextClause = text(
+    """
+    SELECT j.id, j.workflow_ref AS ref, j.type, j.state, j.last_error_code, j.progress,
+           coalesce(ARRAY(SELECT p.workflow_ref FROM job_dependencies d
+                          JOIN jobs p ON p.id = d.parent_id
+                          WHERE d.job_id = j.id ORDER BY p.id), '{}') AS after
+    FROM jobs j WHERE j.workflow_id = :id
+    ORDER BY j.id
+    """
+)
+
+# The cancel of a workflow, first step: from now on nothing of it is claimed, replayed or
+# queued (``_not_in_cancelled_workflow``, ``_dependents_of``). The first cancel's time is kept.
+MARK_WORKFLOW_CANCELLED: TextClause = text(
+    """
+    UPDATE workflows SET cancelled_at = coalesce(cancelled_at, now())
+    WHERE id = :id AND (CAST(:client_id AS uuid) IS NULL OR client_id = :client_id)
+    RETURNING id
+    """
+)
+
+_LIVE_NOT_ASKED = f"""{_state_in(frozenset(JobState) - TERMINAL_STATES)}
+          AND NOT (state = '{JobState.RUNNING}' AND cancel_requested_at IS NOT NULL)"""
+
+# Then its jobs: those that have not started cancelled (CANCEL), the running ones asked to stop
+# (as REQUEST_CANCEL). Rows another statement holds (a finish, a claim) are skipped rather than
+# waited for, so this never waits in a cycle with a finish that holds a parent and wants its
+# children; ``skipped`` says how many, and the caller runs it again until none is left.
+CANCEL_WORKFLOW_JOBS: TextClause = text(
+    f"""
+    WITH targets AS (
+        SELECT id FROM jobs
+        WHERE workflow_id = :id AND {_LIVE_NOT_ASKED}
+        ORDER BY id FOR UPDATE SKIP LOCKED
+    ), cancelled AS (
+        UPDATE jobs j SET state = '{CANCEL.target}', waiting_for = 0, finished_at = now(),
+                          updated_at = now()
+        FROM targets t WHERE j.id = t.id AND j.{_guard(CANCEL)}
+        RETURNING j.id, j.attempts
+    ), requested AS (
+        UPDATE jobs j SET cancel_requested_at = now(), updated_at = now()
+        FROM targets t
+        WHERE j.id = t.id AND j.state = '{JobState.RUNNING}' AND j.cancel_requested_at IS NULL
+        RETURNING j.id, j.attempts
+    ), event AS (
+        INSERT INTO job_events (job_id, event, attempt, detail)
+        SELECT id, 'cancelled', attempts, :detail FROM cancelled
+        UNION ALL
+        SELECT id, 'cancel_requested', attempts, :detail FROM requested
+    )
+    SELECT (SELECT count(*) FROM cancelled) AS cancelled,
+           (SELECT count(*) FROM requested) AS requested,
+           (SELECT count(*) FROM jobs
+            WHERE workflow_id = :id AND {_LIVE_NOT_ASKED}
+              AND id NOT IN (SELECT id FROM targets)) AS skipped
+    """
+)
+
+# A claimed job's parents' results, by ref: ``context.parent_results``.
+PARENT_RESULTS: TextClause = text(
+    """
+    SELECT p.workflow_ref AS ref, r.result
+    FROM job_dependencies d JOIN jobs p ON p.id = d.parent_id
+    LEFT JOIN job_results r ON r.job_id = p.id
+    WHERE d.job_id = :job_id
+    """
+)
+
+# What handlers last reported of their progress, for a group of running jobs (at most a few
+# times a second each: consumer/progress.py), fenced by each row's lease token. Not a
+# transition: the state is untouched.
+REPORT_PROGRESS: TextClause = text(
+    f"""
+    UPDATE jobs j SET progress = a.progress
+    FROM unnest(CAST(:ids AS uuid[]), CAST(:lease_tokens AS uuid[]),
+                CAST(:progress AS jsonb[])) AS a(id, lease_token, progress)
+    WHERE j.id = a.id AND j.lease_token = a.lease_token AND j.state = '{JobState.RUNNING}'
+    RETURNING j.id
+    """
+)
+
+
 # --- which statement makes which move (tests/unit/test_transitions.py checks each is guarded by
 # its transitions, tests/integration/test_transition_guards.py what the guards let through)
 
+# The moves a workflow's dependents make in a statement that ends one of their parents
+# (``_dependents_of``): every statement that can end a job of a workflow makes them too.
+_DEPENDENT_MOVES = (PARENTS_SUCCEEDED, DEPENDENCY_FAILED)
+
 STATE_WRITES: dict[str, tuple[Transition, ...]] = {
-    "CANCEL_JOB": (CANCEL,),
+    "CANCEL_JOB": (CANCEL, *_DEPENDENT_MOVES),
     "RESCUE_EXPIRED_LEASES": (RESCUE,),
     "CLAIM_JOBS": (CLAIM, RECLAIM),
-    "QUARANTINE_EXHAUSTED": (EXHAUST,),
-    "FINISH_JOBS": _WORKER_EXITS,
-    "DEFER_UNKNOWN_TYPE": (DEFER, UNKNOWN_TYPE),
+    "QUARANTINE_EXHAUSTED": (EXHAUST, *_DEPENDENT_MOVES),
+    "FINISH_JOBS": (*_WORKER_EXITS, *_DEPENDENT_MOVES),
+    "DEFER_UNKNOWN_TYPE": (DEFER, UNKNOWN_TYPE, *_DEPENDENT_MOVES),
     "RELEASE_LEASE": (RELEASE,),
     "HOLD_JOB": (HOLD, HOLD_ABANDONED),
-    "REPLAY_JOB": (REPLAY,),
-    "QUARANTINE_DELIVERY_LIMITED": (DELIVERY_LIMIT,),
+    "REPLAY_JOB": (REPLAY, RESTORE),
+    "QUARANTINE_DELIVERY_LIMITED": (DELIVERY_LIMIT, *_DEPENDENT_MOVES),
+    "CANCEL_WORKFLOW_JOBS": (CANCEL,),
 }
+# The transitions more than one statement makes: the dependents' moves, in every statement that
+# can end a parent, and a cancel, of one job or of a workflow's.
+SHARED_TRANSITIONS = frozenset({*_DEPENDENT_MOVES, CANCEL})
 
 
 # --- broker blocks (docs/overload.md) ---------------------------------------------------------

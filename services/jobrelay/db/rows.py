@@ -51,6 +51,9 @@ def job_from_row(row: Any) -> Job:
         priority=data.get("priority") or 0,
         concurrency_key=data.get("concurrency_key"),
         unique_key=data.get("unique_key"),
+        workflow_id=data.get("workflow_id"),
+        workflow_ref=data.get("workflow_ref"),
+        progress=data.get("progress"),
     )
 
 

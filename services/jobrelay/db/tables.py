@@ -31,6 +31,7 @@ from sqlalchemy.dialects.postgresql import JSONB, UUID
 
 from jobrelay.core.limits import FLOW_KEY_MAX, PRIORITY_MAX, PRIORITY_MIN
 from jobrelay.core.states import TERMINAL_STATES, JobEvent, JobState
+from jobrelay.core.workflows import OnFailure
 
 metadata = MetaData(
     naming_convention={
@@ -52,6 +53,7 @@ JOB_STATES = [state.value for state in JobState]
 JOB_EVENTS = [event.value for event in JobEvent]
 TERMINAL = [state.value for state in JobState if state in TERMINAL_STATES]
 LIVE = [state.value for state in JobState if state not in TERMINAL_STATES]
+ON_FAILURE = [policy.value for policy in OnFailure]
 
 
 def _job_reference(*, primary_key: bool = False) -> Column[Any]:
@@ -137,6 +139,13 @@ jobs = Table(
     Column("priority", SmallInteger, nullable=False, server_default=text("0")),
     Column("concurrency_key", Text),
     Column("unique_key", Text),
+    # Workflows (migration 0009; docs/workflows.md): the workflow and the job's ref in it; how
+    # many of its parents have not succeeded yet (waiting while above 0); what its handler last
+    # reported of its progress ({"fraction", "message", "at"}).
+    Column("workflow_id", UUID(as_uuid=True), ForeignKey("workflows.id")),
+    Column("workflow_ref", Text),
+    Column("waiting_for", Integer, nullable=False, server_default=text("0")),
+    Column("progress", JSONB),
     UniqueConstraint("client_id", "idempotency_key"),
     CheckConstraint(_in_list("state", JOB_STATES), name="state_known"),
     CheckConstraint(
@@ -197,6 +206,46 @@ jobs = Table(
         "concurrency_key",
         postgresql_where=text("state = 'running'"),
     ),
+    CheckConstraint("(state = 'waiting') = (waiting_for > 0)", name="waiting_iff_parents_pending"),
+    CheckConstraint("(workflow_id IS NULL) = (workflow_ref IS NULL)", name="workflow_ref_whole"),
+    # The jobs of a workflow (its view, its cancel).
+    Index("ix_jobs_workflow_id", "workflow_id", postgresql_where=text("workflow_id IS NOT NULL")),
+)
+
+# A workflow (migration 0009): its jobs are the rows of ``jobs`` that name it; idempotent by
+# (client, key) as a job is.
+workflows = Table(
+    "workflows",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("client_id", UUID(as_uuid=True), ForeignKey("clients.id"), nullable=False),
+    Column("idempotency_key", Text, nullable=False),
+    Column("request_hash", Text, nullable=False),
+    Column("on_failure", Text, nullable=False),
+    _set_at_insert("created_at"),
+    _moment("cancelled_at"),
+    UniqueConstraint("client_id", "idempotency_key"),
+    CheckConstraint(_in_list("on_failure", ON_FAILURE), name="on_failure_known"),
+    CheckConstraint(
+        "char_length(idempotency_key) BETWEEN 1 AND 200", name="idempotency_key_length"
+    ),
+)
+
+# The edges of workflows: ``job_id`` waits for ``parent_id``; read both ways.
+job_dependencies = Table(
+    "job_dependencies",
+    metadata,
+    Column(
+        "job_id", UUID(as_uuid=True), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    ),
+    Column(
+        "parent_id",
+        UUID(as_uuid=True),
+        ForeignKey("jobs.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    CheckConstraint("job_id <> parent_id", name="not_itself"),
+    Index("ix_job_dependencies_parent_id", "parent_id"),
 )
 
 

@@ -33,3 +33,7 @@ def in_list(column: str, values: Sequence[str]) -> str:
 
 EVENTS_0005 = (*EVENTS_0002, "cancel_requested")
 EVENTS_0007 = (*EVENTS_0005, "held")
+STATES_0009 = (*STATES_0001, "waiting")
+LIVE_STATES_0009 = (*LIVE_STATES_0003, "waiting")
+EVENTS_0009 = (*EVENTS_0007, "parents_succeeded", "restored")
+ON_FAILURE_0009 = ("cancel_dependents", "continue")

@@ -15,6 +15,12 @@ first use::
 
     from jobrelay import UnknownClient, enqueue, enqueue_async
 
+and workflows, graphs of jobs that wait for one another (docs/workflows.md), built with
+``Workflow`` and submitted with ``Client.submit_workflow`` or, in the caller's transaction,
+``enqueue_workflow`` / ``enqueue_workflow_async``::
+
+    from jobrelay import Workflow, enqueue_workflow
+
 with ``jobrelay.libpq_url``, which turns ``JOBRELAY_DATABASE_URL`` (in any form it accepts,
 ``postgresql+psycopg://`` too) into the URL ``psycopg.connect`` takes.
 """
@@ -25,13 +31,30 @@ from typing import TYPE_CHECKING, Any
 
 from jobrelay.core.errors import PermanentError, TransientError
 from jobrelay.core.registry import JobContext, Registry
+from jobrelay.core.workflows import Workflow
 
 if TYPE_CHECKING:
     from jobrelay.client import ApiError, AsyncClient, Client, IdempotencyConflict, Job
-    from jobrelay.transactional import UnknownClient, enqueue, enqueue_async, libpq_url
+    from jobrelay.transactional import (
+        UnknownClient,
+        enqueue,
+        enqueue_async,
+        enqueue_workflow,
+        enqueue_workflow_async,
+        libpq_url,
+    )
 
 _CLIENT_NAMES = frozenset({"ApiError", "AsyncClient", "Client", "IdempotencyConflict", "Job"})
-_ENQUEUE_NAMES = frozenset({"UnknownClient", "enqueue", "enqueue_async", "libpq_url"})
+_ENQUEUE_NAMES = frozenset(
+    {
+        "UnknownClient",
+        "enqueue",
+        "enqueue_async",
+        "enqueue_workflow",
+        "enqueue_workflow_async",
+        "libpq_url",
+    }
+)
 
 __all__ = [
     "ApiError",
@@ -44,8 +67,11 @@ __all__ = [
     "Registry",
     "TransientError",
     "UnknownClient",
+    "Workflow",
     "enqueue",
     "enqueue_async",
+    "enqueue_workflow",
+    "enqueue_workflow_async",
     "libpq_url",
 ]
 

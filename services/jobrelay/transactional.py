@@ -64,10 +64,21 @@ from jobrelay.core.limits import (
 from jobrelay.core.registry import Registry
 from jobrelay.core.settings import libpq_url
 from jobrelay.core.tracecontext import valid_traceparent
+from jobrelay.core.workflows import OnFailure, Workflow, WorkflowStep, workflow_step
 from jobrelay.db import queries as q
-from jobrelay.db.accept import Step, Submission, accept_steps, drive, drive_async
+from jobrelay.db.accept import Step, Steps, Submission, accept_steps, drive, drive_async
+from jobrelay.db.workflow_store import WorkflowSubmission, accept_workflow_steps
 
-__all__ = ["DEFAULT_MAX_ATTEMPTS", "UnknownClient", "enqueue", "enqueue_async", "libpq_url"]
+__all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "UnknownClient",
+    "Workflow",
+    "enqueue",
+    "enqueue_async",
+    "enqueue_workflow",
+    "enqueue_workflow_async",
+    "libpq_url",
+]
 
 SyncConnectionLike = psycopg.Connection[Any] | SAConnection | Session | scoped_session[Any]
 AsyncConnectionLike = (
@@ -192,6 +203,50 @@ async def enqueue_async(
     return await drive_async(_accept(client, submission), execute)
 
 
+def enqueue_workflow(
+    connection: SyncConnectionLike,
+    workflow: Workflow,
+    *,
+    client: str | uuid.UUID,
+    key: str,
+    on_failure: OnFailure | str = OnFailure.CANCEL_DEPENDENTS,
+    registry: Registry | None = None,
+    traceparent: str | None = None,
+) -> uuid.UUID:
+    """Write every job of ``workflow`` (a ``jobrelay.Workflow``) for ``client`` under ``key``
+    in the transaction open on ``connection``, as ``POST /v1/workflows`` writes them, and
+    return the workflow's id: the new one, or the one the key already made for the same jobs
+    and ``on_failure``. Nothing is committed here; the connections, ``client``, ``key``,
+    ``registry`` and ``traceparent`` are as for ``enqueue``, each job is checked as ``enqueue``
+    checks one (its type, payload, ``max_attempts``; ``priority`` and ``max_attempts`` taken
+    from the registry when not given, else 0 and ``DEFAULT_MAX_ATTEMPTS``).
+
+    Raises ``jobrelay.IdempotencyConflict`` when the key was used for another workflow
+    (``problem["workflow_id"]``: the one that holds it), writing nothing; ``InvalidWorkflow``
+    (``code`` ``invalid_workflow``) for a graph the API would refuse (a cycle, 1,000 jobs
+    passed, an ``after`` naming no job of it); ``ValueError`` for an unknown ``on_failure``.
+    """
+    execute = _sync_executor(connection)
+    submission = _workflow_submission(workflow, key, on_failure, registry, traceparent)
+    return drive(_accept_workflow(client, submission), execute)
+
+
+async def enqueue_workflow_async(
+    connection: AsyncConnectionLike,
+    workflow: Workflow,
+    *,
+    client: str | uuid.UUID,
+    key: str,
+    on_failure: OnFailure | str = OnFailure.CANCEL_DEPENDENTS,
+    registry: Registry | None = None,
+    traceparent: str | None = None,
+) -> uuid.UUID:
+    """``enqueue_workflow`` on an async connection, as ``enqueue_async`` is ``enqueue``'s."""
+    execute = _async_executor(connection)
+    submission = _workflow_submission(workflow, key, on_failure, registry, traceparent)
+    return await drive_async(_accept_workflow(client, submission), execute)
+
+
 # --- deciding: the checks and the statements, free of any connection -----------------------
 
 
@@ -208,10 +263,42 @@ def _submission(
 ) -> Submission:
     """The checked request, or the error that says what is wrong with it."""
     flow = flow or Flow()
+    _check_key(key)
+    payload_json = _checked_job(job_type, payload, max_attempts)
+    defaults = Flow()
+    if registry is not None:
+        model = registry.validate_payload(job_type, payload)
+        defaults = registry.flow_defaults(job_type, model, flow)
+    if max_attempts is None:
+        max_attempts = (
+            registry.max_attempts_for(job_type, DEFAULT_MAX_ATTEMPTS)
+            if registry is not None
+            else DEFAULT_MAX_ATTEMPTS
+        )
+    # Checks the schedule: an offset on run_at, a delay within a year, not both.
+    request = JobRequest(
+        key,
+        job_type,
+        payload,
+        max_attempts,
+        run_at=run_at,
+        delay_seconds=delay_seconds,
+        flow=flow,
+        defaults=defaults,
+    )
+    return Submission(request, payload_json, _trace_context(traceparent))
+
+
+def _check_key(key: object) -> None:
     if not isinstance(key, str) or not is_valid_idempotency_key(key):
         raise ValueError(
             f"key must be 1 to {IDEMPOTENCY_KEY_MAX} visible ASCII characters (0x21-0x7E)"
         )
+
+
+def _checked_job(job_type: object, payload: object, max_attempts: object) -> str:
+    """The payload as stored JSON, once the type's shape, the payload and ``max_attempts``
+    (None: not given) are what a job can have; else the error that says which is not."""
     if (
         not isinstance(job_type, str)
         or not 1 <= len(job_type) <= TYPE_NAME_MAX
@@ -227,34 +314,51 @@ def _submission(
     problem = unstorable_json(payload)  # JSON, but not for jsonb: NaN, infinity, NUL
     if problem is not None:
         raise ValueError(f"payload cannot be stored: {problem}")
-    defaults = Flow()
-    if registry is not None:
-        model = registry.validate_payload(job_type, payload)
-        defaults = registry.flow_defaults(job_type, model, flow)
-    if max_attempts is None:
-        max_attempts = (
-            registry.max_attempts_for(job_type, DEFAULT_MAX_ATTEMPTS)
-            if registry is not None
-            else DEFAULT_MAX_ATTEMPTS
-        )
-    elif (
+    if max_attempts is not None and (
         not isinstance(max_attempts, int)
         or isinstance(max_attempts, bool)
         or not 1 <= max_attempts <= MAX_ATTEMPTS_MAX
     ):
         raise ValueError(f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_MAX}")
-    # Checks the schedule: an offset on run_at, a delay within a year, not both.
+    return payload_json
+
+
+def _workflow_submission(
+    workflow: Workflow,
+    key: str,
+    on_failure: OnFailure | str,
+    registry: Registry | None,
+    traceparent: str | None,
+) -> WorkflowSubmission:
+    """The checked workflow (every job as ``enqueue`` checks one, then the graph), or the
+    error that says what is wrong with it."""
+    _check_key(key)
+    policy = OnFailure(on_failure)  # ValueError: no such policy
+    steps = tuple(_workflow_step(job, registry) for job in workflow.jobs)
+    return WorkflowSubmission(key, policy, steps, _trace_context(traceparent))
+
+
+def _workflow_step(job: dict[str, Any], registry: Registry | None) -> WorkflowStep:
+    ref, job_type, payload = job["ref"], job["type"], job["payload"]
+    after, priority = tuple(job.get("after", ())), job.get("priority")
+    max_attempts: int | None = job.get("max_attempts")
+    _checked_job(job_type, payload, max_attempts)
+    if registry is not None:
+        return workflow_step(
+            registry,
+            ref=ref,
+            type=job_type,
+            payload=payload,
+            after=after,
+            priority=priority,
+            max_attempts=max_attempts,
+            default_max_attempts=DEFAULT_MAX_ATTEMPTS,
+        )
+    # No registry: only the shapes are checked (as enqueue does), the type gives no defaults.
     request = JobRequest(
-        key,
-        job_type,
-        payload,
-        max_attempts,
-        run_at=run_at,
-        delay_seconds=delay_seconds,
-        flow=flow,
-        defaults=defaults,
+        ref, job_type, payload, max_attempts or DEFAULT_MAX_ATTEMPTS, flow=Flow(priority=priority)
     )
-    return Submission(request, payload_json, _trace_context(traceparent))
+    return WorkflowStep(ref, request, after, max_attempts)
 
 
 def _trace_context(traceparent: str | None) -> str | None:
@@ -275,8 +379,20 @@ def _accept(client: str | uuid.UUID, submission: Submission) -> Generator[Step, 
     client_id = yield from _client_id(client)
     accepted = yield from accept_steps(client_id, submission)
     if accepted.conflict:
-        raise _conflict(accepted.job.id)
+        raise _conflict("the key was used for another type, payload or schedule", accepted.job.id)
     return accepted.job
+
+
+def _accept_workflow(client: str | uuid.UUID, submission: WorkflowSubmission) -> Steps[uuid.UUID]:
+    """The client, then the accept of ``WorkflowStore.accept`` (``db/workflow_store.py``); a
+    key used for another workflow raises, having written nothing."""
+    client_id = yield from _client_id(client)
+    accepted = yield from accept_workflow_steps(client_id, submission)
+    if accepted.conflict:
+        raise _conflict(
+            "the key was used for another workflow", accepted.workflow_id, held_by="workflow_id"
+        )
+    return accepted.workflow_id
 
 
 def _client_id(client: str | uuid.UUID) -> Generator[Step, list[Any], uuid.UUID]:
@@ -306,18 +422,18 @@ def _as_uuid(text: str) -> uuid.UUID | None:
         return None
 
 
-def _conflict(job_id: uuid.UUID) -> Exception:
-    """The HTTP client's ``IdempotencyConflict``, with the problem the API would answer.
-    Imported here, on this rare path only: the client's package loads httpx."""
+def _conflict(detail: str, holder: uuid.UUID, *, held_by: str = "job_id") -> Exception:
+    """The HTTP client's ``IdempotencyConflict``, with the problem the API would answer
+    (``held_by``: the field naming what holds the key). Imported here, on this rare path
+    only: the client's package loads httpx."""
     from jobrelay.client.errors import IdempotencyConflict
 
-    detail = "the key was used for another type, payload or schedule"
     problem = {
         "title": "This Idempotency-Key was already used for a different request",
         "status": 409,
         "code": IdempotencyConflict.code,
         "detail": detail,
-        "job_id": str(job_id),
+        held_by: str(holder),
     }
     return IdempotencyConflict(409, IdempotencyConflict.code, detail, problem=problem)
 

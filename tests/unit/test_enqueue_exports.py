@@ -30,9 +30,33 @@ def test_enqueue_is_the_function_even_after_its_module_was_imported() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
+ENQUEUE_NAMES = {
+    "enqueue",
+    "enqueue_async",
+    "enqueue_workflow",
+    "enqueue_workflow_async",
+    "UnknownClient",
+    "Workflow",
+}
+
+
 def test_the_enqueue_names_are_exported_from_the_top() -> None:
-    assert {"enqueue", "enqueue_async", "UnknownClient"} <= set(dir(jobrelay))
-    assert {"enqueue", "enqueue_async", "UnknownClient"} <= set(jobrelay.__all__)
+    assert set(dir(jobrelay)) >= ENQUEUE_NAMES
+    assert set(jobrelay.__all__) >= ENQUEUE_NAMES
     assert jobrelay.enqueue is transactional.enqueue
     assert jobrelay.enqueue_async is transactional.enqueue_async
+    assert jobrelay.enqueue_workflow is transactional.enqueue_workflow
+    assert jobrelay.enqueue_workflow_async is transactional.enqueue_workflow_async
+    assert jobrelay.Workflow is transactional.Workflow
     assert issubclass(jobrelay.UnknownClient, ValueError)
+
+
+def test_the_workflow_builder_is_importable_without_the_enqueue_or_the_client() -> None:
+    code = (
+        "import sys\n"
+        "from jobrelay import Workflow\n"
+        "Workflow().add('demo.sleep', {})\n"
+        "assert 'jobrelay.transactional' not in sys.modules\n"
+        "assert 'httpx' not in sys.modules and 'psycopg' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -5,7 +5,7 @@ mistake a user can make.
 
 This module only assembles the parser; each command group lives in a module of its own
 (``services``, ``clients``, ``submit``, ``jobs``, ``quarantine``, ``healthcheck``, ``stats``,
-``schedules``, ``queues``, ``limits``)
+``schedules``, ``queues``, ``limits``, ``workflows``)
 that imports ``common`` and jobrelay's packages, never another command module.
 """
 
@@ -25,6 +25,7 @@ from jobrelay.cli import (
     services,
     stats,
     submit,
+    workflows,
 )
 from jobrelay.cli.common import ArgumentParser, exit_status
 from jobrelay.logs import quiet_broker_libraries
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     clients.register(commands)
     submit.register(commands)
     jobs.register(commands)  # list, show, trace, redispatch
+    workflows.register(commands)  # show
     quarantine.register(commands)
     healthcheck.register(commands)
     stats.register(commands)

@@ -23,6 +23,10 @@
   not act on it (a refused connection, 429, 503), since a repeated cancel answers 409.
 - ``wait(id, timeout)``: the job once finished, woken by the API (``?wait=``), or
   ``TimeoutError``.
+- ``submit_workflow(workflow, *, key=None, on_failure="cancel_dependents") -> WorkflowView``:
+  the jobs of a ``jobrelay.Workflow`` as one graph (``POST /v1/workflows``), retried with the
+  same key like a submission; ``get_workflow(id)``, ``cancel_workflow(id)``. The view has
+  ``.id``, ``.state``, ``.on_failure``, ``.jobs`` (ref -> ``WorkflowJob``) and ``.counts``.
 - An error answer raises ``ApiError`` (``status``, ``code``, ``detail``, ``retry_after``);
   409 ``idempotency_conflict`` raises its subclass ``IdempotencyConflict``. The API still
   unreachable after the retries: the last ``httpx.TransportError``. No error holds the token.
@@ -30,7 +34,17 @@
 
 from jobrelay.client.aio import AsyncClient
 from jobrelay.client.errors import ApiError, IdempotencyConflict
-from jobrelay.client.models import Job, JobLinks
+from jobrelay.client.models import Job, JobLinks, Progress, WorkflowJob, WorkflowView
 from jobrelay.client.sync import Client
 
-__all__ = ["ApiError", "AsyncClient", "Client", "IdempotencyConflict", "Job", "JobLinks"]
+__all__ = [
+    "ApiError",
+    "AsyncClient",
+    "Client",
+    "IdempotencyConflict",
+    "Job",
+    "JobLinks",
+    "Progress",
+    "WorkflowJob",
+    "WorkflowView",
+]

@@ -17,8 +17,9 @@ from pydantic import BaseModel, ValidationError
 
 from jobrelay.client._retry import Failure, RetryPolicy, parse_retry_after, status_failure
 from jobrelay.client.errors import ApiError
-from jobrelay.client.models import BatchAnswer, Job, JobPage
+from jobrelay.client.models import BatchAnswer, Job, JobPage, WorkflowView
 from jobrelay.core.jobs import Flow, is_valid_idempotency_key
+from jobrelay.core.workflows import OnFailure, Workflow
 
 T = TypeVar("T")
 Http = TypeVar("Http", bound=httpx.Client | httpx.AsyncClient)
@@ -26,6 +27,7 @@ Transport = TypeVar("Transport", bound=httpx.BaseTransport | httpx.AsyncBaseTran
 Answer = TypeVar("Answer", bound=BaseModel)
 
 JobId = uuid.UUID | str
+WorkflowId = uuid.UUID | str
 MAX_BATCH = 1000
 MAX_WAIT_SECONDS = 60.0
 Outcome = httpx.Response | httpx.TransportError
@@ -226,10 +228,41 @@ def page(
     return Call("GET", "/v1/jobs", _reader(JobPage), params=params)
 
 
+def submit_workflow(
+    workflow: Workflow, *, key: str | None, on_failure: OnFailure | str
+) -> Call[WorkflowView]:
+    """``POST /v1/workflows``: every try carries the same key, so the API makes one workflow
+    of them all. The graph is checked by the API (``422 invalid_workflow``), not here."""
+    body = workflow.body(on_failure)  # ValueError: not a policy
+    return Call(
+        "POST",
+        "/v1/workflows",
+        _reader(WorkflowView),
+        json=body,
+        headers={"Idempotency-Key": _key(key)},
+    )
+
+
+def get_workflow(id: WorkflowId) -> Call[WorkflowView]:
+    return Call("GET", _workflow_path(id), _reader(WorkflowView))
+
+
+def cancel_workflow(id: WorkflowId) -> Call[WorkflowView]:
+    # Repeatable, unlike a job's cancel: cancelling a cancelled workflow answers its view again.
+    return Call("POST", f"{_workflow_path(id)}/cancel", _reader(WorkflowView))
+
+
 def _job_path(id: JobId) -> str:
+    return f"/v1/jobs/{_uuid(id)}"
+
+
+def _workflow_path(id: WorkflowId) -> str:
+    return f"/v1/workflows/{_uuid(id)}"
+
+
+def _uuid(id: uuid.UUID | str) -> uuid.UUID:
     # Parsed here, so that no other text can reach the URL's path.
-    job_id = id if isinstance(id, uuid.UUID) else uuid.UUID(id)
-    return f"/v1/jobs/{job_id}"
+    return id if isinstance(id, uuid.UUID) else uuid.UUID(id)
 
 
 def _reader(model: type[Answer]) -> Callable[[httpx.Response], Answer]:

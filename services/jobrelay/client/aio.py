@@ -13,10 +13,11 @@ from typing import Any, TypeVar
 import httpx
 
 from jobrelay.client import _calls
-from jobrelay.client._calls import Attempts, Call, ClientBase, JobId, Outcome, Wait
+from jobrelay.client._calls import Attempts, Call, ClientBase, JobId, Outcome, Wait, WorkflowId
 from jobrelay.client.errors import ApiError
-from jobrelay.client.models import Job
+from jobrelay.client.models import Job, WorkflowView
 from jobrelay.core.jobs import Flow
+from jobrelay.core.workflows import OnFailure, Workflow
 
 T = TypeVar("T")
 
@@ -99,6 +100,21 @@ class AsyncClient(ClientBase[httpx.AsyncClient, httpx.AsyncBaseTransport]):
                 yield job
             if (cursor := page.next_cursor) is None:
                 return
+
+    async def submit_workflow(
+        self,
+        workflow: Workflow,
+        *,
+        key: str | None = None,
+        on_failure: OnFailure | str = OnFailure.CANCEL_DEPENDENTS,
+    ) -> WorkflowView:
+        return await self._run(_calls.submit_workflow(workflow, key=key, on_failure=on_failure))
+
+    async def get_workflow(self, id: WorkflowId) -> WorkflowView:
+        return await self._run(_calls.get_workflow(id))
+
+    async def cancel_workflow(self, id: WorkflowId) -> WorkflowView:
+        return await self._run(_calls.cancel_workflow(id))
 
     async def _run(self, call: Call[T]) -> T:
         attempts = Attempts(call, self._policy)

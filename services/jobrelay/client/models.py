@@ -1,4 +1,4 @@
-"""What the client returns: the API's job view as typed, frozen values."""
+"""What the client returns: the API's job and workflow views as typed, frozen values."""
 
 from __future__ import annotations
 
@@ -19,10 +19,19 @@ class JobLinks(_Answer):
     events: str
 
 
+class Progress(_Answer):
+    """What a running handler last reported (``context.progress``): 0 to 1, and when."""
+
+    fraction: float
+    message: str | None = None
+    at: datetime
+
+
 class Job(_Answer):
-    """One job as the API shows it (``GET /v1/jobs/{id}``). ``state`` is one of ``queued``,
-    ``running``, ``retrying``, ``succeeded``, ``quarantined``, ``cancelled``; ``result`` is
-    set once it succeeded."""
+    """One job as the API shows it (``GET /v1/jobs/{id}``). ``state`` is one of ``waiting``
+    (a workflow's job whose parents have not all succeeded), ``queued``, ``running``,
+    ``retrying``, ``succeeded``, ``quarantined``, ``cancelled``; ``result`` is set once it
+    succeeded."""
 
     id: uuid.UUID
     type: str
@@ -47,6 +56,8 @@ class Job(_Answer):
     deduplicated: bool = False
     """True when a live job of the same type and unique key answered the submission: this
     job is that one, and the submission made none (docs/flow-control.md)."""
+    workflow_id: uuid.UUID | None = None
+    progress: Progress | None = None
     links: JobLinks
 
     @property
@@ -73,3 +84,29 @@ class JobPage(_Answer):
 
     items: list[Job]
     next_cursor: str | None = None
+
+
+class WorkflowJob(_Answer):
+    """One job of a workflow as its view shows it; ``after`` names the refs it waits for."""
+
+    id: uuid.UUID
+    type: str
+    state: str
+    after: list[str] = []
+    last_error_code: str | None = None
+    progress: Progress | None = None
+
+
+class WorkflowView(_Answer):
+    """A workflow as the API shows it (``GET /v1/workflows/{id}``). ``state`` is ``running``,
+    ``succeeded`` (every job did), ``failed`` (a job is quarantined and nothing else can run)
+    or ``cancelled``; ``jobs`` maps each ref to its job, in the order they were submitted;
+    ``counts`` is how many jobs are in each state."""
+
+    id: uuid.UUID
+    state: str
+    on_failure: str
+    created_at: datetime
+    cancelled_at: datetime | None = None
+    jobs: dict[str, WorkflowJob]
+    counts: dict[str, int] = {}

@@ -11,10 +11,11 @@ from typing import Any, TypeVar
 import httpx
 
 from jobrelay.client import _calls
-from jobrelay.client._calls import Attempts, Call, ClientBase, JobId, Outcome, Wait
+from jobrelay.client._calls import Attempts, Call, ClientBase, JobId, Outcome, Wait, WorkflowId
 from jobrelay.client.errors import ApiError
-from jobrelay.client.models import Job
+from jobrelay.client.models import Job, WorkflowView
 from jobrelay.core.jobs import Flow
+from jobrelay.core.workflows import OnFailure, Workflow
 
 T = TypeVar("T")
 
@@ -123,6 +124,31 @@ class Client(ClientBase[httpx.Client, httpx.BaseTransport]):
             yield from page.items
             if (cursor := page.next_cursor) is None:
                 return
+
+    def submit_workflow(
+        self,
+        workflow: Workflow,
+        *,
+        key: str | None = None,
+        on_failure: OnFailure | str = OnFailure.CANCEL_DEPENDENTS,
+    ) -> WorkflowView:
+        """Submits the jobs of ``workflow`` as one graph (``POST /v1/workflows``) and returns
+        its view: new, or the one this ``key`` made before with the same jobs and policy.
+        Without a key a random one is used; every retry sends the same key, so a retried
+        submission makes one workflow. ``on_failure``: ``cancel_dependents`` (a quarantined
+        job cancels every job that depends on it) or ``continue`` (they stay waiting).
+        A graph the API refuses: ``ApiError`` 422 ``invalid_workflow``; the key used for
+        another workflow: ``IdempotencyConflict``."""
+        return self._run(_calls.submit_workflow(workflow, key=key, on_failure=on_failure))
+
+    def get_workflow(self, id: WorkflowId) -> WorkflowView:
+        """The workflow now (``GET /v1/workflows/{id}``); another client's or none: 404."""
+        return self._run(_calls.get_workflow(id))
+
+    def cancel_workflow(self, id: WorkflowId) -> WorkflowView:
+        """Cancels every job of the workflow that has not finished (a running one is asked to
+        stop, as ``cancel`` asks) and returns the view; asked again, the same answer."""
+        return self._run(_calls.cancel_workflow(id))
 
     def _run(self, call: Call[T]) -> T:
         attempts = Attempts(call, self._policy)

@@ -7,7 +7,7 @@ over the same store, operations and CLI code paths as ``/v1/admin`` and ``jobrel
 - ``charts.py``: the inline SVG's geometry (pure);
 - ``broker.py``: whether the broker answers, for the banner and the replay and purge buttons;
 - one module of routes per page: ``signin``, ``overview``, ``jobs``, ``quarantine``,
-  ``schedules``, ``clients``, ``queues``, ``limits``.
+  ``schedules``, ``clients``, ``queues``, ``limits``, ``workflows``.
 
 Every asset is served by the API itself (``static/``): no CDN, no external font, so the console
 works in a closed network. The routes are not part of the API's OpenAPI document.
@@ -27,6 +27,7 @@ from jobrelay.console import (
     queues,
     schedules,
     signin,
+    workflows,
 )
 from jobrelay.console.broker import BrokerCheck
 from jobrelay.console.keys import ConsoleKey
@@ -44,6 +45,7 @@ def install(app: FastAPI, settings: Settings) -> None:
     app.state.console_broker = BrokerCheck(probe.check)
     # Before the pages: the catch-all of signin.fallback would otherwise answer for them.
     app.mount(STATIC_PATH, ConsoleAssets(directory=STATIC_DIR), name="console-static")
-    for pages in (signin, overview, jobs, quarantine, schedules, queues, limits, clients):
-        app.include_router(pages.router)
+    pages = (signin, overview, jobs, workflows, quarantine, schedules, queues, limits, clients)
+    for page in pages:
+        app.include_router(page.router)
     app.include_router(signin.fallback)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import urllib.parse
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -166,6 +167,41 @@ async def find_job(request: Request, operator: OperatorDep, id: Text = "") -> Re
     )
 
 
+@dataclass(frozen=True)
+class Progress:
+    """What a job's handler last reported (``Job.progress``), as its bar shows it."""
+
+    fraction: float  # 0 to 1
+    percent: str
+    message: str | None
+    at: str
+
+
+def progress_of(reported: Mapping[str, Any] | None) -> Progress | None:
+    """The bar of a report, or None without one. The consumer checked the fraction when the
+    handler reported it; it is clamped anyway, so a row written by hand cannot skew a bar."""
+    if not reported:
+        return None
+    try:
+        fraction = min(max(float(reported.get("fraction") or 0), 0.0), 1.0)
+    except (TypeError, ValueError):
+        fraction = 0.0
+    message = reported.get("message")
+    return Progress(
+        fraction=fraction,
+        percent=f"{fraction * 100:.0f}%",
+        message=None if message is None else str(message),
+        at=_reported_at(reported.get("at")),
+    )
+
+
+def _reported_at(value: Any) -> str:
+    try:
+        return when(value) if isinstance(value, str) else "—"
+    except ValueError:  # not ISO time: shown as it is
+        return str(value)
+
+
 @router.get(JOBS_PATH + "/{job_id}")
 async def job_page(request: Request, operator: OperatorDep, job_id: str) -> Response:
     wanted = parse_job_id(job_id)
@@ -185,6 +221,7 @@ async def job_page(request: Request, operator: OperatorDep, job_id: str) -> Resp
         "failure": document["last_failure"],
         "timeline": timeline(trace.events),
         "outbox": trace.outbox,
+        "progress": progress_of(job.progress),
         "cancellable": job.state in CANCELLABLE and job.cancel_requested_at is None,
         "replayable": replayable,
         "broker_down": replayable and not await broker_check(request).reachable(),

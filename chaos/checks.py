@@ -14,6 +14,12 @@ quarantine the journal does not explain that way is a violation.
 Flow control (docs/flow-control.md): no more than the limit of ``chaos.limited`` attempts of one
 key may ever run at once, as the journal tells it (``attempts_from_journal``,
 ``limit_excesses``).
+
+Workflows (docs/workflows.md), from ``job_dependencies`` and the journal: no job was claimed
+before every job it depends on had succeeded (``child_started_before_parent_finished``), none
+was released (``parents_succeeded``) twice without a ``restored`` between (``released_twice``),
+and each ended as its kind says, or ``cancelled`` with ``dependency_failed`` under a job it
+depends on that was quarantined (or cancelled so). One still ``waiting`` is lost.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import psycopg
 
 from chaos.handlers import LIMITED
 from chaos.handlers import registry as chaos_registry
-from chaos.workload import Kind, Ledger
+from chaos.workload import Answers, KeyRecord, Kind, Ledger, WorkflowRecord
 from jobrelay.broker.connection import connect_broker
 from jobrelay.core.flow import limit_key
 from jobrelay.db.engine import libpq_url
@@ -45,6 +51,8 @@ WORK_QUEUE_PREFIX = "jobrelay.jobs."
 # The journal's entries that end an attempt (of the same attempt number as its `claimed`):
 # its outcome, or its lease found expired (a re-claim, a rescue, a hold or a release).
 ATTEMPT_ENDS = ("succeeded", "retry_scheduled", "quarantined", "cancelled", "lease_expired")
+DEPENDENCY_FAILED = "dependency_failed"  # the code of a job cancelled under a failed parent
+RELEASE_EVENTS = ("parents_succeeded", "restored")
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,8 @@ class JobRow:
     error_code: str | None
     concurrency_key: str | None = None
     finished_at: datetime | None = None
+    workflow_id: str | None = None
+    workflow_ref: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,11 @@ class Snapshot:
     malformed_quarantine: int = 0
     limited_journal: list[JournalEntry] = field(default_factory=list)  # chaos.limited's, in order
     held: int = 0  # `held` events: deliveries put back at a limit
+    workflows: dict[str, str] = field(default_factory=dict)  # workflow id -> its key
+    parents: dict[str, list[str]] = field(default_factory=dict)  # job id -> its parents' ids
+    first_claimed: dict[str, datetime] = field(default_factory=dict)  # of workflow jobs
+    first_succeeded: dict[str, datetime] = field(default_factory=dict)  # of workflow jobs
+    releases: dict[str, list[str]] = field(default_factory=dict)  # job id -> RELEASE_EVENTS
 
 
 # --- reading ------------------------------------------------------------------------------------
@@ -100,10 +115,11 @@ def progress(database_url: str) -> tuple[int, int]:
 def read_database(database_url: str) -> Snapshot:
     with psycopg.connect(libpq_url(database_url), connect_timeout=5) as connection:
         jobs = {
-            str(row[0]): JobRow(str(row[0]), *row[1:])
+            str(row[0]): JobRow(str(row[0]), *row[1:9], *(_text(value) for value in row[9:]))
             for row in connection.execute(
                 "SELECT id, idempotency_key, type, state, attempts, max_attempts,"
-                " last_error_code, concurrency_key, finished_at FROM jobs"
+                " last_error_code, concurrency_key, finished_at, workflow_id, workflow_ref"
+                " FROM jobs"
             )
         }
         limited_journal = [
@@ -135,8 +151,9 @@ def read_database(database_url: str) -> Snapshot:
         unpublished_row = connection.execute(
             "SELECT count(*) FROM outbox WHERE published_at IS NULL"
         ).fetchone()
+        workflows = _read_workflows(connection)
     assert unpublished_row is not None and held_row is not None
-    return Snapshot(
+    snapshot = Snapshot(
         jobs,
         results,
         result_counts,
@@ -146,6 +163,44 @@ def read_database(database_url: str) -> Snapshot:
         limited_journal=limited_journal,
         held=int(held_row[0]),
     )
+    snapshot.workflows, snapshot.parents, journal = workflows
+    snapshot.first_claimed, snapshot.first_succeeded, snapshot.releases = journal
+    return snapshot
+
+
+WorkflowJournal = tuple[dict[str, datetime], dict[str, datetime], dict[str, list[str]]]
+
+
+def _read_workflows(
+    connection: psycopg.Connection[Any],
+) -> tuple[dict[str, str], dict[str, list[str]], WorkflowJournal]:
+    """The workflows' keys, the edges, and the journal of the workflows' jobs: first `claimed`,
+    first `succeeded` and the release events of each."""
+    workflows = {
+        str(workflow_id): str(key)
+        for workflow_id, key in connection.execute("SELECT id, idempotency_key FROM workflows")
+    }
+    parents: dict[str, list[str]] = defaultdict(list)
+    for job_id, parent_id in connection.execute(
+        "SELECT job_id, parent_id FROM job_dependencies ORDER BY job_id, parent_id"
+    ):
+        parents[str(job_id)].append(str(parent_id))
+    first: dict[str, dict[str, datetime]] = {"claimed": {}, "succeeded": {}}
+    releases: dict[str, list[str]] = defaultdict(list)
+    for job_id, event, at in connection.execute(
+        "SELECT e.job_id, e.event, e.at FROM job_events e JOIN jobs j ON j.id = e.job_id"
+        " WHERE j.workflow_id IS NOT NULL AND e.event = ANY(%s) ORDER BY e.job_id, e.id",
+        (["claimed", "succeeded", *RELEASE_EVENTS],),
+    ):
+        if event in first:
+            first[event].setdefault(str(job_id), at)
+        else:
+            releases[str(job_id)].append(event)
+    return dict(workflows), dict(parents), (first["claimed"], first["succeeded"], dict(releases))
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 def work_queue_depths(api_url: str, vhost: str) -> dict[str, int]:
@@ -367,27 +422,19 @@ def verify(ledger: Ledger, snapshot: Snapshot, logs: LogFacts, results_dir: Path
     verdict = Verdict()
     expected_kind: dict[str, Kind] = {}
     for record in ledger.records.values():
-        for problem in record.unexpected:
-            verdict.fail("unexpected_answer", f"key {record.job.key}: {problem}")
-        if not record.accepted:
-            continue
-        verdict.figures["accepted"] += 1
-        ids = record.job_ids
-        created = sum(1 for status, _ in record.answers if status == 202)
-        if len(ids) > 1 or created > 1:
-            verdict.fail("duplicate_jobs", f"key {record.job.key} answered {record.answers}")
-        for job_id in ids:
-            expected_kind[job_id] = record.job.kind
-            _check_job(verdict, record, job_id, snapshot)
-    keys = set(ledger.records)
-    for job in snapshot.jobs.values():
-        if job.key not in keys:
-            verdict.fail("duplicate_jobs", f"job {job.id} has a key never submitted: {job.key}")
-        elif job.id not in expected_kind and job.state not in TERMINAL:
-            verdict.fail("lost", f"job {job.id} (never acknowledged) ended {job.state}", job.id)
+        if _check_answers(verdict, record, f"key {record.job.key}"):
+            for job_id in record.job_ids:
+                expected_kind[job_id] = record.job.kind
+                _check_job(verdict, record, job_id, snapshot)
+    for workflow in ledger.workflows.values():
+        if _check_answers(verdict, workflow, f"workflow key {workflow.workflow.key}"):
+            verdict.figures["workflows"] += 1
+            expected_kind |= _check_workflow(verdict, workflow, snapshot)
+    _check_keys(verdict, ledger, snapshot, expected_kind)
     for job_id, count in snapshot.result_counts.items():
         if count > 1:
             verdict.fail("duplicate_results", f"job {job_id} has {count} results", job_id)
+    _check_release_order(verdict, snapshot)
     _check_exports(verdict, snapshot, logs, results_dir)
     _check_limit(verdict, snapshot)
     _check_broker(verdict, snapshot)
@@ -396,38 +443,175 @@ def verify(ledger: Ledger, snapshot: Snapshot, logs: LogFacts, results_dir: Path
     return verdict
 
 
-def _check_job(verdict: Verdict, record: Any, job_id: str, snapshot: Snapshot) -> None:
-    job = snapshot.jobs.get(job_id)
+def _check_answers(verdict: Verdict, record: Answers, label: str) -> bool:
+    """The key's answers: its problems, and one job (or workflow) at most. True when it was
+    accepted."""
+    for problem in record.unexpected:
+        verdict.fail("unexpected_answer", f"{label}: {problem}")
+    if not record.accepted:
+        return False
+    verdict.figures["accepted"] += 1
+    if len(record.ids) > 1 or record.created > 1:
+        verdict.fail("duplicate_jobs", f"{label} answered {record.answers}")
+    return True
+
+
+def _check_keys(
+    verdict: Verdict, ledger: Ledger, snapshot: Snapshot, expected_kind: Mapping[str, Kind]
+) -> None:
+    """No job or workflow under a key never submitted; a job never acknowledged (its request
+    given up) may exist, but must have finished."""
+    for workflow_id, key in snapshot.workflows.items():
+        if key not in ledger.workflows:
+            verdict.fail("duplicate_jobs", f"workflow {workflow_id} has a key never submitted")
+    for job in snapshot.jobs.values():
+        if job.workflow_id is None and job.key not in ledger.records:
+            verdict.fail("duplicate_jobs", f"job {job.id} has a key never submitted: {job.key}")
+        elif job.id not in expected_kind and job.state not in TERMINAL:
+            verdict.fail("lost", f"job {job.id} (never acknowledged) ended {job.state}", job.id)
+
+
+def _check_job(verdict: Verdict, record: KeyRecord, job_id: str, snapshot: Snapshot) -> None:
+    job = _finished_job(verdict, job_id, f"{record.job.kind}, key {record.job.key}", snapshot)
     if job is None:
-        verdict.fail("lost", f"job {job_id} (key {record.job.key}) is not in the database")
         return
-    verdict.figures[job.state] += 1
-    if job.state not in TERMINAL:
-        verdict.fail("lost", f"job {job_id} ({record.job.kind}) still {job.state}", job_id)
-        return
-    has_result = job_id in snapshot.results
-    if (job.state == "succeeded") != has_result:
-        verdict.fail("result_mismatch", f"job {job_id} {job.state}, result: {has_result}", job_id)
     if job.state == "cancelled":
         if not record.cancel_requested:
             verdict.fail("wrong_state", f"job {job_id} cancelled, never by us", job_id)
         return
     if record.cancel_confirmed:
         verdict.fail("wrong_state", f"job {job_id} cancel confirmed, ended {job.state}", job_id)
-    if record.job.kind is Kind.PERMANENT:
+    _check_ending(verdict, job, record.job.kind, snapshot)
+
+
+def _check_workflow(
+    verdict: Verdict, record: WorkflowRecord, snapshot: Snapshot
+) -> dict[str, Kind]:
+    """Each job of an accepted workflow, as its answers named it: the kind of each by id."""
+    kinds: dict[str, Kind] = {}
+    label = f"workflow key {record.workflow.key}"
+    for step in record.workflow.steps:
+        ids = record.jobs.get(step.ref, set())
+        if len(ids) != 1:
+            verdict.fail("duplicate_jobs", f"{label}: job {step.ref} answered as {sorted(ids)}")
+        for job_id in ids:
+            kinds[job_id] = step.job.kind
+            verdict.figures["workflow_jobs"] += 1
+            _check_workflow_job(verdict, job_id, step.job.kind, f"{label}:{step.ref}", snapshot)
+    return kinds
+
+
+def _check_workflow_job(
+    verdict: Verdict, job_id: str, kind: Kind, label: str, snapshot: Snapshot
+) -> None:
+    """As a single job, but cancelled only under a job it depends on that failed."""
+    job = _finished_job(verdict, job_id, f"{kind}, {label}", snapshot)
+    if job is None:
+        return
+    if job.state != "cancelled":
+        _check_ending(verdict, job, kind, snapshot)
+        return
+    failed = [
+        parent for parent in snapshot.parents.get(job_id, []) if _failed(snapshot.jobs.get(parent))
+    ]
+    if job.error_code == DEPENDENCY_FAILED and failed:
+        verdict.figures["dependency_cancelled"] += 1
+    else:
+        verdict.fail(
+            "wrong_state",
+            f"workflow job {job_id} ({label}) cancelled ({job.error_code}) with no failed parent",
+            job_id,
+        )
+
+
+def _failed(job: JobRow | None) -> bool:
+    """Quarantined, or cancelled under a job it depends on: its dependents are cancelled."""
+    return job is not None and (
+        job.state == "quarantined"
+        or (job.state == "cancelled" and job.error_code == DEPENDENCY_FAILED)
+    )
+
+
+def _finished_job(verdict: Verdict, job_id: str, label: str, snapshot: Snapshot) -> JobRow | None:
+    """The job when it is terminal, with a result exactly when it succeeded; None (and lost)
+    when it is not in the database or not terminal."""
+    job = snapshot.jobs.get(job_id)
+    if job is None:
+        verdict.fail("lost", f"job {job_id} ({label}) is not in the database")
+        return None
+    verdict.figures[job.state] += 1
+    if job.state not in TERMINAL:
+        parents = ", ".join(
+            f"{parent} {snapshot.jobs[parent].state if parent in snapshot.jobs else 'missing'}"
+            for parent in snapshot.parents.get(job_id, [])
+        )
+        waits = f", its parents: {parents}" if parents else ""
+        verdict.fail("lost", f"job {job_id} ({label}) still {job.state}{waits}", job_id)
+        return None
+    has_result = job_id in snapshot.results
+    if (job.state == "succeeded") != has_result:
+        verdict.fail("result_mismatch", f"job {job_id} {job.state}, result: {has_result}", job_id)
+    return job
+
+
+def _check_ending(verdict: Verdict, job: JobRow, kind: Kind, snapshot: Snapshot) -> None:
+    """Succeeded or quarantined, not cancelled: a permanent job quarantined, any other
+    succeeded, or quarantined for attempts its lost leases used up."""
+    if kind is Kind.PERMANENT:
         if job.state != "quarantined":
-            verdict.fail("wrong_state", f"permanent job {job_id} ended {job.state}", job_id)
+            verdict.fail("wrong_state", f"permanent job {job.id} ended {job.state}", job.id)
         return
     if job.state == "quarantined":
-        if job.error_code == "attempts_exhausted" and snapshot.lease_losses[job_id] > 0:
+        if job.error_code == "attempts_exhausted" and snapshot.lease_losses[job.id] > 0:
             verdict.figures["exhausted_by_faults"] += 1
         else:
             verdict.fail(
                 "wrongly_quarantined",
-                f"{record.job.kind} job {job_id} quarantined ({job.error_code}, attempts "
-                f"{job.attempts}/{job.max_attempts}, lease losses {snapshot.lease_losses[job_id]})",
-                job_id,
+                f"{kind} job {job.id} quarantined ({job.error_code}, attempts "
+                f"{job.attempts}/{job.max_attempts}, lease losses {snapshot.lease_losses[job.id]})",
+                job.id,
             )
+
+
+def _check_release_order(verdict: Verdict, snapshot: Snapshot) -> None:
+    """No workflow job claimed before each of its parents succeeded, and none released twice
+    without being restored (a replayed parent) in between."""
+    for job_id, parents in snapshot.parents.items():
+        claimed = snapshot.first_claimed.get(job_id)
+        if claimed is None:
+            continue
+        for parent in parents:
+            done = _succeeded_at(snapshot, parent)
+            if done is None or claimed < done:
+                verdict.fail(
+                    "child_started_before_parent_finished",
+                    f"job {job_id} claimed at {claimed.isoformat()}, its parent {parent} "
+                    f"succeeded at {done.isoformat() if done else 'never'}",
+                    job_id,
+                )
+    for job_id, events in snapshot.releases.items():
+        verdict.figures["released"] += events.count("parents_succeeded")
+        if _released_twice(events):
+            verdict.fail("released_twice", f"job {job_id} released twice: {events}", job_id)
+
+
+def _succeeded_at(snapshot: Snapshot, job_id: str) -> datetime | None:
+    """When the job succeeded: its journal's `succeeded` and its ``finished_at``, the later of
+    the two; None when it did not."""
+    job = snapshot.jobs.get(job_id)
+    if job is None or job.state != "succeeded":
+        return None
+    moments = [at for at in (snapshot.first_succeeded.get(job_id), job.finished_at) if at]
+    return max(moments) if moments else None
+
+
+def _released_twice(events: Iterable[str]) -> bool:
+    since_restored = 0
+    for event in events:
+        since_restored = 0 if event == "restored" else since_restored + 1
+        if since_restored > 1:
+            return True
+    return False
 
 
 def _check_exports(verdict: Verdict, snapshot: Snapshot, logs: LogFacts, results_dir: Path) -> None:

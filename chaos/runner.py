@@ -308,18 +308,25 @@ class Run:
     ) -> str:
         figures = verdict.figures
         ledger = self.ledger
-        duplicates = sum(max(0, len(record.answers) - 1) for record in ledger.records.values())
+        keys = [*ledger.records.values(), *ledger.workflows.values()]
+        duplicates = sum(max(0, len(record.answers) - 1) for record in keys)
         permanent = sum(
             1
             for record in ledger.records.values()
             if record.accepted and record.job.kind is Kind.PERMANENT
+        ) + sum(
+            1
+            for record in ledger.workflows.values()
+            if record.accepted
+            for step in record.workflow.steps
+            if step.job.kind is Kind.PERMANENT
         )
         fault_counts = ",".join(f"{kind}:{n}" for kind, n in sorted(injector.injected.items()))
         count = Counter({kind: len(items) for kind, items in verdict.violations.items()})
         parts = [
             f"seed={self.options.seed}",
             f"profile={self.profile.name}",
-            f"jobs={len(ledger.records)}",
+            f"jobs={len(keys)}",
             f"accepted={figures['accepted']}",
             f"requests={ledger.requests}",
             f"ambiguous={ledger.ambiguous}",
@@ -339,6 +346,12 @@ class Run:
             f"duplicate_results={count['duplicate_results']}",
             f"duplicate_effects={count['duplicate_effects']}",
             f"wrongly_quarantined={count['wrongly_quarantined']}",
+            f"workflows={figures['workflows']}",
+            f"workflow_jobs={figures['workflow_jobs']}",
+            f"released={figures['released']}",
+            f"dependency_cancelled={figures['dependency_cancelled']}",
+            f"child_started_before_parent_finished={count['child_started_before_parent_finished']}",
+            f"released_twice={count['released_twice']}",
             f"limited_attempts={figures['limited_attempts']}",
             f"limited_peak={figures['limited_peak']}",
             f"held={figures['held']}",

@@ -4,9 +4,12 @@ The plan is a pure function of the seed: a mix of job kinds, each under its own 
 some keys submitted twice (later, or at the same moment) and some jobs cancelled right after
 they are accepted. Every job has a priority of its own, and a share of them (``LIMITED``) runs
 under ``chaos.limited``'s concurrency limit per key (chaos/handlers.py), most of them on a few
-busy keys so the limit is reached. The client retries a 5xx or a broken connection with the
-same key: the earlier request may have committed (the ambiguous commit), and the key makes the
-retry safe.
+busy keys so the limit is reached. A share of the slots (``WORKFLOW_SHARE``) is a workflow
+instead (docs/workflows.md): a diamond and a chain of the same job kinds, so the handlers'
+failures and the faults reach jobs that wait for others too; a workflow counts its jobs against
+the plan's number of jobs. The client retries a 5xx or a broken connection with the same key:
+the earlier request may have committed (the ambiguous commit), and the key makes the retry
+safe.
 """
 
 from __future__ import annotations
@@ -45,6 +48,18 @@ PRIORITIES = (-10, 0, 0, 0, 5, 50)  # every job's priority is drawn from these
 LIMITED_KEYS = 30  # chaos.limited's keys; the first ones far busier than the last (1/rank)
 LIMITED_SECONDS = (0.05, 0.8)  # how long a chaos.limited job holds its slot
 LIMITED_KEY_WEIGHTS = [1 / rank for rank in range(1, LIMITED_KEYS + 1)]
+WORKFLOW_SHARE = 0.10  # of the submissions: a workflow of WORKFLOW_SHAPE's jobs
+# ref -> the refs it waits for: a diamond (a; b, c after a; d after b and c) and a chain.
+WORKFLOW_SHAPE: dict[str, tuple[str, ...]] = {
+    "a": (),
+    "b": ("a",),
+    "c": ("a",),
+    "d": ("b", "c"),
+    "e": (),
+    "f": ("e",),
+    "g": ("f",),
+}
+LATER_DUPLICATE_SLOTS = 200  # a later duplicate comes up to this many slots after its original
 
 
 @dataclass(frozen=True)
@@ -69,27 +84,77 @@ class Planned:
 
 
 @dataclass(frozen=True)
-class Submission:
+class PlannedStep:
+    """One job of a planned workflow: its ref, the refs it waits for, and the job itself (its
+    ``key`` names it in reports only: the workflow's key is the one submitted)."""
+
+    ref: str
+    after: tuple[str, ...]
     job: Planned
+
+    def body(self) -> dict[str, Any]:
+        return {"ref": self.ref, "after": list(self.after), **self.job.body()}
+
+
+@dataclass(frozen=True)
+class PlannedWorkflow:
+    key: str
+    steps: tuple[PlannedStep, ...]
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "jobs": [step.body() for step in self.steps],
+            "on_failure": "cancel_dependents",
+        }
+
+
+@dataclass(frozen=True)
+class Submission:
+    job: Planned | PlannedWorkflow
     duplicate: bool  # a second submission of the same key
+
+    @property
+    def size(self) -> int:
+        """How many jobs it asks for."""
+        return len(self.job.steps) if isinstance(self.job, PlannedWorkflow) else 1
 
 
 def plan(rng: random.Random, count: int, prefix: str) -> list[Submission]:
-    """``count`` jobs and their duplicate submissions, in submission order."""
-    kinds = list(KIND_WEIGHTS)
-    weights = list(KIND_WEIGHTS.values())
-    slots: list[list[Submission]] = [[] for _ in range(count)]
-    for number in range(count):
-        kind = rng.choices(kinds, weights)[0]
-        job = replace(_planned(rng, f"{prefix}-{number}", kind), priority=rng.choice(PRIORITIES))
-        slots[number].append(Submission(job, duplicate=False))
+    """About ``count`` jobs (single or in workflows) and their duplicate submissions, in
+    submission order."""
+    entries: list[tuple[int, int, Submission]] = []  # (slot, order within the plan, submission)
+    number = planned = 0
+    while planned < count:
+        if rng.random() < WORKFLOW_SHARE:
+            job: Planned | PlannedWorkflow = _planned_workflow(rng, f"{prefix}-wf-{number}")
+        else:
+            job = _planned_job(rng, f"{prefix}-{number}")
+        submission = Submission(job, duplicate=False)
+        planned += submission.size
+        entries.append((number, len(entries), submission))
         roll = rng.random()
         if roll < 0.03:  # at the same moment: two workers take them side by side
-            slots[number].append(Submission(job, duplicate=True))
+            entries.append((number, len(entries), Submission(job, duplicate=True)))
         elif roll < 0.12:  # later, once the job may be running or finished
-            later = min(count - 1, number + rng.randint(1, 200))
-            slots[later].append(Submission(job, duplicate=True))
-    return [submission for slot in slots for submission in slot]
+            later = number + rng.randint(1, LATER_DUPLICATE_SLOTS)
+            entries.append((later, len(entries), Submission(job, duplicate=True)))
+        number += 1
+    return [submission for _, _, submission in sorted(entries, key=lambda e: e[:2])]
+
+
+def _planned_job(rng: random.Random, key: str) -> Planned:
+    kind = rng.choices(list(KIND_WEIGHTS), list(KIND_WEIGHTS.values()))[0]
+    return replace(_planned(rng, key, kind), priority=rng.choice(PRIORITIES))
+
+
+def _planned_workflow(rng: random.Random, key: str) -> PlannedWorkflow:
+    """WORKFLOW_SHAPE with a job of a random kind at each ref; none is cancelled by us (a
+    workflow's jobs end cancelled only when a job they depend on is quarantined)."""
+    steps = tuple(
+        PlannedStep(ref, after, replace(_planned_job(rng, f"{key}:{ref}"), cancel=False))
+        for ref, after in WORKFLOW_SHAPE.items()
+    )
+    return PlannedWorkflow(key, steps)
 
 
 def _planned(rng: random.Random, key: str, kind: Kind) -> Planned:
@@ -116,18 +181,20 @@ def _planned(rng: random.Random, key: str, kind: Kind) -> Planned:
 
 
 @dataclass
-class KeyRecord:
+class Answers:
     """Everything the API answered for one idempotency key."""
 
-    job: Planned
-    answers: list[tuple[int, str]] = field(default_factory=list)  # (status, job id)
+    answers: list[tuple[int, str]] = field(default_factory=list)  # (status, job/workflow id)
     unexpected: list[str] = field(default_factory=list)  # 4xx answers, give-ups
-    cancel_requested: bool = False
-    cancel_confirmed: bool = False
 
     @property
-    def job_ids(self) -> set[str]:
-        return {job_id for _, job_id in self.answers}
+    def ids(self) -> set[str]:
+        return {answered for _, answered in self.answers}
+
+    @property
+    def created(self) -> int:
+        """Answers that said they created it (202): one at most."""
+        return sum(1 for status, _ in self.answers if status == 202)
 
     @property
     def accepted(self) -> bool:
@@ -135,15 +202,41 @@ class KeyRecord:
 
 
 @dataclass
+class KeyRecord(Answers):
+    """A single job's key."""
+
+    job: Planned = field(kw_only=True)
+    cancel_requested: bool = False
+    cancel_confirmed: bool = False
+
+    @property
+    def job_ids(self) -> set[str]:
+        return self.ids
+
+
+@dataclass
+class WorkflowRecord(Answers):
+    """A workflow's key, and the job ids by ref that its answers named (every answer must name
+    the same ones)."""
+
+    workflow: PlannedWorkflow = field(kw_only=True)
+    jobs: dict[str, set[str]] = field(default_factory=dict)  # ref -> job ids answered
+
+
+@dataclass
 class Ledger:
     records: dict[str, KeyRecord] = field(default_factory=dict)
+    workflows: dict[str, WorkflowRecord] = field(default_factory=dict)
     requests: int = 0
     ambiguous: int = 0  # 5xx or a broken connection: retried with the same key
     ambiguous_commits: int = 0  # ...and the retry found the job the failed request created
     errors: Counter[str] = field(default_factory=Counter)
 
     def record(self, job: Planned) -> KeyRecord:
-        return self.records.setdefault(job.key, KeyRecord(job))
+        return self.records.setdefault(job.key, KeyRecord(job=job))
+
+    def workflow_record(self, workflow: PlannedWorkflow) -> WorkflowRecord:
+        return self.workflows.setdefault(workflow.key, WorkflowRecord(workflow=workflow))
 
 
 class Submitter:
@@ -180,23 +273,39 @@ class Submitter:
 
     async def submit(self, submission: Submission) -> None:
         job = submission.job
+        if isinstance(job, PlannedWorkflow):
+            await self._submit_workflow(job, submission)
+            return
         record = self.ledger.record(job)
-        answer = await self._request(
-            "POST", "/v1/jobs", json=job.body(), headers={"Idempotency-Key": job.key}
+        document = await self._accept("/v1/jobs", job.key, job.body(), record, submission)
+        if document is not None and job.cancel and not submission.duplicate:
+            await self._cancel(record, str(document["id"]))
+
+    async def _submit_workflow(self, workflow: PlannedWorkflow, submission: Submission) -> None:
+        record = self.ledger.workflow_record(workflow)
+        document = await self._accept(
+            "/v1/workflows", workflow.key, workflow.body(), record, submission
         )
+        for ref, job in (document or {}).get("jobs", {}).items():
+            record.jobs.setdefault(ref, set()).add(str(job["id"]))
+
+    async def _accept(
+        self, path: str, key: str, body: dict[str, Any], record: Answers, submission: Submission
+    ) -> dict[str, Any] | None:
+        """POST ``body`` under ``key``, retried until a definite answer; the accepted document
+        (its id in ``record``), or None (the problem in ``record``)."""
+        answer = await self._request("POST", path, json=body, headers={"Idempotency-Key": key})
         if answer is None:
             record.unexpected.append("gave up: no definite answer")
-            return
+            return None
         status, document, failures = answer
         if status not in (200, 202):
             record.unexpected.append(f"submit answered {status}: {document}")
-            return
-        job_id = str(document["id"])
-        record.answers.append((status, job_id))
+            return None
+        record.answers.append((status, str(document["id"])))
         if status == 200 and failures and not submission.duplicate:
             self.ledger.ambiguous_commits += 1
-        if job.cancel and not submission.duplicate:
-            await self._cancel(record, job_id)
+        return dict(document)
 
     async def _cancel(self, record: KeyRecord, job_id: str) -> None:
         record.cancel_requested = True

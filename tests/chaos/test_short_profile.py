@@ -1,6 +1,7 @@
 """The short chaos profile, as CI runs it: the whole system under a fixed seed's faults must end
-with nothing lost, doubled or wrongly quarantined, and no key of ``chaos.limited`` over its
-concurrency limit (``python -m chaos`` exits 0)."""
+with nothing lost, doubled or wrongly quarantined, no key of ``chaos.limited`` over its
+concurrency limit, and no workflow job started before its parents succeeded or released twice
+(``python -m chaos`` exits 0)."""
 
 from __future__ import annotations
 
@@ -28,3 +29,6 @@ def test_short_chaos_profile_loses_and_doubles_nothing(tmp_path: Path) -> None:
     summary = run_chaos_profile("short", SEED, tmp_path / "chaos", timeout=400)
     assert " limit_exceeded=0 " in summary
     assert " limited_attempts=0 " not in summary  # the limited share did run
+    assert " child_started_before_parent_finished=0 " in summary
+    assert " released_twice=0 " in summary
+    assert " workflow_jobs=0 " not in summary  # the workflows' share did run

@@ -23,6 +23,7 @@ from tests.support.factories import job_row, set_job
 
 ROLES = ("none", "wrong", "client", "other", "admin")
 SUBMIT = {"type": "demo.sleep", "payload": {"seconds": 0}}
+WORKFLOW = {"jobs": [{"ref": "only", **SUBMIT}]}
 PUBLIC = (200, 200, 200, 200, 200)
 OWN_JOB = (401, 401, 200, 404, 404)
 ADMIN_ONLY = (401, 401, 403, 403, 200)
@@ -36,6 +37,10 @@ MATRIX: list[tuple[str, str, tuple[int, ...]]] = [
     ("GET", "/v1/jobs/{queued}/events", OWN_JOB),
     ("GET", "/v1/jobs/{queued}/trace", OWN_JOB),
     ("POST", "/v1/jobs/{queued}/cancel", OWN_JOB),
+    # {workflow}: a workflow of the "client" role, of one queued job (issue 26)
+    ("POST", "/v1/workflows", (401, 401, 202, 202, 202)),
+    ("GET", "/v1/workflows/{workflow}", OWN_JOB),
+    ("POST", "/v1/workflows/{workflow}/cancel", OWN_JOB),
     ("GET", "/v1/admin/stats", ADMIN_ONLY),
     ("GET", "/v1/admin/quarantine", ADMIN_ONLY),
     ("POST", "/v1/admin/quarantine/reconcile", ADMIN_ONLY),
@@ -82,12 +87,23 @@ async def new_job(api: httpx.AsyncClient, token: str, *, quarantined: bool, stor
     return str(job_id)
 
 
+async def new_workflow(api: httpx.AsyncClient, token: str) -> tuple[str, str]:
+    """A workflow of one job: its id and its job's."""
+    response = await api.post("/v1/workflows", json=WORKFLOW, headers=auth(token, uuid.uuid4().hex))
+    assert response.status_code == 202, response.text
+    view = response.json()
+    return view["id"], view["jobs"]["only"]["id"]
+
+
 async def call(
     api: httpx.AsyncClient, method: str, path: str, headers: dict[str, str]
 ) -> httpx.Response:
     if method == "POST" and path == "/v1/jobs":
         headers = headers | {"Idempotency-Key": uuid.uuid4().hex}
         return await api.post(path, json=SUBMIT, headers=headers)
+    if method == "POST" and path == "/v1/workflows":
+        headers = headers | {"Idempotency-Key": uuid.uuid4().hex}
+        return await api.post(path, json=WORKFLOW, headers=headers)
     if method == "POST" and path == "/v1/jobs/batch":
         batch = {"jobs": [{"idempotency_key": uuid.uuid4().hex, **SUBMIT}]}
         return await api.post(path, json=batch, headers=headers)
@@ -117,23 +133,29 @@ async def test_each_role_gets_the_status_of_the_matrix(
     got: dict[str, int] = {}
     for role in ROLES:
         # A fresh job per call: a cancel or a replay by one role must not decide the next's.
-        job_id = await new_job(api, alice, quarantined="{quarantined}" in path, store=store)
+        if "{workflow}" in path:
+            workflow_id, job_id = await new_workflow(api, alice)
+            path_of_role = path.replace("{workflow}", workflow_id)
+        else:
+            job_id = await new_job(api, alice, quarantined="{quarantined}" in path, store=store)
+            path_of_role = path
         state_before = await job_state(store, job_id)
-        concrete = path.replace("{queued}", job_id).replace("{quarantined}", job_id)
+        concrete = path_of_role.replace("{queued}", job_id).replace("{quarantined}", job_id)
         concrete = concrete.replace("{name}", "default").replace("{job_type}", "demo.sleep")
         response = await call(api, method, concrete, headers_for(role, tokens))
         got[role] = response.status_code
         if response.status_code >= 400:
-            assert_problem(response)
+            assert_problem(response, "workflow_not_found" if "{workflow}" in path else None)
             assert await job_state(store, job_id) == state_before, f"{role} changed the job"
     assert got == dict(zip(ROLES, expected, strict=True))
 
 
-def assert_problem(response: httpx.Response) -> None:
+def assert_problem(response: httpx.Response, not_found: str | None = None) -> None:
     assert response.headers["content-type"].startswith("application/problem+json")
     body = response.json()
     assert body["status"] == response.status_code
-    code = {401: "unauthorized", 403: "forbidden", 404: "job_not_found"}[response.status_code]
+    not_found = not_found or "job_not_found"
+    code = {401: "unauthorized", 403: "forbidden", 404: not_found}[response.status_code]
     assert body["code"] == code
     if response.status_code == 401:
         assert response.headers["www-authenticate"] == "Bearer"
@@ -177,7 +199,12 @@ def test_the_matrix_covers_every_route_of_the_app(settings: Settings) -> None:
         for method in operations
     } | {("GET", "/openapi.json"), ("GET", "/docs")}
     tabled = {
-        (method, path.replace("{queued}", "{job_id}").replace("{quarantined}", "{job_id}"))
+        (
+            method,
+            path.replace("{queued}", "{job_id}")
+            .replace("{quarantined}", "{job_id}")
+            .replace("{workflow}", "{workflow_id}"),
+        )
         for method, path, _ in MATRIX
     }
     assert routes == tabled

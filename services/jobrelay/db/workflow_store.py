@@ -9,7 +9,6 @@ like ``db/accept.py``'s), so ``WorkflowStore.accept`` on the pool and
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -176,12 +175,3 @@ class WorkflowStore:
                 break
             await asyncio.sleep(_CANCEL_PAUSE_SECONDS)
         return await self.view(workflow_id, client_id)
-
-    async def parent_results(self, job_id: uuid.UUID) -> dict[str, Any]:
-        """The results of a job's direct parents, by ref (``context.parent_results``)."""
-        rows = await self.store.fetch_all(q.PARENT_RESULTS, job_id=job_id)
-        return {row.ref: row.result for row in rows}
-
-
-def progress_json(fraction: float, message: str | None, at: str) -> str:
-    return json.dumps({"fraction": fraction, "message": message, "at": at})

@@ -135,12 +135,13 @@ class WorkflowStore:
     async def accept(
         self, client_id: uuid.UUID, submission: WorkflowSubmission
     ) -> WorkflowAccepted:
-        async with self.store.transaction() as connection:
+        """Each statement of the accept is atomic on its own (``accept_workflow_steps``), as a
+        single job's is (``Store.accept_job``): no transaction spans them."""
 
-            async def execute(statement: Any, params: dict[str, Any]) -> list[Any]:
-                return list((await connection.execute(statement, params)).all())
+        async def execute(statement: Any, params: dict[str, Any]) -> list[Any]:
+            return await self.store.fetch_all(statement, **params)
 
-            return await drive_async(accept_workflow_steps(client_id, submission), execute)
+        return await drive_async(accept_workflow_steps(client_id, submission), execute)
 
     async def view(
         self, workflow_id: uuid.UUID, client_id: uuid.UUID | None = None

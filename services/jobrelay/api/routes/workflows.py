@@ -61,14 +61,11 @@ async def submit_workflow(
 ) -> Response:
     if not is_valid_idempotency_key(idempotency_key):
         raise IdempotencyKeyInvalid()
-    submission = _submission(request, idempotency_key, body)  # InvalidWorkflow: 422
-    await take_rate_limit(request, client, count=len(submission.steps))
     with tracing.accepting(request.headers, SUBMIT_PATH) as accept:
-        traced = WorkflowSubmission(
-            submission.idempotency_key, submission.on_failure, submission.steps, accept.traceparent
-        )
+        submission = _submission(request, idempotency_key, body, accept.traceparent)  # 422s
+        await take_rate_limit(request, client, count=len(submission.steps))
         workflows = WorkflowStore(store)
-        accepted = await workflows.accept(client.id, traced)
+        accepted = await workflows.accept(client.id, submission)
     if accepted.conflict:
         raise IdempotencyConflict(
             "the key was used for another workflow", workflow_id=str(accepted.workflow_id)
@@ -83,7 +80,9 @@ async def submit_workflow(
     )
 
 
-def _submission(request: Request, key: str, body: SubmitWorkflow) -> WorkflowSubmission:
+def _submission(
+    request: Request, key: str, body: SubmitWorkflow, traceparent: str | None
+) -> WorkflowSubmission:
     """The graph (``core/workflows.py::check_workflow``), then each job checked as a single
     submission is (its ref named in the problem)."""
     check_workflow([(job.ref, job.after) for job in body.jobs])  # before 1,000 payloads
@@ -102,7 +101,7 @@ def _submission(request: Request, key: str, body: SubmitWorkflow) -> WorkflowSub
         )
         for job in body.jobs
     )
-    return WorkflowSubmission(key, body.on_failure, steps)
+    return WorkflowSubmission(key, body.on_failure, steps, traceparent)
 
 
 @router.get(

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 import pytest
@@ -57,10 +57,25 @@ def template_database(servers: Servers) -> Iterator[str]:
 
 
 @pytest.fixture
-def database_url(servers: Servers, template_database: str) -> Iterator[str]:
+def direct_database_url(servers: Servers, template_database: str) -> Iterator[str]:
+    """The test's fresh database on the server itself, never through PgBouncer: for what
+    needs a session of its own (LISTEN, pg_terminate_backend, its own pg_stat_activity rows)."""
     url = databases.copy_template(servers.database_url, template_database)
     yield url
     databases.drop_database(servers.database_url, url)
+
+
+@pytest.fixture
+def database_url(servers: Servers, direct_database_url: str) -> str:
+    """The test's fresh database as jobrelay reaches it: through PgBouncer in the
+    ``make test-pgbouncer`` tier (with ``pool_mode`` "transaction"), else directly."""
+    return servers.through_pooler(direct_database_url)
+
+
+@pytest.fixture
+def pool_mode(servers: Servers) -> Literal["session", "transaction"]:
+    """``Settings.database_pool_mode`` for ``database_url``."""
+    return servers.pool_mode
 
 
 @pytest.fixture
@@ -72,9 +87,10 @@ def amqp_url(servers: Servers) -> Iterator[str]:
 
 
 @pytest.fixture
-def settings(database_url: str, tmp_path: Any) -> Settings:
+def settings(database_url: str, pool_mode: str, tmp_path: Any) -> Settings:
     return Settings(
         database_url=database_url,
+        database_pool_mode=pool_mode,
         amqp_url="amqp://guest:guest@127.0.0.1:1/",  # tests that need the broker override it
         results_dir=tmp_path / "results",
         poll_interval_seconds=0.2,
@@ -106,8 +122,10 @@ def make_settings(settings: Settings, amqp_url: str) -> MakeSettings:
 
 
 @pytest.fixture
-async def store(database_url: str) -> AsyncIterator[Store]:
-    store = Store.connect(database_url, pool_size=20)
+async def store(
+    database_url: str, pool_mode: Literal["session", "transaction"]
+) -> AsyncIterator[Store]:
+    store = Store.connect(database_url, pool_size=20, pool_mode=pool_mode)
     yield store
     await store.close()
 

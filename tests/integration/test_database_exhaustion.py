@@ -62,8 +62,11 @@ def every_connection_taken(database_url: str) -> Iterator[int]:
 
 
 async def test_out_of_connections_every_service_answers_or_waits_and_recovers_by_itself(
-    system: System,
+    system: System, direct_database_url: str
 ) -> None:
+    # PostgreSQL's own max_connections, hence the services straight on the server also in the
+    # PgBouncer tier (a pooler in front queues its clients instead: docs/pgbouncer.md).
+    system.configure(database_url=direct_database_url, database_pool_mode="session")
     env = service_env(system.settings)
     with ExitStack() as stack:
         api, _, base = stack.enter_context(running_api(system.settings, system.log_dir))

@@ -136,9 +136,13 @@ async def _marking_waits_on_lock(store: Store) -> bool:
 
 
 async def test_a_database_restart_while_relaying_is_waited_out(
-    make_settings: MakeSettings, store: Store, tmp_path: Path
+    make_settings: MakeSettings, store: Store, tmp_path: Path, direct_database_url: str
 ) -> None:
-    settings = make_settings(**(RELAY | {"dispatch_batch_size": 20}))
+    # Its LISTEN on the server itself (behind PgBouncer: on JOBRELAY_LISTEN_DATABASE_URL), so
+    # that the restart is seen by the listener too.
+    settings = make_settings(
+        **(RELAY | {"dispatch_batch_size": 20, "listen_database_url": direct_database_url})
+    )
     jobs = await insert_jobs(store, 5000)
     with dispatcher(settings, tmp_path / "dispatcher.log") as process:
         await eventually(lambda: at_least_published(store, 300), within=30, what="300 published")

@@ -9,6 +9,7 @@ import asyncio
 from sqlalchemy import text
 
 from jobrelay.db import queries as q
+from jobrelay.db.engine import PoolMode
 from jobrelay.db.store import Store
 from tests.support.faults import pg_restart
 
@@ -27,9 +28,9 @@ async def use_every_connection(store: Store) -> None:
 
 
 async def test_right_after_a_restart_every_call_on_every_pooled_connection_succeeds(
-    database_url: str,
+    database_url: str, pool_mode: PoolMode
 ) -> None:
-    store = Store.connect(database_url, pool_size=POOL)
+    store = Store.connect(database_url, pool_size=POOL, pool_mode=pool_mode)
     try:
         await use_every_connection(store)
         assert store.fast_engine.pool.checkedin() == POOL  # type: ignore[attr-defined]

@@ -98,7 +98,9 @@ async def test_with_shedding_off_every_request_waits_its_turn(
 async def test_no_pooled_connection_in_time_is_503_database_unavailable(
     settings: Settings, database_url: str
 ) -> None:
-    one_connection = Store.connect(database_url, pool_size=1, pool_timeout=0.3)
+    one_connection = Store.connect(
+        database_url, pool_size=1, pool_timeout=0.3, pool_mode=settings.database_pool_mode
+    )
     try:
         token = await make_client(one_connection, "pooled")
         unbounded = settings.model_copy(update={"api_max_concurrency": 0})

@@ -20,6 +20,7 @@ from jobrelay.core.schedules import SCHEDULER_CLIENT
 from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobState
 from jobrelay.db import tables
+from jobrelay.db.engine import PoolMode
 from jobrelay.db.schedule_store import ScheduleStore
 from jobrelay.db.store import Store, job_from_row
 from jobrelay.dispatcher.metrics import DispatcherMetrics
@@ -64,9 +65,9 @@ def made_by(scheduler: Scheduler, name: str) -> float:
 
 
 @pytest.fixture
-async def other_store(database_url: str) -> AsyncIterator[Store]:
+async def other_store(database_url: str, pool_mode: PoolMode) -> AsyncIterator[Store]:
     """A second process's connections to the same database."""
-    store = Store.connect(database_url, pool_size=2)
+    store = Store.connect(database_url, pool_size=2, pool_mode=pool_mode)
     yield store
     await store.close()
 

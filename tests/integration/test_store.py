@@ -38,12 +38,13 @@ PLAN_CACHE_MODE_SLOWLY = text(
 
 
 async def test_generic_plans_are_kept_only_where_asked_and_only_on_single_statements(
-    store: Store, database_url: str
+    store: Store, direct_database_url: str
 ) -> None:
     """The dispatcher's pool keeps one generic plan per prepared statement (docs/flow-control.md,
     "What flow control costs"); every other pool, and every transaction, plans as PostgreSQL
-    decides."""
-    dispatcher = Store.connect(database_url, generic_plans=True)
+    decides. Session state set at connect: on the server itself (behind PgBouncer's
+    transaction pooling it would leak to other clients' sessions, see the next test)."""
+    dispatcher = Store.connect(direct_database_url, generic_plans=True)
     try:
         # At once, so that they run on three connections of the pool, not only the first.
         rows = await asyncio.gather(*(dispatcher.fetch_one(PLAN_CACHE_MODE_SLOWLY) for _ in "abc"))
@@ -51,6 +52,20 @@ async def test_generic_plans_are_kept_only_where_asked_and_only_on_single_statem
         assert {row.mode for row in rows} == {"force_generic_plan"}
         async with dispatcher.transaction() as connection:
             assert (await connection.execute(PLAN_CACHE_MODE)).scalar_one() == "auto"
+    finally:
+        await dispatcher.close()
+    assert (await store.fetch_one(PLAN_CACHE_MODE)).mode == "auto"
+
+
+async def test_behind_a_transaction_pooler_no_session_state_is_set_at_connect(
+    store: Store, database_url: str
+) -> None:
+    """In transaction mode the dispatcher's pool sets no ``plan_cache_mode``: through PgBouncer
+    the SET would stay on a server session that other clients' transactions run on next."""
+    dispatcher = Store.connect(database_url, generic_plans=True, pool_mode="transaction")
+    try:
+        rows = await asyncio.gather(*(dispatcher.fetch_one(PLAN_CACHE_MODE_SLOWLY) for _ in "abc"))
+        assert {row.mode for row in rows} == {"auto"}
     finally:
         await dispatcher.close()
     assert (await store.fetch_one(PLAN_CACHE_MODE)).mode == "auto"

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
 HOW_TO_START = (
     "no test servers: run the tests with `make test` (it starts throwaway PostgreSQL and "
@@ -63,6 +63,23 @@ class Servers:
     # with pg_stop, pg_start, pg_restart, rabbitmqctl and rabbit_restart_app.
     faults: Any = None
     on_close: tuple[Callable[[], None], ...] = field(default=(), compare=False)
+    # The PgBouncer (transaction pooling) the tests' jobrelay goes through (`servers.py run
+    # --pgbouncer`, `make test-pgbouncer`); None: straight to PostgreSQL. ``database_url``
+    # stays the direct admin connection either way (CREATE DATABASE ... TEMPLATE needs it).
+    pooler_url: str | None = None
+
+    @property
+    def pool_mode(self) -> Literal["session", "transaction"]:
+        """``Settings.database_pool_mode`` for URLs of ``through_pooler``."""
+        return "session" if self.pooler_url is None else "transaction"
+
+    def through_pooler(self, url: str) -> str:
+        """``url`` (a database of the direct server) through the pooler, when there is one."""
+        if self.pooler_url is None:
+            return url
+        parts = urllib.parse.urlsplit(url)
+        netloc = urllib.parse.urlsplit(self.pooler_url).netloc
+        return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
     def close(self) -> None:
         for close in self.on_close:
@@ -70,12 +87,18 @@ class Servers:
 
 
 def from_environment() -> Servers | None:
+    """With ``JOBRELAY_DIRECT_DATABASE_URL`` set (`servers.py run --pgbouncer`),
+    ``JOBRELAY_DATABASE_URL`` is a pooler in front of that server."""
     database = os.environ.get("JOBRELAY_DATABASE_URL")
     amqp = os.environ.get("JOBRELAY_AMQP_URL")
     api = os.environ.get("JOBRELAY_RABBITMQ_API_URL")
     if not (database and amqp and api):
         return None
-    return Servers(database, amqp, api, os.environ.get("JOBRELAY_SERVERS_DIR"))
+    servers_dir = os.environ.get("JOBRELAY_SERVERS_DIR")
+    direct = os.environ.get("JOBRELAY_DIRECT_DATABASE_URL")
+    if direct:
+        return Servers(direct, amqp, api, servers_dir, pooler_url=database)
+    return Servers(database, amqp, api, servers_dir)
 
 
 # --- scripts/servers.py -------------------------------------------------------------------------

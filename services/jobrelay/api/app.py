@@ -30,6 +30,7 @@ from jobrelay.broker.health import BrokerProbe
 from jobrelay.core.clients import RateLimit
 from jobrelay.core.registry import Registry
 from jobrelay.core.settings import Settings
+from jobrelay.db.listener import listen_url_for
 from jobrelay.db.store import Store
 from jobrelay.handlers.loading import registry_for
 
@@ -71,19 +72,25 @@ def create_app(
             pool_size=settings.db_pool_size,
             pool_timeout=settings.db_pool_timeout_seconds,
             application_name="jobrelay-api",
+            pool_mode=settings.database_pool_mode,
         )
         app.state.auth = Authenticator(app.state.store)
         # Token lookups are cached, and ?wait requests wait, while this listens (one
-        # connection: api/notifications.py).
+        # connection: api/notifications.py); behind a transaction pooler with no direct URL
+        # nothing listens: every token is looked up and waiters poll.
+        listen_url = listen_url_for(settings, "API")
         notifications = ApiNotifications(app.state.auth, app.state.waiters)
-        listener = asyncio.create_task(notifications.listen(settings.database_url))
+        listener = (
+            None if listen_url is None else asyncio.create_task(notifications.listen(listen_url))
+        )
         try:
             yield
         finally:
-            listener.cancel()
-            # Cancelled, or ended by a bug: either way the cache was no longer trusted.
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await listener
+            if listener is not None:
+                listener.cancel()
+                # Cancelled, or ended by a bug: either way the cache was no longer trusted.
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await listener
             await app.state.broker_probe.close()
             await app.state.store.close()
             # Here, not at exit: uvicorn ends a process it stopped on SIGTERM by that signal,

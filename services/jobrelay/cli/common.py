@@ -119,7 +119,10 @@ async def _connected_store(settings: Settings, *, pool_size: int) -> AsyncIterat
     from jobrelay.db.store import Store
 
     store = Store.connect(
-        settings.database_url, pool_size=pool_size, application_name="jobrelay-cli"
+        settings.database_url,
+        pool_size=pool_size,
+        application_name="jobrelay-cli",
+        pool_mode=settings.database_pool_mode,
     )
     try:
         yield store

@@ -5,10 +5,12 @@ from __future__ import annotations
 import re
 import urllib.parse
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from jobrelay.core import database_url as db_urls
 from jobrelay.core.limits import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_MAX
 
 
@@ -16,6 +18,14 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="JOBRELAY_", extra="ignore", frozen=True)
 
     database_url: str = "postgresql+psycopg://jobrelay:jobrelay@localhost:5432/jobrelay"
+    # How the database is reached (docs/pgbouncer.md): "session" (the server itself, or a
+    # pooler in session mode) or "transaction" (PgBouncer's transaction pooling: no session
+    # state outlives a transaction, so no server-side prepared statements, and LISTEN only on
+    # ``listen_database_url``).
+    database_pool_mode: Literal["session", "transaction"] = "session"
+    # A direct connection (same URL forms) for LISTEN, which needs a session. Unset: LISTEN on
+    # ``database_url`` in session mode; polling in transaction mode (said once in the log).
+    listen_database_url: str | None = None
     # One broker URL, or the nodes of one RabbitMQ cluster separated by commas: each service
     # connects to the first that answers and moves to another when it loses it (docs/cluster.md).
     amqp_url: str = "amqp://guest:guest@localhost:5672/"
@@ -66,6 +76,11 @@ class Settings(BaseSettings):
     rate_limit_burst: int | None = Field(None, ge=1, le=1_000_000)
 
     consumer_concurrency: int = Field(8, ge=1, le=1000)
+    # A job still running this long has its message acked, its lease alone holding it from
+    # then on, so the broker's consumer_timeout (30 min by default, node-wide) never closes the
+    # consumer's channel over it (docs/long-jobs.md). Keep it below that timeout;
+    # 0: ack only once the outcome is stored.
+    long_job_ack_seconds: float = Field(900.0, ge=0)
     shutdown_grace_seconds: float = Field(30.0, ge=0)
     # Broker-side last guard; every requeue counts on RabbitMQ 3.10, so keep it far above
     # max_attempts (attempts are counted in PostgreSQL).
@@ -105,6 +120,11 @@ class Settings(BaseSettings):
     def _psycopg_url(cls, url: str) -> str:
         return normalize_database_url(url)
 
+    @field_validator("listen_database_url")
+    @classmethod
+    def _psycopg_listen_url(cls, url: str | None) -> str | None:
+        return normalize_database_url(url) if url else None
+
     @field_validator("amqp_url")
     @classmethod
     def _amqp_urls(cls, url: str) -> str:
@@ -120,16 +140,24 @@ _DATABASE_SCHEMES = {"postgres", "postgresql", "postgresql+psycopg"}
 
 
 def normalize_database_url(url: str) -> str:
-    """``postgres://…`` and ``postgresql://…`` as ``postgresql+psycopg://…``; a URL of another
-    database or driver is a ValueError that names the scheme only (never the password)."""
+    """The URL as SQLAlchemy takes it: ``postgres://…`` and ``postgresql://…`` as
+    ``postgresql+psycopg://…``, and libpq's several hosts (``h1:5432,h2:5433``, a primary and
+    its standbys) as ``?host=h1:5432&host=h2:5433`` (``jobrelay.core.database_url``; several
+    hosts get ``target_session_attrs=read-write`` unless the URL says otherwise). A URL of
+    another database or driver, or one whose hosts or ports do not parse, is a ValueError that
+    names the fault only (never the password)."""
+    return db_urls.sqlalchemy_form(_parsed(url)).render(DATABASE_SCHEME)
+
+
+def _parsed(url: str) -> db_urls.DatabaseUrl:
     scheme, sep, rest = url.strip().partition("://")
     if not sep or scheme.lower() not in _DATABASE_SCHEMES:
         shown = scheme.lower() if sep else "none"
         raise ValueError(
             f"not a PostgreSQL URL (scheme {shown[:40]!r}); use postgresql+psycopg://, "
-            "postgresql:// or postgres://USER:PASSWORD@HOST:PORT/DATABASE"
+            "postgresql:// or postgres://USER:PASSWORD@HOST:PORT[,HOST:PORT]/DATABASE"
         )
-    return f"{DATABASE_SCHEME}://{rest}"
+    return db_urls.read_write_by_default(db_urls.parse(rest))
 
 
 def libpq_url(url: str) -> str:
@@ -137,19 +165,22 @@ def libpq_url(url: str) -> str:
     ``JOBRELAY_DATABASE_URL`` accepts: ``postgresql+psycopg://`` (SQLAlchemy's, the documented
     one), ``postgresql://`` or ``postgres://``. Public as ``jobrelay.libpq_url``, for
     ``psycopg.connect(jobrelay.libpq_url(os.environ["JOBRELAY_DATABASE_URL"]))`` before
-    ``jobrelay.enqueue``; another database's URL is the ValueError of ``normalize_database_url``."""
-    rest = normalize_database_url(url).partition("://")[2]
-    return f"postgresql://{rest}"
+    ``jobrelay.enqueue``; another database's URL is the ValueError of ``normalize_database_url``.
+    Several hosts are written libpq's way, in the netloc (``u:p@h1:5432,h2:5433/db``)."""
+    return db_urls.libpq_form(_parsed(url)).render("postgresql")
 
 
 # The password of a URL: up to its "@", never past the "//" of the next URL in a list.
 _URL_PASSWORD = re.compile(r"(//[^:/@]+:)(?:(?!//)[^@])*@")
+# libpq also takes it as a query parameter: ``postgresql://u@h1,h2/db?password=…``.
+_QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)[^&#\s]*")
 
 
 def mask_url(url: str) -> str:
     """The URL (or each URL of a comma-separated list) with its password replaced, safe for
-    logs and error messages."""
-    return _URL_PASSWORD.sub(r"\1***@", url)
+    logs and error messages; libpq's several hosts (``u:p@h1,h2/db``) and SQLAlchemy's
+    (``u:p@/db?host=h1&host=h2``) alike."""
+    return _QUERY_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", url))
 
 
 AMQP_SCHEMES = ("amqp", "amqps")

@@ -5,18 +5,30 @@ from __future__ import annotations
 import select
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from jobrelay.core.errors import StoreUnavailable
-from jobrelay.core.settings import libpq_url, mask_url
+from jobrelay.core.settings import libpq_url, mask_url, normalize_database_url
 
-__all__ = ["libpq_url", "make_engine", "translated_errors"]
+__all__ = [
+    "PRIMARY_GONE_SQLSTATES",
+    "PoolMode",
+    "connect_args",
+    "is_primary_gone",
+    "libpq_url",
+    "make_engine",
+    "translated_errors",
+]
+
+# ``Settings.database_pool_mode``: "transaction" behind PgBouncer's transaction pooling, where
+# consecutive transactions of one connection may run on different server sessions.
+PoolMode = Literal["session", "transaction"]
 
 
 def make_engine(
@@ -27,11 +39,14 @@ def make_engine(
     application_name: str = "jobrelay",
     autocommit: bool = False,
     generic_plans: bool = False,
+    pool_mode: PoolMode = "session",
 ) -> AsyncEngine:
     """An engine with its own pool. ``autocommit``: every connection in the pool is in
     autocommit for good (set once at connect, never reset), for single-statement work.
     ``generic_plans``: statements prepared on its connections (psycopg prepares one after its
-    fifth run) keep one generic plan instead of being planned again on every run."""
+    fifth run) keep one generic plan instead of being planned again on every run.
+    ``pool_mode`` "transaction": nothing is prepared and no session state is set at connect
+    (``generic_plans`` is moot then), see ``connect_args``."""
     options: dict[str, Any] = (
         {"isolation_level": "AUTOCOMMIT", "pool_reset_on_return": None} if autocommit else {}
     )
@@ -44,12 +59,25 @@ def make_engine(
         pool_recycle=1800,
         # Past it the caller gets StoreUnavailable: the API answers 503 rather than queueing.
         pool_timeout=pool_timeout,
-        connect_args={"application_name": application_name, "connect_timeout": 5},
+        connect_args=connect_args(application_name, pool_mode),
     )
     event.listen(engine.sync_engine, "checkout", _refuse_closed_connection)
-    if generic_plans:
+    event.listen(engine.sync_engine, "handle_error", _primary_gone_is_a_disconnect)
+    if generic_plans and pool_mode == "session":
         event.listen(engine.sync_engine, "connect", _keep_generic_plans)
     return engine
+
+
+def connect_args(application_name: str, pool_mode: PoolMode) -> dict[str, Any]:
+    """psycopg's connection arguments. Behind a transaction pooler a server session is shared
+    by many clients in turn: psycopg's automatic prepared statements (named ``_pg3_0``, … per
+    client connection, made after a statement's fifth run) would land on sessions where another
+    client's statement of the same name exists (``DuplicatePreparedStatement``) or be looked for
+    on a session that never saw them, so nothing is prepared there."""
+    args: dict[str, Any] = {"application_name": application_name, "connect_timeout": 5}
+    if pool_mode == "transaction":
+        args["prepare_threshold"] = None
+    return args
 
 
 def _keep_generic_plans(dbapi_connection: Any, _record: Any) -> None:
@@ -87,6 +115,39 @@ def _closed_by_server(connection: psycopg.AsyncConnection[Any]) -> bool:
     return bool(readable)
 
 
+# SQLSTATEs of a server that is not, or no longer, the primary: a write refused in recovery
+# (25006 read_only_sql_transaction: a standby, or a demoted primary still answering), and a
+# server shutting down or starting up (57P01 admin_shutdown, 57P02 crash_shutdown, 57P03
+# cannot_connect_now), as Patroni's failover and switchover make them.
+PRIMARY_GONE_SQLSTATES = frozenset({"25006", "57P01", "57P02", "57P03"})
+
+
+def is_primary_gone(error: BaseException) -> bool:
+    """True when ``error`` (psycopg's, or SQLAlchemy's wrapping it) says the connection's
+    server cannot take the next write: one of ``PRIMARY_GONE_SQLSTATES``, a connection
+    exception (class 08), or a lost connection (psycopg's OperationalError without a
+    SQLSTATE: ``server closed the connection unexpectedly``, ``the connection is lost``).
+    Such a connection is never used again; libpq's ``target_session_attrs=read-write`` finds
+    the new primary for the next one."""
+    original = getattr(error, "orig", None) or error
+    if not isinstance(original, psycopg.Error):
+        return False
+    sqlstate = original.sqlstate
+    if sqlstate is None:
+        return isinstance(original, psycopg.OperationalError)
+    return sqlstate in PRIMARY_GONE_SQLSTATES or sqlstate.startswith("08")
+
+
+def _primary_gone_is_a_disconnect(context: ExceptionContext) -> None:
+    """SQLAlchemy's ``handle_error``: its psycopg dialect calls a disconnect only a connection
+    psycopg already marked broken; a server in recovery or shutting down answers on a healthy
+    socket. As a disconnect, the connection is dropped and every connection pooled before it is
+    replaced at its next checkout (``invalidate_pool_on_disconnect``), so one failed statement
+    moves the whole pool to the new primary, and the error says ``connection_invalidated``."""
+    if context.original_exception is not None and is_primary_gone(context.original_exception):
+        context.is_disconnect = True
+
+
 def is_connection_error(error: BaseException) -> bool:
     """True when the database could not be reached or the connection broke.
 
@@ -101,6 +162,8 @@ def is_connection_error(error: BaseException) -> bool:
         return True
     # Raised by the driver directly on the fast path (Store.fetch_all).
     if isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
+        return True
+    if is_primary_gone(error):  # 25006 is an InternalError, raw or wrapped
         return True
     return isinstance(error, OSError | ConnectionError)
 
@@ -134,6 +197,6 @@ def driver_reason(error: BaseException, url: str) -> str:
 
 def _password_of(url: str) -> str | None:
     try:
-        return make_url(url).password
+        return make_url(normalize_database_url(url)).password
     except Exception:
         return None

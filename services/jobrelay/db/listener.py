@@ -7,6 +7,10 @@ new rows wake the dispatcher), and on one connection per API process ``queries.C
 sent while the connection is down are lost: every (re)connect calls ``on_notify`` once in case
 something was missed, and ``on_state`` tells the caller when it cannot rely on notifications
 (the relay polls too; the API then looks every token up, and waiters poll).
+
+LISTEN needs a session of its own: behind PgBouncer's transaction pooling it takes
+``listen_database_url`` (a direct connection), and without one nothing listens
+(``listen_url_for``; docs/pgbouncer.md).
 """
 
 from __future__ import annotations
@@ -14,10 +18,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 
-from jobrelay.core.settings import mask_url
+from jobrelay.core.settings import Settings, mask_url
 from jobrelay.db import queries as q
 from jobrelay.db.engine import libpq_url
 
@@ -25,6 +30,37 @@ log = logging.getLogger(__name__)
 
 APPLICATION_NAME = "jobrelay-dispatcher-listen"
 API_APPLICATION_NAME = "jobrelay-api-listen"
+
+
+def listen_url_for(settings: Settings, listener: str) -> str | None:
+    """Where ``listener`` ("dispatcher", "API") runs LISTEN: ``listen_database_url`` when set,
+    else ``database_url`` in session mode. None in transaction mode without it: a pooler hands
+    the session to other clients between transactions, so a LISTEN there would hear nothing
+    (or another client's channels); the caller polls, and says so once here."""
+    if settings.listen_database_url:
+        return settings.listen_database_url
+    if settings.database_pool_mode == "session":
+        return settings.database_url
+    log.warning(
+        "the %s does not LISTEN: JOBRELAY_DATABASE_POOL_MODE=transaction and "
+        "JOBRELAY_LISTEN_DATABASE_URL is unset; it polls instead (docs/pgbouncer.md)",
+        listener,
+        extra={"event": "listener_off", "listener": listener},
+    )
+    return None
+
+
+class InRecovery(psycopg.OperationalError):
+    """The listening connection's server is in recovery: no longer the primary, so it hears
+    no NOTIFY (they are sent on the new primary). ``Listener.run`` reconnects, as for a lost
+    connection; ``target_session_attrs=read-write`` in the URL finds the new primary."""
+
+
+async def _ping_primary(connection: psycopg.AsyncConnection[Any]) -> None:
+    cursor = await connection.execute(q.LISTENER_PING)
+    row = await cursor.fetchone()
+    if row is None or row[0]:
+        raise InRecovery("the listening connection's server is in recovery")
 
 
 class Listener:
@@ -91,5 +127,5 @@ class Listener:
                     else:
                         self.on_message(notify.channel, notify.payload)
                 # A quiet period: make sure the connection is still alive (a half-open TCP
-                # connection would otherwise wait forever).
-                await connection.execute(q.LISTENER_PING)
+                # connection would otherwise wait forever) and still on the primary.
+                await _ping_primary(connection)

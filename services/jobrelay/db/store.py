@@ -34,7 +34,7 @@ from jobrelay.core.stats import (
 from jobrelay.core.trace import JobTrace, OutboxEntry, StoredResult
 from jobrelay.db import queries as q
 from jobrelay.db.accept import AcceptResult, Submission, accept_steps, all_present, drive_async
-from jobrelay.db.engine import make_engine, translated_errors
+from jobrelay.db.engine import PoolMode, is_primary_gone, make_engine, translated_errors
 from jobrelay.db.rows import job_from_row, journal_entry
 
 __all__ = ["AcceptResult", "Store", "job_from_row"]
@@ -62,15 +62,18 @@ class Store:
         pool_timeout: float = 10.0,
         application_name: str = "jobrelay",
         generic_plans: bool = False,
+        pool_mode: PoolMode = "session",
     ) -> Store:
         """``generic_plans``: the single statements keep one generic plan each
-        (``engine.make_engine``); the dispatcher's, for its flow pick."""
+        (``engine.make_engine``); the dispatcher's, for its flow pick. ``pool_mode``:
+        ``Settings.database_pool_mode`` ("transaction" behind PgBouncer)."""
         return cls(
             make_engine(
                 url,
                 pool_size=max(2, pool_size // 2),
                 pool_timeout=pool_timeout,
                 application_name=application_name,
+                pool_mode=pool_mode,
             ),
             make_engine(
                 url,
@@ -79,6 +82,7 @@ class Store:
                 application_name=application_name,
                 autocommit=True,
                 generic_plans=generic_plans,
+                pool_mode=pool_mode,
             ),
             url,
         )
@@ -111,8 +115,13 @@ class Store:
                     async with driver.cursor(row_factory=namedtuple_row) as cursor:
                         await cursor.execute(sql, params)
                         return await cursor.fetchall() if cursor.description else []
-                except BaseException:  # CancelledError too: a timeout may interrupt a query
-                    if (
+                except BaseException as error:  # CancelledError too: a timeout may interrupt
+                    if is_primary_gone(error):
+                        # Its server is no longer the primary (or going away): this connection
+                        # and every one pooled before it are replaced, as SQLAlchemy's own
+                        # Connection does on a disconnect (engine._primary_gone_is_a_disconnect).
+                        await greenlet_spawn(self.fast_engine.pool._invalidate, pooled, error)
+                    elif (
                         driver.broken
                         or driver.closed
                         or driver.info.transaction_status != TransactionStatus.IDLE

@@ -15,7 +15,7 @@ from jobrelay.broker.publisher import Publisher
 from jobrelay.core.errors import ConfigurationError
 from jobrelay.core.registry import Registry
 from jobrelay.core.settings import Settings, mask_url, parse_type_queues
-from jobrelay.db.listener import Listener
+from jobrelay.db.listener import Listener, listen_url_for
 from jobrelay.db.relay_store import RelayStore
 from jobrelay.db.schedule_store import ScheduleStore
 from jobrelay.db.store import Store
@@ -77,6 +77,7 @@ class Dispatcher:
             pool_size=3,
             application_name="jobrelay-dispatcher",
             generic_plans=True,
+            pool_mode=settings.database_pool_mode,
         )
         type_queues = parse_type_queues(settings.type_queues)
         self.publisher = Publisher(
@@ -113,8 +114,12 @@ class Dispatcher:
             wake=self.relay.wake,
             stopping=self.relay.stopping,
         )
-        self.listener = Listener(
-            settings.database_url, self.relay.wake, on_state=self.metrics.listener_connected.set
+        # None behind a transaction pooler with no direct URL: the relay polls alone.
+        listen_url = listen_url_for(settings, "dispatcher")
+        self.listener = (
+            None
+            if listen_url is None
+            else Listener(listen_url, self.relay.wake, on_state=self.metrics.listener_connected.set)
         )
         self.scheduler = Scheduler(
             ScheduleStore(self.store),
@@ -128,12 +133,13 @@ class Dispatcher:
 
     async def run(self) -> None:
         beside = [
-            asyncio.create_task(self.listener.run(), name="dispatcher-listener"),
             asyncio.create_task(self.maintenance.run(), name="dispatcher-maintenance"),
             asyncio.create_task(
                 self.scheduler.run(self.relay.stopping), name="dispatcher-scheduler"
             ),
         ]
+        if self.listener is not None:
+            beside.append(asyncio.create_task(self.listener.run(), name="dispatcher-listener"))
         try:
             await self.relay.run()
         finally:

@@ -7,7 +7,7 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from jobrelay.core.settings import Settings
+from jobrelay.core.settings import Settings, normalize_database_url
 from jobrelay.db.tables import metadata
 
 config = context.config
@@ -16,8 +16,10 @@ if config.config_file_name is not None and config.attributes.get("configure_logg
 
 
 def database_url() -> str:
+    """In SQLAlchemy's form: libpq's several hosts (``h1:5432,h2:5433``) do not parse there."""
     explicit = context.get_x_argument(as_dictionary=True).get("url")
-    return explicit or config.attributes.get("url") or Settings().database_url
+    given = explicit or config.attributes.get("url")
+    return normalize_database_url(given) if given else Settings().database_url
 
 
 def run_migrations_online() -> None:
@@ -27,7 +29,12 @@ def run_migrations_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    engine = create_engine(database_url(), poolclass=pool.NullPool)
+    # Nothing prepared (psycopg prepares a statement after its fifth run): a migration runs
+    # each statement about once, and through PgBouncer's transaction pooling a prepared
+    # statement would outlive its transaction on a server session shared with other clients.
+    engine = create_engine(
+        database_url(), poolclass=pool.NullPool, connect_args={"prepare_threshold": None}
+    )
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=metadata)
         with context.begin_transaction():

@@ -15,10 +15,12 @@ every quarantined job has exactly one message once the system is quiet. How:
   committed, and that quarantine needs the replay first), so it cannot be held, hence never
   removed. (A watermark on outbox ids would not do: a stale duplicate of an old row can cause
   the later quarantine, and its message then carries an old id.)
-- The sweep (``sweep_quarantine``) reconciles delivery-limit deaths and removes surplus and
-  stale messages by ``jobrelay.broker.quarantine.plan_sweep``, which reads the jobs' states
-  after taking the messages. It converges what races leave behind: a copy dead-lettered twice,
-  a message whose nack arrived after its job was replayed.
+- The sweep (``sweep_quarantine``) reconciles delivery-limit deaths, removes surplus and
+  stale messages and restores missing ones by ``jobrelay.broker.quarantine.plan_sweep``, which
+  reads the jobs' states after taking the messages. It converges what races leave behind: a
+  copy dead-lettered twice, a message whose nack arrived after its job was replayed, a
+  dead-letter lost to a broker-node fault (the job is quarantined, its message is nowhere: it
+  is published again from the database once the grace since the quarantine has passed).
 """
 
 from __future__ import annotations
@@ -27,20 +29,23 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import aiormq.exceptions
 from aio_pika.abc import AbstractConnection
 
 from jobrelay.broker import quarantine
 from jobrelay.broker.connection import connect_broker
 from jobrelay.broker.quarantine import QuarantinedMessage
 from jobrelay.core.errors import BrokerUnavailable, UnknownJobType
+from jobrelay.core.jobs import QuarantinedJob
 from jobrelay.core.registry import Registry
 from jobrelay.core.schedules import Schedule
-from jobrelay.core.settings import Settings
+from jobrelay.core.settings import Settings, parse_type_queues
 from jobrelay.core.states import JobState
+from jobrelay.core.topology import queue_of
 from jobrelay.core.trace import trace_document
 from jobrelay.db.quarantine_store import LOCK_WAIT_SECONDS, QuarantineBusy, QuarantineStore
 from jobrelay.db.schedule_store import ScheduleStore
@@ -50,6 +55,7 @@ log = logging.getLogger("jobrelay.operations")
 
 Progress = Callable[[int, int], None]
 REPLAY_CHUNK = 200
+RESTORE_BATCH = 1000  # missing quarantine messages published again per sweep at most
 # A listing waits this long for a replay or a sweep that holds the queue, then shows the
 # database side alone (``broker: busy``).
 READ_WAIT_SECONDS = 10.0
@@ -73,10 +79,19 @@ class SweepResult:
     reconciled: int  # jobs marked quarantined (delivery_limit) for a message the broker moved
     surplus: int  # second copies of a quarantined job's message, removed
     stale: int  # messages of jobs no longer quarantined, removed
+    restored: int = 0  # quarantined jobs with no message, given theirs again
+    # Quarantined jobs with no message, within the grace -> when first seen missing: what the
+    # next sweep takes as ``missing_since``.
+    missing_since: dict[uuid.UUID, datetime] = field(default_factory=dict)
+    due_in: float | None = None  # seconds until the first of those passes the grace
+
+    @property
+    def waiting(self) -> int:
+        return len(self.missing_since)
 
     @property
     def changed(self) -> bool:
-        return bool(self.reconciled or self.surplus or self.stale)
+        return bool(self.reconciled or self.surplus or self.stale or self.restored)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -84,31 +99,107 @@ class SweepResult:
             "reconciled_delivery_limit": self.reconciled,
             "removed_surplus": self.surplus,
             "removed_stale": self.stale,
-            "messages_in_queue": self.messages - self.surplus - self.stale,
+            "restored_missing": self.restored,
+            "messages_in_queue": self.messages - self.surplus - self.stale + self.restored,
         }
 
 
 async def sweep_quarantine(
-    store: Store, connection: AbstractConnection, *, wait_seconds: float | None
+    store: Store,
+    connection: AbstractConnection,
+    *,
+    wait_seconds: float | None,
+    type_queues: dict[str, str] | None = None,
+    missing_since: dict[uuid.UUID, datetime] | None = None,
 ) -> SweepResult | None:
     """Reconcile and tidy the quarantine queue once (see the module's docstring). None when
-    ``wait_seconds`` is None and another process holds the queue right now."""
+    ``wait_seconds`` is None and another process holds the queue right now. ``type_queues``
+    (``JOBRELAY_TYPE_QUEUES``) names the work queue a restored message says it died in;
+    ``missing_since``: the previous sweep's ``SweepResult.missing_since`` (a missing message
+    is restored only after sweeps a grace apart all saw it missing: ``plan_sweep``)."""
     keeper = QuarantineStore(store)
     async with keeper.exclusive(wait_seconds=wait_seconds) as locked:
         if not locked:
             return None
-        async with quarantine.hold(connection) as held:
-            reconciled = 0
-            for message in held.seen:
-                if message.reason == "delivery_limit" and message.job_id is not None:
-                    error = f"the broker dead-lettered the message after {message.deaths} death(s)"
-                    if await keeper.quarantine_delivery_limited(message.job_id, error=error):
-                        reconciled += 1
-            # Read after the messages were taken: plan_sweep's reasoning depends on it.
-            states = await keeper.job_states({m.job_id for m in held.seen if m.job_id})
-            plan = quarantine.plan_sweep(held.seen, states)
-            await held.ack(plan.remove)
-    return SweepResult(len(held.seen), reconciled, plan.surplus, plan.stale)
+        try:
+            plan, seen, reconciled, restored = await _sweep_held(
+                keeper, connection, type_queues or {}, missing_since
+            )
+        except (aiormq.exceptions.AMQPError, aiormq.exceptions.ChannelInvalidStateError) as error:
+            # Inside the lock's transaction a broken broker connection (a ConnectionError)
+            # would be told as a database outage: say what it is.
+            raise BrokerUnavailable(
+                f"broker connection lost while sweeping the quarantine ({type(error).__name__})"
+            ) from None
+    return SweepResult(
+        seen,
+        reconciled,
+        plan.surplus,
+        plan.stale,
+        restored,
+        plan.missing_since,
+        plan.due_in,
+    )
+
+
+async def _sweep_held(
+    keeper: QuarantineStore,
+    connection: AbstractConnection,
+    type_queues: dict[str, str],
+    missing_since: dict[uuid.UUID, datetime] | None,
+) -> tuple[quarantine.SweepPlan, int, int, int]:
+    """``sweep_quarantine``'s work under the lock: (the plan, messages held, jobs reconciled,
+    messages restored)."""
+    async with quarantine.hold(connection) as held:
+        reconciled = await _reconcile_delivery_limited(keeper, held.seen)
+        # Read after the messages were taken: plan_sweep's reasoning depends on it.
+        held_ids = {m.job_id for m in held.seen if m.job_id}
+        states = await keeper.job_states(held_ids)
+        unheld: list[QuarantinedJob] = []
+        now: datetime | None = None
+        if held.complete:  # else a job with no held message may have one past the limit
+            unheld, now = await keeper.quarantined_without_message(held_ids, limit=RESTORE_BATCH)
+        plan = quarantine.plan_sweep(
+            held.seen, states, unheld, now=now, missing_since=missing_since
+        )
+        await held.ack(plan.remove)
+        restored = await _restore(connection, plan.restore, now, type_queues)
+    return plan, len(held.seen), reconciled, restored
+
+
+async def _reconcile_delivery_limited(
+    keeper: QuarantineStore, messages: list[QuarantinedMessage]
+) -> int:
+    """Quarantine (``delivery_limit``) the jobs whose messages the broker dead-lettered."""
+    reconciled = 0
+    for message in messages:
+        if message.reason == "delivery_limit" and message.job_id is not None:
+            error = f"the broker dead-lettered the message after {message.deaths} death(s)"
+            if await keeper.quarantine_delivery_limited(message.job_id, error=error):
+                reconciled += 1
+    return reconciled
+
+
+async def _restore(
+    connection: AbstractConnection,
+    jobs: list[QuarantinedJob],
+    now: datetime | None,
+    type_queues: dict[str, str],
+) -> int:
+    """Publish the missing messages of these quarantined jobs (the database is the truth)."""
+    if not jobs or now is None:
+        return 0
+    messages = [
+        (quarantine.restored_message(job, queue_of(job.job_type, type_queues), now), job.job_type)
+        for job in jobs
+    ]
+    restored = await quarantine.restore(connection, messages)
+    for job in jobs:
+        log.warning(
+            "quarantine message missing: restored from the database",
+            extra={"event": "quarantine_restored", "job_id": str(job.job_id), "type": job.job_type},
+        )
+    return restored
 
 
 class Operations:
@@ -206,7 +297,12 @@ class Operations:
     async def reconcile_quarantine(self) -> SweepResult:
         """Run the dispatcher's sweep now (waiting for the queue if another holds it)."""
         async with self.broker() as connection:
-            result = await sweep_quarantine(self.store, connection, wait_seconds=LOCK_WAIT_SECONDS)
+            result = await sweep_quarantine(
+                self.store,
+                connection,
+                wait_seconds=LOCK_WAIT_SECONDS,
+                type_queues=parse_type_queues(self.settings.type_queues),
+            )
         assert result is not None  # a waiting sweep always runs
         return result
 

@@ -474,6 +474,9 @@ class ReconcileView(BaseModel):
     )
     removed_surplus: int = Field(description="second copies of a quarantined job's message")
     removed_stale: int = Field(description="messages of jobs no longer quarantined")
+    restored_missing: int = Field(
+        description="quarantined jobs that had no message, given theirs again from the database"
+    )
     messages_in_queue: int
 
 

@@ -125,6 +125,7 @@ def render_reconciled(result: dict[str, Any]) -> str:
         f"reconciled {result['reconciled_delivery_limit']} job(s) the broker dead-lettered "
         f"on its own (reason delivery_limit); removed {result['removed_surplus']} surplus "
         f"and {result['removed_stale']} stale message(s); "
+        f"restored {result['restored_missing']} missing message(s); "
         f"{result['messages_in_queue']} message(s) in jobrelay.quarantine"
     )
 

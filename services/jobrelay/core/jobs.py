@@ -70,6 +70,18 @@ class Job:
 
 
 @dataclass(frozen=True)
+class QuarantinedJob:
+    """A quarantined job as the quarantine sweep reads it (``broker/quarantine.py::plan_sweep``):
+    when, and what its message in the quarantine queue says."""
+
+    job_id: uuid.UUID
+    job_type: str
+    quarantined_at: datetime
+    outbox_id: int | None  # its latest outbox row (the message_id of its messages), if kept
+    traceparent: str | None = None
+
+
+@dataclass(frozen=True)
 class Flow:
     """A job's flow control fields, as a submission asks for them or its type gives them
     (``Registry.flow_defaults``)."""

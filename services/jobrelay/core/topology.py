@@ -32,6 +32,12 @@ def work_queue_name(name: str) -> str:
     return name if name.startswith(f"{JOBS_EXCHANGE}.") else f"{JOBS_EXCHANGE}.{name}"
 
 
+def queue_of(job_type: str, type_queues: dict[str, str]) -> str:
+    """The work queue a job of ``job_type`` is routed to (see the module's docstring)."""
+    queue = type_queues.get(job_type)
+    return work_queue_name(queue) if queue else DEFAULT_QUEUE
+
+
 def queue_short_name(name: str) -> str:
     """``jobrelay.jobs.slow`` → ``slow``; a short name is kept (the ``queues`` table's name)."""
     return name.removeprefix(f"{JOBS_EXCHANGE}.")

@@ -18,12 +18,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 
 import psycopg.errors
 from sqlalchemy import exc as sa_exc
 
 from jobrelay.core.errors import BrokerUnavailable
-from jobrelay.core.jobs import Job
+from jobrelay.core.jobs import Job, QuarantinedJob
 from jobrelay.core.message import Envelope
 from jobrelay.core.states import JobState
 from jobrelay.db import queries as q
@@ -74,6 +75,20 @@ class QuarantineStore:
             return {}
         rows = await self.store.fetch_all(q.JOB_STATES, ids=list(ids))
         return {row.id: JobState(row.state) for row in rows}
+
+    async def quarantined_without_message(
+        self, held: Collection[uuid.UUID], *, limit: int
+    ) -> tuple[list[QuarantinedJob], datetime | None]:
+        """The quarantined jobs (oldest quarantine first, ``limit`` at most) whose ids are not
+        in ``held``, and the database's clock when read (None when there is none)."""
+        rows = await self.store.fetch_all(
+            q.QUARANTINED_WITHOUT_MESSAGE, held=list(held), limit=limit
+        )
+        jobs = [
+            QuarantinedJob(row.id, row.type, row.finished_at, row.outbox_id, row.traceparent)
+            for row in rows
+        ]
+        return jobs, rows[0].read_at if rows else None
 
     async def quarantined_count(self) -> int:
         row = await self.store.fetch_one(q.QUARANTINED_COUNT)

@@ -6,7 +6,11 @@
    (``jobrelay.operations.sweep_quarantine``). A sweep holds the whole queue for a moment, so it
    runs only when the queue looks inconsistent — its ready count differs from the number of
    quarantined jobs and that picture changed since the last sweep that found nothing to do — and
-   otherwise every ``FULL_SWEEP_SECONDS``.
+   otherwise every ``FULL_SWEEP_SECONDS``. A quarantined job whose message is nowhere (its
+   dead-letter lost to a broker-node fault) gets it published again from the database once
+   ``RESTORE_GRACE_SECONDS`` have passed since its quarantine and since a sweep first saw it
+   missing (every sweep meanwhile too); a sweep that sees one still within the grace runs
+   again when the grace ends.
 
 2. **Lost messages.** A message confirmed by the broker can still be lost afterwards (a broker
    whose data was lost, a purged queue); its job then stays ``queued`` for good. The dispatcher
@@ -43,7 +47,9 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Callable
+from datetime import datetime
 
 import aio_pika
 import aiormq.exceptions
@@ -57,11 +63,13 @@ from jobrelay.core.topology import DEFAULT_QUEUE, QUARANTINE_QUEUE, typed_queue_
 from jobrelay.db.quarantine_store import QuarantineStore
 from jobrelay.db.store import Store
 from jobrelay.dispatcher.metrics import DispatcherMetrics
-from jobrelay.operations import sweep_quarantine
+from jobrelay.operations import SweepResult, sweep_quarantine
 
 log = logging.getLogger(__name__)
 
 FULL_SWEEP_SECONDS = 60.0
+# A sweep that saw a message missing within its grace runs again this long after the grace.
+RESTORE_SLACK_SECONDS = 1.0
 HEAL_BATCH = 1000
 MAX_AUTOMATIC_REDISPATCHES = 3
 
@@ -96,6 +104,9 @@ class Housekeeper:
         self.full_sweep_seconds = FULL_SWEEP_SECONDS
         self._connection: AbstractConnection | None = None
         self._clean: tuple[int, int] | None = None  # (ready, quarantined) of the last idle sweep
+        # Quarantined jobs the last sweep saw with no message -> when first seen so (the
+        # database's clock): restored once sweeps a grace apart all saw them missing.
+        self._missing_since: dict[uuid.UUID, datetime] = {}
         self._next_full_sweep = 0.0
         self._broker_down = False
         self._outages = 0
@@ -163,28 +174,46 @@ class Housekeeper:
         ready = await _ready(channel, QUARANTINE_QUEUE)
         quarantined = await self.keeper.quarantined_count()
         now = self.clock()
+        # Fewer messages than quarantined jobs (a dead-letter lost) looks off as much as more.
         looks_off = ready is None or ready != quarantined
         picture = (ready if ready is not None else -1, quarantined)
         if now < self._next_full_sweep and (not looks_off or picture == self._clean):
             return
-        result = await sweep_quarantine(self.store, connection, wait_seconds=None)
+        result = await sweep_quarantine(
+            self.store,
+            connection,
+            wait_seconds=None,
+            type_queues=self.type_queues,
+            missing_since=self._missing_since,
+        )
         if result is None:
             return  # another process holds the queue: next round
-        self._next_full_sweep = now + self.full_sweep_seconds
+        self._missing_since = result.missing_since
+        self._next_full_sweep = now + self._pause_after(result)
         self._clean = None if result.changed else picture
         if not result.changed:
             return
         self.metrics.quarantine_reconciled.inc(result.reconciled)
         self.metrics.quarantine_removed.labels(reason="surplus").inc(result.surplus)
         self.metrics.quarantine_removed.labels(reason="stale").inc(result.stale)
+        self.metrics.quarantine_restored.inc(result.restored)
         log.info(
             "quarantine tidied: %d job(s) reconciled (delivery_limit), %d surplus and %d stale "
-            "message(s) removed",
+            "message(s) removed, %d missing message(s) restored",
             result.reconciled,
             result.surplus,
             result.stale,
+            result.restored,
             extra={"event": "quarantine_swept"},
         )
+
+    def _pause_after(self, result: SweepResult) -> float:
+        """Until the next sweep of an unchanged picture: a full period, or less when a job
+        with no message passes its grace sooner (the picture stays the same meanwhile, and a
+        sweep that found nothing to do would otherwise wait a full period)."""
+        if result.due_in is None:
+            return self.full_sweep_seconds
+        return min(self.full_sweep_seconds, result.due_in + RESTORE_SLACK_SECONDS)
 
     # --- lost messages ------------------------------------------------------------------------
 

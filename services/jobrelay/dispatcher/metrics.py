@@ -60,6 +60,11 @@ class DispatcherMetrics(ProcessMetrics):
             ["reason"],
             known=("surplus", "stale"),
         )
+        self.quarantine_restored = self.counter(
+            PREFIX + "quarantine_restored_messages",
+            "Messages published again into the quarantine queue for quarantined jobs that had "
+            "none (a dead-letter lost to a broker-node fault): the database is the truth.",
+        )
         self.broker_blocked = self.gauge(
             PREFIX + "broker_blocked",
             "1 while the broker blocks publishing (connection.blocked: a memory or disk alarm); "

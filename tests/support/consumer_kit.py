@@ -156,6 +156,9 @@ class StandInDelivery:
     async def nack(self, multiple: bool = False, requeue: bool = True) -> None:
         self.settled.append("requeue" if requeue else "dead_letter")
 
+    async def dead_letter_after_ack(self) -> None:
+        self.settled.append("dead_letter_after_ack")
+
 
 def worker(
     store: Store, settings: Settings, job_registry: Registry | None = None, **options: Any

@@ -34,12 +34,19 @@ class FakeDelivery:
     body: bytes
     redelivered: bool | None = False
     settled: list[str] = field(default_factory=list)
+    copy_failures: int = 0  # how many quarantine copies fail before one goes through
 
     async def ack(self, multiple: bool = False) -> None:
         self.settled.append("ack")
 
     async def nack(self, multiple: bool = False, requeue: bool = True) -> None:
         self.settled.append("requeue" if requeue else "dead_letter")
+
+    async def dead_letter_after_ack(self) -> None:
+        if self.copy_failures > 0:  # the broker away: the publish fails
+            self.copy_failures -= 1
+            raise ConnectionError("the broker is away (fake delivery)")
+        self.settled.append("dead_letter_after_ack")
 
 
 class Empty(BaseModel):
@@ -50,8 +57,14 @@ def unit_worker(
     store: ExecutionStore, registry: Registry, clock: Clock, tmp_path: Path, **options: Any
 ) -> Worker:
     """A worker on the in-memory store with a 30 s lease, a seeded rng and outages that pass in
-    milliseconds; ``options``: Worker's keyword arguments to change (``heartbeat_interval``...)."""
-    settings = Settings(lease_seconds=30.0, retry_base_seconds=1.0, results_dir=tmp_path)
+    milliseconds; ``options``: Worker's keyword arguments to change (``heartbeat_interval``...),
+    and ``long_job_ack_seconds``, the setting."""
+    settings = Settings(
+        lease_seconds=30.0,
+        retry_base_seconds=1.0,
+        results_dir=tmp_path,
+        long_job_ack_seconds=options.pop("long_job_ack_seconds", 900.0),
+    )
     return Worker(
         store,
         registry,

@@ -41,6 +41,11 @@ class ConsumerMetrics(ProcessMetrics):
             "jobrelay_consumer_store_unavailable_total",
             "Database calls that failed because PostgreSQL could not be reached.",
         )
+        self.long_job_acks = self.counter(
+            "jobrelay_consumer_long_job_acks_total",
+            "Deliveries acked before their outcome because the job ran past "
+            "JOBRELAY_LONG_JOB_ACK_SECONDS (docs/long-jobs.md); its lease alone held it after.",
+        )
         self.settle_errors = self.counter(
             "jobrelay_consumer_settle_errors_total",
             "Acks or nacks that failed (channel gone after a reconnect); the message comes again.",

@@ -1,8 +1,11 @@
 """``jobrelay consumer``: wire settings, the registry, PostgreSQL and RabbitMQ, and run workers.
 
-Manual ack, prefetch = concurrency, one task per delivery. SIGTERM stops taking deliveries,
-lets in-flight jobs finish within the grace period, gives the rest back (their lease released,
-their message requeued) and exits 0.
+Manual ack, prefetch = concurrency, one task per delivery. A job still running after
+``long_job_ack_seconds`` has its message acked early and stops counting toward the prefetch:
+the broker sends one more message, so a consumer runs up to ``concurrency`` jobs that are not
+long, plus its long ones (docs/long-jobs.md). SIGTERM stops taking deliveries, lets in-flight
+jobs finish within the grace period, gives the rest back (their lease released, their message
+requeued; a long job's lease is left to expire) and exits 0.
 """
 
 from __future__ import annotations
@@ -13,7 +16,14 @@ import logging
 import signal
 from typing import Any
 
-from aio_pika.abc import AbstractIncomingMessage, AbstractQueue, AbstractRobustConnection
+import aiormq.abc
+from aio_pika.abc import (
+    AbstractChannel,
+    AbstractIncomingMessage,
+    AbstractQueue,
+    AbstractRobustConnection,
+)
+from aio_pika.exceptions import ChannelInvalidStateError
 
 from jobrelay.broker import quarantine
 from jobrelay.broker.acks import AckRouter, GroupAcked
@@ -100,6 +110,7 @@ class Consumer:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.acks = AckRouter()
         self.worker: Worker | None = None
+        self.channel: AbstractChannel | None = None  # robust: the same object across reconnects
         self.consuming = False
 
     async def run(self, stop: asyncio.Event) -> int:
@@ -108,6 +119,7 @@ class Consumer:
             settings.database_url,
             pool_size=self.concurrency + 2,
             application_name="jobrelay-consumer",
+            pool_mode=settings.database_pool_mode,
         )
         short_name = queue_short_name(self.queue_name)
         execution = PgExecutionStore(store, queue=short_name)
@@ -186,6 +198,7 @@ class Consumer:
     ) -> tuple[AbstractQueue, str]:
         settings = self.settings
         channel = await connection.channel()
+        self.channel = channel
         # Per-consumer QoS: quorum queues refuse a global one.
         await channel.set_qos(prefetch_count=self.concurrency)
         await declare_topology(
@@ -221,15 +234,22 @@ class Consumer:
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
         # Our own task, not aio-pika's: a broker reconnect must not cancel a running handler.
         assert self.worker is not None
-        settled_by: Delivery = message
-        if not quarantine.broker_can_dead_letter(message):
-            settled_by = quarantine.DeadLetterByHand(message, self.queue_name)
+        by_hand = not quarantine.broker_can_dead_letter(message)
+        wrapper = quarantine.DeadLetterByHand if by_hand else quarantine.LateDeadLetter
+        settled_by: Delivery = wrapper(message, self.queue_name, self._underlay_channel)
         # Registered on arrival, in the broker's order: acks then go out in groups.
         delivery = GroupAcked(message, self.acks.groups_for(message), settled_by)
         traceparent = traceparent_of(message.headers)
         task = asyncio.create_task(self.worker.handle(delivery, traceparent=traceparent))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+    async def _underlay_channel(self) -> aiormq.abc.AbstractChannel:
+        """The consumer's channel as it is now (a long job's late quarantine copy goes on it:
+        the message's own channel may have closed since)."""
+        if self.channel is None:
+            raise ChannelInvalidStateError("the consumer has no channel")
+        return await self.channel.get_underlay_channel()
 
     async def _drain(self) -> None:
         """Let in-flight jobs finish within the grace period; give the rest back."""

@@ -1,6 +1,8 @@
 """One delivery, start to end (docs/life-of-a-job.md, step 3): decode, claim, run under a
 heartbeat, decide, store once, and only then ack or nack — in one place, after processing.
-The heartbeat also carries a client's cancel of the running job to the handler.
+The heartbeat also carries a client's cancel of the running job to the handler. A job that runs
+past ``long_job_ack_seconds`` has its message acked early, its lease alone holding it from then
+on (``consumer/early_ack.py``, docs/long-jobs.md).
 
 The database is the judge of who owns a job: every report is fenced by the claim's lease token,
 and the broker only hears about an outcome after PostgreSQL committed it.
@@ -23,6 +25,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from jobrelay import tracing
+from jobrelay.consumer.early_ack import EarlyAck
 from jobrelay.consumer.handler_call import call_handler, job_context
 from jobrelay.consumer.lease import (
     CANCEL_POLL_SECONDS,
@@ -90,6 +93,9 @@ class Verdict:
     pause: bool = False  # back off before requeueing (the database is unreachable)
 
 
+# Tries at the quarantine copy of a long job's message acked early (a reconnect in between).
+LATE_DEAD_LETTER_TRIES = 4
+
 INTERRUPTED = Verdict(Disposition.REQUEUE, DeliveryOutcome.INTERRUPTED)
 STORE_UNAVAILABLE = Verdict(Disposition.REQUEUE, DeliveryOutcome.STORE_UNAVAILABLE, pause=True)
 
@@ -112,6 +118,11 @@ class Backoff:
 
     def pause(self, failures: int) -> float:
         return backoff(failures, self.base, self.cap, self.rng)
+
+    def before_republish(self, failures: int) -> float:
+        """The pause before another try at a publish to the broker: ten times the database's,
+        for a robust connection's reconnect takes seconds."""
+        return backoff(failures, 10 * self.base, 10 * self.cap, self.rng)
 
 
 class _FirstTimeWarned:
@@ -152,6 +163,7 @@ class Worker:
         self.store = store
         self.registry = registry
         self.lease_seconds = settings.lease_seconds
+        self.long_job_ack_seconds = settings.long_job_ack_seconds
         self.results_dir = settings.results_dir
         self.policy = RetryPolicy(settings.retry_base_seconds, settings.retry_max_seconds)
         self.unknown_type_patience = settings.unknown_type_patience_seconds
@@ -186,8 +198,11 @@ class Worker:
         self.metrics.in_flight.inc()
         verdict = INTERRUPTED
         execution = tracing.executing(traceparent)
+        early = EarlyAck(delivery, self.long_job_ack_seconds, self.metrics)
         try:
-            verdict = await self.process(delivery.body, redelivered=bool(delivery.redelivered))
+            verdict = await self.process(
+                delivery.body, redelivered=bool(delivery.redelivered), early=early
+            )
             if verdict.pause:
                 await asyncio.sleep(self.backoff.before_requeue())
         except asyncio.CancelledError:
@@ -197,7 +212,11 @@ class Worker:
             verdict = Verdict(Disposition.REQUEUE, DeliveryOutcome.ERROR)
             await asyncio.sleep(1.0)
         finally:
-            await self._settle(delivery, verdict)
+            await early.disarm()
+            if early.sent:
+                await self._settle_acked_early(delivery, verdict, early.extra)
+            else:
+                await self._settle(delivery, verdict)
             execution.end(verdict.outcome)
             self.metrics.in_flight.dec()
         return verdict
@@ -221,9 +240,53 @@ class Worker:
                 extra={"event": "settle_failed", "outcome": verdict.outcome},
             )
 
+    async def _settle_acked_early(
+        self, delivery: Delivery, verdict: Verdict, extra: dict[str, object]
+    ) -> None:
+        """Settle a long job's delivery that was acked early (docs/long-jobs.md): an ack is
+        done; a quarantine still needs its message in the quarantine queue; a requeue has no
+        message to put back, and needs none: the job comes back through its lease, which
+        expires unrenewed and is rescued by the dispatcher with a new outbox row."""
+        self.metrics.deliveries.labels(verdict.outcome).inc()
+        if verdict.disposition is Disposition.ACK:
+            return
+        if verdict.disposition is Disposition.REQUEUE:
+            log.info(
+                "not finished; its message was acked early: the job comes back once its "
+                "lease expires",
+                extra={**extra, "event": "long_job_given_back", "outcome": verdict.outcome},
+            )
+            return
+        try:
+            await self._patiently_publish(delivery.dead_letter_after_ack)
+        except Exception as error:
+            # The quarantine is committed; the quarantine sweep restores a missing message.
+            self.metrics.settle_errors.inc()
+            log.warning(
+                "quarantined, but its message could not be put in the quarantine queue (%s)",
+                type(error).__name__,
+                extra={**extra, "event": "settle_failed", "outcome": verdict.outcome},
+            )
+
+    async def _patiently_publish(self, publish: Callable[[], Awaitable[None]]) -> None:
+        """A few tries at a publish, each with a timeout: a reconnect of the broker in
+        between takes seconds."""
+        for failures in range(1, LATE_DEAD_LETTER_TRIES + 1):
+            try:
+                async with asyncio.timeout(10):
+                    return await publish()
+            except Exception:
+                if failures == LATE_DEAD_LETTER_TRIES:
+                    raise
+                await asyncio.sleep(self.backoff.before_republish(failures))
+
     # --- processing -------------------------------------------------------------------------
 
-    async def process(self, body: bytes, *, redelivered: bool = False) -> Verdict:
+    async def process(
+        self, body: bytes, *, redelivered: bool = False, early: EarlyAck | None = None
+    ) -> Verdict:
+        """Decide what becomes of one message; ``early``: its ack ahead of the outcome, armed
+        once a claim committed (``handle``'s)."""
         try:
             envelope = Envelope.decode(body)
         except MalformedMessage as error:
@@ -233,11 +296,16 @@ class Worker:
             )
             return Verdict(Disposition.DEAD_LETTER, DeliveryOutcome.MALFORMED)
         if envelope.type not in self.registry:
-            return await self._defer(envelope, redelivered=redelivered)
-        return await self._claim_and_run(envelope, redelivered=redelivered)
+            return await self._defer(envelope, redelivered=redelivered, early=early)
+        return await self._claim_and_run(envelope, redelivered=redelivered, early=early)
 
     async def _claim_and_run(
-        self, envelope: Envelope, *, redelivered: bool, job_type: str | None = None
+        self,
+        envelope: Envelope,
+        *,
+        redelivered: bool,
+        job_type: str | None = None,
+        early: EarlyAck | None = None,
     ) -> Verdict:
         """Claim the job if it is of a type this consumer runs (``job_type``, else the
         message's), then run it."""
@@ -261,9 +329,11 @@ class Worker:
             return self._held(claim)
         if isinstance(claim, Refused):
             if claim.reason is Refusal.OTHER_TYPE and claim.job is not None:
-                return await self._by_own_type(envelope, claim.job, redelivered=redelivered)
+                return await self._by_own_type(
+                    envelope, claim.job, redelivered=redelivered, early=early
+                )
             return self._refused(envelope, claim, redelivered=redelivered)
-        return await self._attempt(claim, lease_deadline=asked + self.lease_seconds)
+        return await self._attempt(claim, lease_deadline=asked + self.lease_seconds, early=early)
 
     def _claim_rules(self, job_type: str) -> ClaimRules:
         """How to claim a job of ``job_type``: in a transaction of its own when a limit is in
@@ -297,16 +367,25 @@ class Worker:
         )
         return Verdict(Disposition.ACK, DeliveryOutcome.HELD)
 
-    async def _by_own_type(self, envelope: Envelope, job: Job, *, redelivered: bool) -> Verdict:
+    async def _by_own_type(
+        self, envelope: Envelope, job: Job, *, redelivered: bool, early: EarlyAck | None = None
+    ) -> Verdict:
         """The message named another type than the job's: the job's own type decides. Known
         here: claimed and run as that type; unknown: deferred (never claimed, never an
         attempt), as any job of an unknown type."""
         if job.type in self.registry:
-            return await self._claim_and_run(envelope, redelivered=redelivered, job_type=job.type)
-        return await self._defer(envelope, redelivered=redelivered, job_type=job.type)
+            return await self._claim_and_run(
+                envelope, redelivered=redelivered, job_type=job.type, early=early
+            )
+        return await self._defer(envelope, redelivered=redelivered, job_type=job.type, early=early)
 
     async def _defer(
-        self, envelope: Envelope, *, redelivered: bool, job_type: str | None = None
+        self,
+        envelope: Envelope,
+        *,
+        redelivered: bool,
+        job_type: str | None = None,
+        early: EarlyAck | None = None,
     ) -> Verdict:
         """A type this consumer does not know (a rolling deploy, other handlers): never run,
         never an attempt; the job comes back later for a consumer that knows it. ``job_type``:
@@ -347,14 +426,20 @@ class Worker:
             and deferral.job is not None
             and deferral.job.type != job_type
         ):
-            return await self._by_own_type(envelope, deferral.job, redelivered=redelivered)
+            return await self._by_own_type(
+                envelope, deferral.job, redelivered=redelivered, early=early
+            )
         return self._refused(envelope, deferral, redelivered=redelivered)
 
     def _refused(self, envelope: Envelope, refused: Refused, *, redelivered: bool) -> Verdict:
         extra = {"job_id": str(envelope.job_id), "event": refused.reason.value}
         if refused.reason is Refusal.UNKNOWN_JOB:
-            log.warning("message for an unknown job dead-lettered", extra=extra)
-            return Verdict(Disposition.DEAD_LETTER, DeliveryOutcome.UNKNOWN_JOB)
+            # A message is published only after its job's row committed, and every service
+            # reaches the primary only: the row is gone (a failover to a standby that had not
+            # received it, docs/failover.md). Nothing can run it, and the message names no
+            # more than the id logged here: acked, never retried nor kept.
+            log.warning("message for a job not in the database acked", extra=extra)
+            return Verdict(Disposition.ACK, DeliveryOutcome.UNKNOWN_JOB)
         if refused.reason is Refusal.EXHAUSTED:
             log.warning("job has no attempts left: quarantined", extra=extra)
             return Verdict(Disposition.DEAD_LETTER, DeliveryOutcome.ATTEMPTS_EXHAUSTED)
@@ -370,11 +455,15 @@ class Worker:
         log.info("duplicate delivery acked", extra={**extra, "event": "duplicate_delivery"})
         return Verdict(Disposition.ACK, DeliveryOutcome.DUPLICATE)
 
-    async def _attempt(self, claim: Claimed, *, lease_deadline: float) -> Verdict:
+    async def _attempt(
+        self, claim: Claimed, *, lease_deadline: float, early: EarlyAck | None = None
+    ) -> Verdict:
         job = claim.job
         extra = {"job_id": str(job.id), "attempt": job.attempts, "type": job.type}
         tracing.execution_claimed(job)  # from here on the handler's trace is the job's
         log.info("claimed", extra={**extra, "event": "claimed"})
+        if early is not None:
+            early.arm(dict(extra))  # the claim committed: the lease may hold the job alone
         if job.cancel_requested_at is not None:
             # Asked of an earlier attempt that ended before it could carry it out (its consumer
             # crashed or stopped): the handler does not run again.
@@ -390,7 +479,7 @@ class Worker:
             quarantine = Quarantine(error.code, failure.message, failure)
             return await self._conclude(claim, quarantine, job.type, 0.0)
         try:
-            run = await self._run_under_lease(claim, job_type, payload, lease_deadline)
+            run = await self._run_under_lease(claim, job_type, payload, lease_deadline, early)
         except StoreUnavailable:  # its parents' results could not be read
             log.warning(
                 "parents' results not read: database unreachable; requeued",
@@ -495,7 +584,12 @@ class Worker:
     # --- the handler under a heartbeat (consumer/lease.py, consumer/handler_call.py) -------
 
     async def _run_under_lease(
-        self, claim: Claimed, job_type: JobType, payload: BaseModel, lease_deadline: float
+        self,
+        claim: Claimed,
+        job_type: JobType,
+        payload: BaseModel,
+        lease_deadline: float,
+        early: EarlyAck | None = None,
     ) -> HeldRun:
         job = claim.job
         # A workflow's job reads its parents' results (docs/workflows.md); others skip the read.
@@ -518,8 +612,13 @@ class Worker:
             await self.progress.flush_job(job.id)  # its last report, while the lease is ours
             return held
         except asyncio.CancelledError:
-            # Shutdown past its grace period: the handler is stopped; the job is given back.
-            await _shielded(self.lease.release(claim))
+            # Shutdown past its grace period: the handler is stopped; the job is given back,
+            # for its requeued message to claim at once. A message acked early is not
+            # requeued: its lease is left to expire, and the dispatcher rescues the job.
+            if early is not None:
+                await _shielded(early.disarm())  # no early ack after the release
+            if early is None or not early.sent:
+                await _shielded(self.lease.release(claim))
             raise
 
     async def _heartbeat(self, claim: Claimed, deadline: float) -> LeaseEnd:

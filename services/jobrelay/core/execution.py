@@ -158,8 +158,8 @@ class Renewal(StrEnum):
 
 
 class Delivery(Protocol):
-    """What the worker needs of a broker delivery (aio-pika's IncomingMessage fits; so do the
-    wrappers of ``broker/acks.py`` and ``broker/quarantine.py``)."""
+    """What the worker needs of a broker delivery: the wrappers of ``broker/acks.py`` and
+    ``broker/quarantine.py`` around aio-pika's IncomingMessage."""
 
     @property
     def body(self) -> bytes: ...
@@ -170,6 +170,11 @@ class Delivery(Protocol):
     async def ack(self, multiple: bool = False) -> None: ...
 
     async def nack(self, multiple: bool = False, requeue: bool = True) -> None: ...
+
+    async def dead_letter_after_ack(self) -> None:
+        """Put a copy of this message, acked already, in the quarantine as a dead-letter of it
+        would: a long job acked early that ends quarantined (docs/long-jobs.md)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -217,6 +222,9 @@ class ForwardingDelivery:
 
     async def nack(self, multiple: bool = False, requeue: bool = True) -> None:
         await self.inner.nack(multiple=multiple, requeue=requeue)
+
+    async def dead_letter_after_ack(self) -> None:
+        await self.inner.dead_letter_after_ack()
 
 
 @dataclass(frozen=True)

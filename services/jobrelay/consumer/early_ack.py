@@ -1,0 +1,86 @@
+"""A long job's message acked before its outcome (docs/long-jobs.md).
+
+RabbitMQ closes a consumer's whole channel when one of its deliveries stays unacked past the
+broker's ``consumer_timeout`` (30 minutes by default, node-wide on 3.10): every other delivery of
+the channel goes back and the long job's own ack fails. Once the claim has committed, the lease
+already decides who runs the job (a redelivery under a live lease is a duplicate; an expired
+lease is rescued by the dispatcher), so a job still running ``long_job_ack_seconds`` after its
+delivery arrived has its message acked, and its lease alone holds it from then on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from jobrelay.consumer.metrics import ConsumerMetrics
+from jobrelay.core.execution import Delivery
+
+log = logging.getLogger("jobrelay.consumer")
+
+ACK_TIMEOUT_SECONDS = 10.0
+
+
+class EarlyAck:
+    """The early ack of one delivery: armed once its claim has committed, due
+    ``after_seconds`` after the delivery arrived (0: never), dropped when the run ends first.
+
+    ``sent`` tells the settling code that the delivery is settled already: set before the ack
+    is written, and kept even if the ack fails (the channel closed: the broker then gives the
+    message to a consumer that acks it as a duplicate while the lease lives)."""
+
+    def __init__(
+        self,
+        delivery: Delivery,
+        after_seconds: float,
+        metrics: ConsumerMetrics,
+        *,
+        arrived: float | None = None,
+    ) -> None:
+        self.delivery = delivery
+        self.after_seconds = after_seconds
+        self.metrics = metrics
+        self.due = (arrived if arrived is not None else time.monotonic()) + after_seconds
+        self.sent = False
+        self.extra: dict[str, object] = {}
+        self._timer: asyncio.Task[None] | None = None
+
+    def arm(self, extra: dict[str, object]) -> None:
+        """The claim committed: from now on the lease may hold the job alone."""
+        if self.after_seconds <= 0 or self._timer is not None:
+            return
+        self.extra = extra
+        self._timer = asyncio.create_task(self._ack_when_due())
+
+    async def disarm(self) -> None:
+        """The run ended: an ack not yet begun never happens; one being written ends first."""
+        timer, self._timer = self._timer, None
+        if timer is None:
+            return
+        if not self.sent:
+            timer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await timer
+
+    async def _ack_when_due(self) -> None:
+        await asyncio.sleep(max(0.0, self.due - time.monotonic()))
+        self.sent = True  # before the first await of the ack: a cancel cannot split the two
+        log.info(
+            "still running after %gs: message acked, the lease alone holds the job",
+            self.after_seconds,
+            extra={**self.extra, "event": "long_job_acked"},
+        )
+        self.metrics.long_job_acks.inc()
+        try:
+            async with asyncio.timeout(ACK_TIMEOUT_SECONDS):
+                await self.delivery.ack()
+        except Exception as error:
+            self.metrics.settle_errors.inc()
+            log.warning(
+                "early ack failed (%s): the broker delivers the message again, and that "
+                "delivery is acked as a duplicate while the lease lives",
+                type(error).__name__,
+                extra={**self.extra, "event": "settle_failed", "outcome": "long_job_acked"},
+            )

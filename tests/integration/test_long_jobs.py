@@ -1,0 +1,154 @@
+"""Long jobs against the real broker (docs/long-jobs.md, SPEC §18): with RabbitMQ's
+``consumer_timeout`` lowered to 5 s, a 75 s job beside short ones on one consumer succeeds once,
+the short ones are not disturbed, the broker never closes the consumer's channel, and a long
+job that fails for good after its early ack still lands in the quarantine queue.
+
+The timeout is node-wide on RabbitMQ 3.10 and read when a channel opens; the broker checks it on
+the channel's tick, about once a minute, so the long job outlives at least one tick past it.
+The test sets it through rabbitmqctl (the fault helpers' servers) and restores the default.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from jobrelay.broker.quarantine import describe
+from jobrelay.core.errors import PermanentError
+from jobrelay.core.registry import JobContext, Registry
+from jobrelay.core.settings import Settings
+from jobrelay.core.states import JobEvent
+from jobrelay.db.store import Store
+from tests.conftest import MakeSettings
+from tests.support import faults
+from tests.support.consumer_kit import (
+    CountPayload,
+    events,
+    handler_runs,
+    mark_outbox_published,
+    new_client,
+    publish_jobs,
+    quarantined_messages,
+    registry,
+    running_consumer,
+    submit,
+    wait_state,
+)
+from tests.support.factories import results_of
+
+CONSUMER_TIMEOUT_MS = 5_000
+DEFAULT_CONSUMER_TIMEOUT_MS = 1_800_000  # RabbitMQ's own default, 30 minutes
+LONG_SECONDS = 75.0  # past the timeout and past at least one channel tick (about a minute)
+FAILING_SECONDS = 6.0
+
+
+def set_consumer_timeout(milliseconds: int) -> None:
+    faults.rabbitmqctl("eval", f"application:set_env(rabbit, consumer_timeout, {milliseconds}).")
+
+
+@pytest.fixture
+def short_consumer_timeout() -> Iterator[None]:
+    set_consumer_timeout(CONSUMER_TIMEOUT_MS)
+    try:
+        yield
+    finally:
+        set_consumer_timeout(DEFAULT_CONSUMER_TIMEOUT_MS)
+
+
+def long_jobs_registry() -> Registry:
+    """The consumer kit's types, and one that runs a while and then fails for good."""
+    job_types = Registry()
+    for job_type in registry:
+        job_types.register(job_type)
+
+    @job_types.job("test.long_fails", CountPayload)
+    async def long_fails(context: JobContext, payload: CountPayload) -> dict[str, Any]:
+        await asyncio.sleep(payload.first_attempt_sleeps)
+        raise PermanentError("it cannot be done", code="impossible")
+
+    return job_types
+
+
+async def submit_and_publish(
+    store: Store, settings: Settings, client_id: uuid.UUID, jobs: list[tuple[str, dict[str, Any]]]
+) -> list[uuid.UUID]:
+    ids = [await submit(store, client_id, job_type, payload) for job_type, payload in jobs]
+    await mark_outbox_published(store)
+    await publish_jobs(
+        settings, [(job_id, job_type) for job_id, (job_type, _) in zip(ids, jobs, strict=True)]
+    )
+    return ids
+
+
+def short_jobs(tag: str, n: int) -> list[tuple[str, dict[str, Any]]]:
+    return [("test.count", {"tag": f"{tag}-{i}"}) for i in range(n)]
+
+
+async def test_a_job_longer_than_the_consumer_timeout_runs_once_beside_short_ones(
+    short_consumer_timeout: None,
+    make_settings: MakeSettings,
+    store: Store,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    settings = make_settings(long_job_ack_seconds=2.0)
+    client_id = await new_client(store)
+    started = time.monotonic()
+    async with running_consumer(settings, long_jobs_registry(), concurrency=2) as consumer:
+        assert consumer.channel is not None
+        channel_at_start = await consumer.channel.get_underlay_channel()
+        long_id, failing_id = await submit_and_publish(
+            store,
+            settings,
+            client_id,
+            [
+                ("test.count", {"tag": "long", "first_attempt_sleeps": LONG_SECONDS}),
+                ("test.long_fails", {"first_attempt_sleeps": FAILING_SECONDS}),
+            ],
+        )
+        short_ids = await submit_and_publish(store, settings, client_id, short_jobs("early", 3))
+        await wait_state(store, failing_id, "quarantined", timeout=30)
+        # Short jobs while the long one runs on past the broker's timeout and its next tick.
+        for batch in ("middle", "late"):
+            await asyncio.sleep(
+                max(0.0, started + (30 if batch == "middle" else 65) - time.monotonic())
+            )
+            short_ids += await submit_and_publish(store, settings, client_id, short_jobs(batch, 3))
+        for job_id in short_ids:
+            await wait_state(store, job_id, "succeeded", timeout=20)
+        await wait_state(store, long_id, "succeeded", timeout=LONG_SECONDS + 20)
+        # The channel the consumer opened is the one it still has: the broker never closed it.
+        channel_at_end = await consumer.channel.get_underlay_channel()
+        assert channel_at_end is channel_at_start and not channel_at_end.is_closed
+
+    cfg = settings
+    assert handler_runs(cfg.results_dir, long_id) == 1
+    assert [attempt for _, attempt in await results_of(store, long_id)] == [1]
+    journal = [event for event, _ in await events(store, long_id)]
+    assert journal.count(JobEvent.CLAIMED) == 1
+    assert JobEvent.DUPLICATE_DELIVERY not in journal
+    for job_id in short_ids:
+        assert handler_runs(cfg.results_dir, job_id) == 1
+        assert [event for event, _ in await events(store, job_id)].count(JobEvent.CLAIMED) == 1
+
+    logged = [(record.getMessage(), getattr(record, "event", None)) for record in caplog.records]
+    assert not [line for line in logged if line[1] == "settle_failed"]
+    assert not [line for line in logged if "PRECONDITION_FAILED" in line[0]]
+    acked_early = {
+        getattr(r, "job_id", None)
+        for r in caplog.records
+        if getattr(r, "event", None) == "long_job_acked"
+    }
+    assert {str(long_id), str(failing_id)} <= acked_early
+
+    # The failing job's message was acked early, and its copy is in the quarantine queue.
+    quarantined = [describe(message) for message in await quarantined_messages(cfg)]
+    copies = [message for message in quarantined if message.job_id == failing_id]
+    assert len(copies) == 1
+    assert (copies[0].reason, copies[0].job_type) == ("rejected", "test.long_fails")

@@ -659,10 +659,12 @@ FINISHED_PER_MINUTE: TextClause = text(
 
 # A statement trigger on the outbox (migration 0001) notifies this channel on every insert. The
 # dispatcher's listening connection (``jobrelay.db.listener``) runs these two on psycopg itself:
-# LISTEN once per connection, the ping after a quiet period to notice a half-open connection.
+# LISTEN once per connection, the ping after a quiet period to notice a half-open connection,
+# and a server that went into recovery under it (a demoted primary hears no NOTIFY: they are
+# sent on the new primary), so the listener reconnects, to the primary.
 OUTBOX_CHANNEL = "jobrelay_outbox"
 LISTEN_OUTBOX = f"LISTEN {OUTBOX_CHANNEL}"
-LISTENER_PING = "SELECT 1"
+LISTENER_PING = "SELECT pg_is_in_recovery() AS in_recovery"
 
 # Lease a batch of due rows: lock them briefly, push their available_at past the publish
 # timeout, and commit at once. The broker round trip happens with no transaction open; another
@@ -1009,7 +1011,9 @@ CLAIM_JOBS: TextClause = text(
         SELECT id, state AS previous_state FROM jobs
         WHERE id IN (SELECT job_id FROM asked)
           AND coalesce((SELECT open FROM queue), true)  -- no row: no pause to keep
-        ORDER BY id FOR UPDATE
+        -- NO KEY: the journal rows other transactions insert for these jobs (their foreign
+        -- key takes FOR KEY SHARE, in no particular order) neither wait nor deadlock on it.
+        ORDER BY id FOR NO KEY UPDATE
     ), claimed AS (
         UPDATE jobs j
         SET state = '{CLAIM.target}', attempts = j.attempts + 1, lease_token = a.asked_token,
@@ -1098,7 +1102,7 @@ FINISH_JOBS: TextClause = text(
                            failure)
     ), locked AS (
         SELECT id, cancel_requested_at IS NOT NULL AS cancel_requested
-        FROM jobs WHERE id IN (SELECT job_id FROM asked) ORDER BY id FOR UPDATE
+        FROM jobs WHERE id IN (SELECT job_id FROM asked) ORDER BY id FOR NO KEY UPDATE
     ), decided AS (
         SELECT a.*, CASE WHEN a.target = '{RETRY.target}' AND l.cancel_requested
                          THEN '{CANCEL_RUNNING.target}' ELSE a.target END AS ends_as
@@ -1459,6 +1463,20 @@ TRY_ADVISORY_XACT_LOCK: TextClause = text("SELECT pg_try_advisory_xact_lock(:key
 
 # The states of the jobs named by the messages in the quarantine queue.
 JOB_STATES: TextClause = text("SELECT id, state FROM jobs WHERE id = ANY(:ids)")
+
+# Quarantined jobs none of whose messages the sweep holds (:held, the job ids of every message
+# in the quarantine queue), oldest quarantine first: what their message would say (the latest
+# outbox row's id, its trace context) and the database's clock, which decides the grace.
+QUARANTINED_WITHOUT_MESSAGE: TextClause = text(
+    """
+    SELECT j.id, j.type, j.finished_at, j.traceparent, now() AS read_at,
+           (SELECT max(o.id) FROM outbox o WHERE o.job_id = j.id) AS outbox_id
+    FROM jobs j
+    WHERE j.state = 'quarantined' AND j.id <> ALL(CAST(:held AS uuid[]))
+    ORDER BY j.finished_at, j.id
+    LIMIT :limit
+    """
+)
 
 QUARANTINED_COUNT: TextClause = text(
     f"SELECT coalesce(sum(n), 0)::bigint AS n FROM {_FINISHED_COUNTS} WHERE state = 'quarantined'"

@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 # scripts/servers.py needs only the standard library: `make down` works before any venv exists.
 SCRIPT_PYTHON = $(if $(wildcard $(PYTHON)),$(PYTHON),python3)
 
-.PHONY: install environment lock test-latest run test test-local test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster chaos chaos-cluster clean
+.PHONY: install environment lock test-latest run test test-local test-pgbouncer test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster chaos chaos-cluster chaos-failover clean
 
 ## install: exactly the locked versions (requirements/dev.txt), then jobrelay itself, editable
 ## (into the active virtual environment, else into .venv, made when missing)
@@ -63,11 +63,18 @@ run: environment
 ## real compose.yaml, and the integration tier on testcontainers) where a Docker engine answers
 ## or CI is set (scripts/ci-docker.sh installs and starts one); elsewhere they are announced as
 ## not run, never passed silently.
-test: test-local test-docker
+test: test-local test-pgbouncer test-docker
 
 test-local: environment
 	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m pytest -p no:cacheprovider \
 		--ignore=tests/containers $(PYTEST_ARGS)
+
+## test-pgbouncer: the integration tier through a real PgBouncer in transaction pooling mode
+## (docs/pgbouncer.md): JOBRELAY_DATABASE_URL goes through it, JOBRELAY_DIRECT_DATABASE_URL
+## (admin work, and the few tests that need a session of their own) straight to PostgreSQL
+test-pgbouncer: environment
+	$(PYTHON) scripts/servers.py run --pgbouncer -- $(PYTHON) -m pytest -p no:cacheprovider \
+		tests/integration $(PYTEST_ARGS)
 
 test-docker: environment
 	@if [ -n "$$CI" ] || docker info >/dev/null 2>&1; then \
@@ -150,6 +157,14 @@ chaos: environment
 CLUSTER_CHAOS_ARGS ?= --profile cluster
 chaos-cluster: environment
 	$(PYTHON) scripts/servers.py run --rabbitmq-nodes 3 -- $(PYTHON) -m chaos $(CLUSTER_CHAOS_ARGS)
+
+## chaos-failover: PostgreSQL under Patroni (a primary and a synchronous standby): >=10,000 jobs,
+## 12 primary faults (SIGKILL of its postmaster, SIGTERM of its Patroni, switchover), plus process
+## faults (docs/failover.md). CHAOS_FAILOVER_HA=--postgres-ha-async for an asynchronous standby.
+CHAOS_FAILOVER_ARGS ?= --profile pg-failover
+CHAOS_FAILOVER_HA ?= --postgres-ha
+chaos-failover: environment
+	$(PYTHON) scripts/servers.py run $(CHAOS_FAILOVER_HA) -- $(PYTHON) -m chaos $(CHAOS_FAILOVER_ARGS)
 
 ## images: where no registry answers, stand-ins of python:3.11-slim, postgres:15 and
 ## rabbitmq:3.10-management from Debian packages, and the wheels of the lock in wheels/

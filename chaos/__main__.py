@@ -1,4 +1,5 @@
-"""``python -m chaos --profile short|long [--seed N] [--workdir DIR] [--keep]``."""
+"""``python -m chaos --profile short|long|cluster|pg-failover|… [--seed N] [--jobs N]
+[--faults N] [--workdir DIR] [--keep] [--async-standby]``."""
 
 from __future__ import annotations
 
@@ -23,9 +24,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--jobs", type=int, help="override the profile's number of jobs")
     parser.add_argument("--faults", type=int, help="override the profile's number of faults")
+    parser.add_argument(
+        "--primary-faults", type=int, help="override the profile's number of primary faults"
+    )
     parser.add_argument("--workdir", type=Path, help="logs and results (default: .local/chaos/…)")
     parser.add_argument(
         "--keep", action="store_true", help="keep the scratch database, vhost and workdir"
+    )
+    parser.add_argument(
+        "--async-standby",
+        action="store_true",
+        help="profiles with primary faults: a Patroni cluster whose standby is asynchronous "
+        "(synchronous_mode: false), to measure what a failover loses (docs/failover.md)",
     )
     args = parser.parse_args(argv)
     profile = PROFILES[args.profile]
@@ -33,8 +43,12 @@ def main(argv: list[str] | None = None) -> int:
         profile = dataclasses.replace(profile, jobs=args.jobs)
     if args.faults is not None:
         profile = dataclasses.replace(profile, faults=args.faults)
+    if args.primary_faults is not None:
+        profile = dataclasses.replace(profile, primary_faults=args.primary_faults)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
-    return asyncio.run(run(Options(profile, seed, args.workdir, args.keep)))
+    synchronous = False if args.async_standby else None
+    options = Options(profile, seed, args.workdir, args.keep, synchronous)
+    return asyncio.run(run(options))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from chaos import checks, faults
 from chaos.handlers import HANDLERS
@@ -21,10 +22,13 @@ from chaos.system import (
     Scratch,
     Service,
     amqp_nodes,
+    database_hosts,
     find_or_start_servers,
     host_port,
     run_name,
+    with_hosts,
     with_netloc,
+    with_patroni,
 )
 from chaos.workload import Kind, Ledger, Submitter, plan
 from tests.support.processes import ROOT, answers, free_port, jobrelay_env, run_cli, wait_for
@@ -48,6 +52,7 @@ class Profile:
     quiescence_timeout: float
     node_faults: int = 0  # stop, kill or pause one RabbitMQ node at a time (a cluster)
     rabbitmq_nodes: int = 1  # the cluster this profile needs (docs/cluster.md)
+    primary_faults: int = 0  # kill, stop or switch over a Patroni primary (docs/failover.md)
 
 
 PROFILES = {
@@ -56,6 +61,11 @@ PROFILES = {
     # Node faults last longer (a killed node boots again): fewer per minute, a longer load.
     "cluster": Profile("cluster", 10_000, 20, 480.0, 3, 4, 16, 300.0, 36, 3),
     "cluster-short": Profile("cluster-short", 1500, 6, 90.0, 3, 4, 16, 150.0, 6, 3),
+    # PostgreSQL under Patroni; a primary fault lasts 8-15 s until the cluster is whole again.
+    "pg-failover": Profile("pg-failover", 10_000, 24, 420.0, 3, 4, 16, 300.0, primary_faults=12),
+    "pg-failover-short": Profile(
+        "pg-failover-short", 600, 4, 75.0, 3, 4, 16, 120.0, primary_faults=3
+    ),
 }
 
 
@@ -65,6 +75,9 @@ class Options:
     seed: int
     workdir: Path | None = None
     keep: bool = False
+    # The Patroni standby of a profile with primary faults (None: the environment's cluster
+    # as it is; a synchronous one when the run starts its own).
+    synchronous: bool | None = None
 
 
 def say(message: str) -> None:
@@ -72,8 +85,9 @@ def say(message: str) -> None:
 
 
 class Run:
-    def __init__(self, options: Options, servers: Servers) -> None:
+    def __init__(self, options: Options, servers: Servers, cluster: Any = None) -> None:
         self.options = options
+        self.cluster = cluster  # localservers.patroni.PatroniCluster, with primary faults
         self.profile = options.profile
         self.servers = servers
         self.name = run_name()
@@ -101,13 +115,22 @@ class Run:
             if done.returncode != 0:
                 raise RuntimeError(f"`services {' '.join(args)}` failed: {done.stderr.strip()}")
         token = str(json.loads(done.stdout)["token"])
-        # A proxy per broker node: the AMQP faults cut one node's connections.
+        # A proxy per broker node: the AMQP faults cut one node's connections. A proxy per
+        # database server too (db, or db1, db2 for a Patroni cluster): the database faults cut
+        # them all.
         nodes = amqp_nodes(self.servers.amqp_url)
-        self.proxies = {"db": Proxy("db", *host_port(self.servers.database_url, 5432))} | {
+        databases = database_hosts(self.servers.database_url)
+        db_names = faults.database_proxy_names(len(databases))
+        self.proxies = {
+            name: Proxy(name, *server) for name, server in zip(db_names, databases, strict=True)
+        } | {
             f"amqp{n}": Proxy(f"amqp{n}", *host_port(url, 5672))
             for n, url in enumerate(nodes, start=1)
         }
         ports = {name: proxy.start() for name, proxy in self.proxies.items()}
+        proxied_database = with_hosts(
+            scratch.database_url, [("127.0.0.1", ports[name]) for name in db_names]
+        )
         proxied_amqp = ",".join(
             with_netloc(url, "127.0.0.1", ports[f"amqp{n}"])
             for n, url in enumerate(amqp_nodes(scratch.amqp_url), start=1)
@@ -115,9 +138,7 @@ class Run:
         api_port = free_port()
         env = jobrelay_env(
             {
-                "JOBRELAY_DATABASE_URL": with_netloc(
-                    scratch.database_url, "127.0.0.1", ports["db"]
-                ),
+                "JOBRELAY_DATABASE_URL": proxied_database,
                 "JOBRELAY_AMQP_URL": proxied_amqp,
                 "JOBRELAY_LEASE_SECONDS": str(LEASE_SECONDS),
                 "JOBRELAY_RETRY_BASE_SECONDS": "0.2",
@@ -172,9 +193,16 @@ class Run:
             self.profile.faults,
             self.profile.load_seconds,
             node_faults=self.profile.node_faults,
+            primary_faults=self.profile.primary_faults,
         )
         injector = faults.Injector(
-            self.consumers, self.dispatchers, self.proxies, LEASE_SECONDS, log=self.note
+            self.consumers,
+            self.dispatchers,
+            self.proxies,
+            LEASE_SECONDS,
+            log=self.note,
+            cluster=self.cluster,
+            failed_requests=lambda: self.ledger.ambiguous,
         )
         submitter = Submitter(api_url, token, self.ledger)
         supervising = asyncio.create_task(self.supervise())
@@ -342,6 +370,7 @@ class Run:
             f"faults_total={sum(injector.injected.values())}",
             f"node_faults={sum(injector.injected[kind] for kind in faults.NODE_FAULTS)}",
             f"rabbitmq_nodes={injector.nodes}",
+            *self.failover_figures(injector),
             f"lost={count['lost']}",
             f"duplicate_results={count['duplicate_results']}",
             f"duplicate_effects={count['duplicate_effects']}",
@@ -362,6 +391,34 @@ class Run:
             f"elapsed={time.monotonic() - self.started:.0f}s",
         ]
         return "chaos: " + " ".join(parts)
+
+    def failover_figures(self, injector: faults.Injector) -> list[str]:
+        """With primary faults: their number, the standby's mode, the longest time without a
+        writable server and the submissions that failed meanwhile (retried)."""
+        if self.cluster is None:
+            return []
+        recoveries = injector.recoveries
+        return [
+            f"primary_faults={len(recoveries)}",
+            f"standby={'sync' if self.cluster.synchronous else 'async'}",
+            f"max_unwritable={max((r.unwritable for r in recoveries), default=0):.1f}s",
+            f"failover_failed_requests={sum(r.failed_requests for r in recoveries)}",
+        ]
+
+    def explain_failovers(self, injector: faults.Injector) -> None:
+        """Each kind of primary fault: how often, and what it cost (docs/failover.md)."""
+        for kind in faults.PRIMARY_FAULTS:
+            done = [r for r in injector.recoveries if r.fault is kind]
+            if done:
+                gaps = [r.unwritable for r in done]
+                whole = [r.healthy_after for r in done]
+                say(
+                    f"failover {kind}: {len(done)} times, no write for {min(gaps):.1f}-"
+                    f"{max(gaps):.1f}s (mean {sum(gaps) / len(done):.1f}s), whole after "
+                    f"{min(whole):.1f}-{max(whole):.1f}s, failed requests "
+                    f"{sum(r.failed_requests for r in done)}, new primary "
+                    f"{sum(r.new_primary != r.old_primary for r in done)} of {len(done)} times"
+                )
 
     def explain(self, verdict: checks.Verdict) -> None:
         for kind, items in verdict.violations.items():
@@ -389,7 +446,17 @@ async def run(options: Options) -> int:
         )
         servers.close()
         return 2
-    chaos = Run(options, servers)
+    cluster = None
+    if options.profile.primary_faults:
+        try:
+            servers, cluster = await asyncio.to_thread(
+                with_patroni, servers, synchronous=options.synchronous
+            )
+        except Exception as error:
+            say(f"no Patroni cluster for profile {options.profile.name}: {error}")
+            servers.close()
+            return 2
+    chaos = Run(options, servers, cluster)
     say(f"seed={options.seed} profile={options.profile.name} workdir={chaos.workdir}")
     ok = False
     try:
@@ -417,6 +484,7 @@ async def run(options: Options) -> int:
         if quiescence is None:
             verdict.fail("no_quiescence", "the system did not settle in time")
         chaos.explain(verdict)
+        chaos.explain_failovers(injector)
         ok = verdict.ok
         print(chaos.report(verdict, injector, quiescence), flush=True)
         if not ok:

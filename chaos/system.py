@@ -9,6 +9,8 @@ test suite already does (servers, vhosts, databases, processes) comes from ``tes
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import importlib
 import os
 import signal
 import subprocess
@@ -16,6 +18,8 @@ import urllib.parse
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 from tests.support.databases import admin_execute, drop_database, with_database
 from tests.support.processes import spawn
@@ -25,8 +29,40 @@ from tests.support.servers import (
     delete_vhost,
     from_environment,
     from_servers_script,
+    servers_script,
     vhost_amqp_url,
 )
+
+
+def patroni() -> ModuleType:
+    """scripts/localservers/patroni.py: the Patroni cluster and its primary faults."""
+    servers_script()  # puts scripts/ on sys.path
+    return importlib.import_module("localservers.patroni")
+
+
+def with_patroni(servers: Servers, *, synchronous: bool | None) -> tuple[Servers, Any]:
+    """``servers`` with PostgreSQL under Patroni: the cluster of the environment
+    ($JOBRELAY_PATRONI_CLUSTER, from ``scripts/servers.py run --postgres-ha[-async]``), else a new
+    one in the servers dir, deleted by ``Servers.close()``; its standby ``synchronous`` (None:
+    the environment's cluster as it is, a synchronous one when starting one). Returns them and
+    the cluster (``localservers.patroni.PatroniCluster``)."""
+    module = patroni()
+    if os.environ.get(module.CLUSTER_ENV):
+        cluster = module.load_cluster()
+        if synchronous is not None and cluster.synchronous != synchronous:
+            raise RuntimeError(
+                f"the Patroni cluster of {module.CLUSTER_ENV} has a "
+                f"{'synchronous' if cluster.synchronous else 'asynchronous'} standby; "
+                "this run asks for the other kind"
+            )
+        return dataclasses.replace(servers, database_url=cluster.database_url()), cluster
+    cluster = module.patroni_up(synchronous=synchronous is not False)
+    os.environ.update(module.cluster_env(cluster))
+    return dataclasses.replace(
+        servers,
+        database_url=cluster.database_url(),
+        on_close=(lambda: module.patroni_down(cluster), *servers.on_close),
+    ), cluster
 
 
 def find_or_start_servers(*, rabbitmq_nodes: int = 1) -> Servers:
@@ -54,12 +90,30 @@ def host_port(url: str, default_port: int) -> tuple[str, int]:
     return parts.hostname or "127.0.0.1", parts.port or default_port
 
 
-def with_netloc(url: str, host: str, port: int) -> str:
-    """``url`` pointed at ``host:port`` (credentials, path and query kept)."""
+def database_hosts(url: str) -> list[tuple[str, int]]:
+    """The ``host:port`` of each server of a database URL: one, or a libpq multi-host URL's
+    (``…@h1:p1,h2:p2/db``, a Patroni cluster's)."""
+    netloc = urllib.parse.urlsplit(url).netloc.rpartition("@")[2]
+    hosts = []
+    for entry in netloc.split(","):
+        host, _, port = entry.rpartition(":") if ":" in entry else (entry, "", "")
+        hosts.append((host or "127.0.0.1", int(port) if port else 5432))
+    return hosts
+
+
+def with_hosts(url: str, hosts: list[tuple[str, int]]) -> str:
+    """``url`` pointed at ``hosts`` (a multi-host URL for several; credentials, path and query
+    kept)."""
     parts = urllib.parse.urlsplit(url)
     credentials = parts.netloc.rpartition("@")[0]
-    netloc = f"{credentials}@{host}:{port}" if credentials else f"{host}:{port}"
+    servers = ",".join(f"{host}:{port}" for host, port in hosts)
+    netloc = f"{credentials}@{servers}" if credentials else servers
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def with_netloc(url: str, host: str, port: int) -> str:
+    """``url`` pointed at ``host:port`` (credentials, path and query kept)."""
+    return with_hosts(url, [(host, port)])
 
 
 # --- scratch database and vhost -----------------------------------------------------------------

@@ -20,6 +20,23 @@ Usage:
                                            it created are deleted after; servers that were
                                            already running are left running, and data an
                                            earlier `down` kept is kept)
+    scripts/servers.py run --postgres-ha[-async] -- CMD ARGS...
+                                           the same, and PostgreSQL under Patroni for CMD:
+                                           etcd and two nodes (a primary and a synchronous
+                                           standby, or an asynchronous one), a new cluster in
+                                           <base>/patroni/<scope>, deleted after CMD (see
+                                           scripts/localservers/patroni.py); CMD gets
+                                           JOBRELAY_DATABASE_URL as the nodes' multi-host URL
+                                           (target_session_attrs=read-write) and
+                                           JOBRELAY_PATRONI_CLUSTER (a JSON file: each node's
+                                           ports, data dir and patronictl config)
+    scripts/servers.py run --pgbouncer -- CMD ARGS...
+                                           the same, and a PgBouncer (pool_mode=transaction,
+                                           free loopback port) in front of PostgreSQL for CMD
+                                           (scripts/localservers/pgbouncer.py): CMD gets
+                                           JOBRELAY_DATABASE_URL through it,
+                                           JOBRELAY_DATABASE_POOL_MODE=transaction and
+                                           JOBRELAY_DIRECT_DATABASE_URL (PostgreSQL itself)
   fault helpers (for tests):
     scripts/servers.py pg-stop             immediate (crash-like) PostgreSQL stop
     scripts/servers.py pg-start            start PostgreSQL again and wait until ready

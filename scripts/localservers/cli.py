@@ -17,6 +17,7 @@ from .common import (
     ServerError,
     base_dir,
     layout,
+    load_state,
     locked,
     log,
     raise_interrupted,
@@ -31,6 +32,9 @@ from .lifecycle import (
     status,
     stop_all,
 )
+from .patroni import PatroniCluster, cluster_env, patroni_down, patroni_up
+from .pgbouncer import PgBouncer
+from .pgbouncer import started as pgbouncer_started
 from .postgres import pg_restart, pg_start, pg_stop
 from .rabbitmq import (
     rabbit_kill,
@@ -100,6 +104,13 @@ def parser() -> argparse.ArgumentParser:
     p_run = sub.add_parser("run", help="up, run CMD with the env merged in, down")
     p_run.add_argument("--keep", action="store_true", help="leave the servers running")
     add_nodes_option(p_run)
+    p_run.add_argument(
+        "--pgbouncer",
+        action="store_true",
+        help="put a PgBouncer (pool_mode=transaction) in front of PostgreSQL for CMD: "
+        "JOBRELAY_DATABASE_URL goes through it, JOBRELAY_DIRECT_DATABASE_URL does not",
+    )
+    add_postgres_ha_options(p_run)
     p_run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     p_ctl = sub.add_parser("rabbitmqctl", help="rabbitmqctl against our node (or --node N)")
     p_ctl.add_argument(
@@ -118,6 +129,23 @@ def add_nodes_option(command: argparse.ArgumentParser) -> None:
         help="run RabbitMQ as a cluster of N nodes on this machine (default: "
         "$JOBRELAY_RABBITMQ_NODES, else 1)",
     )
+
+
+def add_postgres_ha_options(command: argparse.ArgumentParser) -> None:
+    ha = command.add_mutually_exclusive_group()
+    for flag, mode, text in (
+        ("--postgres-ha", "sync", "a synchronous standby"),
+        ("--postgres-ha-async", "async", "an asynchronous standby (what a failover can lose)"),
+    ):
+        ha.add_argument(
+            flag,
+            dest="postgres_ha",
+            action="store_const",
+            const=mode,
+            help=f"PostgreSQL under Patroni for CMD: etcd, a primary and {text}; "
+            "JOBRELAY_DATABASE_URL is their multi-host URL, JOBRELAY_PATRONI_CLUSTER "
+            "describes the nodes",
+        )
 
 
 def node_number(text: str) -> int:
@@ -180,7 +208,9 @@ def cmd_env(_args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     nodes = requested_nodes(args.rabbitmq_nodes)
-    return run_with_servers(after_dashes(args.command), args.keep, nodes)
+    return run_with_servers(
+        after_dashes(args.command), args.keep, nodes, args.pgbouncer, args.postgres_ha
+    )
 
 
 def cmd_rabbitmqctl(args: argparse.Namespace) -> int:
@@ -224,7 +254,13 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 # --- run -- CMD ---------------------------------------------------------------------------------
 
 
-def run_with_servers(command: list[str], keep: bool, nodes: int = 1) -> int:
+def run_with_servers(
+    command: list[str],
+    keep: bool,
+    nodes: int = 1,
+    pgbouncer: bool = False,
+    postgres_ha: str | None = None,
+) -> int:
     """up, run `command` with the env merged in, down (unless --keep or pre-existing)."""
     if not command:
         raise ServerError("run needs a command: scripts/servers.py run -- CMD ARGS...")
@@ -243,18 +279,31 @@ def run_with_servers(command: list[str], keep: bool, nodes: int = 1) -> int:
     started = False
     rc = 1
     kept_data = has_data(lay)  # an earlier `down` kept it: stop afterwards, but keep it
+    bouncer: PgBouncer | None = None
+    ha_cluster: PatroniCluster | None = None
     try:
         with locked(lay):
             started = True  # if up fails half-way, still clean up
             env, started = start_all(lay, nodes)
         if not started:
             log("servers were already running; leaving them running afterwards")
+        if pgbouncer:
+            bouncer, env = pgbouncer_started(lay, load_state(lay), env)
+        if postgres_ha:  # a new Patroni cluster beside the servers, deleted after CMD
+            ha_cluster = patroni_up(lay, synchronous=postgres_ha == "sync")
+            env = {**env, **cluster_env(ha_cluster)}
         child = spawn(command, env)
         rc = child.wait()
         rc = 128 - rc if rc < 0 else rc  # killed by signal N: exit 128+N like a shell
     except Interrupted as exc:
         rc = exc.exit_code
     finally:
+        if bouncer is not None:
+            bouncer.stop()
+        if ha_cluster is not None and not keep:
+            for sig in STOP_SIGNALS:  # a second Ctrl-C must not leave the cluster behind
+                signal.signal(sig, signal.SIG_IGN)
+            patroni_down(ha_cluster)
         if started and not keep:
             stop_after_run(lay, kept_data)
     return rc

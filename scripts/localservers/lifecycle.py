@@ -25,6 +25,7 @@ from .common import (
     processes_of,
     save_state,
 )
+from .patroni import patroni_down_all
 from .postgres import pg_bindir, pg_ensure, pg_halt, pg_ready, pg_running, pg_status
 from .rabbitmq import (
     RABBITMQ_BIN,
@@ -315,6 +316,7 @@ def stop_all(lay: Layout, *, delete_data: bool = True) -> bool:
     Returns whether anything ran."""
     state = load_state(lay)
     was_running = bool(processes_of(lay))
+    patroni_down_all(lay)  # Patroni clusters a killed `run --postgres-ha` left
     pg_halt(lay, "fast")
     if delete_data:
         rabbit_halt(lay, state)  # its data goes anyway: no need to wait for a clean stop

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.chaos_run import run_chaos_profile
-from tests.support.servers import NoServers, from_environment
+from tests.support.chaos_run import require_servers_script, run_chaos_profile
 
 SEED = 20240601
 
@@ -18,14 +17,7 @@ SEED = 20240601
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_short_chaos_profile_loses_and_doubles_nothing(tmp_path: Path) -> None:
-    servers = from_environment()
-    if servers is None or not servers.servers_dir:
-        # Fail, never skip: the runner needs the servers of scripts/servers.py (fault helpers).
-        pytest.fail(
-            f"{NoServers.__name__}: the chaos run needs servers from scripts/servers.py "
-            "(run `make test`)",
-            pytrace=False,
-        )
+    require_servers_script("the chaos run")
     summary = run_chaos_profile("short", SEED, tmp_path / "chaos", timeout=400)
     assert " limit_exceeded=0 " in summary
     assert " limited_attempts=0 " not in summary  # the limited share did run

@@ -8,7 +8,22 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests.support.servers import NoServers, from_environment
+
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def require_servers_script(what: str) -> None:
+    """Fail, never skip, unless the servers are scripts/servers.py's: the chaos runner needs
+    its fault helpers (and its servers dir, where a failover run starts its Patroni cluster)."""
+    servers = from_environment()
+    if servers is None or not servers.servers_dir:
+        pytest.fail(
+            f"{NoServers.__name__}: {what} needs servers from scripts/servers.py (run `make test`)",
+            pytrace=False,
+        )
 
 
 def run_chaos_profile(

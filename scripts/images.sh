@@ -7,19 +7,23 @@
 #   python    python:3.11-slim           python3 (3.11), python3-venv, ca-certificates
 #   postgres  postgres:15                postgresql-15; the official image's environment
 #   rabbitmq  rabbitmq:3.10-management   rabbitmq-server 3.10 with the management plugin
+#   patroni   jobrelay-patroni:latest    postgresql-15, patroni 3.0, etcd-server and etcd-client
+#                                        (the nodes and the etcd of compose.yaml's `ha` profile;
+#                                        with a registry compose builds it from postgres:15)
 # and downloads, on the host, the wheels of requirements/runtime.txt for the image's platform
 # into wheels/ (the Dockerfile installs from there without an index when it holds wheels):
 #   wheels
 #
-# Usage: scripts/images.sh [--force] [--fresh] [python|postgres|rabbitmq|wheels]...
-#   (no names: all four)
+# Usage: scripts/images.sh [--force] [--fresh] [python|postgres|rabbitmq|patroni|wheels]...
+#   (no names: all five)
 #   An image that exists already is left alone, as are wheels downloaded for the current lock:
 #   a re-run takes a second. --force rebuilds the images (from the cached Debian tarballs) and
 #   downloads the wheels again; --fresh also rebuilds the tarballs from the Debian mirror.
 #
 # Environment:
-#   PYTHON_IMAGE, JOBRELAY_POSTGRES_IMAGE, JOBRELAY_RABBITMQ_IMAGE   the tags to build (default:
-#       python:3.11-slim, postgres:15, rabbitmq:3.10-management, as in compose.yaml)
+#   PYTHON_IMAGE, JOBRELAY_POSTGRES_IMAGE, JOBRELAY_RABBITMQ_IMAGE, JOBRELAY_PATRONI_IMAGE   the
+#       tags to build (default: python:3.11-slim, postgres:15, rabbitmq:3.10-management,
+#       jobrelay-patroni:latest, as in compose.yaml)
 #   JOBRELAY_IMAGES_DIR   where the mmdebstrap tarballs are cached (default: .local/images)
 #   DEBIAN_SUITE          default bookworm
 #   DEBIAN_MIRROR         default: mmdebstrap's own (deb.debian.org)
@@ -43,11 +47,13 @@ declare -A TAG=(
     [python]="${PYTHON_IMAGE:-python:3.11-slim}"
     [postgres]="${JOBRELAY_POSTGRES_IMAGE:-postgres:15}"
     [rabbitmq]="${JOBRELAY_RABBITMQ_IMAGE:-rabbitmq:3.10-management}"
+    [patroni]="${JOBRELAY_PATRONI_IMAGE:-jobrelay-patroni:latest}"
 )
 declare -A PACKAGES=(
     [python]="python3,python3-venv,python-is-python3,ca-certificates"
     [postgres]="postgresql-15,ca-certificates,xz-utils,zstd"
     [rabbitmq]="rabbitmq-server"
+    [patroni]="postgresql-15,patroni,etcd-server,etcd-client,ca-certificates"
 )
 
 force=0
@@ -57,7 +63,7 @@ for arg in "$@"; do
     case "$arg" in
         --force) force=1 ;;
         --fresh) force=1 fresh=1 ;;
-        python | postgres | rabbitmq | wheels) targets+=("$arg") ;;
+        python | postgres | rabbitmq | patroni | wheels) targets+=("$arg") ;;
         -h | --help)
             sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
             exit 0
@@ -68,7 +74,7 @@ for arg in "$@"; do
             ;;
     esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(python postgres rabbitmq wheels)
+[ ${#targets[@]} -gt 0 ] || targets=(python postgres rabbitmq patroni wheels)
 
 say() { printf 'images: %s\n' "$*" >&2; }
 
@@ -92,8 +98,8 @@ tarball() {
     mkdir -p "$IMAGES_DIR"
     say "$kind: mmdebstrap $SUITE (${PACKAGES[$kind]})"
     local hooks=()
-    if [ "$kind" = postgres ]; then
-        # The package creates a cluster "15/main"; the entrypoint makes its own in $PGDATA.
+    if [ "$kind" = postgres ] || [ "$kind" = patroni ]; then
+        # The package creates a cluster "15/main"; the entrypoint (or Patroni) makes its own.
         hooks+=(--customize-hook='rm -rf "$1/var/lib/postgresql/15" "$1/etc/postgresql/15"')
     fi
     # No documentation or man pages, as in the official slim images (copyright files stay).

@@ -94,7 +94,10 @@ def test_compose_images_are_variables_and_jobrelay_is_built_once(compose: dict[s
     assert services["postgres"]["image"] == "${JOBRELAY_POSTGRES_IMAGE:-postgres:15}"
     assert services["rabbitmq"]["image"] == "${JOBRELAY_RABBITMQ_IMAGE:-rabbitmq:3.10-management}"
     built = [name for name, service in services.items() if "build" in service]
-    assert built == ["migrate"]  # every other jobrelay service depends on it
+    assert built == ["etcd", "postgres-ha-1", "postgres-ha-2", "migrate"]
+    # The ha profile's image, one for its three services; the jobrelay image by `migrate` only
+    # (every other jobrelay service depends on it).
+    assert len({str(services[name]["build"]) for name in built[:3]}) == 1
     args = services["migrate"]["build"]["args"]
     assert args["PYTHON_IMAGE"] == "${PYTHON_IMAGE:-python:3.11-slim}"
     images = {services[name]["image"] for name in JOBRELAY_SERVICES}
@@ -117,6 +120,26 @@ def test_compose_requires_passwords_and_binds_to_loopback(compose: dict[str, Any
     assert interpolate(api, {}) == "127.0.0.1:8000:8000"
     assert "readyz" in " ".join(services["api"]["healthcheck"]["test"])
     assert "-h" in services["postgres"]["healthcheck"]["test"]  # pg_isready over TCP
+
+
+def test_the_ha_profile_points_the_services_at_both_patroni_nodes(
+    compose: dict[str, Any],
+) -> None:
+    services = compose["services"]
+    ha = {name for name, service in services.items() if service.get("profiles") == ["ha"]}
+    assert ha == {"etcd", "postgres-ha-1", "postgres-ha-2"}  # docs/containers.md
+    for name in ha:
+        assert services[name]["healthcheck"]["test"], name
+    url = services["api"]["environment"]["JOBRELAY_DATABASE_URL"]
+    default = interpolate(url, COMPOSE_VARIABLES)
+    assert default == "postgresql+psycopg://jobrelay:unused-here@postgres:5432/jobrelay"
+    example = dict(re.findall(r"^#?(JOBRELAY_DATABASE_\w+)=(\S+)", ENV_EXAMPLE.read_text(), re.M))
+    multi_host = interpolate(url, {**COMPOSE_VARIABLES, **example})
+    assert multi_host == (
+        "postgresql+psycopg://jobrelay:unused-here@postgres-ha-1:5432,postgres-ha-2:5432"
+        "/jobrelay?target_session_attrs=read-write"
+    )
+    Settings(database_url=multi_host)  # the services take it (several hosts, libpq's way)
 
 
 def test_the_consumer_can_be_scaled(compose: dict[str, Any]) -> None:

@@ -52,6 +52,15 @@ def engine_problem() -> str | None:
     return None
 
 
+# The compose tests build images and run for minutes: opt-in on a developer's machine
+# (`make compose-test` sets JOBRELAY_COMPOSE_TEST=1), never skipped where CI is set (CI runs them).
+compose_test_opt_in = pytest.mark.skipif(
+    not (os.environ.get("JOBRELAY_COMPOSE_TEST") or os.environ.get("CI")),
+    reason="the compose tests build images and run for minutes: "
+    "run them with `make compose-test` (JOBRELAY_COMPOSE_TEST=1)",
+)
+
+
 def require_engine() -> None:
     """Skip without an engine; under CI (``CI`` set) fail instead: CI must run this tier."""
     problem = engine_problem()

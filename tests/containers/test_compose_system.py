@@ -39,6 +39,7 @@ from tests.containers.docker_kit import (
     ROOT,
     Compose,
     Container,
+    compose_test_opt_in,
     docker,
     http,
     read_env_file,
@@ -52,15 +53,7 @@ CONSUMERS = 3
 DATABASE_DOWN_SECONDS = 15
 SETTLE_SECONDS = 240  # a SIGKILLed job waits for its lease (30 s) to expire, then runs again
 
-pytestmark = [
-    pytest.mark.timeout(1800),
-    # Opt-in on a developer's machine; never skipped where CI is set (CI runs it).
-    pytest.mark.skipif(
-        not (os.environ.get("JOBRELAY_COMPOSE_TEST") or os.environ.get("CI")),
-        reason="the compose system test builds images and runs for minutes: "
-        "run it with `make compose-test` (JOBRELAY_COMPOSE_TEST=1)",
-    ),
-]
+pytestmark = [pytest.mark.timeout(1800), compose_test_opt_in]
 
 
 # --- the run's bookkeeping ---------------------------------------------------------------------

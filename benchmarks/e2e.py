@@ -300,8 +300,9 @@ async def sql(ctx: Context, statement: str, params: dict[str, Any] | None = None
 async def reset_jobs(ctx: Context, *, fresh: bool = True) -> None:
     """The run's client, in an empty database unless ``fresh`` is False."""
     if fresh:
+        # CASCADE: the tables that reference ``jobs`` (a workflow's dependencies) empty too.
         tables = "job_results, job_events, outbox, jobs, job_totals, job_count_deltas"
-        await sql(ctx, f"TRUNCATE {tables}")
+        await sql(ctx, f"TRUNCATE {tables} CASCADE")
     await sql(
         ctx,
         "INSERT INTO clients (id, name, token_hash) VALUES (%(id)s, %(name)s, %(hash)s) "

@@ -206,9 +206,15 @@ async def _is_published(store: Store, outbox_id: int) -> bool:
 
 
 async def test_new_rows_are_published_within_one_poll_interval_when_the_listener_is_killed(
-    make_settings: MakeSettings, store: Store
+    make_settings: MakeSettings, store: Store, direct_database_url: str
 ) -> None:
-    settings = make_settings(publish_timeout_seconds=PUBLISH_TIMEOUT, poll_interval_seconds=1.0)
+    # The LISTEN connection is what this test kills: behind PgBouncer it takes
+    # JOBRELAY_LISTEN_DATABASE_URL, the server itself (docs/pgbouncer.md).
+    settings = make_settings(
+        publish_timeout_seconds=PUBLISH_TIMEOUT,
+        poll_interval_seconds=1.0,
+        listen_database_url=direct_database_url,
+    )
     async with running_dispatcher(settings) as dispatcher:
         await eventually(
             lambda: _listener_backends(store), what="the dispatcher's LISTEN connection"

@@ -46,8 +46,11 @@ async def listening_connections(database_url: str) -> int:
 
 
 async def test_a_waiting_read_answers_as_the_job_finishes(
-    settings: Settings, store: Store, tmp_path: Path
+    settings: Settings, store: Store, tmp_path: Path, direct_database_url: str
 ) -> None:
+    # Woken by NOTIFY on one LISTEN connection is what this test checks: behind PgBouncer that
+    # connection takes JOBRELAY_LISTEN_DATABASE_URL, the server itself (docs/pgbouncer.md).
+    settings = settings.model_copy(update={"listen_database_url": direct_database_url})
     token = await make_client(store, "waiter")
     with running_api(settings, tmp_path) as (_, _, base):
         async with httpx.AsyncClient(base_url=base, headers=auth(token), timeout=30) as http:

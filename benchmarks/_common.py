@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +98,34 @@ def submission(token: str, key: str, body: bytes) -> bytes:
 
 def drop_database(admin_url: str, url: str) -> None:
     databases.drop_database(admin_url, url)
+
+
+@dataclass(frozen=True)
+class Scratch:
+    admin_url: str
+    database_url: str
+    amqp_url: str
+    workdir: Path
+
+
+@contextlib.contextmanager
+def scratch_run(module: str) -> Iterator[Scratch]:
+    """A scratch database, RabbitMQ vhost and work directory of one benchmark run, all three
+    removed at the end however it ends."""
+    from tests.support.servers import create_vhost, delete_vhost, vhost_amqp_url
+
+    admin_url, amqp_base, api_url = server_urls(module)
+    vhost = f"jobrelay-{module}-{uuid.uuid4().hex[:8]}"
+    database_url = scratch_database(admin_url)
+    workdir = Path(tempfile.mkdtemp(prefix=f"jobrelay-{module}-"))
+    try:
+        create_vhost(api_url, vhost)
+        yield Scratch(admin_url, database_url, vhost_amqp_url(amqp_base, vhost), workdir)
+    finally:
+        with contextlib.suppress(Exception):
+            delete_vhost(api_url, vhost)
+        drop_database(admin_url, database_url)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def start_api(

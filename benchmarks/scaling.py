@@ -36,28 +36,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import aio_pika
 
 from benchmarks import e2e, relay
 from benchmarks._common import (
-    drop_database,
     first_node,
     median,
-    scratch_database,
-    server_urls,
+    scratch_run,
     start_service,
 )
 from jobrelay.broker.topology import declare_topology
@@ -68,7 +62,6 @@ from jobrelay.core.states import JobState
 from jobrelay.db.relay_store import RelayStore
 from jobrelay.db.store import Store
 from jobrelay.handlers.builtin import SleepPayload
-from tests.support.servers import create_vhost, delete_vhost, vhost_amqp_url
 
 # The second no-op type: what phase 2 routes to its own queue. The services load it with
 # JOBRELAY_HANDLERS=benchmarks.scaling:registry (both variants, so both pay the same imports).
@@ -503,18 +496,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    admin_url, amqp_base, api_url = server_urls("scaling")
-    vhost = f"jobrelay-scaling-{uuid.uuid4().hex[:8]}"
-    database_url = scratch_database(admin_url)
-    workdir = Path(tempfile.mkdtemp(prefix="jobrelay-scaling-"))
-    try:
-        create_vhost(api_url, vhost)
+    with scratch_run("scaling") as scratch:
         ctx = e2e.Context(
-            admin_url=admin_url,
-            database_url=database_url,
-            amqp_url=vhost_amqp_url(amqp_base, vhost),
+            admin_url=scratch.admin_url,
+            database_url=scratch.database_url,
+            amqp_url=scratch.amqp_url,
             celery_url="",  # no Celery here
-            workdir=workdir,
+            workdir=scratch.workdir,
             args=args,
             extra_env={"JOBRELAY_HANDLERS": HANDLERS},
         )
@@ -525,11 +513,6 @@ def main() -> int:
             flush=True,
         )
         asyncio.run(run(ctx))
-    finally:
-        with contextlib.suppress(Exception):
-            delete_vhost(api_url, vhost)
-        drop_database(admin_url, database_url)
-        shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 

@@ -29,9 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -44,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 import psycopg
 
 from benchmarks import e2e
-from benchmarks._common import create_client, drop_database, median, scratch_database, server_urls
+from benchmarks._common import create_client, median, scratch_run
 from benchmarks._common import sql as common_sql
 from benchmarks._flow_preload import noop_requests
 from benchmarks.flow import spread
@@ -54,7 +52,6 @@ from jobrelay.db.engine import libpq_url
 from jobrelay.db.store import Store
 from jobrelay.db.workflow_store import WorkflowStore, WorkflowSubmission
 from jobrelay.handlers.loading import load_registry
-from tests.support.servers import create_vhost, delete_vhost, vhost_amqp_url
 
 FAN_IN = "fan-in"
 WORKFLOW, INDEPENDENT = "workflow", "independent"
@@ -279,24 +276,14 @@ async def main_async(args: argparse.Namespace, ctx: e2e.Context) -> None:
 
 def main() -> int:
     args = parse_args()
-    admin_url, amqp_base, api_url = server_urls("workflows")
-    vhost = f"jobrelay-workflows-{uuid.uuid4().hex[:8]}"
-    database_url = scratch_database(admin_url)
-    workdir = Path(tempfile.mkdtemp(prefix="jobrelay-workflows-"))
     print(
         f"{os.cpu_count()} CPUs; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
         flush=True,
     )
-    try:
-        create_vhost(api_url, vhost)
-        amqp_url = vhost_amqp_url(amqp_base, vhost)
-        ctx = e2e.Context(admin_url, database_url, amqp_url, "", workdir, args)
+    with scratch_run("workflows") as run:
+        ctx = e2e.Context(run.admin_url, run.database_url, run.amqp_url, "", run.workdir, args)
         asyncio.run(main_async(args, ctx))
         print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    finally:
-        delete_vhost(api_url, vhost)
-        drop_database(admin_url, database_url)
-        shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 

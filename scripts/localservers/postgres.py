@@ -145,6 +145,11 @@ def pg_launch(lay: Layout, state: State) -> None:
         "-c listen_addresses=127.0.0.1 -c max_connections=300 "
         "-c synchronous_commit=on -c fsync=on"
     )
+    # More server options for one run, e.g. "-c shared_preload_libraries=pg_stat_statements"
+    # to profile the statements (docs/testing.md).
+    extra = os.environ.get("JOBRELAY_PG_OPTIONS", "").strip()
+    if extra:
+        options = f"{options} {extra}"
     timeout = str(int(PG_READY_TIMEOUT))
     cmd = pg_ctl(lay, "start", "-l", str(lay.pg_log), "-t", timeout, "-o", options)
     if not _started(cmd, lay.base):

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Literal
 
 import psycopg
+from psycopg import _queries as psycopg_queries
 from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import ExceptionContext, make_url
@@ -25,6 +26,16 @@ __all__ = [
     "make_engine",
     "translated_errors",
 ]
+
+# psycopg converts a statement's text (``%(name)s`` placeholders to ``$n``) once and caches
+# the result, but only for texts up to 4,096 bytes: FINISH_JOBS and the relay's flow lease are
+# longer and were parsed again, with psycopg's regular expressions, on every run (2-3 % of a
+# consumer's CPU). Every statement of db/queries.py fits under this limit
+# (tests/unit/test_queries_cached.py); the cache itself holds 128 texts.
+STATEMENT_CACHE_LENGTH = 16_384
+psycopg_queries.MAX_CACHED_STATEMENT_LENGTH = max(
+    psycopg_queries.MAX_CACHED_STATEMENT_LENGTH, STATEMENT_CACHE_LENGTH
+)
 
 # ``Settings.database_pool_mode``: "transaction" behind PgBouncer's transaction pooling, where
 # consecutive transactions of one connection may run on different server sessions.

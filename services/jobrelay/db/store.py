@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from psycopg.errors import UndefinedTable
-from psycopg.pq import TransactionStatus
+from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.rows import namedtuple_row
 from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -34,6 +34,7 @@ from jobrelay.core.stats import (
 from jobrelay.core.trace import JobTrace, OutboxEntry, StoredResult
 from jobrelay.db import queries as q
 from jobrelay.db.accept import AcceptResult, Submission, accept_steps, all_present, drive_async
+from jobrelay.db.arrays import with_array_literals
 from jobrelay.db.engine import PoolMode, is_primary_gone, make_engine, translated_errors
 from jobrelay.db.rows import job_from_row, journal_entry
 
@@ -113,8 +114,14 @@ class Store:
                 driver: Any = pooled.driver_connection
                 try:
                     async with driver.cursor(row_factory=namedtuple_row) as cursor:
-                        await cursor.execute(sql, params)
-                        return await cursor.fetchall() if cursor.description else []
+                        await cursor.execute(sql, with_array_literals(params))
+                        # The result's status, not ``cursor.description``, which builds a
+                        # column object per column on every call.
+                        result = cursor.pgresult
+                        if result is None or result.status != ExecStatus.TUPLES_OK:
+                            return []
+                        rows: list[Any] = await cursor.fetchall()
+                        return rows
                 except BaseException as error:  # CancelledError too: a timeout may interrupt
                     if is_primary_gone(error):
                         # Its server is no longer the primary (or going away): this connection

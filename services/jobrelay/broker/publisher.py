@@ -19,6 +19,8 @@ from functools import partial
 from typing import Any
 
 import aio_pika
+import aiormq
+import aiormq.abc
 import aiormq.exceptions
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
 from opentelemetry.trace import Span
@@ -49,16 +51,47 @@ log = logging.getLogger(__name__)
 REOPEN_AFTER = (CONNECTION_LOST, CHANNEL_ERROR, NACKED)
 
 
+def _message_fields(row: OutboxRow, traceparent: str | None) -> dict[str, Any]:
+    """The properties of one outbox row's message: short, persistent, identified by outbox and
+    job id, with the trace context (``traceparent``: the publish span's; else the job's) in its
+    headers. The same names in aio-pika's Message and in AMQP's (pamqp's) properties."""
+    return {
+        "headers": trace_headers(traceparent or row.traceparent),
+        "content_type": CONTENT_TYPE,
+        "delivery_mode": aio_pika.DeliveryMode.PERSISTENT.value,
+        "message_id": str(row.id),
+        "correlation_id": str(row.job_id),
+        "priority": 0,  # what aio-pika's Message sets when none is given
+    }
+
+
+def _body(row: OutboxRow) -> bytes:
+    return Envelope(job_id=row.job_id, type=row.type).encode()
+
+
 def build_message(row: OutboxRow, traceparent: str | None = None) -> aio_pika.Message:
-    """The message for one outbox row: short, persistent, identified by outbox and job id, with
-    the trace context (``traceparent``: the publish span's; else the job's) in its headers."""
-    return aio_pika.Message(
-        body=Envelope(job_id=row.job_id, type=row.type).encode(),
-        headers=trace_headers(traceparent or row.traceparent),
-        content_type=CONTENT_TYPE,
-        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-        message_id=str(row.id),
-        correlation_id=str(row.job_id),
+    """The message for one outbox row, as aio-pika's Message (a quarantine copy is built from
+    it, ``broker/quarantine.py``); the relay sends the same properties through aiormq."""
+    return aio_pika.Message(body=_body(row), **_message_fields(row, traceparent))
+
+
+async def _publish(
+    channel: aiormq.abc.AbstractChannel,
+    exchange: str,
+    row: OutboxRow,
+    traceparent: str | None = None,
+) -> object:
+    """One row's publish on the channel under aio-pika's Channel, until its confirm.
+
+    aio-pika's Message and Exchange.publish only wrap this: building the Message (an attribute
+    check per property set) and the wrapper were a tenth of the dispatcher's CPU (issue 28's
+    profile, ``benchmarks/_cpu_profile.py``)."""
+    return await channel.basic_publish(
+        _body(row),
+        exchange=exchange,
+        routing_key=row.type,
+        properties=aiormq.spec.Basic.Properties(**_message_fields(row, traceparent)),
+        mandatory=True,
     )
 
 
@@ -101,6 +134,7 @@ class Publisher:
         self._connection: AbstractConnection | None = None
         self._channel: AbstractChannel | None = None
         self._exchange: AbstractExchange | None = None
+        self._underlay: aiormq.abc.AbstractChannel | None = None  # the publishes go on it
         self._blocks = BlockWatch()
 
     @property
@@ -137,6 +171,7 @@ class Publisher:
                     type_queues=self.type_queues,
                     group_size=self.group_size,
                 )
+                underlay = await channel.get_underlay_channel()
         except BaseException as error:
             with contextlib.suppress(Exception):
                 await connection.close()
@@ -145,6 +180,7 @@ class Publisher:
             raise
         self._blocks.attach(connection)
         self._connection, self._channel, self._exchange = connection, channel, exchange
+        self._underlay = underlay
         log.info("broker connected", extra={"event": "broker_connected"})
 
     async def publish_batch(self, rows: Sequence[OutboxRow]) -> list[PublishOutcome]:
@@ -155,19 +191,16 @@ class Publisher:
         that the other batch's ``connect()`` opened meanwhile."""
         if not rows:
             return []
-        exchange, connection = self._exchange, self._connection
-        if exchange is None or not self.ready:
+        exchange, channel, connection = self._exchange, self._underlay, self._connection
+        if exchange is None or channel is None or not self.ready:
             return [PublishOutcome(row, CONNECTION_LOST, "not connected") for row in rows]
         if tracing.enabled():
-            publishes = self._start_traced(exchange, rows)
+            publishes = self._start_traced(channel, exchange.name, rows)
         else:
             # One deadline for the batch, not one per publish: a timer (and, on Python 3.11, a
             # task) per message cost more than the publish itself.
             publishes = [
-                asyncio.ensure_future(
-                    exchange.publish(build_message(row), routing_key=row.type, mandatory=True)
-                )
-                for row in rows
+                asyncio.ensure_future(_publish(channel, exchange.name, row)) for row in rows
             ]
         try:
             _, late = await asyncio.wait(publishes, timeout=self.publish_timeout)
@@ -185,18 +218,14 @@ class Publisher:
 
     @staticmethod
     def _start_traced(
-        exchange: AbstractExchange, rows: Sequence[OutboxRow]
+        channel: aiormq.abc.AbstractChannel, exchange: str, rows: Sequence[OutboxRow]
     ) -> list[asyncio.Future[Any]]:
         """``publish_batch``'s publishes with a PRODUCER span each, ended by the broker's
         answer to that message (its confirm, a nack or return, or the batch giving up on it)."""
         publishes: list[asyncio.Future[Any]] = []
         for row in rows:
             span, traceparent = tracing.publish_span(row)
-            publish = asyncio.ensure_future(
-                exchange.publish(
-                    build_message(row, traceparent), routing_key=row.type, mandatory=True
-                )
-            )
+            publish = asyncio.ensure_future(_publish(channel, exchange, row, traceparent))
             publish.add_done_callback(partial(_end_span, span))
             publishes.append(publish)
         return publishes
@@ -206,7 +235,7 @@ class Publisher:
 
     async def _forget(self) -> None:
         connection = self._connection
-        self._connection = self._channel = self._exchange = None
+        self._connection = self._channel = self._exchange = self._underlay = None
         if connection is not None and not connection.is_closed:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(connection.close(), self.connect_timeout)

@@ -115,19 +115,26 @@ class Closable:
 
 
 class Exchange:
+    name = "jobrelay.jobs"
+
+
+class UnderlayChannel:
+    """aiormq's channel under aio-pika's, where the relay's publishes go."""
+
     def __init__(self, error: BaseException | None) -> None:
         self.error = error
 
-    async def publish(self, *args: Any, **kwargs: Any) -> None:
+    async def basic_publish(self, *args: Any, **kwargs: Any) -> None:
         if self.error is not None:
             raise self.error
 
 
-def publisher_on(exchange: Exchange) -> tuple[Publisher, Closable]:
+def publisher_on(channel: UnderlayChannel) -> tuple[Publisher, Closable]:
     publisher = Publisher("amqp://h1/,amqp://h2/", publish_timeout=5, delivery_limit=50)
     connection = Closable()
     publisher._connection, publisher._channel = connection, Closable()  # type: ignore[assignment]
-    publisher._exchange = exchange  # type: ignore[assignment]
+    publisher._exchange = Exchange()  # type: ignore[assignment]
+    publisher._underlay = channel  # type: ignore[assignment]
     return publisher, connection
 
 
@@ -143,7 +150,7 @@ def publisher_on(exchange: Exchange) -> tuple[Publisher, Closable]:
 async def test_the_publisher_leaves_a_connection_whose_publishes_were_cancelled_or_nacked(
     error: BaseException, reason: str
 ) -> None:
-    publisher, connection = publisher_on(Exchange(error))
+    publisher, connection = publisher_on(UnderlayChannel(error))
     row = OutboxRow(1, uuid.uuid4(), "demo.sleep", 0)
 
     (outcome,) = await publisher.publish_batch([row])

@@ -8,8 +8,10 @@ exactly once.
 For each mode the API runs with ``--workers`` processes (``--pool-size`` connections each) on a
 fresh scratch database:
 
-- shedding on: ``JOBRELAY_API_MAX_CONCURRENCY`` unset, so each worker admits its default
-  (sized from its pool) and answers the rest ``503 overloaded`` with ``Retry-After`` at once;
+- shedding on: ``JOBRELAY_API_MAX_CONCURRENCY`` unset, so each worker handles its default
+  (sized from its pool) at once; the rest wait their turn, and one that would wait longer than
+  ``JOBRELAY_API_MAX_QUEUE_SECONDS`` (its default 0.5 s, or ``--max-queue-seconds``) is
+  answered ``503 overloaded`` with ``Retry-After`` (1 s or more, spread) instead;
 - shedding off: ``JOBRELAY_API_MAX_CONCURRENCY=0``: every request waits its turn in its worker.
 
 At each level N virtual clients submit jobs for ``--seconds``, one request at a time each, over
@@ -34,8 +36,11 @@ How to read it, per mode and level:
   ``JOBRELAY_DB_POOL_TIMEOUT_SECONDS`` for a connection: ``503 database_unavailable``.
 - ``latency``: p50/p99/max of the accepted requests, from sending that request to its full
   answer (earlier shed attempts of the same key not included): what shedding keeps bounded.
-  Queued instead, it grows with N (about N / accepted rate). ``per key`` is from the key's first
-  attempt to its 2xx, Retry-After sleeps included: what a client waited in all.
+  Queued instead, it grows with N (about N / accepted rate). In brackets, the same of the
+  requests sent after the window's first 2 s: every client's first request arrives at the
+  window's start, a burst of N that the workers absorb within
+  ``JOBRELAY_API_MAX_QUEUE_SECONDS``. ``per key`` is from the key's first attempt to its
+  2xx, Retry-After sleeps included: what a client waited in all.
 - ``Retry-After missing``: non-2xx answers without a usable ``Retry-After`` (should be 0).
 - ``cpu``: CPU seconds within the window of the API processes, of the load generator, and of the
   whole machine (of cores x window; the rest is mostly PostgreSQL). A generator near a full core
@@ -78,9 +83,13 @@ from jobrelay import eventloop
 
 BODY = json.dumps({"type": "catalog.export", "payload": {"course": "JavaScript"}}).encode()
 REQUEST_TIMEOUT = 30.0  # an answer later than this is a timeout
+# Every client sends its first request at the window's start: a burst of N, which a worker
+# absorbs within JOBRELAY_API_MAX_QUEUE_SECONDS by design. The latency after it is reported too.
+STEADY_AFTER = 2.0
 DRAIN_LIMIT = 60.0  # how long after the window a client may keep retrying its last key
 FALLBACK_RETRY_AFTER = 1.0  # when a 503/429/5xx carries no usable Retry-After
 MAX_CONCURRENCY = "JOBRELAY_API_MAX_CONCURRENCY"
+MAX_QUEUE_SECONDS = "JOBRELAY_API_MAX_QUEUE_SECONDS"
 
 
 @dataclass
@@ -104,6 +113,9 @@ class Tally:
     accepted_202: int = 0  # within the window, like everything not said otherwise
     accepted_200: int = 0
     latencies: list[float] = field(default_factory=list)
+    # Those of requests sent after the window's first STEADY_AFTER seconds: without the burst
+    # of every client's first request arriving together.
+    steady_latencies: list[float] = field(default_factory=list)
     key_latencies: list[float] = field(default_factory=list)
     refused: Counter[str] = field(default_factory=Counter)  # "503 overloaded": count
     refused_after: Counter[str] = field(default_factory=Counter)  # in the drain and replays
@@ -126,6 +138,7 @@ class Tally:
         self.accepted_202 += other.accepted_202
         self.accepted_200 += other.accepted_200
         self.latencies += other.latencies
+        self.steady_latencies += other.steady_latencies
         self.key_latencies += other.key_latencies
         self.refused += other.refused
         self.refused_after += other.refused_after
@@ -286,6 +299,8 @@ class VirtualClient:
                     tally.acked.add(key)
                     if in_window:
                         tally.latencies.append(done - sent)
+                        if sent >= level.start_at + STEADY_AFTER:
+                            tally.steady_latencies.append(done - sent)
                         tally.key_latencies.append(done - first)
                         if status == 202:
                             tally.accepted_202 += 1
@@ -470,8 +485,11 @@ def run_mode(
     env = {}
     if not shedding:
         env[MAX_CONCURRENCY] = "0"
-    elif args.admitted is not None:
-        env[MAX_CONCURRENCY] = str(args.admitted)
+    else:
+        if args.admitted is not None:
+            env[MAX_CONCURRENCY] = str(args.admitted)
+        if args.max_queue_seconds is not None:
+            env[MAX_QUEUE_SECONDS] = str(args.max_queue_seconds)
     api = start_api(url, port, args.workers, pool_size=args.pool_size, **env)
     base = uuid.uuid4().hex[:8]
     figures = []
@@ -529,7 +547,9 @@ def report_level(args: argparse.Namespace, figures: Figures, base: Figures) -> N
     print(
         f"        latency p50 {ms(percentile(t.latencies, 0.5))} ms, "
         f"p99 {ms(percentile(t.latencies, 0.99))} ms, "
-        f"max {ms(max(t.latencies, default=float('nan')))} ms; "
+        f"max {ms(max(t.latencies, default=float('nan')))} ms "
+        f"(after the first {STEADY_AFTER:g} s: p50 {ms(percentile(t.steady_latencies, 0.5))}, "
+        f"p99 {ms(percentile(t.steady_latencies, 0.99))} ms); "
         f"per key p50 {ms(percentile(t.key_latencies, 0.5))} ms, "
         f"p99 {ms(percentile(t.key_latencies, 0.99))} ms"
     )
@@ -568,7 +588,13 @@ def main() -> int:
         "--admitted",
         type=int,
         default=None,
-        help="requests a worker admits at once with shedding on (default: the API's default)",
+        help="requests a worker handles at once with shedding on (default: the API's default)",
+    )
+    parser.add_argument(
+        "--max-queue-seconds",
+        type=float,
+        default=None,
+        help="longest wait for a turn before a request is shed (default: the API's default)",
     )
     args = parser.parse_args()
     args.levels = [int(level) for level in args.levels.split(",")]
@@ -578,8 +604,9 @@ def main() -> int:
     modes = [mode.strip() for mode in args.modes.split(",")]
     if set(modes) - {"on", "off"}:
         parser.error("--modes takes on, off or both")
-    if MAX_CONCURRENCY in os.environ:
-        print(f"ignoring {MAX_CONCURRENCY}={os.environ.pop(MAX_CONCURRENCY)} from the environment")
+    for name in (MAX_CONCURRENCY, MAX_QUEUE_SECONDS):
+        if name in os.environ:
+            print(f"ignoring {name}={os.environ.pop(name)} from the environment")
 
     admin_url = admin_database_url()
     print(
@@ -599,6 +626,11 @@ def main() -> int:
                         f"{MAX_CONCURRENCY}={args.admitted}"
                         if args.admitted is not None
                         else f"{MAX_CONCURRENCY} unset: the default"
+                    )
+                    + (
+                        f", {MAX_QUEUE_SECONDS}={args.max_queue_seconds:g}"
+                        if args.max_queue_seconds is not None
+                        else f", {MAX_QUEUE_SECONDS} unset: the default"
                     )
                     if mode == "on"
                     else f"{MAX_CONCURRENCY}=0"

@@ -91,7 +91,7 @@ async def test_under_pressure_only_the_job_read_that_waits_is_exempt_from_sheddi
             listed = await api.get("/v1/jobs?limit=100&wait=0", headers=auth(token))
             assert listed.status_code == 503, listed.text
             assert listed.json()["code"] == "overloaded"
-            assert listed.headers["Retry-After"] == "1"
+            assert listed.headers["Retry-After"] in {"1", "2"}  # spread (api/problems.py)
             waited = await api.get(f"/v1/jobs/{job_id}?wait=0.2", headers=auth(token))
             assert waited.status_code == 200, waited.text
         scraped = samples((await api.get("/metrics")).text)

@@ -126,6 +126,7 @@ def create_app(
     app.add_middleware(
         SheddingMiddleware,
         admitted=settings.admitted_requests,
+        max_queue_seconds=settings.api_max_queue_seconds,
         metrics=metrics,
         waiting_reads={jobs.get_job},
     )

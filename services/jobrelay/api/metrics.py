@@ -79,8 +79,15 @@ class ApiMetrics(ProcessMetrics):
             "Requests the API workers are handling now (what load shedding bounds, per worker)",
             multiprocess_mode="livesum",
         )
+        self.waiting = self.gauge(
+            "jobrelay_api_requests_waiting",
+            "Requests the API workers hold for a free slot now (each waits at most "
+            "JOBRELAY_API_MAX_QUEUE_SECONDS, then is shed)",
+            multiprocess_mode="livesum",
+        )
         # A worker that took a dead worker's pid reopens its files: not its requests.
         self.in_flight.set(0)
+        self.waiting.set(0)
         # ``labels()`` takes the metric's lock and rebuilds its key on every call, and every
         # request records one sample (every submission two): the labelled children are looked
         # up once per label set instead. The caches are bounded (a client chooses the method);

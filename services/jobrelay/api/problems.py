@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import math
+import random
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -71,9 +73,11 @@ def status_of(error: RequestError) -> int:
 
 
 # How long a client is asked to wait (Retry-After, whole seconds) before trying again after a
-# shed request, an unreachable database or an unreachable broker (every 503 says it); a
-# rate-limited one is told its own wait.
+# shed request (the least of a spread, ``overloaded_retry_after``), an unreachable database or
+# an unreachable broker (every 503 says it); a rate-limited one is told its own wait.
 OVERLOADED_RETRY_AFTER = 1
+# Under uvicorn's keep-alive timeout (5 s): a shed client finds its connection still open.
+OVERLOADED_RETRY_AFTER_MOST = 4
 DATABASE_RETRY_AFTER = 2
 BROKER_RETRY_AFTER = 5
 
@@ -81,6 +85,21 @@ BROKER_RETRY_AFTER = 5
 def retry_after(seconds: float) -> dict[str, str]:
     """The Retry-After header: whole seconds (RFC 9110), rounded up, at least 1."""
     return {"Retry-After": str(max(1, math.ceil(seconds)))}
+
+
+def overloaded_retry_after(overload: float, draw: Callable[[], float] = random.random) -> int:
+    """Whole seconds drawn evenly from 1 to ``1 + ceil(overload)`` (at most
+    ``OVERLOADED_RETRY_AFTER_MOST``), for a request shed by a worker whose queue would have
+    kept it ``overload`` times its bound (1 when it waited the bound out).
+
+    Told one same number, the clients a burst got shed come back in the same second, as a
+    burst again; spread, about ``1 / (1 + ceil(overload))`` of them come back each second. The
+    further over the bound, the more clients are shed per second and the longer the queue takes
+    to drain, so the wider the spread. ``draw``: a number in [0, 1) (tests pass their own).
+    """
+    most = min(OVERLOADED_RETRY_AFTER_MOST, OVERLOADED_RETRY_AFTER + math.ceil(max(overload, 1)))
+    spread = most - OVERLOADED_RETRY_AFTER + 1
+    return OVERLOADED_RETRY_AFTER + min(spread - 1, int(draw() * spread))
 
 
 def problem(

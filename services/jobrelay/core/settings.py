@@ -70,6 +70,9 @@ class Settings(BaseSettings):
     # Requests one API worker admits at once; the rest are shed at once with 503 overloaded and
     # Retry-After (docs/overload.md). Unset: sized from the pool; 0: never shed.
     api_max_concurrency: int | None = Field(None, ge=0, le=100_000)
+    # Past those, a request waits its turn; it is shed only when it would wait longer than this
+    # before being handled (SPEC section 19, docs/overload.md). 0: shed as soon as all are busy.
+    api_max_queue_seconds: float = Field(0.5, ge=0, le=60)
     # Per-client submissions per second (a token bucket: this rate, bursts of ``burst``), shared
     # by every API process through PostgreSQL; a client row may set its own. Unset: no limit.
     rate_limit_per_second: float | None = Field(None, gt=0)

@@ -43,8 +43,10 @@ async def _operations(request: Request) -> Operations:
 
 StoreDep = Annotated[Store, Depends(_store)]
 OpsDep = Annotated[Operations, Depends(_operations)]
-# The document's bearer security scheme and the token lookup, in one dependency (api/auth.py).
-ClientDep = Annotated[Client, Depends(BearerClient())]
+# The document's bearer security scheme and the token lookup, in one dependency (api/auth.py);
+# ``CALLER`` by name too, for the submission's direct path (routes/jobs.py).
+CALLER = BearerClient()
+ClientDep = Annotated[Client, Depends(CALLER)]
 AdminDep = Annotated[Client, Depends(BearerClient(admin=True))]
 
 

@@ -7,6 +7,13 @@ Each worker builds its app from the environment when it starts, JOBRELAY_HANDLER
 
 from __future__ import annotations
 
+import cProfile
+import os
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
 from fastapi import FastAPI
 
 from jobrelay import tracing
@@ -22,4 +29,27 @@ def build_app() -> FastAPI:
     configure_logging("api", settings.log_level, Masker.from_settings(settings))
     tracing.setup("api")  # each worker exports its own spans (OTEL_EXPORTER_OTLP_ENDPOINT)
     # The directory `jobrelay api` made for its workers' metrics (api/multiprocess.py).
-    return create_app(settings, metrics_dir=metrics_dir_from_env())
+    app = create_app(settings, metrics_dir=metrics_dir_from_env())
+    if profile_dir := os.environ.get("JOBRELAY_BENCH_CPU_PROFILE"):
+        _cpu_profiled(app, Path(profile_dir))
+    return app
+
+
+def _cpu_profiled(app: FastAPI, directory: Path) -> None:
+    """Benchmarks only (``benchmarks/_cpu_profile.py``, which covers the parent process, not
+    these workers): this worker under a CPU-clock cProfile, written to
+    ``DIR/api-worker-<pid>.prof`` at the lifespan's end, since uvicorn ends a worker it stopped
+    by re-raising SIGTERM, and neither ``finally`` nor atexit would run."""
+    profile = cProfile.Profile(time.process_time)
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with inner(app):  # create_app's lifespan, which yields no state
+            yield
+        profile.disable()
+        profile.dump_stats(directory / f"api-worker-{os.getpid()}.prof")
+
+    directory.mkdir(parents=True, exist_ok=True)
+    app.router.lifespan_context = lifespan
+    profile.enable()

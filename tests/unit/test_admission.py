@@ -18,6 +18,7 @@ from jobrelay.api.metrics import ApiMetrics
 from jobrelay.api.problems import OVERLOADED_RETRY_AFTER_MOST, overloaded_retry_after
 from jobrelay.api.shedding import (
     OVERLOAD_MEMORY_SECONDS,
+    SHED_MEMORY_SECONDS,
     STANDING_QUEUE_SHARE,
     HandlingTime,
     SheddingMiddleware,
@@ -198,6 +199,59 @@ async def test_after_a_shed_newcomers_get_a_share_of_the_bound_for_a_while() -> 
         app.release(name)
         await settle()
     assert [(await answer)["status"] for answer in (holding, *waiting, later)] == [202] * 5
+
+
+@pytest.mark.parametrize(
+    ("since_the_shed", "newcomer_status"),
+    [
+        # Shed a moment ago: the queue standing past the share again is the same overload.
+        (OVERLOAD_MEMORY_SECONDS + 0.1, 503),
+        # Shed long ago, at rest since: the queue of a burst, which may use the whole bound.
+        (SHED_MEMORY_SECONDS + 0.1, 202),
+    ],
+)
+async def test_a_wait_past_the_share_is_overload_only_at_a_worker_that_shed_lately(
+    since_the_shed: float, newcomer_status: int
+) -> None:
+    app, clock = HeldApp(), FakeClock()
+    shedding = middleware(app, admitted=1, bound=1.0, clock=clock)
+    measured = asyncio.create_task(request(shedding, "/measured"))
+    await settle()
+    clock.now += 0.3  # one slot, 0.3 s each
+    app.release("/measured")
+    await measured
+    holding = asyncio.create_task(request(shedding, "/held"))
+    waiting = [asyncio.create_task(request(shedding, f"/w{n}")) for n in range(3)]
+    await settle()
+    shed = await asyncio.wait_for(request(shedding, "/fourth"), 0.1)  # 1.2 s: past the bound
+    assert shed["status"] == 503
+    for name in ("/held", "/w0", "/w1"):
+        app.release(name)
+        await settle()
+    clock.now += since_the_shed  # long enough to forget the overload itself
+    # The queue is empty and /w2 holds the slot: a newcomer expects about 0.3 s, within the
+    # whole bound. It waits 0.2 s, past the share.
+    late = asyncio.create_task(request(shedding, "/late"))
+    await settle()
+    assert len(shedding.waiters) == 1
+    clock.now += 0.2
+    app.release("/w2")
+    await settle()
+    assert app.started[-1] == "/late"
+    newcomer = asyncio.create_task(request(shedding, "/newcomer"))
+    await settle()
+    if newcomer_status == 503:
+        assert (await asyncio.wait_for(newcomer, 0.1))["status"] == 503
+        assert not shedding.waiters
+    else:
+        assert len(shedding.waiters) == 1
+        app.release("/late")
+        await settle()
+        app.release("/newcomer")
+        assert (await newcomer)["status"] == 202
+    app.release("/late")
+    assert [(await task)["status"] for task in (holding, *waiting, late)] == [202] * 5
+    assert shedding.in_flight == 0
 
 
 async def test_a_waiter_past_its_deadline_is_shed_and_leaves_the_queue() -> None:

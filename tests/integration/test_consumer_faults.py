@@ -104,7 +104,7 @@ async def _ran(results_dir: Path, job_id: uuid.UUID, times: int) -> bool:
 
 @pytest.mark.slow
 async def test_postgres_restarted_in_the_middle_of_1000_jobs_every_job_succeeds_once(
-    make_settings: MakeSettings, store: Store, tmp_path: Path
+    make_settings: MakeSettings, store: Store, tmp_path: Path, pool_mode: str
 ) -> None:
     cfg = make_settings(lease_seconds=4.0, metrics_port=free_port())
     client_id = await new_client(store)
@@ -146,7 +146,13 @@ async def test_postgres_restarted_in_the_middle_of_1000_jobs_every_job_succeeds_
     assert await scalar(store, "SELECT count(*) FROM jobs WHERE state <> 'succeeded'") == 0
     assert await work_queue_count(cfg) == 0
     assert await quarantined_messages(cfg) == []
-    assert _metric(metrics, "jobrelay_consumer_store_unavailable_total") > 0
+    if pool_mode == "session":
+        # Straight on the server the restart breaks the consumer's connections, and it says so.
+        # Through PgBouncer (the test-pgbouncer tier) its connections are to the pooler, which
+        # opens new server connections after the restart: only a statement in flight at that
+        # moment, or sent while the server refuses logins (docs/pgbouncer.md), fails, and a
+        # restart that meets neither goes unseen (once in CI: every job done once, 0 counted).
+        assert _metric(metrics, "jobrelay_consumer_store_unavailable_total") > 0
     assert _metric(metrics, 'jobrelay_consumer_deliveries_total{outcome="succeeded"}') == 1000
     assert "jobrelay_consumer_in_flight_jobs" in metrics
     assert "jobrelay_consumer_job_duration_seconds_bucket" in metrics

@@ -169,9 +169,12 @@ async def test_a_newcomer_expected_to_wait_past_the_bound_is_shed_at_once() -> N
     assert (await holding)["status"] == 202
 
 
-async def test_after_a_shed_newcomers_get_a_share_of_the_bound_for_a_while() -> None:
-    app, clock = HeldApp(), FakeClock()
-    shedding = middleware(app, admitted=1, bound=1.0, clock=clock)
+async def shed_once(
+    app: HeldApp, shedding: SheddingMiddleware, clock: FakeClock
+) -> tuple[asyncio.Task[dict[str, Any]], list[asyncio.Task[dict[str, Any]]]]:
+    """At one slot of 0.3 s and a bound of 1 s: a burst of four behind a held request, the
+    fourth shed (expected 1.2 s), then all but the last waiter (/w2, holding the slot now)
+    handled at once. The held request's and the waiters' answers, to await."""
     measured = asyncio.create_task(request(shedding, "/measured"))
     await settle()
     clock.now += 0.3  # one slot, 0.3 s each: the first waiter expects 0.3 s, the fourth 1.2 s
@@ -186,6 +189,13 @@ async def test_after_a_shed_newcomers_get_a_share_of_the_bound_for_a_while() -> 
     for name in ("/held", "/w0", "/w1"):
         app.release(name)
         await settle()
+    return holding, waiting
+
+
+async def test_after_a_shed_newcomers_get_a_share_of_the_bound_for_a_while() -> None:
+    app, clock = HeldApp(), FakeClock()
+    shedding = middleware(app, admitted=1, bound=1.0, clock=clock)
+    holding, waiting = await shed_once(app, shedding, clock)
     # The queue is empty again and one request (/w2) holds the slot. Just after a shed, a newcomer
     # expected to wait 0.3 s gets 0.1 s: shed.
     shed = await asyncio.wait_for(request(shedding, "/just-after"), 0.1)
@@ -215,19 +225,7 @@ async def test_a_wait_past_the_share_is_overload_only_at_a_worker_that_shed_late
 ) -> None:
     app, clock = HeldApp(), FakeClock()
     shedding = middleware(app, admitted=1, bound=1.0, clock=clock)
-    measured = asyncio.create_task(request(shedding, "/measured"))
-    await settle()
-    clock.now += 0.3  # one slot, 0.3 s each
-    app.release("/measured")
-    await measured
-    holding = asyncio.create_task(request(shedding, "/held"))
-    waiting = [asyncio.create_task(request(shedding, f"/w{n}")) for n in range(3)]
-    await settle()
-    shed = await asyncio.wait_for(request(shedding, "/fourth"), 0.1)  # 1.2 s: past the bound
-    assert shed["status"] == 503
-    for name in ("/held", "/w0", "/w1"):
-        app.release(name)
-        await settle()
+    holding, waiting = await shed_once(app, shedding, clock)
     clock.now += since_the_shed  # long enough to forget the overload itself
     # The queue is empty and /w2 holds the slot: a newcomer expects about 0.3 s, within the
     # whole bound. It waits 0.2 s, past the share.

@@ -44,7 +44,7 @@ UV ?= $(PYTHON) -m uv
 LOCK_FLAGS = --universal --python-version 3.11 --generate-hashes --custom-compile-command 'make lock'
 lock:
 	$(UV) pip compile $(LOCK_FLAGS) pyproject.toml requirements/build.in -o requirements/runtime.txt
-	$(UV) pip compile $(LOCK_FLAGS) --extra dev --extra bench -c requirements/runtime.txt \
+	$(UV) pip compile $(LOCK_FLAGS) --extra dev --extra bench --extra django -c requirements/runtime.txt \
 		pyproject.toml requirements/build.in -o requirements/dev.txt
 
 ## test-latest: the suite against the newest versions the ranges allow, in a throwaway venv

@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 # scripts/servers.py needs only the standard library: `make down` works before any venv exists.
 SCRIPT_PYTHON = $(if $(wildcard $(PYTHON)),$(PYTHON),python3)
 
-.PHONY: install environment lock test-latest run test test-local test-pgbouncer test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster chaos chaos-cluster chaos-failover clean
+.PHONY: install environment lock test-latest run test test-local test-pgbouncer test-python313 test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster chaos chaos-cluster chaos-failover clean
 
 ## install: exactly the locked versions (requirements/dev.txt), then jobrelay itself, editable
 ## (into the active virtual environment, else into .venv, made when missing)
@@ -63,7 +63,7 @@ run: environment
 ## real compose.yaml, and the integration tier on testcontainers) where a Docker engine answers
 ## or CI is set (scripts/ci-docker.sh installs and starts one); elsewhere they are announced as
 ## not run, never passed silently.
-test: test-local test-pgbouncer test-docker
+test: test-local test-pgbouncer test-python313 test-docker
 
 test-local: environment
 	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m pytest -p no:cacheprovider \
@@ -75,6 +75,23 @@ test-local: environment
 test-pgbouncer: environment
 	$(PYTHON) scripts/servers.py run --pgbouncer -- $(PYTHON) -m pytest -p no:cacheprovider \
 		tests/integration $(PYTEST_ARGS)
+
+## test-python313: the unit and integration tiers on Python 3.13 too (Django 6 there, where 3.11
+## runs the django-tasks backport on Django 5.2), in their own venv from the same lock. The
+## interpreter: PYTHON313=…, else pyenv's newest 3.13, else python3.13 on the PATH.
+PY313_VENV ?= .local/venv-3.13
+PYTHON313 ?= $(or $(lastword $(sort $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13))),python3.13)
+test-python313: $(PY313_VENV)/.jobrelay-installed
+	$(SCRIPT_PYTHON) scripts/servers.py run -- $(abspath $(PY313_VENV))/bin/python -m pytest \
+		-p no:cacheprovider tests/unit tests/integration $(PYTEST_ARGS)
+
+$(PY313_VENV)/.jobrelay-installed: requirements/dev.txt pyproject.toml
+	@$(PYTHON313) -c 'import sys; assert sys.version_info[:2] == (3, 13), sys.version' || \
+		{ echo "make: $(PYTHON313) is not Python 3.13: set PYTHON313=/path/to/python3.13"; exit 1; }
+	rm -rf $(PY313_VENV) && $(PYTHON313) -m venv $(PY313_VENV)
+	$(PY313_VENV)/bin/python -m pip install -q --require-hashes -r requirements/dev.txt
+	$(PY313_VENV)/bin/python -m pip install -q --no-deps --no-build-isolation -e .
+	touch $@
 
 test-docker: environment
 	@if [ -n "$$CI" ] || docker info >/dev/null 2>&1; then \

@@ -1793,3 +1793,73 @@ SET_TYPE_LIMIT: TextClause = text(
 )
 
 CLEAR_TYPE_LIMIT: TextClause = text("DELETE FROM type_limits WHERE type = :type RETURNING type")
+
+# --- Django's Tasks framework (jobrelay/django, docs/django.md) ----------------------------
+
+# One job as a Django TaskResult shows it, if :client (a client's name or id) owns it: the job
+# and its stored result, when each attempt started (the journal's claims, whose detail names
+# the consumer: Django's worker_ids), and every failed attempt's error document.
+DJANGO_TASK_RESULT: TextClause = text(
+    """
+    SELECT j.id, j.type, j.payload, j.state, j.attempts, j.created_at, j.finished_at,
+           r.result,
+           coalesce((SELECT array_agg(e.at ORDER BY e.id) FROM job_events e
+                     WHERE e.job_id = j.id AND e.event = 'claimed'), '{}') AS claimed_at,
+           coalesce((SELECT array_agg(coalesce(e.detail, '') ORDER BY e.id) FROM job_events e
+                     WHERE e.job_id = j.id AND e.event = 'claimed'), '{}') AS claimed_by,
+           coalesce((SELECT jsonb_agg(e.error ORDER BY e.id) FROM job_events e
+                     WHERE e.job_id = j.id AND e.error IS NOT NULL), '[]') AS errors
+    FROM jobs j
+    JOIN clients c ON c.id = j.client_id
+    LEFT JOIN job_results r ON r.job_id = j.id
+    WHERE j.id = CAST(:id AS uuid) AND (c.name = :client OR CAST(c.id AS text) = :client)
+    """
+)
+
+
+# --- job types registered by the consumers (db/type_store.py; docs/job-types.md) -------------
+
+# A consumer registered types: every API process reloads its catalog (core/type_catalog.py).
+TYPES_CHANNEL = "jobrelay_job_types"
+# The API's listening connection hears the registrations too (api/notifications.py).
+LISTEN_API_TYPES = f"{LISTEN_API}; LISTEN {TYPES_CHANNEL}"
+
+_JOB_TYPE_COLUMNS = """
+    name, payload_schema, max_attempts, priority, timeout_seconds, concurrency, rate_count,
+    rate_period_seconds, per_key, description, registered_by
+"""
+
+# Every type of a consumer's registry in one statement, one array per column, in name order
+# (two consumers registering the same types lock their rows in the same order). The last
+# writer wins each row; no row is ever deleted here. One notification for the whole set.
+REGISTER_JOB_TYPES: TextClause = text(
+    f"""
+    WITH registered AS (
+        INSERT INTO job_types AS t ({_JOB_TYPE_COLUMNS}, registered_at)
+        SELECT {_JOB_TYPE_COLUMNS}, now()
+        FROM unnest(
+            CAST(:names AS text[]), CAST(:payload_schemas AS jsonb[]),
+            CAST(:max_attempts AS int[]), CAST(:priorities AS smallint[]),
+            CAST(:timeouts AS float8[]), CAST(:concurrencies AS int[]),
+            CAST(:rate_counts AS int[]), CAST(:rate_periods AS int[]),
+            CAST(:per_keys AS boolean[]), CAST(:descriptions AS text[]),
+            CAST(:registered_by AS text[])
+        ) AS r({_JOB_TYPE_COLUMNS})
+        ORDER BY name
+        ON CONFLICT (name) DO UPDATE
+        SET payload_schema = excluded.payload_schema, max_attempts = excluded.max_attempts,
+            priority = excluded.priority, timeout_seconds = excluded.timeout_seconds,
+            concurrency = excluded.concurrency, rate_count = excluded.rate_count,
+            rate_period_seconds = excluded.rate_period_seconds, per_key = excluded.per_key,
+            description = excluded.description, registered_by = excluded.registered_by,
+            registered_at = now()
+        RETURNING t.name
+    )
+    SELECT count(*) AS registered, pg_notify('{TYPES_CHANNEL}', '')::text AS notified
+    FROM registered
+    """
+)
+
+JOB_TYPE_ROWS: TextClause = text(
+    f"SELECT {_JOB_TYPE_COLUMNS}, registered_at FROM job_types ORDER BY name"
+)

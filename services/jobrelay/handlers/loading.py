@@ -5,6 +5,10 @@ JOBRELAY_BUILTINS is false.
 The API, the consumers and the CLI all load them here, so they agree on what a type is. The
 current directory is importable, as with ``uvicorn`` and ``celery -A``: run a service from your
 application's folder and ``--handlers shop.jobs:registry`` finds ``shop/jobs.py``.
+
+With DJANGO_SETTINGS_MODULE set, the tasks of Django's Tasks framework whose backend is
+``jobrelay.django.JobrelayBackend`` are job types too (services/jobrelay/django/worker.py,
+docs/django.md); without it, nothing here imports Django.
 """
 
 from __future__ import annotations
@@ -13,19 +17,41 @@ import importlib
 import os
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 from jobrelay.core.errors import ConfigurationError
 from jobrelay.core.registry import Registry
-from jobrelay.core.settings import Settings
+from jobrelay.core.settings import Settings, parse_type_queues
 
 BUILTINS = "jobrelay.handlers.builtin:registry"
 
 
-def registry_for(settings: Settings, handlers: str | None = None) -> Registry:
-    """The job types of a service: ``handlers`` (a command-line option) overrides the setting."""
-    return load_registry(
+def registry_for(
+    settings: Settings, handlers: str | None = None, *, environ: Mapping[str, Any] | None = None
+) -> Registry:
+    """The job types of a service: ``handlers`` (a command-line option) overrides the setting;
+    with DJANGO_SETTINGS_MODULE in ``environ`` (the process's environment: Django reads it
+    there), the Django tasks of a ``JobrelayBackend`` beside them."""
+    registry = load_registry(
         handlers if handlers is not None else settings.handlers, builtins=settings.builtins
     )
+    if (os.environ if environ is None else environ).get("DJANGO_SETTINGS_MODULE"):
+        add_django_tasks(registry, settings)
+    return registry
+
+
+def add_django_tasks(registry: Registry, settings: Settings) -> None:
+    """Django's tasks in ``registry``, each checked against the queue JOBRELAY_TYPE_QUEUES
+    routes its type to. Imported here only: Django is loaded by a Django deployment alone."""
+    _current_directory_importable()  # the Django project's folder, as for handlers
+    try:
+        from jobrelay.django.worker import add_django_tasks as add_tasks
+    except ImportError as error:
+        raise ConfigurationError(
+            f"DJANGO_SETTINGS_MODULE is set but Django's tasks cannot load: {error} "
+            "(pip install 'jobrelay[django]')"
+        ) from None
+    add_tasks(registry, parse_type_queues(settings.type_queues))
 
 
 def load_registry(spec: str = "", *, builtins: bool = True) -> Registry:

@@ -1,0 +1,116 @@
+"""The Django example (``examples/django_app``) through the real system: Django's own server
+(``manage.py runserver``), a dispatcher and a consumer with ``DJANGO_SETTINGS_MODULE`` set, all
+run as processes from the example's folder. An order made by ``POST /orders`` is confirmed by
+its task; an order whose transaction fails after the enqueue leaves no order and no job."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from jobrelay.db.store import Store
+from tests.conftest import MakeSettings, make_client
+from tests.support.consumer_kit import scalar
+from tests.support.processes import ROOT, free_port, running, service_env
+from tests.support.system import eventually
+
+pytest.importorskip("django")
+
+EXAMPLE = ROOT / "examples" / "django_app"
+TASK_TYPE = "orders.tasks.confirm_order"
+
+
+@contextmanager
+def django_server(env: dict[str, str], port: int, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``manage.py runserver`` of the example, stopped at the end."""
+    with open(log, "ab") as output:
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
+            env=env,
+            cwd=EXAMPLE,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            yield process
+        finally:
+            process.terminate()
+            process.wait(10)
+
+
+async def test_the_django_example_confirms_its_orders_and_rolls_back_a_declined_one(
+    make_settings: MakeSettings, store: Store, tmp_path: Path
+) -> None:
+    cfg = make_settings()
+    await make_client(store, "orders")  # the example's ORDERS_CLIENT
+    env = service_env(cfg, DJANGO_SETTINGS_MODULE="django_app.settings")
+    migrated = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "manage.py", "migrate", "--no-input"],
+        env=env,
+        cwd=EXAMPLE,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert migrated.returncode == 0, migrated.stdout + migrated.stderr
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    with ExitStack() as stack:
+        services = {
+            name: stack.enter_context(running(args, env, logs / f"{name}.log", cwd=EXAMPLE))
+            for name, args in (
+                ("dispatcher", ["dispatcher"]),
+                ("consumer", ["consumer", "--concurrency", "2"]),
+            )
+        }
+        server = stack.enter_context(django_server(env, port, logs / "django.log"))
+        async with httpx.AsyncClient(base_url=base, timeout=10) as web:
+
+            async def answers() -> bool:
+                assert server.poll() is None, (logs / "django.log").read_text()
+                try:
+                    return (await web.get("/orders/0")).status_code == 404
+                except httpx.TransportError:
+                    return False
+
+            await eventually(answers, within=60, what="Django's server")
+            made = await web.post("/orders", json={"item": "tea"})
+            assert made.status_code == 201, made.text
+            order_id, task_id = made.json()["order_id"], made.json()["task_id"]
+
+            async def confirmed() -> dict[str, Any] | None:
+                for name, service in services.items():
+                    assert service.alive(), f"{name} died:\n{service.output()}"
+                order = (await web.get(f"/orders/{order_id}")).json()
+                return order if order["confirmed"] else None
+
+            await eventually(confirmed, within=60, what="the order to be confirmed")
+            task = (await web.get(f"/tasks/{task_id}")).json()
+            assert task == {
+                "id": task_id,
+                "status": "SUCCESSFUL",
+                "attempts": 1,
+                "return_value": {"order_id": order_id, "confirmed": True},
+            }
+
+            declined = await web.post("/orders", json={"item": "cake", "decline_payment": True})
+            assert declined.status_code == 402, declined.text
+
+        assert "orders.tasks.confirm_order" in services["consumer"].output()  # its job types
+    # Only the first order and its job: the declined one's rolled back with its task's job.
+    assert await scalar(store, "SELECT count(*) FROM orders_order") == 1
+    assert await scalar(store, "SELECT count(*) FROM jobs") == 1
+    assert await scalar(store, "SELECT count(*) FROM outbox") == 1
+    assert await scalar(store, "SELECT type FROM jobs") == TASK_TYPE

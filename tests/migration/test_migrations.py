@@ -32,6 +32,7 @@ TABLES = {
     "type_rate_buckets",
     "workflows",
     "job_dependencies",
+    "job_types",
 }
 # Written often, worthless after a crash (docs/overload.md): no WAL for them.
 UNLOGGED = {"rate_limits", "broker_blocks", "type_rate_buckets"}

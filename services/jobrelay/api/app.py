@@ -30,8 +30,10 @@ from jobrelay.broker.health import BrokerProbe
 from jobrelay.core.clients import RateLimit
 from jobrelay.core.registry import Registry
 from jobrelay.core.settings import Settings
+from jobrelay.core.type_catalog import RegisteredTypes
 from jobrelay.db.listener import listen_url_for
 from jobrelay.db.store import Store
+from jobrelay.db.type_store import PgTypeStore
 from jobrelay.handlers.loading import registry_for
 
 log = logging.getLogger("jobrelay.api")
@@ -53,7 +55,8 @@ def create_app(
     registry: Registry | None = None,
     metrics_dir: Path | None = None,
 ) -> FastAPI:
-    # The same job types as the consumers (JOBRELAY_HANDLERS): submissions are validated here.
+    # The job types whose handlers this process loads (JOBRELAY_HANDLERS); submissions of
+    # the others are validated against the schemas the consumers registered (app.state.types).
     registry = registry or registry_for(settings)
     log.info(
         "job types: %s",
@@ -75,22 +78,25 @@ def create_app(
             pool_mode=settings.database_pool_mode,
         )
         app.state.auth = Authenticator(app.state.store)
+        app.state.types = types = RegisteredTypes(PgTypeStore(app.state.store), registry)
         # Token lookups are cached, and ?wait requests wait, while this listens (one
         # connection: api/notifications.py); behind a transaction pooler with no direct URL
         # nothing listens: every token is looked up and waiters poll.
         listen_url = listen_url_for(settings, "API")
-        notifications = ApiNotifications(app.state.auth, app.state.waiters)
-        listener = (
-            None if listen_url is None else asyncio.create_task(notifications.listen(listen_url))
-        )
+        # The registered job types are read again on a registration's NOTIFY, on a miss
+        # (at most once a second) and every 30 s (core/type_catalog.py).
+        notifications = ApiNotifications(app.state.auth, app.state.waiters, types)
+        tasks = [asyncio.create_task(types.keep_fresh())]
+        if listen_url is not None:
+            tasks.append(asyncio.create_task(notifications.listen(listen_url)))
         try:
             yield
         finally:
-            if listener is not None:
-                listener.cancel()
+            for task in tasks:
+                task.cancel()
                 # Cancelled, or ended by a bug: either way the cache was no longer trusted.
                 with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await listener
+                    await task
             await app.state.broker_probe.close()
             await app.state.store.close()
             # Here, not at exit: uvicorn ends a process it stopped on SIGTERM by that signal,
@@ -116,6 +122,7 @@ def create_app(
     if store is not None:
         app.state.store = store
         app.state.auth = Authenticator(store)
+        app.state.types = RegisteredTypes(PgTypeStore(store), registry)
     problems.install(app)
     app.add_middleware(
         BodyLimitMiddleware,

@@ -1,18 +1,23 @@
 """The API process's one listening connection: client changes empty the token cache
-(``api/auth.py``), finished jobs wake ``?wait`` requests (``api/waiting.py``)."""
+(``api/auth.py``), finished jobs wake ``?wait`` requests (``api/waiting.py``), and a
+consumer's registration of job types has the catalog read again (``core/type_catalog.py``)."""
 
 from __future__ import annotations
 
 from jobrelay.api.waiting import FinishWaiters
 from jobrelay.auth import Authenticator
+from jobrelay.core.type_catalog import RegisteredTypes
 from jobrelay.db import queries as q
 from jobrelay.db.listener import API_APPLICATION_NAME, Listener
 
 
 class ApiNotifications:
-    def __init__(self, auth: Authenticator, waiters: FinishWaiters) -> None:
+    def __init__(
+        self, auth: Authenticator, waiters: FinishWaiters, types: RegisteredTypes | None = None
+    ) -> None:
         self.auth = auth
         self.waiters = waiters
+        self.types = types
 
     async def listen(self, database_url: str) -> None:
         """Until cancelled: while the connection is down, tokens are looked up every time and
@@ -20,7 +25,7 @@ class ApiNotifications:
         await Listener(
             database_url,
             self._missed,
-            listen=q.LISTEN_API,
+            listen=q.LISTEN_API_TYPES,
             application_name=API_APPLICATION_NAME,
             on_state=self._set_listening,
             on_message=self._message,
@@ -29,12 +34,17 @@ class ApiNotifications:
     def _message(self, channel: str, payload: str) -> None:
         if channel == q.FINISHED_CHANNEL:
             self.waiters.finished(payload)
+        elif channel == q.TYPES_CHANNEL:
+            if self.types is not None:
+                self.types.invalidate()
         else:
             self.auth.invalidate()
 
     def _missed(self) -> None:
         self.auth.invalidate()
         self.waiters.wake_all()
+        if self.types is not None:
+            self.types.invalidate()
 
     def _set_listening(self, listening: bool) -> None:
         self.auth.listening = listening

@@ -1,8 +1,11 @@
-"""What a single submission and each item of a batch share: the checks that make a request of
-a body, the client's rate limit, and the counting of outcomes (``routes/jobs.py``)."""
+"""What a single submission and each item of a batch share: the types they may name (the
+loaded registry, then the types the consumers registered: ``core/type_catalog.py``), the checks
+that make a request of a body, the client's rate limit, and the counting of outcomes
+(``routes/jobs.py``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 
 from fastapi import Request
@@ -12,22 +15,30 @@ from jobrelay.api.schemas import SubmitJob
 from jobrelay.core.clients import Client, RateLimit
 from jobrelay.core.errors import IdempotencyConflict, IdempotencyKeyInvalid, RateLimited
 from jobrelay.core.jobs import JobRequest, is_valid_idempotency_key
-from jobrelay.core.registry import Registry
 from jobrelay.core.settings import Settings
+from jobrelay.core.type_catalog import PayloadTypes, RegisteredTypes, TypeCatalog
 from jobrelay.db.client_store import ClientStore
 from jobrelay.db.store import AcceptResult, Store
 
 
-def job_request(request: Request, idempotency_key: str, body: SubmitJob) -> JobRequest:
+async def catalog_for(request: Request, names: Iterable[str]) -> TypeCatalog:
+    """The types submissions of ``names`` are checked against: from memory, read again only
+    when one of them is neither loaded nor known yet (``RegisteredTypes.catalog_for``)."""
+    types: RegisteredTypes = request.app.state.types
+    return await types.catalog_for(names)
+
+
+def job_request(
+    request: Request, idempotency_key: str, body: SubmitJob, types: PayloadTypes
+) -> JobRequest:
     """The request for the store, or the ``RequestError`` that says what is wrong with it."""
     if not is_valid_idempotency_key(idempotency_key):
         raise IdempotencyKeyInvalid()
-    registry: Registry = request.app.state.registry
-    payload = registry.validate_payload(body.type, body.payload)
+    payload = types.validate_payload(body.type, body.payload)
     settings: Settings = request.app.state.settings
-    max_attempts = body.max_attempts or registry.max_attempts_for(body.type, settings.max_attempts)
+    max_attempts = body.max_attempts or types.max_attempts_for(body.type, settings.max_attempts)
     asked = body.as_request(idempotency_key, max_attempts)
-    return replace(asked, defaults=registry.flow_defaults(body.type, payload, asked.flow))
+    return replace(asked, defaults=types.flow_defaults(body.type, payload, asked.flow))
 
 
 async def take_rate_limit(request: Request, client: Client, count: int = 1) -> None:

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiormq.abc
@@ -39,9 +40,11 @@ from jobrelay.core.registry import Registry
 from jobrelay.core.retry import backoff_ceiling
 from jobrelay.core.settings import Settings, mask_url, parse_type_queues
 from jobrelay.core.topology import queue_short_name, work_queue_name
+from jobrelay.core.type_catalog import TypeStore, registrable_types
 from jobrelay.db import queries as q
 from jobrelay.db.execution_store import PgExecutionStore
 from jobrelay.db.store import Store
+from jobrelay.db.type_store import PgTypeStore
 from jobrelay.eventloop import stopped_within
 from jobrelay.handlers.loading import registry_for
 
@@ -132,6 +135,7 @@ class Consumer:
         limits_read = asyncio.create_task(limits.keep_fresh(stop))
         try:
             await _register_queue(store, short_name, stop)
+            await _register_types(PgTypeStore(store), self.registry, self.worker.name, stop)
             subscribed = await self._subscribe(stop)
             if subscribed is None:
                 return 0 if stop.is_set() else 1
@@ -272,17 +276,51 @@ class Consumer:
 async def _register_queue(store: Store, queue: str, stop: asyncio.Event) -> None:
     """The consumer's queue in ``queues`` (where its pause is kept), again with a doubling
     pause while the database is unreachable; an existing row, paused or not, is left alone."""
+
+    async def register() -> None:
+        await store.fetch_all(q.REGISTER_QUEUES, names=[queue])
+
+    await _until_stored(register, f"queue {queue}", stop)
+
+
+async def register_types(types: TypeStore, registry: Registry, by: str) -> int:
+    """Every type of ``registry`` in ``job_types`` (the last writer wins each; none is
+    deleted: another consumer may run it), so that an API without these handlers validates
+    their submissions (docs/job-types.md). Returns how many were registered."""
+    registered = registrable_types(registry, by=by)
+    await types.register_types(registered)
+    log.info(
+        "job types registered: %d",
+        len(registered),
+        extra={"event": "job_types_registered", "types": ",".join(t.name for t in registered)},
+    )
+    return len(registered)
+
+
+async def _register_types(
+    types: TypeStore, registry: Registry, by: str, stop: asyncio.Event
+) -> None:
+    async def register() -> None:
+        await register_types(types, registry, by)
+
+    await _until_stored(register, "job types", stop)
+
+
+async def _until_stored(
+    write: Callable[[], Awaitable[None]], what: str, stop: asyncio.Event
+) -> None:
+    """``write()``, again with a doubling pause while the database is unreachable."""
     failures = 0
     while not stop.is_set():
         try:
-            await store.fetch_all(q.REGISTER_QUEUES, names=[queue])
+            await write()
             return
         except StoreUnavailable as error:
             failures += 1
             pause = backoff_ceiling(failures, CONNECT_BACKOFF_START, CONNECT_BACKOFF_CAP)
             log.warning(
-                "queue %s not registered (%s); retrying in %.1fs",
-                queue,
+                "%s not registered (%s); retrying in %.1fs",
+                what,
                 error,
                 pause,
                 extra={"event": "store_unavailable"},

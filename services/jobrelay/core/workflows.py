@@ -21,8 +21,8 @@ from jobrelay.core.errors import RequestError
 from jobrelay.core.fingerprint import canonical_json
 from jobrelay.core.flow import check_priority
 from jobrelay.core.jobs import Flow, JobRequest
-from jobrelay.core.registry import Registry
 from jobrelay.core.states import TERMINAL_STATES, JobState
+from jobrelay.core.type_catalog import PayloadTypes
 
 # A workflow has 1 to this many jobs.
 WORKFLOW_JOBS_MAX = 1000
@@ -142,7 +142,7 @@ def _a_cycle(refs_and_after: Sequence[tuple[str, Sequence[str]]], ordered: set[s
 
 
 def workflow_step(
-    registry: Registry,
+    registry: PayloadTypes,
     *,
     ref: str,
     type: str,

@@ -1863,3 +1863,51 @@ REGISTER_JOB_TYPES: TextClause = text(
 JOB_TYPE_ROWS: TextClause = text(
     f"SELECT {_JOB_TYPE_COLUMNS}, registered_at FROM job_types ORDER BY name"
 )
+
+
+# --- job types registered by the consumers (db/type_store.py; docs/job-types.md) -------------
+
+# A consumer registered types: every API process reloads its catalog (core/type_catalog.py).
+TYPES_CHANNEL = "jobrelay_job_types"
+# The API's listening connection hears the registrations too (api/notifications.py).
+LISTEN_API_TYPES = f"{LISTEN_API}; LISTEN {TYPES_CHANNEL}"
+
+_JOB_TYPE_COLUMNS = """
+    name, payload_schema, max_attempts, priority, timeout_seconds, concurrency, rate_count,
+    rate_period_seconds, per_key, description, registered_by
+"""
+
+# Every type of a consumer's registry in one statement, one array per column, in name order
+# (two consumers registering the same types lock their rows in the same order). The last
+# writer wins each row; no row is ever deleted here. One notification for the whole set.
+REGISTER_JOB_TYPES: TextClause = text(
+    f"""
+    WITH registered AS (
+        INSERT INTO job_types AS t ({_JOB_TYPE_COLUMNS}, registered_at)
+        SELECT {_JOB_TYPE_COLUMNS}, now()
+        FROM unnest(
+            CAST(:names AS text[]), CAST(:payload_schemas AS jsonb[]),
+            CAST(:max_attempts AS int[]), CAST(:priorities AS smallint[]),
+            CAST(:timeouts AS float8[]), CAST(:concurrencies AS int[]),
+            CAST(:rate_counts AS int[]), CAST(:rate_periods AS int[]),
+            CAST(:per_keys AS boolean[]), CAST(:descriptions AS text[]),
+            CAST(:registered_by AS text[])
+        ) AS r({_JOB_TYPE_COLUMNS})
+        ORDER BY name
+        ON CONFLICT (name) DO UPDATE
+        SET payload_schema = excluded.payload_schema, max_attempts = excluded.max_attempts,
+            priority = excluded.priority, timeout_seconds = excluded.timeout_seconds,
+            concurrency = excluded.concurrency, rate_count = excluded.rate_count,
+            rate_period_seconds = excluded.rate_period_seconds, per_key = excluded.per_key,
+            description = excluded.description, registered_by = excluded.registered_by,
+            registered_at = now()
+        RETURNING t.name
+    )
+    SELECT count(*) AS registered, pg_notify('{TYPES_CHANNEL}', '')::text AS notified
+    FROM registered
+    """
+)
+
+JOB_TYPE_ROWS: TextClause = text(
+    f"SELECT {_JOB_TYPE_COLUMNS}, registered_at FROM job_types ORDER BY name"
+)

@@ -412,3 +412,27 @@ type_rate_buckets = Table(
     Column("allowed_from", DateTime(timezone=True), nullable=False),
     prefixes=["UNLOGGED"],
 )
+
+# The job types the consumers registered at start (migration 0011; docs/job-types.md): what an
+# API without their handlers validates submissions with. The last consumer to register a type
+# wins; none deletes one (another consumer may still run it).
+job_types = Table(
+    "job_types",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("payload_schema", JSONB, nullable=False),  # the payload model's JSON Schema
+    Column("max_attempts", Integer),  # NULL: the deployment's default
+    Column("priority", SmallInteger, nullable=False, server_default=text("0")),
+    Column("timeout_seconds", Float, nullable=False),
+    # The code's limit, for operators (type_limits holds the runtime overrides).
+    Column("concurrency", Integer),
+    Column("rate_count", Integer),
+    Column("rate_period_seconds", Integer),
+    Column("per_key", Boolean, nullable=False, server_default=text("false")),
+    Column("description", Text, nullable=False, server_default=text("''")),
+    Column("registered_by", Text, nullable=False),
+    _set_at_insert("registered_at"),
+    CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
+    CheckConstraint(f"priority BETWEEN {PRIORITY_MIN} AND {PRIORITY_MAX}", name="priority_range"),
+    CheckConstraint("timeout_seconds > 0", name="timeout_positive"),
+)

@@ -48,7 +48,13 @@ from jobrelay.api.schemas import (
     submitted_view,
 )
 from jobrelay.api.shedding import overloaded
-from jobrelay.api.submission import accept_outcome, count_outcome, job_request, take_rate_limit
+from jobrelay.api.submission import (
+    accept_outcome,
+    catalog_for,
+    count_outcome,
+    job_request,
+    take_rate_limit,
+)
 from jobrelay.api.waiting import MAX_WAIT_SECONDS, FinishWaiters, TooManyWaiters
 from jobrelay.core.errors import (
     IdempotencyConflict,
@@ -125,7 +131,8 @@ async def submit_job(
 ) -> Response:
     # The span of the accept (tracing on), or the submitter's trace context passed on (off).
     with tracing.accepting(request.headers, SUBMIT_PATH) as accept:
-        asked = job_request(request, idempotency_key, body)
+        types = await catalog_for(request, (body.type,))
+        asked = job_request(request, idempotency_key, body, types)
         await take_rate_limit(request, client)
         # From the app's state rather than a StoreDep: one dependency fewer to solve on the
         # hot path.
@@ -212,10 +219,12 @@ async def submit_batch(body: SubmitBatch, request: Request, client: ClientDep) -
     asked: list[tuple[int, JobRequest]] = []
     # One span for the request; its new jobs share its trace context.
     with tracing.accepting(request.headers, BATCH_PATH) as accept:
+        # One lookup for the whole batch: at most one read of the registered types.
+        types = await catalog_for(request, _named_types(body.jobs))
         for index, raw in enumerate(body.jobs):
             try:
                 item = BatchItem.model_validate(raw)
-                asked.append((index, job_request(request, item.idempotency_key, item)))
+                asked.append((index, job_request(request, item.idempotency_key, item, types)))
                 answers.append(None)
             except ValidationError as error:
                 answers.append(_item_problem(422, "validation_error", error))
@@ -241,6 +250,11 @@ async def submit_batch(body: SubmitBatch, request: Request, client: ClientDep) -
             invalid=len(body.jobs) - len(asked),
         )
     return BatchAnswer(results=[answer for answer in answers if answer is not None])
+
+
+def _named_types(items: list[dict[str, Any]]) -> set[str]:
+    """The types a batch's items name (an item without one is answered by its validation)."""
+    return {item["type"] for item in items if isinstance(item.get("type"), str)}
 
 
 def _request_problem(error: RequestError) -> BatchResult:

@@ -12,11 +12,11 @@ from jobrelay.api import openapi
 from jobrelay.api.deps import LOCATION_HEADER, V1_PROBLEMS, ClientDep, StoreDep
 from jobrelay.api.openapi import problem_responses
 from jobrelay.api.schemas import SubmitWorkflow, WorkflowViewOut, workflow_location
-from jobrelay.api.submission import take_rate_limit
+from jobrelay.api.submission import catalog_for, take_rate_limit
 from jobrelay.core.errors import IdempotencyConflict, IdempotencyKeyInvalid
 from jobrelay.core.jobs import is_valid_idempotency_key
-from jobrelay.core.registry import Registry
 from jobrelay.core.settings import Settings
+from jobrelay.core.type_catalog import PayloadTypes
 from jobrelay.core.workflows import WorkflowNotFound, check_workflow, workflow_step
 from jobrelay.db.workflow_store import WorkflowStore, WorkflowSubmission
 
@@ -62,7 +62,8 @@ async def submit_workflow(
     if not is_valid_idempotency_key(idempotency_key):
         raise IdempotencyKeyInvalid()
     with tracing.accepting(request.headers, SUBMIT_PATH) as accept:
-        submission = _submission(request, idempotency_key, body, accept.traceparent)  # 422s
+        types = await catalog_for(request, {job.type for job in body.jobs})
+        submission = _submission(request, idempotency_key, body, accept.traceparent, types)  # 422s
         await take_rate_limit(request, client, count=len(submission.steps))
         workflows = WorkflowStore(store)
         accepted = await workflows.accept(client.id, submission)
@@ -81,16 +82,19 @@ async def submit_workflow(
 
 
 def _submission(
-    request: Request, key: str, body: SubmitWorkflow, traceparent: str | None
+    request: Request,
+    key: str,
+    body: SubmitWorkflow,
+    traceparent: str | None,
+    types: PayloadTypes,
 ) -> WorkflowSubmission:
     """The graph (``core/workflows.py::check_workflow``), then each job checked as a single
     submission is (its ref named in the problem)."""
     check_workflow([(job.ref, job.after) for job in body.jobs])  # before 1,000 payloads
-    registry: Registry = request.app.state.registry
     settings: Settings = request.app.state.settings
     steps = tuple(
         workflow_step(
-            registry,
+            types,
             ref=job.ref,
             type=job.type,
             payload=job.payload,

@@ -1,0 +1,101 @@
+"""The job types the consumers registered, in PostgreSQL (``job_types``, migration 0011): the
+``TypeStore`` of ``core/type_catalog.py``.
+
+A database not yet migrated to 0011 has no ``job_types``: a registration is then skipped and
+the list is empty, with a warning, so that services of this version run against it as before
+(an API then knows only the types it loads).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from psycopg.errors import UndefinedTable
+from sqlalchemy.exc import ProgrammingError
+
+from jobrelay.core.type_catalog import RegisteredType
+from jobrelay.db import queries as q
+from jobrelay.db.rows import limit_from_row
+from jobrelay.db.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class TypesNotMigrated(Exception):
+    """The database has no ``job_types`` yet."""
+
+
+@asynccontextmanager
+async def _migrated() -> AsyncIterator[None]:
+    try:
+        yield
+    except (UndefinedTable, ProgrammingError) as error:
+        if not isinstance(getattr(error, "orig", error), UndefinedTable):
+            raise
+        log.warning(
+            "the database has no job_types table yet (revision 0011): registered job types "
+            "are off until jobrelay migrate runs",
+            extra={"event": "job_types_not_migrated"},
+        )
+        raise TypesNotMigrated() from None
+
+
+class PgTypeStore:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def register_types(self, types: Sequence[RegisteredType]) -> None:
+        if not types:
+            return
+        try:
+            async with _migrated():
+                await self.store.fetch_all(q.REGISTER_JOB_TYPES, **register_params(types))
+        except TypesNotMigrated:
+            return
+
+    async def registered_types(self) -> list[RegisteredType]:
+        try:
+            async with _migrated():
+                rows = await self.store.fetch_all(q.JOB_TYPE_ROWS)
+        except TypesNotMigrated:
+            return []
+        return [registered_from_row(row) for row in rows]
+
+
+def register_params(types: Sequence[RegisteredType]) -> dict[str, list[Any]]:
+    """``REGISTER_JOB_TYPES``' arrays, one per column."""
+    limits = [t.limit for t in types]
+    return {
+        "names": [t.name for t in types],
+        "payload_schemas": [json.dumps(t.payload_schema) for t in types],
+        "max_attempts": [t.max_attempts for t in types],
+        "priorities": [t.priority for t in types],
+        "timeouts": [float(t.timeout_seconds) for t in types],
+        "concurrencies": [limit.concurrency if limit else None for limit in limits],
+        "rate_counts": [limit.rate.count if limit and limit.rate else None for limit in limits],
+        "rate_periods": [
+            limit.rate.period_seconds if limit and limit.rate else None for limit in limits
+        ],
+        "per_keys": [bool(limit and limit.per_key) for limit in limits],
+        "descriptions": [t.description for t in types],
+        "registered_by": [t.registered_by for t in types],
+    }
+
+
+def registered_from_row(row: Any) -> RegisteredType:
+    has_limit = row.concurrency is not None or row.rate_count is not None
+    return RegisteredType(
+        name=row.name,
+        payload_schema=row.payload_schema,
+        max_attempts=row.max_attempts,
+        priority=row.priority,
+        timeout_seconds=row.timeout_seconds,
+        limit=limit_from_row(row) if has_limit else None,
+        description=row.description,
+        registered_by=row.registered_by,
+        registered_at=row.registered_at,
+    )

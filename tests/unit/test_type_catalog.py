@@ -1,0 +1,305 @@
+"""The catalog of job types without servers (core/type_catalog.py): what a consumer registers,
+how a registered type's payload is checked and defaulted, loaded handlers first, and when the
+API's cache reads the store again (the in-memory ``TypeStore``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, Field
+
+from jobrelay.consumer.service import register_types
+from jobrelay.core.errors import InvalidPayload, StoreUnavailable, UnknownJobType
+from jobrelay.core.flow import Limit, Rate
+from jobrelay.core.jobs import Flow
+from jobrelay.core.registry import JobType, Registry
+from jobrelay.core.type_catalog import (
+    InMemoryTypeStore,
+    RegisteredType,
+    RegisteredTypes,
+    SchemaValidators,
+    TypeCatalog,
+    registrable_types,
+)
+
+
+class Address(BaseModel):
+    city: str
+
+
+class Signup(BaseModel):
+    email: str
+    seats: int = Field(ge=1, le=10)
+    address: Address
+    tags: list[str] = []
+
+
+class Other(BaseModel):
+    x: int
+
+
+def signup_type(**options: Any) -> JobType:
+    return JobType("shop.signup", Signup, max_attempts=7, priority=5, **options)
+
+
+def registered(name: str = "shop.signup", **changes: Any) -> RegisteredType:
+    """``shop.signup`` as a consumer registers it, under ``name``, with ``changes``."""
+    return replace(RegisteredType.of(signup_type(), by="host:1"), name=name, **changes)
+
+
+def catalog_of(*types: RegisteredType, loaded: Registry | None = None) -> TypeCatalog:
+    return TypeCatalog(loaded or Registry(), {t.name: t for t in types})
+
+
+def errors_of(error: InvalidPayload) -> list[dict[str, Any]]:
+    errors: list[dict[str, Any]] = error.extra["errors"]  # type: ignore[assignment]
+    return errors
+
+
+VALID = {"email": "a@example.com", "seats": 2, "address": {"city": "Lyon"}}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# --- what a consumer registers ------------------------------------------------------------------
+
+
+def test_a_registered_type_carries_the_models_schema_and_the_defaults_of_the_code() -> None:
+    limit = Limit(concurrency=2, rate=Rate(5, 1), per_key=True)
+    job_type = signup_type(timeout_seconds=12.5, description="Sign up", limit=limit)
+
+    kept = RegisteredType.of(job_type, by="host:42")
+
+    assert kept.payload_schema == Signup.model_json_schema()
+    assert (kept.max_attempts, kept.priority, kept.timeout_seconds) == (7, 5, 12.5)
+    assert (kept.limit, kept.description, kept.registered_by) == (limit, "Sign up", "host:42")
+
+
+def test_a_type_whose_model_has_no_json_schema_is_left_out_of_the_registration() -> None:
+    class Opaque(BaseModel):
+        callback: Callable[[], None]  # a function has no JSON Schema
+
+    registry = Registry()
+    registry.register(JobType("opaque", Opaque))
+    registry.register(signup_type())
+
+    assert [t.name for t in registrable_types(registry, by="h")] == ["shop.signup"]
+
+
+async def test_a_consumer_registers_every_type_of_its_registry_and_the_last_writer_wins() -> None:
+    store = InMemoryTypeStore()
+    old, new = Registry(), Registry()
+    old.register(JobType("shop.signup", Other))
+    old.register(JobType("shop.other", Other))
+    new.register(signup_type())
+
+    assert await register_types(store, old, "old:1") == 2
+    assert await register_types(store, new, "new:2") == 1
+
+    assert sorted(store.types) == ["shop.other", "shop.signup"]  # nothing deleted
+    assert store.types["shop.signup"].payload_schema == Signup.model_json_schema()
+    assert store.types["shop.signup"].registered_by == "new:2"
+    assert store.types["shop.other"].registered_by == "old:1"
+
+
+# --- validating against a registered schema -----------------------------------------------------
+
+
+def test_a_valid_payload_of_a_registered_type_is_accepted_as_it_is() -> None:
+    assert catalog_of(registered()).validate_payload("shop.signup", VALID) == VALID
+
+
+def test_a_bad_payload_is_invalid_payload_with_pydantic_shaped_errors_at_their_locations() -> None:
+    bad = {"email": 3, "seats": 0, "address": {"city": ["secret-value"]}, "tags": [1]}
+
+    with pytest.raises(InvalidPayload) as raised:
+        catalog_of(registered()).validate_payload("shop.signup", bad)
+
+    errors = errors_of(raised.value)
+    assert {(tuple(e["loc"]), e["type"]) for e in errors} == {
+        (("email",), "type"),
+        (("seats",), "minimum"),
+        (("address", "city"), "type"),
+        (("tags", "0"), "type"),
+    }
+    assert all(set(e) == {"loc", "msg", "type"} for e in errors)
+
+
+def test_the_errors_never_quote_the_payloads_values() -> None:
+    bad = {"email": "hunter2-secret", "seats": 999_999, "address": {"city": 31337}, "extra": 1}
+    schema = Signup.model_json_schema()
+    strict = {
+        **schema,
+        "properties": {**schema["properties"], "email": {"type": "string", "maxLength": 3}},
+        "additionalProperties": False,
+    }
+
+    with pytest.raises(InvalidPayload) as raised:
+        catalog_of(registered(payload_schema=strict)).validate_payload("shop.signup", bad)
+
+    said = repr(raised.value.extra) + str(raised.value)
+    for value in ("hunter2", "999999", "31337"):
+        assert value not in said
+    assert ["extra"] in [e["loc"] for e in errors_of(raised.value)]
+
+
+def test_a_missing_field_is_named_in_its_location_as_pydantic_does() -> None:
+    with pytest.raises(InvalidPayload) as raised:
+        catalog_of(registered()).validate_payload("shop.signup", {"email": "a@b"})
+
+    assert {tuple(e["loc"]): e["type"] for e in errors_of(raised.value)} == {
+        ("seats",): "missing",
+        ("address",): "missing",
+    }
+
+
+def test_a_type_neither_loaded_nor_registered_is_unknown() -> None:
+    catalog = catalog_of(registered())
+
+    assert "shop.refund" not in catalog
+    for ask in (
+        lambda: catalog.validate_payload("shop.refund", {}),
+        lambda: catalog.max_attempts_for("shop.refund", 3),
+        lambda: catalog.flow_defaults("shop.refund", {}, Flow()),
+    ):
+        with pytest.raises(UnknownJobType):
+            ask()
+
+
+def test_a_registered_type_gives_its_max_attempts_and_priority_but_no_keys() -> None:
+    catalog = catalog_of(registered(), registered("shop.plain", max_attempts=None, priority=0))
+
+    assert catalog.max_attempts_for("shop.signup", 3) == 7
+    assert catalog.max_attempts_for("shop.plain", 3) == 3
+    assert catalog.flow_defaults("shop.signup", VALID, Flow()) == Flow(priority=5)
+    assert catalog.flow_defaults("shop.plain", VALID, Flow()) == Flow()
+
+
+def test_loaded_handlers_win_over_a_registered_schema() -> None:
+    loaded = Registry()
+    loaded.register(JobType("shop.signup", Other, max_attempts=2, concurrency_key=str))
+
+    catalog = catalog_of(registered(), loaded=loaded)
+
+    assert catalog.validate_payload("shop.signup", {"x": "4"}) == Other(x=4)  # pydantic's
+    with pytest.raises(InvalidPayload):
+        catalog.validate_payload("shop.signup", VALID)
+    assert catalog.max_attempts_for("shop.signup", 3) == 2
+    assert catalog.flow_defaults("shop.signup", Other(x=4), Flow()).concurrency_key == "x=4"
+
+
+def test_a_schema_is_compiled_once_however_many_types_and_lookups_share_it() -> None:
+    validators = SchemaValidators()
+    catalog = TypeCatalog(Registry(), {"a": registered("a"), "b": registered("b")}, validators)
+
+    for _ in range(3):
+        catalog.validate_payload("a", VALID)
+        catalog.validate_payload("b", VALID)
+
+    assert len(validators) == 1
+
+
+# --- the API's cache ----------------------------------------------------------------------------
+
+
+async def test_the_first_lookup_reads_the_store_and_later_ones_do_not() -> None:
+    store = InMemoryTypeStore({"shop.signup": registered()})
+    types = RegisteredTypes(store, Registry())
+
+    for _ in range(5):
+        catalog = await types.catalog_for(["shop.signup"])
+
+    assert "shop.signup" in catalog
+    assert store.reads == 1
+
+
+async def test_a_type_of_the_loaded_registry_never_reads_the_store() -> None:
+    loaded = Registry()
+    loaded.register(JobType("shop.signup", Signup))
+    store = InMemoryTypeStore()
+    types = RegisteredTypes(store, loaded)
+
+    await types.catalog_for(["shop.signup"])
+    types.invalidate()
+    await types.catalog_for(["shop.signup"])
+
+    assert store.reads == 0
+
+
+async def test_a_miss_reads_the_store_at_most_once_per_interval() -> None:
+    clock = Clock()
+    store = InMemoryTypeStore()
+    types = RegisteredTypes(store, Registry(), miss_reload_seconds=1.0, clock=clock)
+
+    for _ in range(10):
+        assert "shop.signup" not in await types.catalog_for(["shop.signup"])
+    assert store.reads == 1
+
+    await store.register_types([registered()])
+    clock.now = 0.5
+    assert "shop.signup" not in await types.catalog_for(["shop.signup"])
+    clock.now = 1.0
+    assert "shop.signup" in await types.catalog_for(["shop.signup"])
+    assert store.reads == 2
+
+
+async def test_a_notification_has_the_next_lookup_read_the_store_again() -> None:
+    clock = Clock()
+    store = InMemoryTypeStore({"shop.signup": registered()})
+    types = RegisteredTypes(store, Registry(), clock=clock)
+    await types.catalog_for(["shop.signup"])
+
+    changed = {**Signup.model_json_schema(), "required": ["email"]}
+    await store.register_types([registered(payload_schema=changed)])
+    types.invalidate()
+    catalog = await types.catalog_for(["shop.signup"])
+
+    assert catalog.validate_payload("shop.signup", {"email": "a@b"}) == {"email": "a@b"}
+    assert store.reads == 2
+
+
+async def test_a_failed_read_leaves_the_catalog_to_be_read_at_the_next_lookup() -> None:
+    class Flaky(InMemoryTypeStore):
+        fail = True
+
+        async def registered_types(self) -> list[RegisteredType]:
+            if self.fail:
+                raise StoreUnavailable("down")
+            return await super().registered_types()
+
+    store = Flaky({"shop.signup": registered()})
+    types = RegisteredTypes(store, Registry())
+
+    with pytest.raises(StoreUnavailable):
+        await types.catalog_for(["shop.signup"])
+    store.fail = False
+    assert "shop.signup" in await types.catalog_for(["shop.signup"])
+
+
+async def test_concurrent_misses_share_one_read() -> None:
+    store = InMemoryTypeStore({"shop.signup": registered()})
+    types = RegisteredTypes(store, Registry())
+
+    await asyncio.gather(*(types.catalog_for(["shop.signup"]) for _ in range(20)))
+
+    assert store.reads == 1
+
+
+async def test_the_fake_store_stamps_registrations_with_its_clock() -> None:
+    at = datetime(2026, 12, 3, tzinfo=UTC)
+    store = InMemoryTypeStore(clock=lambda: at)
+
+    await store.register_types([registered()])
+
+    assert store.types["shop.signup"].registered_at == at

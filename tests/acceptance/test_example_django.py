@@ -19,7 +19,7 @@ import pytest
 from jobrelay.db.store import Store
 from tests.conftest import MakeSettings, make_client
 from tests.support.consumer_kit import scalar
-from tests.support.processes import ROOT, free_port, running, service_env
+from tests.support.processes import ROOT, free_port, run_cli, running, service_env
 from tests.support.system import eventually
 
 pytest.importorskip("django")
@@ -114,3 +114,32 @@ async def test_the_django_example_confirms_its_orders_and_rolls_back_a_declined_
     assert await scalar(store, "SELECT count(*) FROM jobs") == 1
     assert await scalar(store, "SELECT count(*) FROM outbox") == 1
     assert await scalar(store, "SELECT type FROM jobs") == TASK_TYPE
+
+
+def test_a_consumer_whose_django_settings_cannot_load_says_why_and_exits_2(
+    make_settings: MakeSettings,
+) -> None:
+    env = service_env(make_settings(), DJANGO_SETTINGS_MODULE="no_such_project.settings")
+
+    ended = run_cli(env, "consumer", cwd=EXAMPLE, timeout=60)
+
+    assert ended.returncode == 2, ended.stdout + ended.stderr
+    output = ended.stdout + ended.stderr
+    assert "no_such_project" in output and "Traceback" not in output
+
+
+def test_import_jobrelay_loads_no_django() -> None:
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, jobrelay, jobrelay.handlers.loading, jobrelay.consumer.service; "
+            "print(sorted(m for m in sys.modules if m.partition('.')[0] in ('django', "
+            "'django_tasks')))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert loaded.stdout.strip() == "[]"

@@ -229,6 +229,9 @@ def test_a_database_that_is_not_postgresql_is_a_configuration_error(django_db: s
         backend = JobrelayBackend("x", {"OPTIONS": {"client": "a", "database": "lite"}})
         with pytest.raises(ImproperlyConfigured, match="must be PostgreSQL"):
             backend.get_result(str(uuid.uuid4()))
+        [error] = backend.check()  # manage.py check says so too
+        assert (error.id, "must be PostgreSQL" in error.msg) == ("jobrelay.E001", True)
+        assert list(tasks().add.get_backend().check()) == []
     finally:
         connections["lite"].close()
         del connections.settings["lite"]

@@ -56,6 +56,6 @@ def show_task(request: HttpRequest, task_id: str) -> HttpResponse:
     except TaskResultDoesNotExist:
         return JsonResponse({"error": "no such task"}, status=404)
     document = {"id": result.id, "status": str(result.status), "attempts": result.attempts}
-    if result.is_finished and str(result.status) == "SUCCESSFUL":
+    if str(result.status) == "SUCCESSFUL":
         document["return_value"] = result.return_value
     return JsonResponse(document)

@@ -169,13 +169,15 @@ class JobrelayBackend(BaseTaskBackend):
         return task_result_of(job, self._task_of(job["type"], result_id), self.alias)
 
     def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
+        """``manage.py check``: the database is one jobrelay can write through (without
+        connecting to it: checks run where no database may answer)."""
         try:
-            self._connection()
+            self._database()
         except ImproperlyConfigured as error:
             yield checks.Error(str(error), id="jobrelay.E001")
 
-    def _connection(self) -> BaseDatabaseWrapper:
-        """Django's connection ``database``, open, once it is PostgreSQL on psycopg 3."""
+    def _database(self) -> BaseDatabaseWrapper:
+        """Django's connection ``database``, once it is PostgreSQL on psycopg 3."""
         try:
             connection = connections[self.database]
         except Exception as error:  # Django's ConnectionDoesNotExist
@@ -187,12 +189,17 @@ class JobrelayBackend(BaseTaskBackend):
                 f"TASKS[{self.alias!r}]: jobrelay writes jobs through DATABASES"
                 f"[{self.database!r}], which must be PostgreSQL (it is {connection.vendor})"
             )
-        connection.ensure_connection()
-        if not isinstance(connection.connection, psycopg.Connection):
+        if connection.Database is not psycopg:
             raise ImproperlyConfigured(
                 f"TASKS[{self.alias!r}]: DATABASES[{self.database!r}] must use psycopg 3 "
                 "(pip install 'psycopg[binary]'), not psycopg2"
             )
+        return connection
+
+    def _connection(self) -> BaseDatabaseWrapper:
+        """``_database()``, connected: its ``connection`` is the psycopg ``Connection``."""
+        connection = self._database()
+        connection.ensure_connection()
         return connection
 
     def _task_of(self, job_type: str, result_id: str) -> Task[Any, Any]:

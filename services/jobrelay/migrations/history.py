@@ -37,3 +37,11 @@ STATES_0009 = (*STATES_0001, "waiting")
 LIVE_STATES_0009 = (*LIVE_STATES_0003, "waiting")
 EVENTS_0009 = (*EVENTS_0007, "parents_succeeded", "restored")
 ON_FAILURE_0009 = ("cancel_dependents", "continue")
+
+# The submission limits revision 0010 wrote into jobrelay_enqueue's body, as core/limits.py had
+# them then (tests/migration/test_sql_enqueue_migration.py compares them with the live ones: a
+# change there needs a new revision that replaces the function).
+IDEMPOTENCY_KEY_MAX_0010 = 200
+TYPE_NAME_MAX_0010 = 200
+PRIORITY_RANGE_0010 = (-100, 100)
+DEFAULT_MAX_ATTEMPTS_0010 = 3

@@ -1,0 +1,68 @@
+"""Revision 0010 installs jobrelay_enqueue and its helpers, and its downgrade drops them; the
+limits frozen into the function (``migrations/history.py``) are still the live ones."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from alembic import command
+
+from jobrelay.core import limits
+from jobrelay.db.engine import libpq_url
+from jobrelay.migrations import history
+from tests.support import databases
+from tests.support.servers import Servers
+
+INSTALLED_BY_0010 = {
+    "jobrelay_enqueue",
+    "jobrelay_enqueue_check",
+    "jobrelay_request_hash",
+    "jobrelay_canonical_json",
+    "jobrelay_json_number",
+    "jobrelay_float_digits",
+    "jobrelay_reads_back",
+}
+
+
+@pytest.fixture
+def empty_database(servers: Servers) -> Iterator[str]:
+    url = databases.create_empty_database(servers.database_url, "jobrelay_mig")
+    yield url
+    databases.drop_database(servers.database_url, url)
+
+
+def functions(url: str) -> set[str]:
+    """The names of the functions in the database's schema whose names start with jobrelay_."""
+    with psycopg.connect(libpq_url(url), autocommit=True) as connection:
+        rows = connection.execute(
+            "SELECT proname FROM pg_proc WHERE proname LIKE 'jobrelay\\_%' "
+            "AND pronamespace = current_schema()::regnamespace"
+        ).fetchall()
+    return {name for (name,) in rows}
+
+
+def test_0010_installs_the_enqueue_functions_and_its_downgrade_drops_them(
+    empty_database: str,
+) -> None:
+    config = databases.alembic_config(empty_database)
+    command.upgrade(config, "0009")
+    before = functions(empty_database)
+    command.upgrade(config, "0010")
+    assert functions(empty_database) - before == INSTALLED_BY_0010
+
+    command.downgrade(config, "0009")
+    assert functions(empty_database) == before
+
+    command.upgrade(config, "head")
+    assert functions(empty_database) >= INSTALLED_BY_0010
+
+
+def test_the_limits_frozen_into_jobrelay_enqueue_are_the_live_ones() -> None:
+    """A change to core/limits.py needs a revision that replaces jobrelay_enqueue (and a new
+    frozen copy in history.py): until then the SQL path would accept what the API refuses."""
+    assert history.IDEMPOTENCY_KEY_MAX_0010 == limits.IDEMPOTENCY_KEY_MAX
+    assert history.TYPE_NAME_MAX_0010 == limits.TYPE_NAME_MAX
+    assert history.PRIORITY_RANGE_0010 == (limits.PRIORITY_MIN, limits.PRIORITY_MAX)
+    assert history.DEFAULT_MAX_ATTEMPTS_0010 == limits.DEFAULT_MAX_ATTEMPTS

@@ -54,6 +54,7 @@ MATRIX: list[tuple[str, str, tuple[int, ...]]] = [
     ("GET", "/v1/admin/limits/{job_type}", ADMIN_ONLY),
     ("PUT", "/v1/admin/limits/{job_type}", ADMIN_ONLY),
     ("DELETE", "/v1/admin/limits/{job_type}", (401, 401, 403, 403, 204)),
+    ("GET", "/v1/admin/types", ADMIN_ONLY),
     ("GET", "/healthz", PUBLIC),
     ("GET", "/readyz", PUBLIC),
     ("GET", "/metrics", PUBLIC),

@@ -146,6 +146,7 @@ STATUSES = {
         *("200", "401", "403", "404", "413", "415", "422", "503")
     },
     ("DELETE", "/v1/admin/limits/{job_type}"): {"204", "401", "403", "404", "422", "503"},
+    ("GET", "/v1/admin/types"): {"200", "401", "403", "503"},
     ("GET", "/healthz"): {"200"},
     ("GET", "/readyz"): {"200", "503"},
     ("GET", "/metrics"): {"200"},
@@ -173,6 +174,7 @@ def test_each_operation_lists_only_the_statuses_it_can_answer(document: dict[str
         ("POST", "/v1/admin/queues/{name}/pause", "QueueView"),
         ("GET", "/v1/admin/limits", "LimitList"),
         ("PUT", "/v1/admin/limits/{job_type}", "LimitView"),
+        ("GET", "/v1/admin/types", "JobTypeList"),
     ],
 )
 def test_operator_answers_are_typed(

@@ -256,3 +256,22 @@ async def test_the_last_consumer_to_register_a_type_wins_and_none_deletes_one(
         registered_at=kept["shop.signup"].registered_at,
     )
     assert kept["shop.legacy"].registered_by == "old:1"
+
+
+async def test_an_operator_sees_each_type_with_what_the_api_validates_it_by(
+    api: httpx.AsyncClient, admin: str, alice: str, store: Store
+) -> None:
+    await register(store, shop_registry(), by="shop-consumer:7")
+
+    answer = await api.get("/v1/admin/types", headers=auth(admin))
+    refused = await api.get("/v1/admin/types", headers=auth(alice))
+
+    assert answer.status_code == 200, answer.text
+    types = {t["name"]: t for t in answer.json()["types"]}
+    assert sorted(types) == ["catalog.export", "demo.fail", "demo.sleep", "shop.signup"]
+    signup = types["shop.signup"]
+    assert (signup["source"], signup["registered_by"]) == ("registered", "shop-consumer:7")
+    assert (signup["max_attempts"], signup["priority"]) == (7, 5)
+    assert signup["payload_schema"] == Signup.model_json_schema()
+    assert (types["demo.sleep"]["source"], types["demo.sleep"]["registered_by"]) == ("loaded", None)
+    assert refused.status_code == 403

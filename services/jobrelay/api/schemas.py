@@ -661,3 +661,26 @@ class WorkflowViewOut(BaseModel):
 
 def workflow_location(workflow_id: uuid.UUID) -> str:
     return f"/v1/workflows/{workflow_id}"
+
+
+class JobTypeView(BaseModel):
+    """A job type the API accepts (``GET /v1/admin/types``; docs/job-types.md)."""
+
+    name: str
+    source: Literal["loaded", "registered"] = Field(
+        description="what the API validates it with: the handlers it loads (they win), or the "
+        "payload schema a consumer registered"
+    )
+    description: str
+    max_attempts: int | None = Field(description="null: the deployment's JOBRELAY_MAX_ATTEMPTS")
+    priority: int = Field(description="its submissions' priority when they name none")
+    timeout_seconds: float
+    payload_schema: dict[str, Any] = Field(description="the payload's JSON Schema")
+    registered_by: str | None = Field(
+        description="the consumer (host:pid) that registered it last; null: none has"
+    )
+    registered_at: datetime | None
+
+
+class JobTypeList(BaseModel):
+    types: list[JobTypeView] = Field(description="every type the API accepts, by name")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
+from pydantic.errors import PydanticUserError
 
 from jobrelay.api import openapi
 from jobrelay.api.deps import (
@@ -17,6 +18,8 @@ from jobrelay.api.deps import (
 )
 from jobrelay.api.openapi import problem_responses
 from jobrelay.api.schemas import (
+    JobTypeList,
+    JobTypeView,
     QuarantineQuery,
     QuarantineReport,
     ReconcileView,
@@ -26,6 +29,7 @@ from jobrelay.api.schemas import (
 )
 from jobrelay.core.errors import JobNotFound, NotReplayable
 from jobrelay.core.trace import trace_document
+from jobrelay.core.type_catalog import RegisteredTypes, TypeCatalog
 
 router = APIRouter(route_class=openapi.JsonBodyRoute, responses=ADMIN_PROBLEMS, tags=["admin"])
 
@@ -93,3 +97,53 @@ async def admin_trace(job_id: uuid.UUID, admin: AdminDep, store: StoreDep) -> di
     if trace is None:
         raise JobNotFound()
     return trace_document(trace)
+
+
+@router.get(
+    "/v1/admin/types",
+    operation_id="listJobTypes",
+    response_model=JobTypeList,
+    summary="The job types the API accepts: those whose handlers it loads, and those the "
+    "consumers registered (docs/job-types.md)",
+)
+async def list_job_types(request: Request, admin: AdminDep) -> JobTypeList:
+    types: RegisteredTypes = request.app.state.types
+    catalog = await types.reload()  # the database's rows as they are now, for the operator
+    return JobTypeList(types=[type_view(catalog, name) for name in catalog.names()])
+
+
+def type_view(catalog: TypeCatalog, name: str) -> JobTypeView:
+    """Type ``name`` as the API validates it: loaded handlers first; who registered it, if any
+    consumer did, either way."""
+    registered = catalog.registered.get(name)
+    by = {
+        "registered_by": registered.registered_by if registered else None,
+        "registered_at": registered.registered_at if registered else None,
+    }
+    loaded = catalog.registry.types.get(name)
+    if loaded is None:
+        assert registered is not None  # a name of the catalog is one or the other
+        return JobTypeView(
+            name=name,
+            source="registered",
+            description=registered.description,
+            max_attempts=registered.max_attempts,
+            priority=registered.priority,
+            timeout_seconds=registered.timeout_seconds,
+            payload_schema=dict(registered.payload_schema),
+            **by,
+        )
+    try:
+        schema = loaded.payload_model.model_json_schema()
+    except PydanticUserError:  # a model pydantic cannot describe: validated here all the same
+        schema = {}
+    return JobTypeView(
+        name=name,
+        source="loaded",
+        description=loaded.description,
+        max_attempts=loaded.max_attempts,
+        priority=loaded.priority,
+        timeout_seconds=loaded.timeout_seconds,
+        payload_schema=schema,
+        **by,
+    )

@@ -4,8 +4,11 @@ What a handler author needs is importable from here::
 
     from jobrelay import JobContext, PermanentError, Registry, TransientError
 
-and so is the client of the HTTP API (``jobrelay.client``), imported on first use, so that
-``import jobrelay`` does not load httpx::
+with ``configure``, which says what the definitions ``@registry.job`` returns enqueue through
+(``jobrelay/configuration.py``): ``charge.enqueue(Charge(...))`` after
+``jobrelay.configure(client=jobrelay.Client(url, token))``. So is the client of the HTTP API
+(``jobrelay.client``), imported on first use, so that ``import jobrelay`` does not load
+httpx::
 
     from jobrelay import ApiError, AsyncClient, Client, IdempotencyConflict, Job
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from jobrelay.configuration import configure
 from jobrelay.core.errors import PermanentError, TransientError
 from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.workflows import Workflow
@@ -68,6 +72,7 @@ __all__ = [
     "TransientError",
     "UnknownClient",
     "Workflow",
+    "configure",
     "enqueue",
     "enqueue_async",
     "enqueue_workflow",

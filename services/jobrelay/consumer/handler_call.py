@@ -10,14 +10,16 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 from pydantic import BaseModel
 
-from jobrelay.core.errors import PermanentError, TransientError
+from jobrelay.core.errors import PermanentError, RequestError, TransientError
+from jobrelay.core.failures import MESSAGE_MAX_BYTES, Failure, class_name, cut_head, storable
 from jobrelay.core.jobs import Job
 from jobrelay.core.jsonvalues import unstorable_json
 from jobrelay.core.registry import AsyncHandler, JobContext, JobType, ProgressSink, SyncHandler
@@ -44,12 +46,20 @@ def job_context(
         attempt=job.attempts,
         max_attempts=job.max_attempts,
         results_dir=results_dir,
-        logger=logging.LoggerAdapter(
-            logging.getLogger("jobrelay.handler"),
-            {"job_id": str(job.id), "attempt": job.attempts, "type": job.type},
-        ),
+        logger=handler_logger(job.id, job.type, job.attempts),
         parent_results=parent_results or {},
         progress_sink=progress_sink,
+    )
+
+
+def handler_logger(
+    job_id: uuid.UUID, job_type: str, attempt: int
+) -> logging.LoggerAdapter[logging.Logger]:
+    """``context.logger``: the ``jobrelay.handler`` logger, each line naming its attempt
+    (the testing kit's contexts log the same way, ``jobrelay/testing.py``)."""
+    return logging.LoggerAdapter(
+        logging.getLogger("jobrelay.handler"),
+        {"job_id": str(job_id), "attempt": attempt, "type": job_type},
     )
 
 
@@ -130,3 +140,16 @@ def check_result(result: Any) -> None:
         raise PermanentError(
             f"the handler's result cannot be stored as JSON: {problem}", code="invalid_result"
         )
+
+
+def refusal_failure(error: RequestError | PermanentError, mask: Callable[[str], str]) -> Failure:
+    """Why a claimed job was not run (its payload does not match its type, or the type has no
+    handler): no traceback (the handler never ran), and for a payload the fields that failed
+    (never their values). The testing kit's verdicts use it (``jobrelay/testing.py``), as
+    ``consumer/worker.py::Worker._refusal_failure`` does."""
+    message = str(error)
+    errors = getattr(error, "extra", {}).get("errors")
+    if errors:
+        message = f"{message}: {json.dumps(errors, ensure_ascii=False)}"
+    message = cut_head(storable(mask(message)), MESSAGE_MAX_BYTES)
+    return Failure(class_name(type(error)), message)

@@ -4,25 +4,33 @@ The API uses it to validate submissions; the consumer uses it to run handlers. A
 registries are loaded with ``--handlers module:registry`` or JOBRELAY_HANDLERS
 (``jobrelay.handlers.loading``). A handler is an ``async def`` or a plain ``def``; the consumer
 runs a plain one in a thread pool.
+
+``@registry.job(...)`` returns a ``JobDefinition``: the handler still, callable as before, that
+also enqueues jobs of its type (``charge.enqueue(Charge(...))``). The core sends nothing
+itself: a definition hands its checked request to the ``Enqueuer`` port, which
+``jobrelay.configure`` installs (``jobrelay/configuration.py``: a ``jobrelay.Client``, or the
+caller's transaction through ``jobrelay.enqueue``) and ``jobrelay.testing.Recorder`` stands in
+for.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 
-from jobrelay.core.errors import InvalidPayload, UnknownJobType
+from jobrelay.core.errors import ConfigurationError, InvalidPayload, UnknownJobType
 from jobrelay.core.flow import Limit, Rate, check_priority, parse_rate
-from jobrelay.core.jobs import Flow, is_valid_flow_key
-from jobrelay.core.limits import FLOW_KEY_MAX
+from jobrelay.core.jobs import Flow, is_valid_flow_key, is_valid_idempotency_key
+from jobrelay.core.limits import FLOW_KEY_MAX, IDEMPOTENCY_KEY_MAX
 from jobrelay.core.schedules import Schedule, check_every
 
 
@@ -70,13 +78,17 @@ PROGRESS_MESSAGE_MAX = 500
 AsyncHandler = Callable[[JobContext, Any], Awaitable[dict[str, Any]]]
 SyncHandler = Callable[[JobContext, Any], dict[str, Any]]
 Handler = AsyncHandler | SyncHandler
-H = TypeVar("H", bound=Callable[..., Any])
+P = TypeVar("P", bound=BaseModel)  # a type's payload model
+Params = ParamSpec("Params")  # the handler's parameters, kept by its definition
+Ret = TypeVar("Ret")  # what the handler returns (a coroutine for an ``async def``)
 # A type's concurrency_key= or unique=: the key of a submission, from its payload.
 KeyFunction = Callable[[Any], str]
 
 
 def is_async_handler(handler: Callable[..., Any]) -> bool:
-    """An ``async def`` (or an object whose ``__call__`` is one)."""
+    """An ``async def`` (or an object whose ``__call__`` is one, or the definition of one)."""
+    if isinstance(handler, JobDefinition):
+        handler = handler.handler
     return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
         getattr(handler, "__call__", None)  # noqa: B004 - the method itself, not callable()
     )
@@ -189,7 +201,7 @@ class Registry:
     def job(
         self,
         name: str,
-        payload_model: type[BaseModel],
+        payload_model: type[P],
         *,
         max_attempts: int | None = None,
         timeout_seconds: float = 300.0,
@@ -199,9 +211,10 @@ class Registry:
         rate: str | None = None,
         per_key: bool | None = None,
         unique: KeyFunction | None = None,
-    ) -> Callable[[H], H]:
+    ) -> Callable[[Callable[Params, Ret]], JobDefinition[P, Params, Ret]]:
         """Decorator form: ``@registry.job("x.y", Payload)`` above an ``async def`` or a plain
-        ``def`` handler ``(context, payload) -> dict``.
+        ``def`` handler ``(context, payload) -> dict``. It gives the handler's
+        ``JobDefinition``: called, it is the handler; it also enqueues jobs of the type.
 
         Flow control (docs/flow-control.md): ``priority`` (-100..100) is its submissions'
         default; at most ``concurrency`` run at once and ``rate`` (``"10/s"``, ``"600/m"``)
@@ -219,21 +232,22 @@ class Registry:
             unique=unique,
         )
 
-        def decorate(handler: H) -> H:
+        def decorate(handler: Callable[Params, Ret]) -> JobDefinition[P, Params, Ret]:
             if not callable(handler):
                 raise TypeError(f"the handler of job type {name!r} is not callable")
             self.register(
                 JobType(
                     name=name,
                     payload_model=payload_model,
-                    handler=handler,
+                    # Any callable, as before: the consumer calls it with (context, payload).
+                    handler=cast(Handler, handler),
                     max_attempts=max_attempts,
                     timeout_seconds=timeout_seconds,
                     description=(handler.__doc__ or "").strip().split("\n")[0],
                     **flow,
                 )
             )
-            return handler
+            return JobDefinition(self, name, payload_model, handler)
 
         return decorate
 
@@ -341,6 +355,226 @@ class Registry:
     def max_attempts_for(self, name: str, default: int) -> int:
         limit = self.get(name).max_attempts
         return limit if limit is not None else default
+
+
+# --- enqueue from the handler: the definition and its port ----------------------------------
+
+
+class EnqueuedJob(Protocol):
+    """What an enqueue answers, whichever way it went: ``jobrelay.Job`` (the API's view)
+    through a client, ``jobrelay.core.jobs.Job`` inside the caller's transaction,
+    ``jobrelay.testing.RecordedJob`` under the recorder. Each has at least these fields."""
+
+    @property
+    def id(self) -> uuid.UUID: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def idempotency_key(self) -> str: ...
+    @property
+    def payload(self) -> Any: ...
+    @property
+    def max_attempts(self) -> int: ...
+    @property
+    def run_at(self) -> datetime | None: ...
+    @property
+    def priority(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class EnqueueRequest:
+    """One definition's enqueue, checked: what an ``Enqueuer`` carries out."""
+
+    registry: Registry
+    type: str
+    payload: dict[str, Any]
+    """JSON, valid against the type's payload model."""
+
+    key: str
+    run_at: datetime | None = None
+    priority: int | None = None
+    connection: object | None = None
+    """The caller's connection, a transaction open on it; None: through a client."""
+
+
+class Enqueuer(Protocol):
+    """The port between a definition and what sends its jobs: ``jobrelay/configuration.py``
+    (a client, or ``jobrelay.enqueue`` on ``request.connection``), or the testing kit's
+    recorder (``jobrelay/testing.py``)."""
+
+    def enqueue(self, request: EnqueueRequest) -> EnqueuedJob: ...
+
+    async def enqueue_async(self, request: EnqueueRequest) -> EnqueuedJob: ...
+
+
+class NotConfigured(ConfigurationError):
+    """An enqueue found nothing to go through: ``jobrelay.configure`` was not called, or not
+    with what this enqueue needs."""
+
+    code = "not_configured"
+
+
+def not_configured(name: str, *, is_async: bool, in_transaction: bool) -> NotConfigured:
+    """The error naming the ``jobrelay.configure`` call that an enqueue of ``name`` lacks."""
+    if in_transaction:
+        needed = "jobrelay.configure(client_name=...), the jobrelay client its jobs belong to,"
+    elif is_async:
+        needed = "jobrelay.configure(async_client=jobrelay.AsyncClient(...))"
+    else:
+        needed = "jobrelay.configure(client=jobrelay.Client(...))"
+    return NotConfigured(
+        f"job type {name!r}: nothing to enqueue through: call {needed} once at start"
+        + ("" if in_transaction else ", or pass connection= to enqueue in your transaction")
+    )
+
+
+# Set once at an application's start by ``jobrelay.configure`` (as logging is configured once),
+# swapped by a test's recorder; a definition reads it at each enqueue, never at import.
+_enqueuer: Enqueuer | None = None
+
+
+def install_enqueuer(enqueuer: Enqueuer | None) -> Enqueuer | None:
+    """Make ``enqueuer`` the one every definition's enqueue goes through (None: none), and
+    return the one it replaces, for a test to put back."""
+    global _enqueuer
+    previous, _enqueuer = _enqueuer, enqueuer
+    return previous
+
+
+def installed_enqueuer() -> Enqueuer | None:
+    return _enqueuer
+
+
+class JobDefinition(Generic[P, Params, Ret]):
+    """What ``@registry.job(name, Model)`` gives: the handler itself to call (``definition(
+    context, payload)`` is ``handler(context, payload)``; the consumer runs ``JobType.handler``,
+    the undecorated function), and the way to enqueue jobs of its type.
+
+    ``enqueue(payload, *, key=None, run_at=None, priority=None, connection=None)``:
+
+    - ``payload``: a ``Model`` or a dict, checked against the model before anything is sent
+      (``InvalidPayload``, as the registry raises).
+    - ``key``: the idempotency key. Without one a fresh random key is made, so a call that is
+      retried makes a second job: a caller that wants retry-safety passes its own key (say
+      ``f"charge:{order.id}"``), and the same key with the same request answers the same job.
+    - ``run_at`` (with a time zone) and ``priority`` (-100 to 100; by default the type's), as
+      for any submission.
+    - Without ``connection``: through the client ``jobrelay.configure(client=...)`` installed,
+      a ``jobrelay.Client``; the answer is the API's view, a ``jobrelay.Job``.
+    - With ``connection=``: inside the caller's open transaction (psycopg or SQLAlchemy, as
+      ``jobrelay.enqueue`` takes), for the client ``jobrelay.configure(client_name=...)``
+      names, with this registry (the type's attempts, priority and key functions apply); the
+      answer is a ``jobrelay.core.jobs.Job``. Nothing is committed: that is the caller's.
+
+    ``await enqueue_async(...)``: the same through ``configure(async_client=...)`` (a
+    ``jobrelay.AsyncClient``) or on an async connection. Both answers are ``EnqueuedJob``s.
+    Nothing configured: ``NotConfigured``, naming the ``jobrelay.configure`` call needed.
+
+    On Python 3.12+ ``inspect.iscoroutinefunction`` sees the definition of an ``async def``
+    as a coroutine function; on 3.11 ask ``is_async_handler``.
+    """
+
+    def __init__(
+        self,
+        registry: Registry,
+        name: str,
+        payload_model: type[P],
+        handler: Callable[Params, Ret],
+    ) -> None:
+        self.registry = registry
+        self.name = name
+        self.payload_model = payload_model
+        self.handler = handler
+        # Its name, docstring and module for tools and tracebacks; not its __dict__, which
+        # could shadow these attributes.
+        functools.update_wrapper(self, handler, updated=())
+        mark = getattr(inspect, "markcoroutinefunction", None)  # Python 3.12+
+        if mark is not None and is_async_handler(handler):
+            mark(self)
+
+    def __call__(self, *args: Params.args, **kwargs: Params.kwargs) -> Ret:
+        return self.handler(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<JobDefinition {self.name!r}: {self.handler!r}>"
+
+    @property
+    def job_type(self) -> JobType:
+        return self.registry.get(self.name)
+
+    def enqueue(
+        self,
+        payload: P | dict[str, Any],
+        *,
+        key: str | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        connection: object | None = None,
+    ) -> EnqueuedJob:
+        """A job of this type (see the class's documentation)."""
+        request = self.request(
+            payload, key=key, run_at=run_at, priority=priority, connection=connection
+        )
+        enqueuer = installed_enqueuer()
+        if enqueuer is None:
+            raise not_configured(self.name, is_async=False, in_transaction=connection is not None)
+        return enqueuer.enqueue(request)
+
+    async def enqueue_async(
+        self,
+        payload: P | dict[str, Any],
+        *,
+        key: str | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        connection: object | None = None,
+    ) -> EnqueuedJob:
+        """``enqueue`` through the configured ``AsyncClient``, or on an async connection."""
+        request = self.request(
+            payload, key=key, run_at=run_at, priority=priority, connection=connection
+        )
+        enqueuer = installed_enqueuer()
+        if enqueuer is None:
+            raise not_configured(self.name, is_async=True, in_transaction=connection is not None)
+        return await enqueuer.enqueue_async(request)
+
+    def request(
+        self,
+        payload: P | dict[str, Any],
+        *,
+        key: str | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        connection: object | None = None,
+    ) -> EnqueueRequest:
+        """The checked request: the payload as JSON and valid against the model, a fresh key
+        when none is given; ``ValueError`` for a key, a due time or a priority no submission
+        can have."""
+        if key is None:
+            key = str(uuid.uuid4())
+        elif not isinstance(key, str) or not is_valid_idempotency_key(key):
+            raise ValueError(
+                f"key must be 1 to {IDEMPOTENCY_KEY_MAX} visible ASCII characters (0x21-0x7E)"
+            )
+        if run_at is not None and (not isinstance(run_at, datetime) or run_at.utcoffset() is None):
+            raise ValueError("run_at must be a datetime with a time zone offset")
+        if priority is not None:
+            check_priority(priority)
+        document = self._payload(payload)
+        return EnqueueRequest(self.registry, self.name, document, key, run_at, priority, connection)
+
+    def _payload(self, payload: P | dict[str, Any]) -> dict[str, Any]:
+        """The payload as it will be sent: a model as its JSON, a dict as given; either way
+        checked against the type's model (a model changed after it was built is caught too)."""
+        document = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
+        self.registry.validate_payload(self.name, document)  # InvalidPayload
+        if not isinstance(document, dict):
+            raise InvalidPayload(
+                f"payload of {self.name!r} must be a {self.payload_model.__name__} or a dict"
+            )
+        return document
 
 
 def _key_of(name: str, option: str, function: KeyFunction, payload: BaseModel) -> str:

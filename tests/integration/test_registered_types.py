@@ -15,10 +15,12 @@ import pytest
 from pydantic import BaseModel, Field
 from sqlalchemy import text
 
+from jobrelay import AsyncClient
 from jobrelay.api.app import create_app
 from jobrelay.api.notifications import ApiNotifications
 from jobrelay.api.waiting import FinishWaiters
 from jobrelay.auth import Authenticator
+from jobrelay.client.errors import ApiError
 from jobrelay.core.flow import Limit, Rate
 from jobrelay.core.registry import JobContext, JobType, Registry
 from jobrelay.core.settings import Settings
@@ -275,3 +277,35 @@ async def test_an_operator_sees_each_type_with_what_the_api_validates_it_by(
     assert signup["payload_schema"] == Signup.model_json_schema()
     assert (types["demo.sleep"]["source"], types["demo.sleep"]["registered_by"]) == ("loaded", None)
     assert refused.status_code == 403
+
+
+async def test_the_client_gets_the_same_answers_for_a_registered_type(
+    settings: Settings, store: Store, alice: str
+) -> None:
+    await register(store, shop_registry())
+    app = create_app(settings, store=store, registry=load_registry(builtins=True))
+    transport = httpx.ASGITransport(app=app)
+
+    async with AsyncClient("http://jobrelay.test", alice, transport=transport) as client:
+        made = await client.submit("shop.signup", VALID)
+        with pytest.raises(ApiError) as refused:
+            await client.submit("shop.signup", {**VALID, "seats": 0})
+        [item] = await client.submit_many([{"type": "shop.signup", "payload": {}}])
+
+    assert (made.max_attempts, made.priority) == (7, 5)
+    assert (refused.value.status, refused.value.code) == (422, "invalid_payload")
+    assert isinstance(item, ApiError) and item.code == "invalid_payload"
+
+
+async def test_a_database_without_the_table_yet_turns_registered_types_off_not_submissions(
+    api: httpx.AsyncClient, alice: str, store: Store
+) -> None:
+    async with store.transaction() as connection:
+        await connection.execute(text("DROP TABLE job_types"))
+
+    await register(store, shop_registry())  # skipped, with a warning
+    unknown = await submit(api, alice, "k1", type="shop.signup", payload=VALID)
+    loaded = await submit(api, alice, "k2", type="demo.sleep", payload={"seconds": 0})
+
+    assert (unknown.status_code, unknown.json()["code"]) == (422, "unknown_job_type")
+    assert loaded.status_code == 202

@@ -303,3 +303,16 @@ async def test_the_fake_store_stamps_registrations_with_its_clock() -> None:
     await store.register_types([registered()])
 
     assert store.types["shop.signup"].registered_at == at
+
+
+async def test_a_registered_schema_that_does_not_compile_leaves_its_type_unknown(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broken = registered("shop.broken", payload_schema={"type": "nonsense"})
+    store = InMemoryTypeStore({"shop.broken": broken, "shop.signup": registered()})
+    types = RegisteredTypes(store, Registry())
+
+    catalog = await types.catalog_for(["shop.broken"])
+
+    assert "shop.broken" not in catalog and "shop.signup" in catalog
+    assert [r.event for r in caplog.records if hasattr(r, "event")] == ["job_type_schema_invalid"]

@@ -337,11 +337,28 @@ class RegisteredTypes:
             self._stale = True
             raise
         self._loaded_at = self.clock()
-        self._validators.keep_only(t.payload_schema for t in registered)
+        usable = [t for t in registered if self._compiles(t)]
+        self._validators.keep_only(t.payload_schema for t in usable)
         self.catalog = TypeCatalog(
-            self.catalog.registry, {t.name: t for t in registered}, self._validators
+            self.catalog.registry, {t.name: t for t in usable}, self._validators
         )
         return self.catalog
+
+    def _compiles(self, registered: RegisteredType) -> bool:
+        """Compiled here, off the submissions' path; a schema that is no JSON Schema (a row
+        written by hand) leaves its type unknown, with a warning, rather than failing each
+        submission."""
+        try:
+            self._validators.for_schema(registered.payload_schema)
+        except (ValueError, jsonschema_rs.ReferencingError) as error:
+            log.warning(
+                "registered job type %s ignored: its payload schema does not compile (%s)",
+                registered.name,
+                type(error).__name__,
+                extra={"event": "job_type_schema_invalid", "type": registered.name},
+            )
+            return False
+        return True
 
     async def keep_fresh(self) -> None:
         """Until cancelled: reload every ``refresh_seconds``; a failed reload is logged and

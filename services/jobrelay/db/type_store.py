@@ -29,37 +29,39 @@ class TypesNotMigrated(Exception):
     """The database has no ``job_types`` yet."""
 
 
-@asynccontextmanager
-async def _migrated() -> AsyncIterator[None]:
-    try:
-        yield
-    except (UndefinedTable, ProgrammingError) as error:
-        if not isinstance(getattr(error, "orig", error), UndefinedTable):
-            raise
-        log.warning(
-            "the database has no job_types table yet (revision 0011): registered job types "
-            "are off until jobrelay migrate runs",
-            extra={"event": "job_types_not_migrated"},
-        )
-        raise TypesNotMigrated() from None
-
-
 class PgTypeStore:
     def __init__(self, store: Store) -> None:
         self.store = store
+        self._warned = False  # the missing table is said once, not at every read
+
+    @asynccontextmanager
+    async def _migrated(self) -> AsyncIterator[None]:
+        try:
+            yield
+        except (UndefinedTable, ProgrammingError) as error:
+            if not isinstance(getattr(error, "orig", error), UndefinedTable):
+                raise
+            if not self._warned:
+                self._warned = True
+                log.warning(
+                    "the database has no job_types table yet (revision 0011): registered job "
+                    "types are off until jobrelay migrate runs",
+                    extra={"event": "job_types_not_migrated"},
+                )
+            raise TypesNotMigrated() from None
 
     async def register_types(self, types: Sequence[RegisteredType]) -> None:
         if not types:
             return
         try:
-            async with _migrated():
+            async with self._migrated():
                 await self.store.fetch_all(q.REGISTER_JOB_TYPES, **register_params(types))
         except TypesNotMigrated:
             return
 
     async def registered_types(self) -> list[RegisteredType]:
         try:
-            async with _migrated():
+            async with self._migrated():
                 rows = await self.store.fetch_all(q.JOB_TYPE_ROWS)
         except TypesNotMigrated:
             return []

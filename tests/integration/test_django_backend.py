@@ -442,3 +442,32 @@ def test_the_services_load_the_django_tasks_with_django_settings_module_set(
     assert set(without.types) <= set(with_django.types)  # beside the built-ins
     with pytest.raises(ConfigurationError, match="routes it to 'default'"):
         registry_for(make_settings(), environ={"DJANGO_SETTINGS_MODULE": "configured.already"})
+
+
+def test_an_enqueue_sends_djangos_task_enqueued_signal(django_db: str, client_made: str) -> None:
+    from jobrelay.django.compat import task_enqueued
+
+    seen: list[Any] = []
+
+    def receive(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        seen.append((sender.__name__, task_result.id))
+
+    task_enqueued.connect(receive)
+    try:
+        result = tasks().add.enqueue(1, 2)
+    finally:
+        task_enqueued.disconnect(receive)
+
+    assert seen == [("JobrelayBackend", result.id)]
+
+
+async def test_a_return_value_json_cannot_hold_fails_the_task_at_once(
+    django_db: str, client_made: str, store: Store, settings: Settings
+) -> None:
+    enqueued = await in_thread(tasks().returns_a_set.enqueue)
+
+    result = await run_once(store, settings, django_registry(), enqueued)
+
+    assert (str(result.status), result.attempts) == ("FAILED", 1)
+    [(code,)] = rows(django_db, "SELECT last_error_code FROM jobs WHERE id = %(id)s", id=result.id)
+    assert code == "unstorable_return_value"

@@ -80,3 +80,8 @@ def slow_report() -> str:
 @task(backend="immediate")
 def elsewhere() -> str:
     return "not jobrelay's"
+
+
+@task()
+def returns_a_set() -> Any:
+    return {1, 2}  # JSON has no sets

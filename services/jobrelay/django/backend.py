@@ -41,6 +41,7 @@ from jobrelay.django.compat import (
     TaskResult,
     TaskResultDoesNotExist,
     normalize_json,
+    task_enqueued,
 )
 from jobrelay.django.results import READY, task_result_of
 
@@ -150,6 +151,8 @@ class JobrelayBackend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
+        # As Django's own backends do (inside atomic(), before the caller's commit, too).
+        task_enqueued.send(type(self), task_result=result)
         return result
 
     def get_result(self, result_id: str) -> TaskResult[Any]:

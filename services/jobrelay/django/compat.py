@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     )
     from django_tasks.exceptions import InvalidTaskError as InvalidTask
     from django_tasks.exceptions import TaskResultDoesNotExist
+    from django_tasks.signals import task_enqueued
     from django_tasks.utils import normalize_json
 else:
     try:
@@ -36,6 +37,7 @@ else:
             TaskResultStatus,
         )
         from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+        from django.tasks.signals import task_enqueued
         from django.utils.json import normalize_json
     except ImportError:  # Django 5.2: the backport
         from django_tasks import DEFAULT_TASK_QUEUE_NAME, default_task_backend, task, task_backends
@@ -50,6 +52,7 @@ else:
         )
         from django_tasks.exceptions import InvalidTaskError as InvalidTask
         from django_tasks.exceptions import TaskResultDoesNotExist
+        from django_tasks.signals import task_enqueued
         from django_tasks.utils import normalize_json
 
 __all__ = [
@@ -67,4 +70,5 @@ __all__ = [
     "normalize_json",
     "task",
     "task_backends",
+    "task_enqueued",
 ]

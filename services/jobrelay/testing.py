@@ -141,7 +141,7 @@ class Verdict:
     ``exception`` the exception itself (None when the handler did not raise)."""
 
     outcome: Outcome
-    context: RecordingContext
+    context: JobContext
     exception: BaseException | None = None
     seconds: float = 0.0
 
@@ -197,8 +197,8 @@ class Verdict:
 
     @property
     def progress(self) -> list[Progress]:
-        """The progress the handler reported, in order."""
-        return list(self.context.reports)
+        """The progress the handler reported, in order (kept by a ``make_context`` context)."""
+        return list(getattr(self.context, "reports", ()))
 
 
 @overload
@@ -209,7 +209,7 @@ def run_job(
     *,
     attempt: int | None = None,
     max_attempts: int | None = None,
-    context: RecordingContext | None = None,
+    context: JobContext | None = None,
     policy: RetryPolicy | None = None,
     rng: random.Random | None = None,
 ) -> Verdict: ...
@@ -224,7 +224,7 @@ def run_job(
     *,
     attempt: int | None = None,
     max_attempts: int | None = None,
-    context: RecordingContext | None = None,
+    context: JobContext | None = None,
     policy: RetryPolicy | None = None,
     rng: random.Random | None = None,
 ) -> Verdict: ...
@@ -235,7 +235,7 @@ def run_job(
     *args: Any,
     attempt: int | None = None,
     max_attempts: int | None = None,
-    context: RecordingContext | None = None,
+    context: JobContext | None = None,
     policy: RetryPolicy | None = None,
     rng: random.Random | None = None,
 ) -> Verdict:
@@ -264,7 +264,7 @@ async def run_job_async(
     *,
     attempt: int | None = None,
     max_attempts: int | None = None,
-    context: RecordingContext | None = None,
+    context: JobContext | None = None,
     policy: RetryPolicy | None = None,
     rng: random.Random | None = None,
 ) -> Verdict: ...
@@ -279,7 +279,7 @@ async def run_job_async(
     *,
     attempt: int | None = None,
     max_attempts: int | None = None,
-    context: RecordingContext | None = None,
+    context: JobContext | None = None,
     policy: RetryPolicy | None = None,
     rng: random.Random | None = None,
 ) -> Verdict: ...
@@ -290,7 +290,7 @@ async def run_job_async(
     *args: Any,
     attempt: int | None = None,
     max_attempts: int | None = None,
-    context: RecordingContext | None = None,
+    context: JobContext | None = None,
     policy: RetryPolicy | None = None,
     rng: random.Random | None = None,
 ) -> Verdict:
@@ -303,7 +303,7 @@ async def _run(
     args: tuple[Any, ...],
     attempt: int | None,
     max_attempts: int | None,
-    context: RecordingContext | None,
+    context: JobContext | None,
     policy: RetryPolicy,
     rng: random.Random | None,
 ) -> Verdict:
@@ -348,10 +348,10 @@ def _target(target: Target, args: tuple[Any, ...]) -> tuple[Registry, str, Any]:
 def _context(
     job_type: JobType,
     registry: Registry,
-    context: RecordingContext | None,
+    context: JobContext | None,
     attempt: int | None,
     max_attempts: int | None,
-) -> RecordingContext:
+) -> JobContext:
     """The context to run in, its attempt and limit the ones the outcome is decided by."""
     if context is None:
         limit = registry.max_attempts_for(job_type.name, DEFAULT_MAX_ATTEMPTS)
@@ -371,7 +371,7 @@ def _context(
 
 def _as_stored(payload: Any) -> Any:
     """The payload as the consumer reads it back from jsonb: a model as its JSON, a dict
-    through JSON; ``TypeError`` for one that no enqueue would take."""
+    through JSON; ``TypeError`` or ``ValueError`` for one that no enqueue would take."""
     if isinstance(payload, BaseModel):
         payload = payload.model_dump(mode="json")
     try:

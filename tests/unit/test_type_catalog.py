@@ -287,13 +287,15 @@ async def test_a_failed_read_leaves_the_catalog_to_be_read_at_the_next_lookup() 
     assert "shop.signup" in await types.catalog_for(["shop.signup"])
 
 
-async def test_concurrent_misses_share_one_read() -> None:
-    store = InMemoryTypeStore({"shop.signup": registered()})
+@pytest.mark.parametrize("name", ["shop.signup", "shop.unknown"])
+async def test_concurrent_lookups_during_the_first_read_share_it(name: str) -> None:
+    store = InMemoryTypeStore({"shop.signup": registered()})  # its read suspends
     types = RegisteredTypes(store, Registry())
 
-    await asyncio.gather(*(types.catalog_for(["shop.signup"]) for _ in range(20)))
+    catalogs = await asyncio.gather(*(types.catalog_for([name]) for _ in range(20)))
 
     assert store.reads == 1
+    assert {name in catalog for catalog in catalogs} == {name == "shop.signup"}
 
 
 async def test_the_fake_store_stamps_registrations_with_its_clock() -> None:

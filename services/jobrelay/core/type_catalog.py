@@ -117,6 +117,7 @@ class InMemoryTypeStore:
 
     async def registered_types(self) -> list[RegisteredType]:
         self.reads += 1
+        await asyncio.sleep(0)  # a read suspends, as a database's does
         return [self.types[name] for name in sorted(self.types)]
 
 
@@ -321,11 +322,10 @@ class RegisteredTypes:
         names = list(names)
         if all(name in self.catalog.registry for name in names):
             return False  # loaded handlers win: what is registered does not matter
-        if self._stale:
+        if self._stale or self._loaded_at is None:  # (None: the first read is under way)
             return True
         if all(name in self.catalog for name in names):
             return False
-        assert self._loaded_at is not None  # not stale: loaded once at least
         return self.clock() - self._loaded_at >= self.miss_reload_seconds
 
     async def reload(self) -> TypeCatalog:

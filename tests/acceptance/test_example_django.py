@@ -14,15 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from jobrelay.db.store import Store
 from tests.conftest import MakeSettings, make_client
 from tests.support.consumer_kit import scalar
 from tests.support.processes import ROOT, free_port, run_cli, running, service_env
 from tests.support.system import eventually
-
-pytest.importorskip("django")
 
 EXAMPLE = ROOT / "examples" / "django_app"
 TASK_TYPE = "orders.tasks.confirm_order"

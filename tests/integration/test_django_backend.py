@@ -27,8 +27,6 @@ from tests.support import django_kit
 from tests.support.consumer_kit import StandInDelivery, worker
 from tests.support.factories import set_job
 
-pytest.importorskip("django")
-
 
 @pytest.fixture
 def django_db(direct_database_url: str, store: Store) -> Iterator[str]:

@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,8 @@ from jobrelay.core.flow import Limit, Rate
 from jobrelay.core.jobs import Flow
 from jobrelay.core.registry import JobType, Registry
 from jobrelay.core.type_catalog import (
+    MISS_RELOAD_SECONDS,
+    REFRESH_SECONDS,
     InMemoryTypeStore,
     RegisteredType,
     RegisteredTypes,
@@ -318,3 +321,12 @@ async def test_a_registered_schema_that_does_not_compile_leaves_its_type_unknown
 
     assert "shop.broken" not in catalog and "shop.signup" in catalog
     assert [r.event for r in caplog.records if hasattr(r, "event")] == ["job_type_schema_invalid"]
+
+
+def test_the_guide_states_the_catalogs_refresh_intervals_as_the_code_has_them() -> None:
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "job-types.md").read_text()
+    section = guide.split("## Registered types", 1)[1].split("\n## ", 1)[0]
+    said = " ".join(section.split())
+
+    assert (MISS_RELOAD_SECONDS, REFRESH_SECONDS) == (1.0, 30.0)
+    assert "at most once a second" in said and "every 30 seconds" in said

@@ -213,6 +213,12 @@ def test_a_backend_without_a_client_is_a_configuration_error(django_db: str) -> 
         JobrelayBackend("x", {"OPTIONS": {}})
     with pytest.raises(ImproperlyConfigured, match="unknown clients"):
         JobrelayBackend("x", {"OPTIONS": {"client": "a", "clients": "b"}})
+    with pytest.raises(ImproperlyConfigured, match="'max_attempts' is a whole number"):
+        JobrelayBackend("x", {"OPTIONS": {"client": "a", "max_attempts": 0}})
+    with pytest.raises(ImproperlyConfigured, match="'timeout_seconds' is a positive number"):
+        JobrelayBackend("x", {"OPTIONS": {"client": "a", "timeout_seconds": "soon"}})
+    with pytest.raises(ImproperlyConfigured, match="is not type=queue"):
+        JobrelayBackend("x", {"OPTIONS": {"client": "a", "type_queues": "orders.x"}})
 
 
 def test_a_database_that_is_not_postgresql_is_a_configuration_error(django_db: str) -> None:

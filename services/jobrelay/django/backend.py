@@ -31,8 +31,9 @@ from sqlalchemy import TextClause
 from sqlalchemy.dialects.postgresql import psycopg as sa_psycopg
 from typing_extensions import ParamSpec
 
-from jobrelay.core.limits import TYPE_NAME_MAX
+from jobrelay.core.limits import MAX_ATTEMPTS_MAX, TYPE_NAME_MAX
 from jobrelay.core.settings import parse_type_queues
+from jobrelay.db import queries as q
 from jobrelay.django.compat import (
     DEFAULT_TASK_QUEUE_NAME,
     BaseTaskBackend,
@@ -44,6 +45,7 @@ from jobrelay.django.compat import (
     task_enqueued,
 )
 from jobrelay.django.results import READY, task_result_of
+from jobrelay.transactional import UnknownClient, enqueue
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -79,9 +81,11 @@ class JobrelayBackend(BaseTaskBackend):
         self.database: str = str(options.get("database", "default"))
         self.routes: dict[str, str] = _routes(alias, options.get("type_queues"))
         self.task_modules: tuple[str, ...] = tuple(options.get("task_modules", ()))
-        self.timeout_seconds = float(options.get("timeout_seconds", 300.0))
+        self.timeout_seconds = _positive(
+            alias, "timeout_seconds", options.get("timeout_seconds", 300)
+        )
         # None: jobrelay's default (DEFAULT_MAX_ATTEMPTS); Django's tasks have no such field.
-        self.max_attempts: int | None = options.get("max_attempts")
+        self.max_attempts = _attempts(alias, options.get("max_attempts"))
         if "QUEUES" not in params:
             # Every queue the routes name is a queue of this backend: which one a task may
             # name is decided per task by validate_task.
@@ -116,10 +120,8 @@ class JobrelayBackend(BaseTaskBackend):
             )
 
     def enqueue(self, task: Task[P, T], args: P.args, kwargs: P.kwargs) -> TaskResult[T]:  # type: ignore[valid-type]
-        from jobrelay.transactional import UnknownClient, enqueue
-
         self.validate_task(task)
-        # Django's own check (its TaskError for what JSON cannot hold), before any statement.
+        # Django's own check (a TypeError for what JSON cannot hold), before any statement.
         payload = {"args": normalize_json(list(args)), "kwargs": normalize_json(dict(kwargs))}
         connection = self._connection()
         connection.validate_no_broken_transaction()
@@ -156,8 +158,6 @@ class JobrelayBackend(BaseTaskBackend):
         return result
 
     def get_result(self, result_id: str) -> TaskResult[Any]:
-        from jobrelay.db import queries as q
-
         job_id = _job_id(result_id)
         connection = self._connection()
         with connection.cursor() as cursor:
@@ -230,6 +230,23 @@ def _routes(alias: str, given: object) -> dict[str, str]:
         return parse_type_queues(spec)
     except ValueError as error:
         raise ImproperlyConfigured(f"TASKS[{alias!r}]: {error}") from None
+
+
+def _positive(alias: str, option: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ImproperlyConfigured(f"TASKS[{alias!r}] OPTIONS {option!r} is a positive number")
+    return float(value)
+
+
+def _attempts(alias: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS_MAX:
+        raise ImproperlyConfigured(
+            f"TASKS[{alias!r}] OPTIONS 'max_attempts' is a whole number from 1 to "
+            f"{MAX_ATTEMPTS_MAX}"
+        )
+    return value
 
 
 def _job_id(result_id: object) -> uuid.UUID:

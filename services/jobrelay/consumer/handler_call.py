@@ -145,8 +145,7 @@ def check_result(result: Any) -> None:
 def refusal_failure(error: RequestError | PermanentError, mask: Callable[[str], str]) -> Failure:
     """Why a claimed job was not run (its payload does not match its type, or the type has no
     handler): no traceback (the handler never ran), and for a payload the fields that failed
-    (never their values). The testing kit's verdicts use it (``jobrelay/testing.py``), as
-    ``consumer/worker.py::Worker._refusal_failure`` does."""
+    (never their values). The worker's and the testing kit's (``jobrelay/testing.py``)."""
     message = str(error)
     errors = getattr(error, "extra", {}).get("errors")
     if errors:

@@ -11,7 +11,6 @@ and the broker only hears about an outcome after PostgreSQL committed it.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import random
@@ -26,7 +25,7 @@ from pydantic import BaseModel
 
 from jobrelay import tracing
 from jobrelay.consumer.early_ack import EarlyAck
-from jobrelay.consumer.handler_call import call_handler, job_context
+from jobrelay.consumer.handler_call import call_handler, job_context, refusal_failure
 from jobrelay.consumer.lease import (
     CANCEL_POLL_SECONDS,
     CancelRequested,
@@ -58,7 +57,6 @@ from jobrelay.core.execution import (
     Refusal,
     Refused,
 )
-from jobrelay.core.failures import MESSAGE_MAX_BYTES, Failure, class_name, cut_head, storable
 from jobrelay.core.flow import Limit
 from jobrelay.core.jobs import (
     Cancelled,
@@ -475,7 +473,7 @@ class Worker:
         try:
             job_type, payload = self._resolve(job.type, job.payload)
         except (UnknownJobType, InvalidPayload, PermanentError) as error:
-            failure = self._refusal_failure(error)
+            failure = refusal_failure(error, self.mask)
             quarantine = Quarantine(error.code, failure.message, failure)
             return await self._conclude(claim, quarantine, job.type, 0.0)
         try:
@@ -517,16 +515,6 @@ class Worker:
             mask=self.mask,
         )
         return await self._conclude(claim, outcome, job.type, run.seconds, run.error)
-
-    def _refusal_failure(self, error: UnknownJobType | InvalidPayload | PermanentError) -> Failure:
-        """Why a claimed job was not run: no traceback (the handler never ran), and for a
-        payload the fields that failed (never their values)."""
-        message = str(error)
-        errors = getattr(error, "extra", {}).get("errors")
-        if errors:
-            message = f"{message}: {json.dumps(errors, ensure_ascii=False)}"
-        message = cut_head(storable(self.mask(message)), MESSAGE_MAX_BYTES)
-        return Failure(class_name(type(error)), message)
 
     def _resolve(self, name: str, raw_payload: Any) -> tuple[JobType, BaseModel]:
         job_type = self.registry.get(name)

@@ -301,6 +301,88 @@ async def test_a_key_submitted_to_the_api_is_the_same_job_from_sql(
     assert everything(database_url) == {"jobs": 1, "outbox": 1, "job_events": 1}
 
 
+# --- the same rows as the Python accept, column by column ----------------------------------------
+
+# What may differ between two jobs of one request under two keys: their identity and the
+# database's clock. Everything else the accept writes (every column a later revision adds too)
+# must be the same, or jobrelay_enqueue has drifted from ACCEPT_JOB (db/queries.py).
+_OWN_COLUMNS = {
+    "jobs": ("id", "idempotency_key", "created_at", "updated_at"),
+    "outbox": ("id", "job_id", "created_at"),
+    "job_events": ("id", "job_id", "at"),
+}
+
+
+def written_for(connection: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[str, Any]:
+    """Every row the accept wrote for the job, as JSON, without the columns of _OWN_COLUMNS."""
+    rows: dict[str, Any] = {}
+    for table, own in _OWN_COLUMNS.items():
+        column = "id" if table == "jobs" else "job_id"
+        found = connection.execute(
+            f"SELECT to_jsonb(t) - CAST(%s AS text[]) FROM {table} t "
+            f"WHERE t.{column} = %s ORDER BY t.id",
+            (list(own), job_id),
+        ).fetchall()
+        rows[table] = [row for (row,) in found]
+    return rows
+
+
+async def test_a_job_from_sql_has_the_rows_of_one_from_python_and_the_api_column_by_column(
+    sql: psycopg.Connection[Any], api: httpx.AsyncClient, alice: str
+) -> None:
+    run_at = datetime(2031, 5, 6, 7, 8, 9, 250000, tzinfo=UTC)  # due then on every path
+    payload = {"seconds": 1.5}
+    from_sql = enqueue(
+        sql, "sql", json.dumps(payload), job_type="demo.sleep", run_at=run_at, priority=4
+    )
+    from_python = jobrelay.enqueue(
+        sql,
+        client="alice",
+        type="demo.sleep",
+        payload=payload,
+        key="python",
+        run_at=run_at,
+        priority=4,
+    ).id
+    sql.commit()
+    body = {"type": "demo.sleep", "payload": payload, "run_at": run_at.isoformat(), "priority": 4}
+    response = await api.post("/v1/jobs", json=body, headers=auth(alice, "api"))
+    assert response.status_code == 202, response.text
+    from_api = uuid.UUID(response.json()["id"])
+
+    written = written_for(sql, from_sql)
+    assert written["jobs"] and written["outbox"] and written["job_events"]
+    assert written_for(sql, from_python) == written
+    assert written_for(sql, from_api) == written
+
+
+async def test_a_caller_whose_search_path_leads_elsewhere_still_writes_jobrelays_tables(
+    database_url: str, sql: psycopg.Connection[Any], store: Store, alice: str
+) -> None:
+    """An application schema with its own "jobs" table first on the path, and a temporary
+    "outbox": the function (called by its schema) writes jobrelay's rows, not theirs."""
+    row = sql.execute("SELECT current_schema()").fetchone()
+    assert row is not None
+    jobrelay_schema: str = row[0]
+    sql.execute("CREATE SCHEMA app")
+    sql.execute("CREATE TABLE app.jobs (LIKE jobs INCLUDING ALL)")
+    sql.execute("CREATE TEMPORARY TABLE outbox (LIKE outbox INCLUDING ALL)")
+    sql.execute("SET search_path = app, pg_temp")
+    job_id = sql.execute(
+        f'SELECT "{jobrelay_schema}".jobrelay_enqueue(%s, %s, %s::jsonb, %s)',
+        ("alice", EXPORT_TYPE, EXPORT, "elsewhere"),
+    ).fetchone()
+    counts = sql.execute(
+        "SELECT (SELECT count(*) FROM app.jobs), (SELECT count(*) FROM pg_temp.outbox)"
+    ).fetchone()
+    sql.commit()
+
+    assert job_id is not None and counts == (0, 0)
+    job = await store.get_job(job_id[0])
+    assert job is not None and job.idempotency_key == "elsewhere"
+    assert everything(database_url) == {"jobs": 1, "outbox": 1, "job_events": 1}
+
+
 # --- the client ---------------------------------------------------------------------------------
 
 

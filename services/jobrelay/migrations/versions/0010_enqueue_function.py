@@ -358,9 +358,30 @@ ENQUEUE_COMMENT = (
 )
 
 
+# Each function finds jobrelay's tables and its sibling functions in the schema the migrations
+# made them in, whatever the caller's search_path: a service whose path leads with its own
+# schema (which may well have a "jobs" table) calls public.jobrelay_enqueue and still writes
+# jobrelay's rows. pg_temp last: a temporary table cannot stand in for one of them either.
+# Done in SQL, not with the schema read here in Python, so that offline (--sql) output has it.
+PIN_SEARCH_PATH = f"""
+DO $$
+DECLARE
+    signature text;
+BEGIN
+    FOREACH signature IN ARRAY ARRAY[{", ".join(f"'{signature}'" for signature in FUNCTIONS)}]
+    LOOP
+        EXECUTE format('ALTER FUNCTION %I.%s SET search_path = pg_catalog, %I, pg_temp',
+                       current_schema(), signature, current_schema());
+    END LOOP;
+END
+$$
+"""
+
+
 def upgrade() -> None:
     for definition in FUNCTIONS.values():
         op.execute(definition)
+    op.execute(PIN_SEARCH_PATH)
     op.execute(ENQUEUE_COMMENT)
 
 

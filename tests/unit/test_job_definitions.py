@@ -4,7 +4,9 @@ call, and the way to enqueue jobs of its type through ``jobrelay.configure`` (a 
 
 from __future__ import annotations
 
+import copy
 import inspect
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 import jobrelay
 from jobrelay import JobContext, Registry
@@ -46,6 +48,17 @@ async def charge(context: JobContext, payload: Charge) -> dict[str, Any]:
 @registry.job("shop.receipt", Charge)
 def receipt(context: JobContext, payload: Charge) -> dict[str, Any]:
     return {"receipt_for": payload.order_id}
+
+
+class Refund(BaseModel):
+    """A payload whose field is spelled another way in JSON, as many APIs' are."""
+
+    order_id: str = Field(alias="orderId")
+
+
+@registry.job("shop.refund", Refund)
+def refund(context: JobContext, payload: Refund) -> dict[str, Any]:
+    return {"refunded": payload.order_id}
 
 
 @pytest.fixture(autouse=True)
@@ -87,13 +100,26 @@ def test_the_definition_keeps_the_handlers_name_docstring_and_module() -> None:
     assert charge.__name__ == "charge"
     assert charge.__doc__ == "Charge the order's card."
     assert charge.__module__ == __name__
-    assert charge.__wrapped__ is charge.handler  # type: ignore[attr-defined]
+    assert charge.__wrapped__ is charge.handler
     assert registry.get("shop.charge").description == "Charge the order's card."
     assert (charge.name, charge.payload_model, charge.job_type.max_attempts) == (
         "shop.charge",
         Charge,
         5,
     )
+
+
+def test_a_definition_pickles_and_copies_by_reference_as_a_function_does() -> None:
+    assert pickle.loads(pickle.dumps(charge)) is charge
+    assert copy.copy(charge) is charge and copy.deepcopy(charge) is charge  # not its registry
+
+    class Handler:
+        def __call__(self, context: JobContext, payload: Charge) -> dict[str, Any]:
+            return {}
+
+    nameless = Registry().job("a.nameless", Charge)(Handler())
+    with pytest.raises(TypeError, match=r"'a\.nameless': its handler has no name to pickle by"):
+        pickle.dumps(nameless)
 
 
 def test_one_handler_registered_under_two_names_gives_two_definitions() -> None:
@@ -126,6 +152,20 @@ def test_an_invalid_payload_raises_the_registrys_invalid_payload_and_sends_nothi
     with pytest.raises(InvalidPayload):
         charge.enqueue(["not", "an", "object"])  # type: ignore[arg-type]
     assert recorder.jobs == []
+
+
+def test_a_model_with_aliases_is_sent_as_the_json_its_model_validates() -> None:
+    recorder = Recorder()
+    jobrelay.configure(client=recorder)
+    job = refund.enqueue(Refund(orderId="o-1"))
+    assert job.payload == {"orderId": "o-1"}
+    assert refund.request(Refund(orderId="o-1")).payload == {"orderId": "o-1"}
+    scheduling = Registry()
+    scheduling.job("shop.refund", Refund)(refund.handler)
+    nightly = scheduling.schedule(
+        "nightly", type="shop.refund", payload=Refund(orderId="o-2"), every=60
+    )
+    assert nightly.payload == {"orderId": "o-2"}
 
 
 @pytest.mark.parametrize(

@@ -117,6 +117,12 @@ class JobType:
         return self.handler is not None and not is_async_handler(self.handler)
 
 
+def payload_document(model: BaseModel) -> dict[str, Any]:
+    """A payload model as the JSON a job stores: by its fields' aliases, which is what the
+    model validates again on the consumer (``Field(alias="orderId")`` is ``orderId``)."""
+    return model.model_dump(mode="json", by_alias=True)
+
+
 def safe_validation_errors(error: ValidationError) -> list[dict[str, Any]]:
     """Pydantic's errors without the offending input, which may hold secrets."""
     return [
@@ -269,7 +275,7 @@ class Registry:
         ``priority`` (-100 to 100): its jobs' priority; by default the type's.
         Every mistake is a ``ValueError`` naming the schedule."""
         if isinstance(payload, BaseModel):
-            payload = payload.model_dump(mode="json")
+            payload = payload_document(payload)
         if isinstance(every, timedelta):
             try:
                 every = check_every(every)
@@ -430,21 +436,38 @@ def not_configured(name: str, *, is_async: bool, in_transaction: bool) -> NotCon
     )
 
 
-# Set once at an application's start by ``jobrelay.configure`` (as logging is configured once),
-# swapped by a test's recorder; a definition reads it at each enqueue, never at import.
+# Set once at an application's start by ``jobrelay.configure`` (as logging is configured once);
+# a definition reads it at each enqueue, never at import.
 _enqueuer: Enqueuer | None = None
+# A test's recorder (``jobrelay/testing.py``): while set, it takes every enqueue, even when the
+# code under test calls ``jobrelay.configure`` meanwhile (an application's startup does).
+_override: Enqueuer | None = None
 
 
 def install_enqueuer(enqueuer: Enqueuer | None) -> Enqueuer | None:
-    """Make ``enqueuer`` the one every definition's enqueue goes through (None: none), and
-    return the one it replaces, for a test to put back."""
+    """Make ``enqueuer`` the configured one every definition's enqueue goes through (None:
+    none), and return the one it replaces, for a test to put back."""
     global _enqueuer
     previous, _enqueuer = _enqueuer, enqueuer
     return previous
 
 
-def installed_enqueuer() -> Enqueuer | None:
+def override_enqueuer(enqueuer: Enqueuer | None) -> Enqueuer | None:
+    """Make ``enqueuer`` take every enqueue over the configured one (None: the configured one
+    again), and return the override it replaces."""
+    global _override
+    previous, _override = _override, enqueuer
+    return previous
+
+
+def configured_enqueuer() -> Enqueuer | None:
+    """The one ``jobrelay.configure`` installed, whatever overrides it."""
     return _enqueuer
+
+
+def installed_enqueuer() -> Enqueuer | None:
+    """The one an enqueue goes through: the override, else the configured one."""
+    return _override if _override is not None else _enqueuer
 
 
 class JobDefinition(Generic[P, Params, Ret]):
@@ -476,6 +499,11 @@ class JobDefinition(Generic[P, Params, Ret]):
     as a coroutine function; on 3.11 ask ``is_async_handler``.
     """
 
+    # Copied from the handler (``functools.update_wrapper``), declared for type checkers.
+    __name__: str
+    __qualname__: str
+    __wrapped__: Callable[Params, Ret]
+
     def __init__(
         self,
         registry: Registry,
@@ -496,6 +524,15 @@ class JobDefinition(Generic[P, Params, Ret]):
 
     def __call__(self, *args: Params.args, **kwargs: Params.kwargs) -> Ret:
         return self.handler(*args, **kwargs)
+
+    def __reduce__(self) -> str:
+        """Pickled (and copied) by reference, as a function is: the module attribute the
+        definition stands at, the handler's name. Its registry, which holds lambdas and models,
+        is never pickled, and a copy is the one definition."""
+        qualname = vars(self).get("__qualname__")
+        if not isinstance(qualname, str):
+            raise TypeError(f"job definition {self.name!r}: its handler has no name to pickle by")
+        return qualname
 
     def __repr__(self) -> str:
         return f"<JobDefinition {self.name!r}: {self.handler!r}>"
@@ -568,7 +605,7 @@ class JobDefinition(Generic[P, Params, Ret]):
     def _payload(self, payload: P | dict[str, Any]) -> dict[str, Any]:
         """The payload as it will be sent: a model as its JSON, a dict as given; either way
         checked against the type's model (a model changed after it was built is caught too)."""
-        document = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
+        document = payload_document(payload) if isinstance(payload, BaseModel) else payload
         self.registry.validate_payload(self.name, document)  # InvalidPayload
         if not isinstance(document, dict):
             raise InvalidPayload(

@@ -36,7 +36,7 @@ import jobrelay
 from jobrelay.consumer.handler_call import call_handler, handler_logger, refusal_failure
 from jobrelay.core.errors import InvalidPayload, PermanentError
 from jobrelay.core.failures import Failure
-from jobrelay.core.fingerprint import canonical_json, request_hash
+from jobrelay.core.fingerprint import canonical_json
 from jobrelay.core.ids import new_id
 from jobrelay.core.jobs import (
     Flow,
@@ -46,10 +46,9 @@ from jobrelay.core.jobs import (
     RetryLater,
     Succeeded,
     decide_outcome,
-    is_valid_idempotency_key,
 )
 from jobrelay.core.jsonvalues import unstorable_json
-from jobrelay.core.limits import DEFAULT_MAX_ATTEMPTS, IDEMPOTENCY_KEY_MAX
+from jobrelay.core.limits import DEFAULT_MAX_ATTEMPTS
 from jobrelay.core.masking import Masker
 from jobrelay.core.registry import (
     EnqueueRequest,
@@ -57,10 +56,14 @@ from jobrelay.core.registry import (
     JobDefinition,
     JobType,
     Registry,
+    configured_enqueuer,
     install_enqueuer,
+    override_enqueuer,
+    payload_document,
 )
 from jobrelay.core.retry import RetryPolicy
 from jobrelay.core.states import JobState
+from jobrelay.db.accept import Submission
 
 __all__ = [
     "AsyncRecorder",
@@ -373,7 +376,7 @@ def _as_stored(payload: Any) -> Any:
     """The payload as the consumer reads it back from jsonb: a model as its JSON, a dict
     through JSON; ``TypeError`` or ``ValueError`` for one that no enqueue would take."""
     if isinstance(payload, BaseModel):
-        payload = payload.model_dump(mode="json")
+        payload = payload_document(payload)
     try:
         document = json.loads(canonical_json(payload))
     except (TypeError, ValueError) as error:
@@ -478,15 +481,18 @@ class Recorder:
     @contextlib.contextmanager
     def install(self) -> Iterator[Recorder]:
         """While inside: every definition's enqueue and ``jobrelay.enqueue`` /
-        ``enqueue_async`` come here; after, what was there before is back."""
-        previous = install_enqueuer(_RecorderPort(self))
+        ``enqueue_async`` come here, whatever ``jobrelay.configure`` the code under test calls
+        meanwhile; after, what was there before is back, that configuration too."""
+        configured = configured_enqueuer()
+        previous = override_enqueuer(_RecorderPort(self))
         replaced = {name: vars(jobrelay).get(name) for name in _MODULE_ENQUEUES}
         setattr(jobrelay, "enqueue", self.enqueue)  # noqa: B010 - typed as transactional's
         setattr(jobrelay, "enqueue_async", self.enqueue_async)  # noqa: B010
         try:
             yield self
         finally:
-            install_enqueuer(previous)
+            override_enqueuer(previous)
+            install_enqueuer(configured)
             for name, value in replaced.items():
                 if value is None:
                     delattr(jobrelay, name)  # back to the module's lazy import
@@ -629,10 +635,8 @@ class Recorder:
 
     def _record(self, asked: _Asked) -> RecordedJob:
         """The job an enqueue answers, under the API's idempotency rules."""
-        request = _request(asked)
-        fingerprint = request_hash(
-            request.type, request.payload, request.schedule, request.flow.given()
-        )
+        submission = _submission(asked)
+        request, fingerprint = submission.request, submission.fingerprint
         held = self._by_key.get(request.idempotency_key)
         if held is not None:
             if held[0] != fingerprint:
@@ -643,7 +647,7 @@ class Recorder:
         if live is not None:
             self.calls.append(live)
             return live
-        job = _new_job(request, asked)
+        job = _new_job(submission, asked)
         self._by_key[request.idempotency_key] = (fingerprint, job)
         if asked.registry is not None:
             self._registries[job.id] = asked.registry
@@ -701,44 +705,32 @@ def recording() -> Iterator[Recorder]:
 _MODULE_ENQUEUES = ("enqueue", "enqueue_async")
 
 
-def _request(asked: _Asked) -> JobRequest:
-    """The checked request, as ``jobrelay.enqueue`` checks one: ``ValueError`` /
-    ``TypeError`` for what no submission can have, ``InvalidPayload`` against a known type."""
-    key = asked.key if asked.key is not None else str(uuid.uuid4())
-    if not isinstance(key, str) or not is_valid_idempotency_key(key):
-        raise ValueError(
-            f"key must be 1 to {IDEMPOTENCY_KEY_MAX} visible ASCII characters (0x21-0x7E)"
-        )
-    if not isinstance(asked.payload, dict):
-        raise TypeError(
-            f"payload must be a JSON object (a dict), not {type(asked.payload).__name__}"
-        )
-    payload = _as_stored(asked.payload)
-    defaults = Flow()
-    max_attempts = asked.max_attempts
-    if asked.registry is not None:
-        model = asked.registry.validate_payload(asked.type, payload)
-        defaults = asked.registry.flow_defaults(asked.type, model, asked.flow)
-        if max_attempts is None:
-            max_attempts = asked.registry.max_attempts_for(asked.type, DEFAULT_MAX_ATTEMPTS)
-    return JobRequest(
-        key,
+def _submission(asked: _Asked) -> Submission:
+    """The checked request and its fingerprint, by ``jobrelay.enqueue``'s own checks
+    (``transactional.py::_submission``, free of any connection): ``ValueError`` / ``TypeError``
+    for what no submission can have, ``InvalidPayload`` against a known type. Its fingerprint
+    is the one the database keeps (``db/accept.py::Submission``)."""
+    from jobrelay import transactional  # psycopg and SQLAlchemy: only once a job is recorded
+
+    return transactional._submission(
         asked.type,
-        payload,
-        max_attempts or DEFAULT_MAX_ATTEMPTS,
-        run_at=asked.run_at,
-        delay_seconds=asked.delay_seconds,
+        asked.payload,
+        asked.key if asked.key is not None else str(uuid.uuid4()),
+        asked.run_at,
+        asked.delay_seconds,
+        asked.max_attempts,
+        asked.registry,
         flow=asked.flow,
-        defaults=defaults,
     )
 
 
-def _new_job(request: JobRequest, asked: _Asked) -> RecordedJob:
+def _new_job(submission: Submission, asked: _Asked) -> RecordedJob:
+    request = submission.request
     flow = request.job_flow
     return RecordedJob(
         id=new_id(),
         type=request.type,
-        payload=request.payload,
+        payload=json.loads(submission.payload_json),  # as stored: a tuple is a list
         idempotency_key=request.idempotency_key,
         run_at=request.run_at,
         delay_seconds=request.delay_seconds,

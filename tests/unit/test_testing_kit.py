@@ -19,7 +19,14 @@ from pydantic import BaseModel
 import jobrelay
 from jobrelay import JobContext, PermanentError, Registry, TransientError
 from jobrelay.core.errors import InvalidPayload, UnknownJobType
-from jobrelay.core.registry import PROGRESS_MESSAGE_MAX, NotConfigured, install_enqueuer
+from jobrelay.core.registry import (
+    PROGRESS_MESSAGE_MAX,
+    JobType,
+    NotConfigured,
+    configured_enqueuer,
+    install_enqueuer,
+    installed_enqueuer,
+)
 from jobrelay.core.retry import RetryPolicy
 from jobrelay.core.states import JobState
 from jobrelay.testing import (
@@ -99,6 +106,13 @@ async def order(context: JobContext, payload: Charge) -> dict[str, Any]:
     return {"charge_job": str(job.id)}
 
 
+@registry.job("shop.leaky", Empty)
+def leaky(context: JobContext, payload: Empty) -> dict[str, Any]:
+    raise TransientError("gateway refused token=s3cr3t-value and jr_abcdefgh12345678")
+
+
+registry.register(JobType("shop.api_only", Empty))  # a type the API knows, no handler here
+
 PAYLOAD = Charge(order_id="o-1", amount_cents=1999)
 
 
@@ -169,6 +183,18 @@ def test_any_other_exception_is_an_unexpected_error_with_its_traceback_for_opera
     )
     assert verdict.failure is not None and verdict.failure.traceback is not None
     assert "raise ValueError" in verdict.failure.traceback
+
+
+def test_secrets_in_a_handlers_message_are_masked_as_the_consumer_masks_them() -> None:
+    verdict = run_job(registry, "shop.leaky", {})
+    assert verdict.message == "gateway refused token=*** and jr_***"
+    assert verdict.failure is not None and "s3cr3t" not in (verdict.failure.traceback or "")
+
+
+def test_a_type_without_a_handler_is_quarantined_as_no_handler() -> None:
+    verdict = run_job(registry, "shop.api_only", {})
+    assert verdict.quarantined and verdict.error_code == "no_handler"
+    assert verdict.message == "no handler for job type 'shop.api_only'"
 
 
 @pytest.mark.parametrize("name", ["shop.slow", "shop.slow_plain"])
@@ -276,6 +302,44 @@ def test_a_definitions_enqueue_is_recorded_while_the_recorder_is_installed() -> 
     assert recorder.assert_enqueued("shop.charge", PAYLOAD, key="charge:o-1") is job
     with pytest.raises(NotConfigured):
         charge.enqueue(PAYLOAD)  # uninstalled: nothing configured again
+
+
+def test_a_recording_takes_enqueues_even_when_the_code_calls_configure_and_restores_it() -> None:
+    jobrelay.configure(client_name="before")
+    before = configured_enqueuer()
+    other = Recorder()
+    with pytest.raises(RuntimeError, match="startup failed"), recording() as recorder:
+        jobrelay.configure(client=other)  # an application's startup, inside the test
+        job = charge.enqueue(PAYLOAD)
+        raise RuntimeError("startup failed")
+    assert recorder.jobs == [job] and other.jobs == []
+    assert configured_enqueuer() is installed_enqueuer() is before  # and no recorder
+    with pytest.raises(TypeError, match="enqueue needs a psycopg Connection"):
+        charge.enqueue(PAYLOAD, connection=object())  # through jobrelay.enqueue again
+
+
+def test_recordings_nest_and_each_exit_puts_back_the_one_outside() -> None:
+    with recording() as outer:
+        with recording() as inner:
+            made_inside = charge.enqueue(PAYLOAD)
+            jobrelay.enqueue(object(), client="shop", type="t.x", payload={}, key="k")
+        made_outside = charge.enqueue(PAYLOAD)
+        jobrelay.enqueue(object(), client="shop", type="t.y", payload={}, key="k")
+    assert [job.type for job in inner.jobs] == ["shop.charge", "t.x"]
+    assert [job.type for job in outer.jobs] == ["shop.charge", "t.y"]
+    assert inner.jobs[0] is made_inside and outer.jobs[0] is made_outside
+    assert "enqueue" not in vars(jobrelay)  # back to the module's lazy import
+    with pytest.raises(NotConfigured):
+        charge.enqueue(PAYLOAD)
+
+
+def test_the_recorder_refuses_what_jobrelay_enqueue_refuses() -> None:
+    recorder = Recorder()
+    with pytest.raises(ValueError, match="max_attempts must be an integer from 1 to 100"):
+        recorder.submit("shop.charge", {}, max_attempts=0)
+    with pytest.raises(ValueError, match="type must be a string of 1 to"):
+        recorder.submit("", {})
+    assert recorder.submit("shop.charge", {"items": (1, 2)}, key="k").payload == {"items": [1, 2]}
 
 
 def test_the_same_key_and_request_is_the_same_job_and_another_request_conflicts() -> None:

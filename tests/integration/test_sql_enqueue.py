@@ -423,6 +423,8 @@ async def test_the_client_may_be_named_by_its_id_which_wins_over_a_name(
 # --- arguments ----------------------------------------------------------------------------------
 
 BEYOND_A_DOUBLE = '{"x": 1' + "0" * 309 + ".5}"  # Python reads it as infinity
+# Python's json reads integers of up to 4,300 digits (sys.int_info.default_max_str_digits).
+LONGEST_INTEGER = "9" * 4300
 
 
 @pytest.mark.parametrize(
@@ -442,6 +444,7 @@ BEYOND_A_DOUBLE = '{"x": 1' + "0" * 309 + ".5}"  # Python reads it as infinity
         ({"payload": '"text"'}, "22023"),
         ({"payload": "null"}, "22023"),
         ({"payload": BEYOND_A_DOUBLE}, "22003"),
+        ({"payload": '{"x": [-1' + LONGEST_INTEGER + "]}"}, "22003"),
         ({"priority": 101}, "22003"),
         ({"priority": -101}, "22003"),
         ({"run_at": "infinity"}, "22008"),
@@ -468,6 +471,16 @@ async def test_a_bad_argument_raises_invalid_request_and_writes_nothing(
 
     assert refused(raised.value) == (sqlstate, "invalid_request")
     assert everything(database_url) == {"jobs": 0, "outbox": 0, "job_events": 0}
+
+
+async def test_an_integer_as_long_as_python_reads_is_taken_and_read_back(
+    sql: psycopg.Connection[Any], store: Store, alice: str
+) -> None:
+    job_id = enqueue(sql, "long", '{"n": -' + LONGEST_INTEGER + "}")
+    sql.commit()
+
+    job = await store.get_job(job_id)  # read back through Python's json, as a consumer reads it
+    assert job is not None and job.payload == {"n": -int(LONGEST_INTEGER)}
 
 
 # --- the schedule and the priority --------------------------------------------------------------

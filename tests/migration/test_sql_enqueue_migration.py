@@ -3,6 +3,7 @@ limits frozen into the function (``migrations/history.py``) are still the live o
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 
 import psycopg
@@ -66,3 +67,4 @@ def test_the_limits_frozen_into_jobrelay_enqueue_are_the_live_ones() -> None:
     assert history.TYPE_NAME_MAX_0010 == limits.TYPE_NAME_MAX
     assert history.PRIORITY_RANGE_0010 == (limits.PRIORITY_MIN, limits.PRIORITY_MAX)
     assert history.DEFAULT_MAX_ATTEMPTS_0010 == limits.DEFAULT_MAX_ATTEMPTS
+    assert sys.int_info.default_max_str_digits == history.PYTHON_INT_DIGITS_MAX_0010

@@ -45,3 +45,6 @@ IDEMPOTENCY_KEY_MAX_0010 = 200
 TYPE_NAME_MAX_0010 = 200
 PRIORITY_RANGE_0010 = (-100, 100)
 DEFAULT_MAX_ATTEMPTS_0010 = 3
+# The longest integer (in digits) Python's json reads, sys.int_info.default_max_str_digits:
+# jobrelay_enqueue refuses a payload with a longer one, which no consumer could read.
+PYTHON_INT_DIGITS_MAX_0010 = 4300

@@ -32,6 +32,7 @@ from jobrelay.migrations.history import (
     DEFAULT_MAX_ATTEMPTS_0010,
     IDEMPOTENCY_KEY_MAX_0010,
     PRIORITY_RANGE_0010,
+    PYTHON_INT_DIGITS_MAX_0010,
     TYPE_NAME_MAX_0010,
 )
 
@@ -44,6 +45,10 @@ PRIORITY_MIN, PRIORITY_MAX = PRIORITY_RANGE_0010
 # subnormal, 2**-1075, to which and below it rounds to 0.0 (cut to 60 digits).
 DOUBLE_OVERFLOW = "1.79769313486231580793728971405303415079934132710037826936174e308"
 DOUBLE_UNDERFLOW = "2.47032822920623272088284396434110686182529901307162382212793e-324"
+
+# The most digits of an integer Python's json reads: jsonb holds longer ones, which the
+# consumer and the API's view would then fail to read, and jobrelay.enqueue to write.
+PYTHON_INT_DIGITS_MAX = PYTHON_INT_DIGITS_MAX_0010
 
 # Whether a decimal reads back as the double (false past the doubles: the cast would fail).
 READS_BACK = f"""
@@ -105,6 +110,7 @@ $$
 # left after its exponent ("1.50" stays "1.50", "1e3" is "1000"). So: no fraction, an integer
 # (Python's int of any size); a fraction, the float's shortest digits laid out as repr() lays
 # them: an exponent when the decimal point is more than 16 digits right or 4 left of the first.
+# A number Python cannot read (an integer past its digits, a fraction past a double) is refused.
 JSON_NUMBER = f"""
 CREATE OR REPLACE FUNCTION jobrelay_json_number(number numeric) RETURNS text
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
@@ -116,6 +122,12 @@ DECLARE
     exponent int;
 BEGIN
     IF scale(number) = 0 THEN
+        IF length(abs(number)::text) > {PYTHON_INT_DIGITS_MAX} THEN
+            RAISE EXCEPTION USING ERRCODE = 'numeric_value_out_of_range',
+                MESSAGE = 'invalid_request: payload holds an integer of more than '
+                          '{PYTHON_INT_DIGITS_MAX} digits',
+                DETAIL = 'Python reads none longer from JSON: no consumer could read the job.';
+        END IF;
         RETURN number::text;
     END IF;
     IF abs(number) >= {DOUBLE_OVERFLOW} THEN

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import jsonschema_rs
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from jobrelay.api.problems import problem_document, request_error_document
 from jobrelay.api.schemas import (
@@ -27,10 +28,17 @@ from jobrelay.api.schemas import (
 )
 from jobrelay.broker.publisher import build_message
 from jobrelay.core import limits
-from jobrelay.core.errors import IdempotencyConflict, InvalidSchedule, UnknownJobType
+from jobrelay.core.errors import (
+    IdempotencyConflict,
+    InvalidPayload,
+    InvalidSchedule,
+    UnknownJobType,
+)
 from jobrelay.core.message import MAX_TYPE_LENGTH, MESSAGE_VERSION, Envelope
+from jobrelay.core.registry import safe_validation_errors
 from jobrelay.core.relay import OutboxRow
 from jobrelay.core.states import JobState
+from jobrelay.core.type_catalog import schema_errors
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "docs" / "schemas"
 DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
@@ -175,6 +183,45 @@ def test_the_job_views_parts_have_their_models_fields() -> None:
     assert properties["priority"]["maximum"] == limits.PRIORITY_MAX
 
 
+def test_a_view_with_every_field_set_matches_the_schema_as_the_api_writes_it() -> None:
+    """Every field with a value, as the API serializes the models: the integration test never
+    sees a job with progress, and sees a workflow's job only while it waits."""
+    valid = compiled(schema("job.schema.json"))
+    at = datetime(2026, 12, 3, 8, 0, tzinfo=UTC)
+    view = JobView(
+        id=uuid.uuid4(),
+        type="catalog.export",
+        state=JobState.SUCCEEDED,
+        idempotency_key=f"workflow:{uuid.uuid4()}:export",
+        payload={"course": "JavaScript"},
+        attempts=2,
+        max_attempts=103,  # a replay's: past what a submission may ask
+        created_at=at,
+        updated_at=at,
+        available_at=at,
+        run_at=at,
+        cancel_requested_at=at,
+        finished_at=at,
+        lease_until=None,
+        last_error_code="timeout",
+        last_error="the attempt took longer than 30 s",
+        result={"key": "reports/x.csv"},
+        priority=-100,
+        concurrency_key="tenant-7",
+        unique_key="nightly",
+        workflow_id=uuid.uuid4(),
+        progress=ProgressView(fraction=0.5, message=None, at=at),
+        links=JobLinks(self=f"/v1/jobs/{uuid.uuid4()}", events=f"/v1/jobs/{uuid.uuid4()}/events"),
+    )
+    deduplicated = DeduplicatedJobView(**dict(view), deduplicated=True)
+
+    for model in (view, deduplicated):
+        document = model.model_dump(mode="json")
+        assert all(document[name] is not None for name in fields(JobView) - {"lease_until"})
+        errors = [error.message for error in valid.iter_errors(document)]
+        assert not errors, (model, errors)
+
+
 # --- the message ------------------------------------------------------------------------------
 
 
@@ -221,6 +268,19 @@ def test_the_messages_version_and_type_length_are_the_envelopes() -> None:
 # --- the problem ------------------------------------------------------------------------------
 
 
+class Order(BaseModel):
+    lines: list[int]
+
+
+def model_errors() -> list[dict[str, Any]]:
+    """A loaded type's invalid_payload errors: pydantic's, a list index among the loc."""
+    try:
+        Order.model_validate({"lines": [1, "two"]})
+    except ValidationError as error:
+        return safe_validation_errors(error)
+    raise AssertionError("the payload was valid")
+
+
 def test_the_problems_the_api_writes_match_the_problem_schema() -> None:
     document = schema("problem.schema.json")
     valid = compiled(document)
@@ -233,6 +293,22 @@ def test_the_problems_the_api_writes_match_the_problem_schema() -> None:
             "validation_error",
             "The request is not valid",
             errors=[{"loc": ["body", "priority"], "msg": "too big", "type": "less_than_equal"}],
+        ),
+        # invalid_payload, from a loaded type's model and from a type a consumer registered.
+        request_error_document(
+            InvalidPayload("payload does not match the schema of 't'", errors=model_errors())
+        ),
+        request_error_document(
+            InvalidPayload(
+                "payload does not match the schema of 't'",
+                errors=schema_errors(
+                    jsonschema_rs.validator_for(
+                        {"type": "object", "required": ["n"], "properties": {"n": {"minimum": 1}}}
+                    ),
+                    {"n": 0, "extra": [1]},
+                )
+                + schema_errors(jsonschema_rs.validator_for({"required": ["n"]}), {}),
+            )
         ),
         # A batch's item error, as its model dumps it (nulls included).
         Problem(

@@ -275,6 +275,19 @@ def test_make_context_gives_a_context_like_the_consumers(caplog: pytest.LogCaptu
     assert (line.job_id, line.attempt, line.type) == (str(job_id), 2, "shop.charge")  # type: ignore[attr-defined]
 
 
+def test_make_context_refuses_an_attempt_no_consumer_runs() -> None:
+    with pytest.raises(ValueError, match="attempt is a whole number of at least 1, not 0"):
+        make_context(attempt=0)
+    with pytest.raises(ValueError, match="attempt 5 of 4: a consumer never runs"):
+        run_job(charge, PAYLOAD, attempt=5)  # the type's limit is 4
+
+
+def test_the_results_dirs_made_for_contexts_share_one_folder_removed_at_exit() -> None:
+    first, second = make_context().results_dir, run_job(charge, PAYLOAD).context.results_dir
+    assert first != second and first.parent == second.parent
+    assert first.parent.name.startswith("jobrelay-test-") and first.is_dir()
+
+
 def test_progress_is_checked_and_cut_as_on_the_consumer() -> None:
     context = make_context(parent_results={"quote": {"cents": 5}})
     context.progress(0.25, "m" * (PROGRESS_MESSAGE_MAX + 10))

@@ -120,6 +120,25 @@ def test_a_task_enqueued_in_a_rolled_back_atomic_block_leaves_no_job(
     assert rows(django_db, "SELECT count(*) FROM outbox") == [(0,)]
 
 
+def test_a_task_enqueued_in_a_rolled_back_inner_atomic_block_leaves_no_job_of_the_outer_one(
+    django_db: str, client_made: str
+) -> None:
+    from django.db import transaction
+
+    class Abandon(Exception):
+        pass
+
+    with transaction.atomic():
+        kept = tasks().add.enqueue(1, 1)
+        with pytest.raises(Abandon), transaction.atomic():  # a savepoint, rolled back to
+            dropped = tasks().add.enqueue(2, 2)
+            raise Abandon
+        assert rows(django_db, "SELECT count(*) FROM jobs") == [(0,)]  # not committed yet
+
+    assert rows(django_db, "SELECT id FROM jobs") == [(uuid.UUID(kept.id),)]
+    assert rows(django_db, "SELECT id FROM jobs WHERE id = %(id)s", id=dropped.id) == []
+
+
 def test_a_task_enqueued_outside_an_atomic_block_is_accepted_at_once(
     django_db: str, client_made: str
 ) -> None:
@@ -149,6 +168,17 @@ async def test_aenqueue_writes_the_job_too(django_db: str, client_made: str) -> 
     ]
 
 
+async def test_an_enqueue_on_the_event_loop_is_refused_as_djangos_orm_refuses_it(
+    django_db: str, client_made: str
+) -> None:
+    from django.core.exceptions import SynchronousOnlyOperation
+
+    with pytest.raises(SynchronousOnlyOperation):
+        tasks().add.enqueue(1, 2)  # aenqueue is the one for async code
+
+    assert rows(django_db, "SELECT count(*) FROM jobs") == [(0,)]
+
+
 def test_arguments_json_cannot_hold_are_refused_with_djangos_error_writing_nothing(
     django_db: str, client_made: str
 ) -> None:
@@ -163,6 +193,66 @@ def test_a_client_that_does_not_exist_is_a_configuration_error(django_db: str) -
 
     with pytest.raises(ImproperlyConfigured, match="OPTIONS 'client'"):
         tasks().add.enqueue(1, 2)
+
+
+@pytest.fixture
+def persistent_connections(django_db: str) -> Iterator[dict[str, Any]]:
+    """Django's connections kept between requests (CONN_MAX_AGE None), as a production
+    site often has them; the settings of every thread's connection, to change further."""
+    from django.db import connections
+
+    database = connections.settings["default"]
+    database["CONN_MAX_AGE"] = None
+    try:
+        yield database
+    finally:
+        database["CONN_MAX_AGE"] = 0
+        database["CONN_HEALTH_CHECKS"] = False
+        connections.close_all()
+
+
+def end_the_session_of_djangos_connection(url: str) -> None:
+    """The server ends the session of this thread's Django connection, as a restart of the
+    server or a proxy's idle timeout does: Django's side does not know it yet."""
+    from django.db import connection
+
+    [(ended,)] = rows(
+        url, "SELECT pg_terminate_backend(%(pid)s)", pid=connection.connection.info.backend_pid
+    )
+    assert ended
+
+
+def test_a_persistent_connection_that_fails_its_health_check_is_replaced_before_an_enqueue(
+    django_db: str, client_made: str, persistent_connections: dict[str, Any]
+) -> None:
+    from django.db import close_old_connections
+
+    persistent_connections["CONN_HEALTH_CHECKS"] = True
+    tasks().add.enqueue(1, 1)  # opens the connection, kept
+    close_old_connections()  # a request ends; the next one checks the connection once
+    end_the_session_of_djangos_connection(django_db)
+
+    result = tasks().add.enqueue(2, 2)
+
+    assert rows(django_db, "SELECT count(*) FROM jobs WHERE id = %(id)s", id=result.id) == [(1,)]
+
+
+def test_an_enqueue_on_a_broken_connection_raises_djangos_error_and_the_request_end_drops_it(
+    django_db: str, client_made: str, persistent_connections: dict[str, Any]
+) -> None:
+    from django.db import OperationalError, close_old_connections
+
+    tasks().add.enqueue(1, 1)
+    end_the_session_of_djangos_connection(django_db)
+
+    with pytest.raises(OperationalError):  # django.db's, as its own queries raise it
+        tasks().add.enqueue(2, 2)
+    close_old_connections()  # the request ends: a connection that had such an error is closed
+    result = tasks().add.enqueue(3, 3)
+
+    assert rows(django_db, "SELECT payload FROM jobs WHERE id = %(id)s", id=result.id) == [
+        ({"args": [3, 3], "kwargs": {}},)
+    ]
 
 
 # --- what the backend refuses -----------------------------------------------------------------

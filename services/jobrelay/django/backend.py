@@ -26,11 +26,13 @@ from django.core import checks  # type: ignore[import-untyped,unused-ignore]
 from django.core.exceptions import ImproperlyConfigured  # type: ignore[import-untyped,unused-ignore]
 from django.db import connections  # type: ignore[import-untyped,unused-ignore]
 from django.db.backends.base.base import BaseDatabaseWrapper  # type: ignore[import-untyped,unused-ignore]
+from django.utils.asyncio import async_unsafe  # type: ignore[import-untyped,unused-ignore]
 from django.utils.module_loading import import_string  # type: ignore[import-untyped,unused-ignore]
 from sqlalchemy import TextClause
 from sqlalchemy.dialects.postgresql import psycopg as sa_psycopg
 from typing_extensions import ParamSpec
 
+from jobrelay.core.jobs import Job
 from jobrelay.core.limits import MAX_ATTEMPTS_MAX, TYPE_NAME_MAX
 from jobrelay.core.settings import parse_type_queues
 from jobrelay.db import queries as q
@@ -126,17 +128,10 @@ class JobrelayBackend(BaseTaskBackend):
         connection = self._connection()
         connection.validate_no_broken_transaction()
         try:
-            job = enqueue(
-                connection.connection,
-                client=self.client,
-                type=task.module_path,
-                payload=payload,
-                # Django's tasks have no idempotency key: every enqueue is a job of its own.
-                key=f"django:{uuid.uuid4()}",
-                run_at=task.run_after,
-                priority=task.priority,
-                max_attempts=self.max_attempts,
-            )
+            # Django's errors, as its own cursor raises them; one that may have broken the
+            # connection marks it, so the request's end closes it rather than keep it.
+            with connection.wrap_database_errors:
+                job = self._enqueue(connection, task, payload)
         except UnknownClient as error:
             raise ImproperlyConfigured(f"TASKS[{self.alias!r}] OPTIONS 'client': {error}") from None
         result: TaskResult[T] = TaskResult(
@@ -156,6 +151,23 @@ class JobrelayBackend(BaseTaskBackend):
         # As Django's own backends do (inside atomic(), before the caller's commit, too).
         task_enqueued.send(type(self), task_result=result)
         return result
+
+    def _enqueue(
+        self, connection: BaseDatabaseWrapper, task: Task[Any, Any], payload: dict[str, Any]
+    ) -> Job:
+        """The job of ``task`` written through Django's connection (its raw psycopg one: the
+        statements run in whatever transaction or savepoint Django has open on it)."""
+        return enqueue(
+            connection.connection,
+            client=self.client,
+            type=task.module_path,
+            payload=payload,
+            # Django's tasks have no idempotency key: every enqueue is a job of its own.
+            key=f"django:{uuid.uuid4()}",
+            run_at=task.run_after,
+            priority=task.priority,
+            max_attempts=self.max_attempts,
+        )
 
     def get_result(self, result_id: str) -> TaskResult[Any]:
         job_id = _job_id(result_id)
@@ -199,9 +211,14 @@ class JobrelayBackend(BaseTaskBackend):
             )
         return connection
 
+    @async_unsafe  # type: ignore[untyped-decorator,unused-ignore]
     def _connection(self) -> BaseDatabaseWrapper:
-        """``_database()``, connected: its ``connection`` is the psycopg ``Connection``."""
+        """``_database()``, connected: its ``connection`` is the psycopg ``Connection``. As
+        Django's own ``cursor()`` does: refused on an event loop (SynchronousOnlyOperation)
+        before any query, and a persistent connection that fails its health check
+        (CONN_HEALTH_CHECKS) is replaced first, rather than handed over broken."""
         connection = self._database()
+        connection.close_if_health_check_failed()
         connection.ensure_connection()
         return connection
 

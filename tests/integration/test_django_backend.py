@@ -388,9 +388,12 @@ def test_every_job_state_reads_as_one_of_djangos_statuses() -> None:
 
 
 def django_registry(type_queues: dict[str, str] | None = None) -> Registry:
+    return django_registry_into(Registry(), type_queues)
+
+
+def django_registry_into(registry: Registry, type_queues: dict[str, str] | None = None) -> Registry:
     from jobrelay.django.worker import add_django_tasks
 
-    registry = Registry()
     add_django_tasks(
         registry,
         {django_kit.SLOW_ROUTES.split("=")[0]: "slow"} if type_queues is None else type_queues,
@@ -520,6 +523,45 @@ async def test_the_database_session_a_task_opened_is_closed_after_it(
             break
         await asyncio.sleep(0.05)
     assert sessions(django_db, pid) == []
+
+
+async def test_a_sync_tasks_database_session_is_closed_after_it_with_persistent_connections(
+    django_db: str,
+    client_made: str,
+    store: Store,
+    settings: Settings,
+    persistent_connections: dict[str, Any],
+) -> None:
+    enqueued = await in_thread(tasks().database_session.enqueue)
+
+    result = await run_once(store, settings, django_registry(), enqueued)
+
+    # Its thread ended with the attempt: a connection kept there would be used never again.
+    pid = result.return_value
+    for _ in range(50):
+        if not sessions(django_db, pid):
+            break
+        await asyncio.sleep(0.05)
+    assert sessions(django_db, pid) == []
+
+
+def test_a_tasks_module_that_fails_to_import_stops_the_consumer_naming_it(
+    django_db: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jobrelay.django.compat import task_backends
+
+    (tmp_path / "broken_django_tasks.py").write_text("raise RuntimeError('no such setting')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    backend = task_backends["default"]
+    monkeypatch.setattr(backend, "task_modules", (*backend.task_modules, "broken_django_tasks"))
+    registry = Registry()
+
+    with pytest.raises(
+        ConfigurationError,
+        match="module 'broken_django_tasks' does not import: RuntimeError: no such setting",
+    ):
+        django_registry_into(registry)
+    assert list(registry) == []  # none of the tasks that did import: the consumer stops
 
 
 def test_the_services_load_the_django_tasks_with_django_settings_module_set(

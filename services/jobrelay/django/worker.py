@@ -5,14 +5,17 @@ sets Django up once, finds the tasks of every ``JobrelayBackend`` (the ``tasks``
 installed app, and each backend's OPTIONS ``task_modules``), and registers each as a job type
 named by its dotted path, whose handler calls the task's function:
 
-- a plain function in the consumer's thread pool, an ``async def`` on its event loop;
+- a plain function in a thread of its own (services/jobrelay/consumer/handler_call.py), an
+  ``async def`` on the consumer's event loop;
 - Django's database connections closed before and after, in the thread that ran the task, as
-  Django's request cycle does (``close_old_connections``);
+  Django's request cycle does (``close_old_connections``); a plain function's are closed after
+  it whatever CONN_MAX_AGE says, since its thread ends with it;
 - its return value (JSON, as Django requires) stored as the job's result
   ``{"return_value": ...}``.
 
 An exception fails the attempt, as in Django: it is retried with backoff until the job's
-attempts are spent (JOBRELAY_MAX_ATTEMPTS), then quarantined (Django's ``FAILED``).
+attempts are spent (the backend's OPTIONS ``max_attempts``, else ``DEFAULT_MAX_ATTEMPTS``),
+then quarantined (Django's ``FAILED``).
 jobrelay's ``PermanentError`` quarantines at once, ``TransientError`` is retried as any
 exception is.
 """
@@ -33,7 +36,10 @@ import django  # type: ignore[import-untyped,unused-ignore]
 from asgiref.sync import sync_to_async
 from django.apps import apps  # type: ignore[import-untyped,unused-ignore]
 from django.conf import settings  # type: ignore[import-untyped,unused-ignore]
-from django.db import close_old_connections  # type: ignore[import-untyped,unused-ignore]
+from django.db import (  # type: ignore[import-untyped,unused-ignore]
+    close_old_connections,
+    connections,
+)
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobrelay.core.errors import ConfigurationError, PermanentError
@@ -108,8 +114,19 @@ def discover(backends: Mapping[str, JobrelayBackend]) -> Iterator[Task[Any, Any]
     ]
     names += [name for backend in backends.values() for name in backend.task_modules]
     for name in dict.fromkeys(names):
-        module = importlib.import_module(name)
+        module = _import_tasks_module(name)
         yield from (task for task in _tasks_in(module) if task.backend in backends)
+
+
+def _import_tasks_module(name: str) -> ModuleType:
+    """The tasks module ``name``; ``ConfigurationError`` naming it when it does not import
+    (whatever it raised: the error alone need not say which module it came from)."""
+    try:
+        return importlib.import_module(name)
+    except Exception as error:
+        raise ConfigurationError(
+            f"Django tasks module {name!r} does not import: {type(error).__name__}: {error}"
+        ) from None
 
 
 def _has_submodule(package: ModuleType | None, name: str) -> bool:
@@ -154,7 +171,10 @@ def handler_of(task: Task[Any, Any]) -> Handler:
         try:
             value = task.func(*_arguments(task, context, payload), **payload.kwargs)
         finally:
-            close_old_connections()
+            # Closed whatever CONN_MAX_AGE says: the consumer runs each attempt of a plain
+            # handler in a thread of its own, which ends with it, so a connection kept open
+            # would never be used again and its session would stay until a garbage collection.
+            connections.close_all()
         return stored(value)
 
     return run

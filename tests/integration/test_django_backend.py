@@ -309,6 +309,8 @@ def test_a_backend_without_a_client_is_a_configuration_error(django_db: str) -> 
         JobrelayBackend("x", {"OPTIONS": {"client": "a", "timeout_seconds": "soon"}})
     with pytest.raises(ImproperlyConfigured, match="is not type=queue"):
         JobrelayBackend("x", {"OPTIONS": {"client": "a", "type_queues": "orders.x"}})
+    with pytest.raises(ImproperlyConfigured, match="'task_modules' is a list of module names"):
+        JobrelayBackend("x", {"OPTIONS": {"client": "a", "task_modules": "orders.jobs"}})
 
 
 def test_a_database_that_is_not_postgresql_is_a_configuration_error(django_db: str) -> None:

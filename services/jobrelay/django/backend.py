@@ -82,7 +82,7 @@ class JobrelayBackend(BaseTaskBackend):
         self.client: str = client
         self.database: str = str(options.get("database", "default"))
         self.routes: dict[str, str] = _routes(alias, options.get("type_queues"))
-        self.task_modules: tuple[str, ...] = tuple(options.get("task_modules", ()))
+        self.task_modules = _module_names(alias, options.get("task_modules", ()))
         self.timeout_seconds = _positive(
             alias, "timeout_seconds", options.get("timeout_seconds", 300)
         )
@@ -247,6 +247,19 @@ def _routes(alias: str, given: object) -> dict[str, str]:
         return parse_type_queues(spec)
     except ValueError as error:
         raise ImproperlyConfigured(f"TASKS[{alias!r}]: {error}") from None
+
+
+def _module_names(alias: str, value: object) -> tuple[str, ...]:
+    """OPTIONS 'task_modules': a list of dotted module names (a lone text would otherwise be
+    taken letter by letter, each letter a module)."""
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(name, str) and name for name in value
+    ):
+        raise ImproperlyConfigured(
+            f"TASKS[{alias!r}] OPTIONS 'task_modules' is a list of module names "
+            "(['orders.jobs', ...])"
+        )
+    return tuple(value)
 
 
 def _positive(alias: str, option: str, value: object) -> float:

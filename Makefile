@@ -81,8 +81,10 @@ test-pgbouncer: environment
 ## interpreter: PYTHON313=…, else pyenv's newest 3.13, else python3.13 on the PATH.
 PY313_VENV ?= .local/venv-3.13
 PYTHON313 ?= $(or $(lastword $(sort $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13))),python3.13)
+# As if that venv were active: what the tests start (python, jobrelay, ruff) is its own.
 test-python313: $(PY313_VENV)/.jobrelay-installed
-	$(SCRIPT_PYTHON) scripts/servers.py run -- $(abspath $(PY313_VENV))/bin/python -m pytest \
+	VIRTUAL_ENV=$(abspath $(PY313_VENV)) PATH=$(abspath $(PY313_VENV))/bin:$$PATH \
+		$(SCRIPT_PYTHON) scripts/servers.py run -- $(abspath $(PY313_VENV))/bin/python -m pytest \
 		-p no:cacheprovider tests/unit tests/integration $(PYTEST_ARGS)
 
 $(PY313_VENV)/.jobrelay-installed: requirements/dev.txt pyproject.toml

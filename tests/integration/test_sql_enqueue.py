@@ -569,6 +569,7 @@ async def test_a_job_enqueued_from_sql_is_relayed_and_run(
 ) -> None:
     job_id = enqueue(sql, "sleep", '{"seconds": 0}', job_type="demo.sleep")
     sql.commit()
+    queued = await stats(system)
 
     with system.running("sql"):
         await system.wait_for("succeeded", job_id, what="the job enqueued from SQL to succeed")
@@ -576,6 +577,16 @@ async def test_a_job_enqueued_from_sql_is_relayed_and_run(
     events = [entry.event for entry in await system.store.job_events(job_id)]
     assert events[0] == "received" and "claimed" in events and events[-1] == "succeeded"
     assert events.count("published") == 1
+    # Counted in the stats as a job the API accepted is (the finished ones by their trigger).
+    assert queued["jobs_by_state"].get("queued") == 1
+    assert (await stats(system))["jobs_by_state"].get("succeeded") == 1
+
+
+async def stats(system: System) -> dict[str, Any]:
+    answer = await system.api.get("/v1/admin/stats", headers=auth(system.admin))
+    assert answer.status_code == 200, answer.text
+    document: dict[str, Any] = answer.json()
+    return document
 
 
 # --- the fingerprint equals Python's ------------------------------------------------------------

@@ -184,8 +184,11 @@ class JobrelayBackend(BaseTaskBackend):
         return task_result_of(job, self._task_of(job["type"], result_id), self.alias)
 
     def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
-        """``manage.py check``: the database is one jobrelay can write through (without
-        connecting to it: checks run where no database may answer)."""
+        """The database is one jobrelay can write through (without connecting to it: checks
+        run where no database may answer). ``manage.py check`` runs this only where Django's
+        tasks checks are registered before the checks run: on Django 6 once ``django.tasks``
+        was imported, on the backport with ``django_tasks`` in ``INSTALLED_APPS``; elsewhere
+        the first enqueue or get_result says the same (ImproperlyConfigured)."""
         try:
             self._database()
         except ImproperlyConfigured as error:

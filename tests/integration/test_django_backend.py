@@ -216,8 +216,11 @@ def end_the_session_of_djangos_connection(url: str) -> None:
     server or a proxy's idle timeout does: Django's side does not know it yet."""
     from django.db import connection
 
+    # With a timeout, it returns once the session has ended (PostgreSQL 14 and later).
     [(ended,)] = rows(
-        url, "SELECT pg_terminate_backend(%(pid)s)", pid=connection.connection.info.backend_pid
+        url,
+        "SELECT pg_terminate_backend(%(pid)s, 10000)",
+        pid=connection.connection.info.backend_pid,
     )
     assert ended
 

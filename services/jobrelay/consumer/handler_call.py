@@ -56,7 +56,7 @@ def handler_logger(
     job_id: uuid.UUID, job_type: str, attempt: int
 ) -> logging.LoggerAdapter[logging.Logger]:
     """``context.logger``: the ``jobrelay.handler`` logger, each line naming its attempt
-    (the testing kit's contexts log the same way, ``jobrelay/testing.py``)."""
+    (the testing kit's contexts log the same way, ``jobrelay/testing/contexts.py``)."""
     return logging.LoggerAdapter(
         logging.getLogger("jobrelay.handler"),
         {"job_id": str(job_id), "attempt": attempt, "type": job_type},
@@ -145,7 +145,7 @@ def check_result(result: Any) -> None:
 def refusal_failure(error: RequestError | PermanentError, mask: Callable[[str], str]) -> Failure:
     """Why a claimed job was not run (its payload does not match its type, or the type has no
     handler): no traceback (the handler never ran), and for a payload the fields that failed
-    (never their values). The worker's and the testing kit's (``jobrelay/testing.py``)."""
+    (never their values). The worker's and the testing kit's (``jobrelay/testing/verdicts.py``)."""
     message = str(error)
     errors = getattr(error, "extra", {}).get("errors")
     if errors:

@@ -408,7 +408,7 @@ class EnqueueRequest:
 class Enqueuer(Protocol):
     """The port between a definition and what sends its jobs: ``jobrelay/configuration.py``
     (a client, or ``jobrelay.enqueue`` on ``request.connection``), or the testing kit's
-    recorder (``jobrelay/testing.py``)."""
+    recorder (``jobrelay/testing/recorder.py``)."""
 
     def enqueue(self, request: EnqueueRequest) -> EnqueuedJob: ...
 
@@ -439,7 +439,7 @@ def not_configured(name: str, *, is_async: bool, in_transaction: bool) -> NotCon
 # Set once at an application's start by ``jobrelay.configure`` (as logging is configured once);
 # a definition reads it at each enqueue, never at import.
 _enqueuer: Enqueuer | None = None
-# A test's recorder (``jobrelay/testing.py``): while set, it takes every enqueue, even when the
+# A test's recorder (``jobrelay/testing/recorder.py``): while set, it takes every enqueue, even when the
 # code under test calls ``jobrelay.configure`` meanwhile (an application's startup does).
 _override: Enqueuer | None = None
 

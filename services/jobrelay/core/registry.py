@@ -439,8 +439,8 @@ def not_configured(name: str, *, is_async: bool, in_transaction: bool) -> NotCon
 # Set once at an application's start by ``jobrelay.configure`` (as logging is configured once);
 # a definition reads it at each enqueue, never at import.
 _enqueuer: Enqueuer | None = None
-# A test's recorder (``jobrelay/testing/recorder.py``): while set, it takes every enqueue, even when the
-# code under test calls ``jobrelay.configure`` meanwhile (an application's startup does).
+# A test's recorder (``jobrelay/testing/recorder.py``): while set, it takes every enqueue, even
+# when the code under test calls ``jobrelay.configure`` meanwhile (an application's startup does).
 _override: Enqueuer | None = None
 
 

@@ -301,6 +301,32 @@ async def test_concurrent_lookups_during_the_first_read_share_it(name: str) -> N
     assert {name in catalog for catalog in catalogs} == {name == "shop.signup"}
 
 
+async def test_a_read_that_ends_after_a_later_one_does_not_bring_back_its_older_rows() -> None:
+    class Gated(InMemoryTypeStore):
+        """The first read takes its rows at once and answers when ``first_done`` is set."""
+
+        first_done = asyncio.Event()
+
+        async def registered_types(self) -> list[RegisteredType]:
+            rows = await super().registered_types()
+            if self.reads == 1:
+                await self.first_done.wait()
+            return rows
+
+    store = Gated()
+    types = RegisteredTypes(store, Registry())
+    periodic = asyncio.create_task(types.reload())  # keep_fresh's, outside the lock
+    await asyncio.sleep(0.01)  # it has its (empty) rows and waits
+    await store.register_types([registered()])
+    types.invalidate()  # the registration's NOTIFY
+
+    assert "shop.signup" in await types.catalog_for(["shop.signup"])
+    store.first_done.set()
+    await periodic
+    assert "shop.signup" in await types.catalog_for(["shop.signup"])
+    assert store.reads == 2
+
+
 async def test_the_fake_store_stamps_registrations_with_its_clock() -> None:
     at = datetime(2026, 12, 3, tzinfo=UTC)
     store = InMemoryTypeStore(clock=lambda: at)

@@ -303,6 +303,10 @@ class RegisteredTypes:
         self._loaded_at: float | None = None  # never loaded yet
         self._stale = True
         self._lock = asyncio.Lock()
+        # Reads are numbered as they start: keep_fresh and GET /v1/admin/types read outside
+        # the lock, so an older read may end after a newer one and must not replace it.
+        self._reads_started = 0
+        self._read_applied = 0
 
     def invalidate(self) -> None:
         """A consumer registered types (or the notifications were interrupted): the next
@@ -329,13 +333,19 @@ class RegisteredTypes:
         return self.clock() - self._loaded_at >= self.miss_reload_seconds
 
     async def reload(self) -> TypeCatalog:
-        """Read every registered type; the catalog is replaced whole."""
+        """Read every registered type; the catalog is replaced whole, unless a read that
+        started later has replaced it already (this one's rows are then the older)."""
         self._stale = False  # a notification arriving during the read marks it again
+        self._reads_started += 1
+        read = self._reads_started
         try:
             registered = await self.store.registered_types()
         except BaseException:
             self._stale = True
             raise
+        if read < self._read_applied:
+            return self.catalog
+        self._read_applied = read
         self._loaded_at = self.clock()
         usable = [t for t in registered if self._compiles(t)]
         self._validators.keep_only(t.payload_schema for t in usable)

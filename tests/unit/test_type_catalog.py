@@ -5,6 +5,7 @@ API's cache reads the store again (the in-memory ``TypeStore``)."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from jobrelay.consumer.service import register_types
 from jobrelay.core.errors import InvalidPayload, StoreUnavailable, UnknownJobType
@@ -165,6 +166,41 @@ def test_a_missing_field_is_named_in_its_location_as_pydantic_does() -> None:
         ("seats",): "missing",
         ("address",): "missing",
     }
+
+
+class Booking(BaseModel):
+    order_id: uuid.UUID = Field(alias="orderId")
+    at: datetime
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"orderId": "12345678-1234-5678-1234-567812345678", "at": "2026-12-03T08:00:00Z"},
+        # What the model takes and a checked format would not: a UUID without its hyphens, a
+        # time without an offset.
+        {"orderId": "12345678123456781234567812345678", "at": "2026-12-03T08:00:00"},
+    ],
+)
+def test_the_api_refuses_no_uuid_or_time_text_the_consumers_model_takes(
+    payload: dict[str, Any],
+) -> None:
+    Booking.model_validate(payload)  # what the consumer runs the job with
+    types = catalog_of(RegisteredType.of(JobType("shop.book", Booking), by="host:1"))
+
+    assert types.validate_payload("shop.book", payload) == payload
+
+
+def test_a_registered_schema_names_the_fields_by_the_aliases_the_payload_uses() -> None:
+    types = catalog_of(RegisteredType.of(JobType("shop.book", Booking), by="host:1"))
+    by_field_name = {"order_id": "12345678-1234-5678-1234-567812345678", "at": "2026-12-03"}
+
+    with pytest.raises(InvalidPayload) as raised:
+        types.validate_payload("shop.book", by_field_name)
+
+    assert [e["loc"] for e in errors_of(raised.value)] == [["orderId"]]
+    with pytest.raises(ValidationError):
+        Booking.model_validate(by_field_name)  # the consumer refuses it too
 
 
 def test_a_type_neither_loaded_nor_registered_is_unknown() -> None:

@@ -29,10 +29,12 @@ import jobrelay
 from jobrelay.core.fingerprint import canonical_json
 from jobrelay.core.jobs import Flow, JobRequest
 from jobrelay.core.states import JobState
+from jobrelay.core.type_catalog import RegisteredType
 from jobrelay.db.accept import Submission
 from jobrelay.db.client_store import ClientStore
 from jobrelay.db.engine import libpq_url
 from jobrelay.db.store import Store
+from jobrelay.db.type_store import PgTypeStore
 from tests.conftest import auth
 from tests.support.system import System
 
@@ -507,6 +509,31 @@ async def test_run_at_in_the_future_is_not_due_yet_and_the_priority_is_stored(
         "SELECT job_id, available_at > now(), priority FROM outbox ORDER BY priority"
     ).fetchall()
     assert outbox == [(later, True, -20), (default, False, 0), (now, False, 100)]
+
+
+async def test_a_job_of_a_registered_type_without_a_priority_gets_the_types_defaults(
+    sql: psycopg.Connection[Any], store: Store, alice: str
+) -> None:
+    # As a consumer registers its types at start (core/type_catalog.py): the API gives their
+    # submissions the type's priority and max_attempts, and so does SQL.
+    registered = RegisteredType("shop.charge", {"type": "object"}, max_attempts=7, priority=40)
+    await PgTypeStore(store).register_types([registered])
+    default = enqueue(sql, "charge-1", job_type="shop.charge")
+    own = enqueue(sql, "charge-2", job_type="shop.charge", priority=-5)
+    unregistered = enqueue(sql, "export-1")
+    sql.commit()
+
+    rows = sql.execute(
+        "SELECT id, priority, max_attempts FROM jobs WHERE id = ANY(%s)",
+        [[default, own, unregistered]],
+    ).fetchall()
+    assert {row[0]: row[1:] for row in rows} == {
+        default: (40, 7),
+        own: (-5, 7),
+        unregistered: (0, 3),
+    }
+    # The default is not part of the request: the same call again is the same job.
+    assert enqueue(sql, "charge-1", job_type="shop.charge") == default
 
 
 # --- from a real psql session -------------------------------------------------------------------

@@ -24,6 +24,7 @@ INSTALLED_BY_0010 = {
     "jobrelay_json_number",
     "jobrelay_float_digits",
     "jobrelay_reads_back",
+    "jobrelay_type_defaults",
 }
 
 
@@ -58,6 +59,30 @@ def test_0010_installs_the_enqueue_functions_and_its_downgrade_drops_them(
 
     command.upgrade(config, "head")
     assert functions(empty_database) >= INSTALLED_BY_0010
+
+
+def type_defaults(url: str, job_type: str) -> tuple[int, int]:
+    with psycopg.connect(libpq_url(url), autocommit=True) as connection:
+        row = connection.execute("SELECT * FROM jobrelay_type_defaults(%s)", [job_type]).fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
+def test_0011_has_the_sql_defaults_read_the_registered_types_and_its_downgrade_not(
+    empty_database: str,
+) -> None:
+    config = databases.alembic_config(empty_database)
+    command.upgrade(config, "0011")
+    with psycopg.connect(libpq_url(empty_database), autocommit=True) as connection:
+        connection.execute(
+            "INSERT INTO job_types (name, payload_schema, max_attempts, priority, "
+            "timeout_seconds, registered_by) VALUES ('shop.charge', '{}', 7, 40, 30, 'test')"
+        )
+    assert type_defaults(empty_database, "shop.charge") == (7, 40)
+    assert type_defaults(empty_database, "catalog.export") == (3, 0)
+
+    command.downgrade(config, "0010")  # the table goes, and the function stops reading it
+    assert type_defaults(empty_database, "shop.charge") == (3, 0)
 
 
 def test_the_limits_frozen_into_jobrelay_enqueue_are_the_live_ones() -> None:

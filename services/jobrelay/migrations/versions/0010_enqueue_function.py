@@ -11,6 +11,9 @@ Functions, each the SQL twin of a piece of the Python accept (``db/accept.py``):
 - ``jobrelay_request_hash(type, payload, run_at, priority)``: ``request_hash_of_json`` of the
   request, so that one key used once through Python and once through SQL for the same request
   is one job, not a conflict;
+- ``jobrelay_type_defaults(type)``: the ``max_attempts`` and ``priority`` a submission of the
+  type gets when it names none: here 3 and 0; migration 0011 has it read the types the
+  consumers registered;
 - ``jobrelay_enqueue(client, type, payload, idempotency_key, run_at, priority)``: the checks of
   ``jobrelay.enqueue`` (``transactional.py``), then ACCEPT_JOB's job + outbox row + ``received``
   event in one statement (the outbox trigger of 0001 notifies the dispatcher), and JOB_BY_KEY
@@ -209,12 +212,21 @@ AS $$
 $$
 """
 
+# What a submission of a type gets when it names no priority (and never names max_attempts,
+# which is not an argument): DEFAULT_MAX_ATTEMPTS and 0 here, the registered type's from 0011.
+TYPE_DEFAULTS = f"""
+CREATE OR REPLACE FUNCTION jobrelay_type_defaults(job_type text, OUT max_attempts int,
+                                                  OUT priority int)
+LANGUAGE sql STABLE
+AS $$ SELECT {DEFAULT_MAX_ATTEMPTS_0010}, 0 $$
+"""
+
 # The arguments checked as jobrelay.enqueue checks them (a NULL is never taken for "not
 # given", except for run_at and priority), then the accept of db/accept.py: ACCEPT_JOB, and
 # JOB_BY_KEY when it inserted nothing, tried again when the key's job was deleted in between.
 # The id is a UUIDv7 as core/ids.py makes one: the millisecond, then random bits (those of a
 # v4 with its version 4 turned into 7).
-ENQUEUE = f"""
+ENQUEUE = """
 CREATE OR REPLACE FUNCTION jobrelay_enqueue(
     client text,
     type text,
@@ -231,13 +243,14 @@ DECLARE
     by_id uuid;
     the_client record;
     new_id uuid;
+    defaults record;
     inserted uuid;
     held record;
 BEGIN
     PERFORM jobrelay_enqueue_check(jobrelay_enqueue.client, jobrelay_enqueue.type,
                                    jobrelay_enqueue.payload, jobrelay_enqueue.idempotency_key,
                                    jobrelay_enqueue.run_at, jobrelay_enqueue.priority);
-    IF jobrelay_enqueue.client ~* '^[0-9a-f]{{8}}-?([0-9a-f]{{4}}-?){{3}}[0-9a-f]{{12}}$' THEN
+    IF jobrelay_enqueue.client ~* '^[0-9a-f]{8}-?([0-9a-f]{4}-?){3}[0-9a-f]{12}$' THEN
         by_id := CAST(jobrelay_enqueue.client AS uuid);  -- a form the cast always takes
     END IF;
     SELECT id, disabled_at IS NOT NULL AS disabled INTO the_client
@@ -251,6 +264,7 @@ BEGIN
                              quote_literal(jobrelay_enqueue.client),
                              CASE WHEN FOUND THEN 'is disabled' ELSE 'does not exist' END);
     END IF;
+    SELECT * INTO defaults FROM jobrelay_type_defaults(jobrelay_enqueue.type);
     fingerprint := jobrelay_request_hash(jobrelay_enqueue.type, jobrelay_enqueue.payload,
                                          jobrelay_enqueue.run_at, jobrelay_enqueue.priority);
     FOR tried IN 1..3 LOOP
@@ -262,9 +276,9 @@ BEGIN
             INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload,
                               max_attempts, run_at, available_at, priority)
             VALUES (new_id, the_client.id, jobrelay_enqueue.idempotency_key, fingerprint,
-                    jobrelay_enqueue.type, jobrelay_enqueue.payload, {DEFAULT_MAX_ATTEMPTS_0010},
+                    jobrelay_enqueue.type, jobrelay_enqueue.payload, defaults.max_attempts,
                     jobrelay_enqueue.run_at, coalesce(jobrelay_enqueue.run_at, now()),
-                    coalesce(jobrelay_enqueue.priority, 0))
+                    coalesce(jobrelay_enqueue.priority, defaults.priority))
             ON CONFLICT DO NOTHING
             RETURNING id, available_at, priority, client_id, type
         ), new_outbox AS (
@@ -341,7 +355,7 @@ BEGIN
     IF priority NOT BETWEEN {PRIORITY_MIN} AND {PRIORITY_MAX} THEN
         RAISE EXCEPTION USING ERRCODE = 'numeric_value_out_of_range',
             MESSAGE = format('invalid_request: priority must be from {PRIORITY_MIN} to '
-                             '{PRIORITY_MAX} (or NULL for 0), not %s', priority);
+                             '{PRIORITY_MAX} (or NULL for the type''s default), not %s', priority);
     END IF;
     IF NOT isfinite(run_at)
        OR extract(year FROM run_at AT TIME ZONE 'UTC') NOT BETWEEN 1 AND 9999 THEN
@@ -360,6 +374,7 @@ FUNCTIONS = {
     "jobrelay_canonical_json(jsonb)": CANONICAL_JSON,
     "jobrelay_request_hash(text, jsonb, timestamptz, int)": REQUEST_HASH,
     "jobrelay_enqueue_check(text, text, jsonb, text, timestamptz, int)": ENQUEUE_CHECK,
+    "jobrelay_type_defaults(text)": TYPE_DEFAULTS,
     "jobrelay_enqueue(text, text, jsonb, text, timestamptz, int)": ENQUEUE,
 }
 

@@ -6,7 +6,11 @@
   its description, and which consumer registered it last and when. An API without the
   handlers of a type validates its submissions against the schema.
 
-A new table only: nothing existing is locked or rewritten.
+- ``jobrelay_type_defaults(type)`` (migration 0010's) now reads them: a job enqueued from SQL
+  (``jobrelay_enqueue``) with no priority gets its registered type's, and the type's
+  ``max_attempts`` (3 when none is registered, or the type registered none), as the API gives.
+
+A new table and a function replaced: nothing existing is locked or rewritten.
 
 Revision ID: 0011
 Revises: 0010
@@ -17,8 +21,38 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
+from jobrelay.migrations.history import DEFAULT_MAX_ATTEMPTS_0010
+
 revision = "0011"
 down_revision = "0010"  # no branch labels, no dependencies
+
+
+# CREATE OR REPLACE drops the function's SET clauses: the search_path is pinned again, as 0010
+# pins it (jobrelay_enqueue's rows go to jobrelay's tables whatever the caller's path).
+def _type_defaults(body: str) -> None:
+    op.execute(f"""
+CREATE OR REPLACE FUNCTION jobrelay_type_defaults(job_type text, OUT max_attempts int,
+                                                  OUT priority int)
+LANGUAGE sql STABLE
+AS $$ {body} $$
+""")
+    op.execute("""
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION %I.jobrelay_type_defaults(text) '
+                   'SET search_path = pg_catalog, %I, pg_temp',
+                   current_schema(), current_schema());
+END
+$$
+""")
+
+
+REGISTERED_DEFAULTS = f"""
+SELECT coalesce(registered.max_attempts, {DEFAULT_MAX_ATTEMPTS_0010}),
+       coalesce(registered.priority, 0)
+FROM (SELECT 1) AS one LEFT JOIN job_types AS registered ON registered.name = job_type
+"""
+FROZEN_DEFAULTS = f"SELECT {DEFAULT_MAX_ATTEMPTS_0010}, 0"
 
 
 def upgrade() -> None:
@@ -46,7 +80,9 @@ def upgrade() -> None:
         sa.CheckConstraint("priority BETWEEN -100 AND 100", name="ck_job_types_priority_range"),
         sa.CheckConstraint("timeout_seconds > 0", name="ck_job_types_timeout_positive"),
     )
+    _type_defaults(REGISTERED_DEFAULTS)
 
 
 def downgrade() -> None:
+    _type_defaults(FROZEN_DEFAULTS)
     op.drop_table("job_types")

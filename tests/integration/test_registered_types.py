@@ -309,3 +309,26 @@ async def test_a_database_without_the_table_yet_turns_registered_types_off_not_s
 
     assert (unknown.status_code, unknown.json()["code"]) == (422, "unknown_job_type")
     assert loaded.status_code == 202
+
+
+async def test_rows_written_by_hand_that_no_consumer_writes_fail_no_submission(
+    api: httpx.AsyncClient, alice: str, store: Store
+) -> None:
+    await register(store, shop_registry())
+    async with store.transaction() as connection:
+        await connection.execute(
+            text(
+                "INSERT INTO job_types (name, payload_schema, timeout_seconds, rate_count, "
+                "rate_period_seconds, registered_by) VALUES "
+                "('shop.odd_rate', '{}', 1, 10, 5, 'hand'), ('shop.true', 'true', 1, NULL, NULL, "
+                "'hand')"
+            )
+        )
+
+    signup = await submit(api, alice, "k1", type="shop.signup", payload=VALID)
+    odd_rate = await submit(api, alice, "k2", type="shop.odd_rate", payload={})
+    not_an_object = await submit(api, alice, "k3", type="shop.true", payload={})
+
+    assert signup.status_code == 202, signup.text
+    assert odd_rate.status_code == 202, odd_rate.text  # its limit left out, with a warning
+    assert (not_an_object.status_code, not_an_object.json()["code"]) == (422, "unknown_job_type")

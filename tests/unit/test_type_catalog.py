@@ -372,10 +372,11 @@ async def test_the_fake_store_stamps_registrations_with_its_clock() -> None:
     assert store.types["shop.signup"].registered_at == at
 
 
+@pytest.mark.parametrize("schema", [{"type": "nonsense"}, True, [], "text"])
 async def test_a_registered_schema_that_does_not_compile_leaves_its_type_unknown(
-    caplog: pytest.LogCaptureFixture,
+    schema: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    broken = registered("shop.broken", payload_schema={"type": "nonsense"})
+    broken = registered("shop.broken", payload_schema=schema)  # a row written by hand
     store = InMemoryTypeStore({"shop.broken": broken, "shop.signup": registered()})
     types = RegisteredTypes(store, Registry())
 

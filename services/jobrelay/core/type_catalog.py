@@ -357,10 +357,13 @@ class RegisteredTypes:
     def _compiles(self, registered: RegisteredType) -> bool:
         """Compiled here, off the submissions' path; a schema that is no JSON Schema (a row
         written by hand) leaves its type unknown, with a warning, rather than failing each
-        submission."""
+        submission. So does one that is not a JSON object (``true``, a list), which a
+        consumer never writes and ``for_schema`` cannot key."""
         try:
+            if not isinstance(registered.payload_schema, Mapping):
+                raise TypeError("a payload schema is a JSON object")
             self._validators.for_schema(registered.payload_schema)
-        except (ValueError, jsonschema_rs.ReferencingError) as error:
+        except (TypeError, ValueError, jsonschema_rs.ReferencingError) as error:
             log.warning(
                 "registered job type %s ignored: its payload schema does not compile (%s)",
                 registered.name,

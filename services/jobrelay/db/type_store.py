@@ -17,6 +17,7 @@ from typing import Any
 from psycopg.errors import UndefinedTable
 from sqlalchemy.exc import ProgrammingError
 
+from jobrelay.core.flow import Limit
 from jobrelay.core.type_catalog import RegisteredType
 from jobrelay.db import queries as q
 from jobrelay.db.rows import limit_from_row
@@ -89,15 +90,33 @@ def register_params(types: Sequence[RegisteredType]) -> dict[str, list[Any]]:
 
 
 def registered_from_row(row: Any) -> RegisteredType:
-    has_limit = row.concurrency is not None or row.rate_count is not None
     return RegisteredType(
         name=row.name,
         payload_schema=row.payload_schema,
         max_attempts=row.max_attempts,
         priority=row.priority,
         timeout_seconds=row.timeout_seconds,
-        limit=limit_from_row(row) if has_limit else None,
+        limit=_limit_of(row),
         description=row.description,
         registered_by=row.registered_by,
         registered_at=row.registered_at,
     )
+
+
+def _limit_of(row: Any) -> Limit | None:
+    """The row's limit, None without one. A limit no ``Limit`` can be (a row written by hand:
+    a rate per 5 s, a concurrency of 0) is left out with a warning: it is for operators to read,
+    and its ``ValueError`` would fail every read of the catalog, so every submission of every
+    registered type."""
+    if row.concurrency is None and row.rate_count is None:
+        return None
+    try:
+        return limit_from_row(row)
+    except ValueError as error:
+        log.warning(
+            "registered job type %s: its limit is left out (%s)",
+            row.name,
+            error,
+            extra={"event": "job_type_limit_invalid", "type": row.name},
+        )
+        return None

@@ -156,7 +156,7 @@ def enqueue(
     409 and code ``idempotency_conflict``): one ``except`` handles both ways of submitting.
     """
     execute = _sync_executor(connection)
-    submission = _submission(
+    submission = checked_submission(
         type,
         payload,
         key,
@@ -189,7 +189,7 @@ async def enqueue_async(
     """``enqueue`` on an async connection: a psycopg ``AsyncConnection``, an SQLAlchemy
     ``AsyncConnection`` or ``AsyncSession``. Arguments, result and errors as for ``enqueue``."""
     execute = _async_executor(connection)
-    submission = _submission(
+    submission = checked_submission(
         type,
         payload,
         key,
@@ -250,7 +250,7 @@ async def enqueue_workflow_async(
 # --- deciding: the checks and the statements, free of any connection -----------------------
 
 
-def _submission(
+def checked_submission(
     job_type: str,
     payload: dict[str, Any],
     key: str,
@@ -261,7 +261,8 @@ def _submission(
     traceparent: str | None = None,
     flow: Flow | None = None,
 ) -> Submission:
-    """The checked request, or the error that says what is wrong with it."""
+    """The checked request, or the error that says what is wrong with it: every check of
+    ``enqueue`` before its first statement (the testing kit's recorder checks with it too)."""
     flow = flow or Flow()
     _check_key(key)
     payload_json = _checked_job(job_type, payload, max_attempts)

@@ -44,7 +44,7 @@ def test_the_api_the_schedules_and_enqueue_agree_on_max_attempts(attempts: int) 
     for check in (
         lambda: SubmitJob(type="t", max_attempts=attempts),
         lambda: check_max_attempts(attempts),
-        lambda: transactional._submission("t", {}, "k", None, None, attempts, None),
+        lambda: transactional.checked_submission("t", {}, "k", None, None, attempts, None),
     ):
         try:
             check()
@@ -62,7 +62,7 @@ def test_the_api_and_enqueue_agree_on_the_type_and_key_lengths() -> None:
         BatchItem(type="t", idempotency_key=long_key)
     for job_type, key in ((long_type, "k"), ("t", long_key)):
         with pytest.raises(ValueError):
-            transactional._submission(job_type, {}, key, None, None, None, None)
+            transactional.checked_submission(job_type, {}, key, None, None, None, None)
     SubmitJob(type="t" * limits.TYPE_NAME_MAX)
     BatchItem(type="t", idempotency_key="k" * limits.IDEMPOTENCY_KEY_MAX)
 

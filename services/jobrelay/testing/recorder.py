@@ -343,7 +343,7 @@ def _submission(asked: _Asked) -> Submission:
     is the one the database keeps (``db/accept.py::Submission``)."""
     from jobrelay import transactional  # psycopg and SQLAlchemy: only once a job is recorded
 
-    return transactional._submission(
+    return transactional.checked_submission(
         asked.type,
         asked.payload,
         asked.key if asked.key is not None else str(uuid.uuid4()),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import psycopg
 import pytest
 from alembic import command
@@ -14,7 +12,6 @@ from sqlalchemy import create_engine, inspect, pool
 from jobrelay.db.engine import libpq_url
 from jobrelay.db.tables import metadata
 from tests.support import databases
-from tests.support.servers import Servers
 
 TABLES = {
     "clients",
@@ -36,13 +33,6 @@ TABLES = {
 }
 # Written often, worthless after a crash (docs/overload.md): no WAL for them.
 UNLOGGED = {"rate_limits", "broker_blocks", "type_rate_buckets"}
-
-
-@pytest.fixture
-def empty_database(servers: Servers) -> Iterator[str]:
-    url = databases.create_empty_database(servers.database_url, "jobrelay_mig")
-    yield url
-    databases.drop_database(servers.database_url, url)
 
 
 def schema_differences(url: str) -> list[object]:

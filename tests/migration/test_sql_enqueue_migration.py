@@ -4,17 +4,14 @@ limits frozen into the function (``migrations/history.py``) are still the live o
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 
 import psycopg
-import pytest
 from alembic import command
 
 from jobrelay.core import limits
 from jobrelay.db.engine import libpq_url
 from jobrelay.migrations import history
 from tests.support import databases
-from tests.support.servers import Servers
 
 INSTALLED_BY_0010 = {
     "jobrelay_enqueue",
@@ -26,13 +23,6 @@ INSTALLED_BY_0010 = {
     "jobrelay_reads_back",
     "jobrelay_type_defaults",
 }
-
-
-@pytest.fixture
-def empty_database(servers: Servers) -> Iterator[str]:
-    url = databases.create_empty_database(servers.database_url, "jobrelay_mig")
-    yield url
-    databases.drop_database(servers.database_url, url)
 
 
 def functions(url: str) -> set[str]:

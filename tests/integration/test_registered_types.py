@@ -6,6 +6,7 @@ defaults, sees a type registered after it started, and lets its own handlers win
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -21,6 +22,7 @@ from jobrelay.api.notifications import ApiNotifications
 from jobrelay.api.waiting import FinishWaiters
 from jobrelay.auth import Authenticator
 from jobrelay.client.errors import ApiError
+from jobrelay.consumer.service import register_types
 from jobrelay.core.flow import Limit, Rate
 from jobrelay.core.registry import JobContext, JobType, Registry
 from jobrelay.core.settings import Settings
@@ -332,3 +334,17 @@ async def test_rows_written_by_hand_that_no_consumer_writes_fail_no_submission(
     assert signup.status_code == 202, signup.text
     assert odd_rate.status_code == 202, odd_rate.text  # its limit left out, with a warning
     assert (not_an_object.status_code, not_an_object.json()["code"]) == (422, "unknown_job_type")
+
+
+async def test_a_model_whose_schema_postgresql_cannot_store_leaves_the_others_registered(
+    store: Store,
+) -> None:
+    class Unbounded(BaseModel):
+        ceiling: float = math.inf  # its schema's default is Infinity: no jsonb for it
+
+    registry = shop_registry()
+    registry.register(JobType("shop.unbounded", Unbounded))
+
+    await register_types(PgTypeStore(store), registry, "host:1")  # the consumer's start
+
+    assert [t.name for t in await PgTypeStore(store).registered_types()] == ["shop.signup"]

@@ -5,6 +5,7 @@ API's cache reads the store again (the in-memory ``TypeStore``)."""
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
@@ -99,6 +100,28 @@ def test_a_type_whose_model_has_no_json_schema_is_left_out_of_the_registration()
     registry.register(signup_type())
 
     assert [t.name for t in registrable_types(registry, by="h")] == ["shop.signup"]
+
+
+def test_a_type_whose_schema_the_database_cannot_store_is_left_out_of_the_registration(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Unbounded(BaseModel):
+        ceiling: float = math.inf  # the schema's default: Infinity, which JSON has no form for
+
+    class Nul(BaseModel):
+        separator: str = "\x00"
+
+    registry = Registry()
+    registry.register(JobType("unbounded", Unbounded))
+    registry.register(JobType("nul", Nul))
+    registry.register(signup_type())
+
+    assert [t.name for t in registrable_types(registry, by="h")] == ["shop.signup"]
+    said = [r.getMessage() for r in caplog.records]
+    assert (
+        "job type nul not registered: its payload model's JSON Schema is not storable: "
+        "a string contains a NUL character" in said
+    )
 
 
 async def test_a_consumer_registers_every_type_of_its_registry_and_the_last_writer_wins() -> None:

@@ -31,6 +31,7 @@ from pydantic.errors import PydanticUserError
 from jobrelay.core.errors import InvalidPayload, JobrelayError, UnknownJobType
 from jobrelay.core.flow import Limit
 from jobrelay.core.jobs import Flow
+from jobrelay.core.jsonvalues import unstorable_json
 from jobrelay.core.registry import JobType, Registry
 
 log = logging.getLogger("jobrelay.types")
@@ -76,20 +77,34 @@ class RegisteredType:
 
 def registrable_types(registry: Registry, *, by: str) -> list[RegisteredType]:
     """Every type of ``registry`` as registered, by name; a type whose model has no JSON
-    Schema (a field pydantic cannot describe) is left out with a warning: the API then knows
-    it only if it loads the handlers."""
+    Schema (a field pydantic cannot describe), or one the database cannot store (a default of
+    ``math.inf``, a NUL character: all the types are one statement, which would fail the
+    consumer's start), is left out with a warning: the API then knows it only if it loads the
+    handlers."""
     registered = []
     for job_type in sorted(registry, key=lambda t: t.name):
         try:
-            registered.append(RegisteredType.of(job_type, by=by))
+            candidate = RegisteredType.of(job_type, by=by)
         except PydanticUserError as error:
-            log.warning(
-                "job type %s not registered: its payload model has no JSON Schema (%s)",
-                job_type.name,
-                error.code,
-                extra={"event": "job_type_not_registered", "type": job_type.name},
+            _not_registered(job_type.name, f"its payload model has no JSON Schema ({error.code})")
+            continue
+        why = unstorable_json(candidate.payload_schema)
+        if why is not None:
+            _not_registered(
+                job_type.name, f"its payload model's JSON Schema is not storable: {why}"
             )
+            continue
+        registered.append(candidate)
     return registered
+
+
+def _not_registered(name: str, why: str) -> None:
+    log.warning(
+        "job type %s not registered: %s",
+        name,
+        why,
+        extra={"event": "job_type_not_registered", "type": name},
+    )
 
 
 class TypeStore(Protocol):

@@ -377,6 +377,29 @@ async def test_an_unknown_id_or_another_clients_job_does_not_exist(
             await in_thread(tasks().add.get_result, unknown)
 
 
+async def test_a_job_whose_type_names_another_module_is_no_result_and_imports_nothing(
+    django_db: str, client_made: str, store: Store
+) -> None:
+    import sys
+
+    from jobrelay.django.compat import TaskResultDoesNotExist
+    from jobrelay.transactional import enqueue
+
+    # Any client may write any type: reading its result must not import what it names.
+    assert "this" not in sys.modules  # the standard library's, which prints when imported
+    with psycopg.connect(libpq_url(django_db), autocommit=True) as connection:
+        job = enqueue(
+            connection,
+            client=django_kit.CLIENT,
+            type="this.s",
+            payload={"args": [], "kwargs": {}},
+            key="k-other-module",
+        )
+    with pytest.raises(TaskResultDoesNotExist):
+        await in_thread(tasks().add.get_result, str(job.id))
+    assert "this" not in sys.modules
+
+
 def test_every_job_state_reads_as_one_of_djangos_statuses() -> None:
     from jobrelay.django.results import STATUS_OF_STATE
 

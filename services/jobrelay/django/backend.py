@@ -16,18 +16,20 @@ routed to is refused (``InvalidTask``) rather than run silently somewhere else.
 from __future__ import annotations
 
 import functools
+import importlib
 import os
+import sys
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 import psycopg
+from django.apps import apps  # type: ignore[import-untyped,unused-ignore]
 from django.core import checks  # type: ignore[import-untyped,unused-ignore]
 from django.core.exceptions import ImproperlyConfigured  # type: ignore[import-untyped,unused-ignore]
 from django.db import connections  # type: ignore[import-untyped,unused-ignore]
 from django.db.backends.base.base import BaseDatabaseWrapper  # type: ignore[import-untyped,unused-ignore]
 from django.utils.asyncio import async_unsafe  # type: ignore[import-untyped,unused-ignore]
-from django.utils.module_loading import import_string  # type: ignore[import-untyped,unused-ignore]
 from sqlalchemy import TextClause
 from sqlalchemy.dialects.postgresql import psycopg as sa_psycopg
 from typing_extensions import ParamSpec
@@ -56,6 +58,10 @@ P = ParamSpec("P")
 KNOWN_OPTIONS = frozenset(
     {"client", "database", "max_attempts", "type_queues", "task_modules", "timeout_seconds"}
 )
+
+
+# The module of an installed app that holds its tasks, as Django's convention names it.
+TASKS_MODULE = "tasks"
 
 
 class JobrelayBackend(BaseTaskBackend):
@@ -226,14 +232,22 @@ class JobrelayBackend(BaseTaskBackend):
         return connection
 
     def _task_of(self, job_type: str, result_id: str) -> Task[Any, Any]:
-        """The Django task a job is of; a job of another type is no task's result."""
-        try:
-            found = import_string(job_type)
-        except ImportError:
-            found = None
+        """The Django task a job is of; a job of another type is no task's result. Its module
+        is imported only when it is one a consumer imports for tasks (an installed app's
+        ``tasks``, the ``task_modules``) or already is: a job's type, which any client may
+        write, never has another module imported here."""
+        module_name, _, name = job_type.rpartition(".")
+        module = sys.modules.get(module_name)
+        if module is None and self._holds_tasks(module_name):
+            module = importlib.import_module(module_name)
+        found = getattr(module, name, None) if module is not None else None
         if not isinstance(found, Task):
             raise TaskResultDoesNotExist(f"{result_id} is a jobrelay job, not a Django task's")
         return found
+
+    def _holds_tasks(self, module_name: str) -> bool:
+        app, _, last = module_name.rpartition(".")
+        return module_name in self.task_modules or (last == TASKS_MODULE and apps.is_installed(app))
 
 
 def _routes(alias: str, given: object) -> dict[str, str]:

@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jobrelay.core.errors import ConfigurationError, PermanentError
 from jobrelay.core.registry import Handler, JobContext, JobType, Registry
-from jobrelay.django.backend import JobrelayBackend
+from jobrelay.django.backend import TASKS_MODULE, JobrelayBackend
 from jobrelay.django.compat import (
     Task,
     TaskContext,
@@ -53,9 +53,6 @@ from jobrelay.django.compat import (
     task_backends,
 )
 from jobrelay.django.results import RUNNING
-
-# The module of an installed app that holds its tasks, as Django's convention names it.
-TASKS_MODULE = "tasks"
 
 
 class DjangoTaskPayload(BaseModel):

@@ -276,6 +276,7 @@ async def test_an_operator_sees_each_type_with_what_the_api_validates_it_by(
     signup = types["shop.signup"]
     assert (signup["source"], signup["registered_by"]) == ("registered", "shop-consumer:7")
     assert (signup["max_attempts"], signup["priority"]) == (7, 5)
+    assert (signup["concurrency"], signup["rate"], signup["per_key"]) == (3, "10/s", False)
     assert signup["payload_schema"] == Signup.model_json_schema()
     assert (types["demo.sleep"]["source"], types["demo.sleep"]["registered_by"]) == ("loaded", None)
     assert refused.status_code == 403

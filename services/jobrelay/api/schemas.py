@@ -675,6 +675,11 @@ class JobTypeView(BaseModel):
     max_attempts: int | None = Field(description="null: the deployment's JOBRELAY_MAX_ATTEMPTS")
     priority: int = Field(description="its submissions' priority when they name none")
     timeout_seconds: float
+    # The code's limit, as GET /v1/admin/limits names its parts; what holds is the dispatchers'
+    # (their registry's, or a runtime override).
+    concurrency: int | None = Field(description="the code's: at most this many at once; null: none")
+    rate: str | None = Field(description="the code's: starts per second or minute; null: none")
+    per_key: bool = Field(description="the code's limit counts per concurrency key")
     payload_schema: dict[str, Any] = Field(description="the payload's JSON Schema")
     registered_by: str | None = Field(
         description="the consumer (host:pid) that registered it last; null: none has"

@@ -28,6 +28,7 @@ from jobrelay.api.schemas import (
     TraceView,
 )
 from jobrelay.core.errors import JobNotFound, NotReplayable
+from jobrelay.core.flow import Limit
 from jobrelay.core.trace import trace_document
 from jobrelay.core.type_catalog import RegisteredTypes, TypeCatalog
 
@@ -130,6 +131,7 @@ def type_view(catalog: TypeCatalog, name: str) -> JobTypeView:
             max_attempts=registered.max_attempts,
             priority=registered.priority,
             timeout_seconds=registered.timeout_seconds,
+            **_limit_fields(registered.limit),
             payload_schema=dict(registered.payload_schema),
             **by,
         )
@@ -144,6 +146,15 @@ def type_view(catalog: TypeCatalog, name: str) -> JobTypeView:
         max_attempts=loaded.max_attempts,
         priority=loaded.priority,
         timeout_seconds=loaded.timeout_seconds,
+        **_limit_fields(loaded.limit),
         payload_schema=schema,
         **by,
     )
+
+
+def _limit_fields(limit: Limit | None) -> dict[str, Any]:
+    """A type's limit in ``JobTypeView``'s fields (nulls and false: none)."""
+    if limit is None:
+        return {"concurrency": None, "rate": None, "per_key": False}
+    rate = None if limit.rate is None else str(limit.rate)
+    return {"concurrency": limit.concurrency, "rate": rate, "per_key": limit.per_key}

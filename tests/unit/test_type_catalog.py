@@ -349,6 +349,39 @@ async def test_a_failed_read_leaves_the_catalog_to_be_read_at_the_next_lookup() 
     assert "shop.signup" in await types.catalog_for(["shop.signup"])
 
 
+async def test_the_periodic_read_goes_on_after_any_failed_read(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    failures: list[Exception] = [StoreUnavailable("down"), RuntimeError("row 'x' is odd")]
+
+    class Failing(InMemoryTypeStore):
+        async def registered_types(self) -> list[RegisteredType]:
+            if failures:
+                raise failures.pop(0)
+            return await super().registered_types()
+
+    types = RegisteredTypes(Failing({"shop.signup": registered()}), Registry(), refresh_seconds=0)
+    periodic = asyncio.create_task(types.keep_fresh())
+    try:
+        for _ in range(100):
+            await asyncio.sleep(0)
+            if "shop.signup" in types.catalog:  # read by keep_fresh alone: no lookup here
+                break
+    finally:
+        periodic.cancel()
+
+    assert "shop.signup" in types.catalog
+    said = [
+        r.getMessage()
+        for r in caplog.records
+        if getattr(r, "event", "") == "job_types_not_reloaded"
+    ]
+    assert said == [
+        "registered job types not reloaded (down)",
+        "registered job types not reloaded (RuntimeError)",
+    ]
+
+
 @pytest.mark.parametrize("name", ["shop.signup", "shop.unknown"])
 async def test_concurrent_lookups_during_the_first_read_share_it(name: str) -> None:
     store = InMemoryTypeStore({"shop.signup": registered()})  # its read suspends

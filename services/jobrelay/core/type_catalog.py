@@ -390,14 +390,17 @@ class RegisteredTypes:
 
     async def keep_fresh(self) -> None:
         """Until cancelled: reload every ``refresh_seconds``; a failed reload is logged and
-        tried again at the next turn (the catalog in memory still answers)."""
+        tried again at the next turn (the catalog in memory still answers). Whatever the error:
+        no one awaits this task before shutdown, so one it let out would end the refresh for
+        good, unsaid. Only jobrelay's own errors are quoted (their URLs masked); of the others,
+        a database's error may quote a row, so only the class is named."""
         while True:
             await asyncio.sleep(self.refresh_seconds)
             try:
                 await self.reload()
-            except JobrelayError as error:
+            except Exception as error:
                 log.warning(
                     "registered job types not reloaded (%s)",
-                    error,
+                    error if isinstance(error, JobrelayError) else type(error).__name__,
                     extra={"event": "job_types_not_reloaded"},
                 )

@@ -94,12 +94,12 @@ async def test_limits_set_list_and_clear(settings: Settings, store: Store) -> No
         (
             ("limits", "set", "no.such", "--rate", "1/s"),
             "jobrelay: unknown job type 'no.such': not in the registry of JOBRELAY_HANDLERS "
-            "(or --handlers)",
+            "(or --handlers) nor registered by a consumer",
         ),
         (
             ("limits", "clear", "no.such"),
             "jobrelay: unknown job type 'no.such': not in the registry of JOBRELAY_HANDLERS "
-            "(or --handlers)",
+            "(or --handlers) nor registered by a consumer",
         ),
         (
             ("limits", "set", "demo.sleep", "--rate", "ten"),

@@ -147,7 +147,7 @@ async def test_the_limits_page_lists_the_limits_in_force_and_sets_and_clears_one
         ({"job_type": "mail.send", "concurrency": "0"}, "Not set: a concurrency limit is from 1"),
         ({"job_type": "mail.send", "concurrency": "two"}, "Not set: the concurrency 'two' is not"),
         ({"job_type": "mail.send"}, "Not set: give a concurrency and/or a rate"),
-        ({"job_type": "no.such", "concurrency": "1"}, "Not set: 'no.such' is not a job type"),
+        ({"job_type": "no.such", "concurrency": "1"}, "Not set: 'no.such' is neither a job type"),
     ],
 )
 async def test_a_limit_that_is_not_one_is_a_flash_message_and_stores_nothing(

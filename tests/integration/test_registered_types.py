@@ -32,6 +32,7 @@ from jobrelay.db.type_store import PgTypeStore
 from jobrelay.handlers.loading import load_registry
 from tests.conftest import MakeSettings, auth
 from tests.support.consumer_kit import running_consumer
+from tests.support.system import cli
 from tests.support.waiting import eventually
 
 
@@ -280,6 +281,55 @@ async def test_an_operator_sees_each_type_with_what_the_api_validates_it_by(
     assert signup["payload_schema"] == Signup.model_json_schema()
     assert (types["demo.sleep"]["source"], types["demo.sleep"]["registered_by"]) == ("loaded", None)
     assert refused.status_code == 403
+
+
+async def test_an_operator_sets_and_clears_a_runtime_limit_on_a_registered_type(
+    api: httpx.AsyncClient, admin: str, store: Store
+) -> None:
+    await register(store, shop_registry())
+    path = "/v1/admin/limits/shop.signup"
+
+    code = await api.get(path, headers=auth(admin))
+    put = await api.put(path, json={"concurrency": 1, "rate": None}, headers=auth(admin))
+    listed = await api.get("/v1/admin/limits", headers=auth(admin))
+    cleared = await api.delete(path, headers=auth(admin))
+    unknown = await api.put(
+        "/v1/admin/limits/shop.nothing", json={"concurrency": 1}, headers=auth(admin)
+    )
+
+    # The limit the consumer registered is the code's; a runtime one replaces it until cleared.
+    assert code.status_code == 200, code.text
+    assert (code.json()["concurrency"], code.json()["rate"], code.json()["source"]) == (
+        3,
+        "10/s",
+        "code",
+    )
+    assert put.status_code == 200, put.text
+    assert (put.json()["concurrency"], put.json()["rate"], put.json()["source"]) == (
+        1,
+        None,
+        "runtime",
+    )
+    assert [limit["type"] for limit in listed.json()["limits"]] == ["shop.signup"]
+    assert cleared.status_code == 204
+    assert (unknown.status_code, unknown.json()["code"]) == (404, "job_type_not_found")
+
+
+async def test_the_cli_sets_a_limit_on_a_type_only_a_consumer_registered(
+    settings: Settings, store: Store
+) -> None:
+    await register(store, shop_registry())
+
+    done = await asyncio.to_thread(cli, settings, "limits", "set", "shop.signup", "--rate", "2/s")
+    unknown = await asyncio.to_thread(cli, settings, "limits", "set", "shop.none", "--rate", "2/s")
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("shop.signup  rate=2/s  (runtime)")
+    assert unknown.returncode != 0
+    assert unknown.stderr.strip() == (
+        "jobrelay: unknown job type 'shop.none': not in the registry of JOBRELAY_HANDLERS "
+        "(or --handlers) nor registered by a consumer"
+    )
 
 
 async def test_the_client_gets_the_same_answers_for_a_registered_type(

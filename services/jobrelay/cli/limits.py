@@ -47,7 +47,8 @@ def _registry(args: argparse.Namespace) -> Registry:
 
 def _unknown(job_type: str) -> CliError:
     return CliError(
-        f"unknown job type {job_type!r}: not in the registry of JOBRELAY_HANDLERS (or --handlers)"
+        f"unknown job type {job_type!r}: not in the registry of JOBRELAY_HANDLERS (or --handlers) "
+        "nor registered by a consumer"
     )
 
 
@@ -70,8 +71,6 @@ def cmd_limits_list(args: argparse.Namespace) -> int:
 def cmd_limits_set(args: argparse.Namespace) -> int:
     settings = settings_from_env()
     registry = _registry(args)
-    if args.type not in registry.types:
-        raise _unknown(args.type)
     if args.concurrency is None and args.rate is None:
         raise CliError(NOTHING_TO_SET)
     try:
@@ -83,6 +82,8 @@ def cmd_limits_set(args: argparse.Namespace) -> int:
         from jobrelay.db.flow_store import FlowStore
 
         flow = FlowStore(store)
+        if not await flow.is_known_type(args.type, registry):
+            raise _unknown(args.type)
         await flow.set_limit(args.type, limit)
         in_force = await flow.limit_in_force(args.type, registry)
         print(f"{limit_line(in_force)}: in force within seconds on every dispatcher and consumer")
@@ -100,7 +101,7 @@ def cmd_limits_clear(args: argparse.Namespace) -> int:
 
         flow = FlowStore(store)
         cleared = await flow.clear_limit(args.type)
-        if not cleared and args.type not in registry.types:
+        if not cleared and not await flow.is_known_type(args.type, registry):
             raise _unknown(args.type)
         in_force = await flow.limit_in_force(args.type, registry)
         said = "cleared" if cleared else "had no runtime limit"

@@ -57,7 +57,11 @@ def _whole(text: str) -> int | None:
 
 
 def _unknown(job_type: str) -> Flash:
-    return Flash("error", f"Not set: {job_type!r} is not a job type of this API's registry.")
+    return Flash(
+        "error",
+        f"Not set: {job_type!r} is neither a job type of this API's registry nor one a "
+        "consumer registered.",
+    )
 
 
 @router.post(LIMITS_PATH)
@@ -70,7 +74,8 @@ async def set_limit(
     per_key: Annotated[bool, Form()] = False,
 ) -> Response:
     registry = registry_of(request)
-    if job_type not in registry.types:
+    flow = FlowStore(store_of(request))
+    if not await flow.is_known_type(job_type, registry):
         return await redirect(request, LIMITS_PATH, _unknown(job_type))
     try:
         limit = runtime_limit(_whole(concurrency), rate.strip() or None, per_key)
@@ -79,7 +84,6 @@ async def set_limit(
     if limit.concurrency is None and limit.rate is None:
         text = "Not set: give a concurrency and/or a rate (Clear goes back to the code's limit)."
         return await redirect(request, LIMITS_PATH, Flash("error", text))
-    flow = FlowStore(store_of(request))
     await flow.set_limit(job_type, limit)
     in_force = await flow.limit_in_force(job_type, registry)
     text = f"Set: {limit_line(in_force)}, in force within seconds on every consumer."

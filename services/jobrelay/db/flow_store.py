@@ -22,10 +22,12 @@ from jobrelay.core.queues import QueuesReport, QueueState
 from jobrelay.core.registry import Registry
 from jobrelay.core.relay import QueueDepth
 from jobrelay.core.topology import queue_short_name
+from jobrelay.core.type_catalog import RegisteredType
 from jobrelay.db import queries as q
 from jobrelay.db.relay_store import route_params
 from jobrelay.db.rows import limit_from_row
 from jobrelay.db.store import Store
+from jobrelay.db.type_store import PgTypeStore
 
 # The broker's figures of the named queues (``BrokerProbe.queue_depths``); raises
 # ``BrokerUnavailable`` when the broker does not answer.
@@ -106,9 +108,9 @@ class FlowStore:
         return None if row is None else limit_from_row(row)
 
     async def limits_in_force(self, registry: Registry) -> list[LimitInForce]:
-        """Every type with a limit in force: the registry's limits and the runtime rows (which
-        win), by type name."""
-        code = registry.limits()
+        """Every type with a limit in force: the code's (``code_limits``) and the runtime rows
+        (which win), by type name."""
+        code = await self.code_limits(registry)
         runtime = await self.runtime_limits()
         return [
             limit_in_force(name, code, runtime) for name in sorted(code.keys() | runtime.keys())
@@ -117,7 +119,25 @@ class FlowStore:
     async def limit_in_force(self, job_type: str, registry: Registry) -> LimitInForce:
         runtime = await self.runtime_limit(job_type)
         overrides = {} if runtime is None else {job_type: runtime}
-        return limit_in_force(job_type, registry.limits(), overrides)
+        return limit_in_force(job_type, await self.code_limits(registry), overrides)
+
+    async def code_limits(self, registry: Registry) -> dict[str, Limit]:
+        """The limits in the code: the ``registry``'s, and for a type only the consumers load,
+        the limit one registered (docs/job-types.md, "Registered types")."""
+        registered = await self._registered_elsewhere(registry)
+        limits = {t.name: t.limit for t in registered if t.limit is not None}
+        return limits | registry.limits()
+
+    async def is_known_type(self, job_type: str, registry: Registry) -> bool:
+        """A type of the ``registry``, or one a consumer registered: a runtime limit may be
+        set on either."""
+        if job_type in registry.types:
+            return True
+        return any(t.name == job_type for t in await self._registered_elsewhere(registry))
+
+    async def _registered_elsewhere(self, registry: Registry) -> list[RegisteredType]:
+        registered = await PgTypeStore(self.store).registered_types()
+        return [t for t in registered if t.name not in registry.types]
 
     async def set_limit(self, job_type: str, limit: Limit) -> None:
         """The runtime limit of ``job_type`` (it replaces the code's until cleared)."""

@@ -35,7 +35,7 @@ QUEUE_NOT_FOUND: dict[int | str, dict[str, Any]] = {
 TYPE_NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {
         "description": "job_type_not_found: a type neither in this API's registry "
-        "(JOBRELAY_HANDLERS) nor with a runtime limit",
+        "(JOBRELAY_HANDLERS), nor registered by a consumer, nor with a runtime limit",
         "content": PROBLEM_CONTENT,
     }
 }
@@ -54,6 +54,10 @@ async def queue_view(request: Request, store: StoreDep, name: str) -> dict[str, 
     if queue is None:  # deleted meanwhile: as unknown as one never made
         raise QueueNotFound(f"no queue named {name!r}")
     return report.queue_document(queue)
+
+
+def unknown_type(job_type: str) -> str:
+    return f"no job type {job_type!r} in this API's registry or registered by a consumer"
 
 
 def registry_of(request: Request) -> Registry:
@@ -126,8 +130,11 @@ async def get_limit(
 ) -> dict[str, Any]:
     registry = registry_of(request)
     flow = FlowStore(store)
-    if job_type not in registry.types and await flow.runtime_limit(job_type) is None:
-        raise JobTypeNotFound(f"no job type {job_type!r} in this API's registry")
+    if (
+        not await flow.is_known_type(job_type, registry)
+        and await flow.runtime_limit(job_type) is None
+    ):
+        raise JobTypeNotFound(unknown_type(job_type))
     return limit_document(await flow.limit_in_force(job_type, registry))
 
 
@@ -143,9 +150,9 @@ async def set_limit(
     request: Request, job_type: TypeName, body: SetLimit, admin: AdminDep, store: StoreDep
 ) -> dict[str, Any]:
     registry = registry_of(request)
-    if job_type not in registry.types:
-        raise JobTypeNotFound(f"no job type {job_type!r} in this API's registry")
     flow = FlowStore(store)
+    if not await flow.is_known_type(job_type, registry):
+        raise JobTypeNotFound(unknown_type(job_type))
     await flow.set_limit(job_type, body.as_limit())
     return limit_document(await flow.limit_in_force(job_type, registry))
 
@@ -165,7 +172,8 @@ async def set_limit(
 async def clear_limit(
     request: Request, job_type: TypeName, admin: AdminDep, store: StoreDep
 ) -> Response:
-    cleared = await FlowStore(store).clear_limit(job_type)
-    if not cleared and job_type not in registry_of(request).types:
-        raise JobTypeNotFound(f"no job type {job_type!r} in this API's registry")
+    flow = FlowStore(store)
+    cleared = await flow.clear_limit(job_type)
+    if not cleared and not await flow.is_known_type(job_type, registry_of(request)):
+        raise JobTypeNotFound(unknown_type(job_type))
     return Response(status_code=204)

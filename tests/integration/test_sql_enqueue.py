@@ -368,8 +368,10 @@ async def test_a_caller_whose_search_path_leads_elsewhere_still_writes_jobrelays
     jobrelay_schema: str = row[0]
     sql.execute("CREATE SCHEMA app")
     sql.execute("CREATE TABLE app.jobs (LIKE jobs INCLUDING ALL)")
-    sql.execute("CREATE TEMPORARY TABLE outbox (LIKE outbox INCLUDING ALL)")
-    sql.execute("SET search_path = app, pg_temp")
+    # Both for this transaction only: behind PgBouncer in transaction mode a session's SET and
+    # temporary table would stay on the server connection the pool hands the store next.
+    sql.execute("CREATE TEMPORARY TABLE outbox (LIKE outbox INCLUDING ALL) ON COMMIT DROP")
+    sql.execute("SET LOCAL search_path = app, pg_temp")
     job_id = sql.execute(
         f'SELECT "{jobrelay_schema}".jobrelay_enqueue(%s, %s, %s::jsonb, %s)',
         ("alice", EXPORT_TYPE, EXPORT, "elsewhere"),

@@ -1,11 +1,13 @@
 """Long jobs against the real broker (docs/long-jobs.md, SPEC §18): with RabbitMQ's
-``consumer_timeout`` lowered to 5 s, a 75 s job beside short ones on one consumer succeeds once,
+``consumer_timeout`` lowered to 5 s, a 20 s job beside short ones on one consumer succeeds once,
 the short ones are not disturbed, the broker never closes the consumer's channel, and a long
 job that fails for good after its early ack still lands in the quarantine queue.
 
 The timeout is node-wide on RabbitMQ 3.10 and read when a channel opens; the broker checks it on
-the channel's tick, about once a minute, so the long job outlives at least one tick past it.
-The test sets it through rabbitmqctl (the fault helpers' servers) and restores the default.
+the channel's tick (``channel_tick_interval``, a minute by default, read each time the tick is
+armed). The test lowers both through rabbitmqctl (the fault helpers' servers), the tick to 2 s so
+that the long job outlives several ticks past the timeout, and restores the defaults.
+``test_without_the_early_ack_the_broker_closes_the_channel`` shows that these settings do bite.
 """
 
 from __future__ import annotations
@@ -44,21 +46,27 @@ from tests.support.factories import results_of
 
 CONSUMER_TIMEOUT_MS = 5_000
 DEFAULT_CONSUMER_TIMEOUT_MS = 1_800_000  # RabbitMQ's own default, 30 minutes
-LONG_SECONDS = 75.0  # past the timeout and past at least one channel tick (about a minute)
+TICK_MS = 2_000
+DEFAULT_TICK_MS = 60_000  # RabbitMQ's own default channel_tick_interval
+LONG_SECONDS = 20.0  # past the timeout and past several channel ticks after it
 FAILING_SECONDS = 6.0
 
 
-def set_consumer_timeout(milliseconds: int) -> None:
-    faults.rabbitmqctl("eval", f"application:set_env(rabbit, consumer_timeout, {milliseconds}).")
+def set_consumer_timeout(milliseconds: int, tick_milliseconds: int) -> None:
+    for name, value in (
+        ("consumer_timeout", milliseconds),
+        ("channel_tick_interval", tick_milliseconds),
+    ):
+        faults.rabbitmqctl("eval", f"application:set_env(rabbit, {name}, {value}).")
 
 
 @pytest.fixture
 def short_consumer_timeout() -> Iterator[None]:
-    set_consumer_timeout(CONSUMER_TIMEOUT_MS)
+    set_consumer_timeout(CONSUMER_TIMEOUT_MS, TICK_MS)
     try:
         yield
     finally:
-        set_consumer_timeout(DEFAULT_CONSUMER_TIMEOUT_MS)
+        set_consumer_timeout(DEFAULT_CONSUMER_TIMEOUT_MS, DEFAULT_TICK_MS)
 
 
 def long_jobs_registry() -> Registry:
@@ -117,7 +125,7 @@ async def test_a_job_longer_than_the_consumer_timeout_runs_once_beside_short_one
         # Short jobs while the long one runs on past the broker's timeout and its next tick.
         for batch in ("middle", "late"):
             await asyncio.sleep(
-                max(0.0, started + (30 if batch == "middle" else 65) - time.monotonic())
+                max(0.0, started + (8 if batch == "middle" else 16) - time.monotonic())
             )
             short_ids += await submit_and_publish(store, settings, client_id, short_jobs(batch, 3))
         for job_id in short_ids:
@@ -152,3 +160,34 @@ async def test_a_job_longer_than_the_consumer_timeout_runs_once_beside_short_one
     copies = [message for message in quarantined if message.job_id == failing_id]
     assert len(copies) == 1
     assert (copies[0].reason, copies[0].job_type) == ("rejected", "test.long_fails")
+
+
+async def test_without_the_early_ack_the_broker_closes_the_channel(
+    short_consumer_timeout: None,
+    make_settings: MakeSettings,
+    store: Store,
+) -> None:
+    """The control of the test above: the same broker settings do close a channel that holds a
+    delivery past the timeout, so the channel kept there is the early ack's doing."""
+    settings = make_settings(long_job_ack_seconds=0.0)  # never acked early
+    client_id = await new_client(store)
+    async with running_consumer(settings, long_jobs_registry(), concurrency=2) as consumer:
+        assert consumer.channel is not None
+        channel_at_start = await consumer.channel.get_underlay_channel()
+        (long_id,) = await submit_and_publish(
+            store,
+            settings,
+            client_id,
+            [("test.count", {"tag": "unacked", "first_attempt_sleeps": 12.0})],
+        )
+        deadline = time.monotonic() + 12.0
+        while not channel_at_start.is_closed:
+            assert time.monotonic() < deadline, "the broker never closed the channel"
+            await asyncio.sleep(0.2)
+        await wait_state(store, long_id, "succeeded", timeout=30)
+
+    # The broker's reason, and what it did: the delivery came back while the job still ran.
+    reason = channel_at_start.closing.exception()
+    assert "PRECONDITION_FAILED" in repr(reason) and "timed out" in repr(reason), repr(reason)
+    assert handler_runs(settings.results_dir, long_id) == 1
+    assert JobEvent.DUPLICATE_DELIVERY in [event for event, _ in await events(store, long_id)]

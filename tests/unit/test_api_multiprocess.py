@@ -11,9 +11,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from prometheus_client.mmap_dict import MmapedDict
 
 from jobrelay.api.multiprocess import (
     DIRECTORY_VARIABLE,
+    WorkerFilesCollector,
     WorkerProcessCollector,
     forget_dead_workers,
     live_worker_pids,
@@ -106,3 +108,18 @@ def test_every_live_worker_s_process_metrics_carry_its_pid(tmp_path: Path) -> No
     assert start.labels == {"pid": str(os.getpid())}
     [cpu] = families["process_cpu_seconds"].samples
     assert cpu.name == "process_cpu_seconds_total" and cpu.labels == {"pid": str(os.getpid())}
+
+
+def test_a_scrape_skips_the_empty_files_of_a_worker_that_is_starting(tmp_path: Path) -> None:
+    """A starting worker's files exist, empty, for a moment before they are sized: the scrape
+    then sums the other workers' counts instead of failing."""
+    written = MmapedDict(str(tmp_path / "counter_101.db"))
+    key = '["jobs_total", "jobs_total", {}, "Jobs"]'
+    written.write_value(key, 3.0, 0.0)
+    written.close()
+    (tmp_path / "counter_102.db").write_bytes(b"")  # made, not sized yet
+    (tmp_path / "histogram_102.db").write_bytes(b"\0\0")
+
+    [family] = WorkerFilesCollector(None, path=str(tmp_path)).collect()
+
+    assert [(sample.name, sample.value) for sample in family.samples] == [("jobs_total", 3.0)]

@@ -14,6 +14,8 @@ gauge too (``livesum``).
 - A worker that dies (uvicorn starts another in its place) leaves its files: its counts stay in
   the sums, so counters never go backwards. Only its live gauges must go, and the next scrape
   removes them (``forget_dead_workers``, prometheus_client's ``mark_process_dead``).
+- A worker that is starting makes its files empty and sizes them a moment later (prometheus_client's
+  ``MmapedDict``): a scrape in between must not read one (``WorkerFilesCollector``).
 - Process metrics (memory, CPU, open files) are per process: a sum says nothing, and the
   answering worker's own would jump from one worker to another between scrapes (a CPU counter
   going backwards). Every live worker's are exported with a ``pid`` label instead
@@ -85,10 +87,31 @@ def served_registry(directory: Path) -> CollectorRegistry:
             f"process's counts would not be written to {directory}"
         )
     registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
+    WorkerFilesCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
     WorkerProcessCollector(directory, registry)
     PlatformCollector(registry=registry)
     return registry
+
+
+# A metrics file starts with its used length (4 bytes) and 4 bytes of padding.
+_FILE_HEADER_BYTES = 8
+
+
+class WorkerFilesCollector(MultiProcessCollector):
+    """prometheus_client's merge of every worker's files, less the files a starting worker has
+    made but not sized yet: those are empty, hold no sample, and prometheus_client's reader
+    fails on them (``struct.error``), which made the scrape that met one answer 500."""
+
+    def collect(self) -> Iterable[Metric]:
+        files = [str(path) for path in Path(self._path).glob("*.db") if _sized(path)]
+        return self.merge(files, accumulate=True)  # type: ignore[no-untyped-call, no-any-return]
+
+
+def _sized(path: Path) -> bool:
+    try:
+        return path.stat().st_size >= _FILE_HEADER_BYTES
+    except FileNotFoundError:  # a dead worker's live gauge, removed since the glob
+        return False
 
 
 def forget_dead_workers(directory: Path) -> None:

@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 # scripts/servers.py needs only the standard library: `make down` works before any venv exists.
 SCRIPT_PYTHON = $(if $(wildcard $(PYTHON)),$(PYTHON),python3)
 
-.PHONY: install environment lock test-latest run test test-local test-pgbouncer test-python313 test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster chaos chaos-cluster chaos-failover clean
+.PHONY: install environment lock test-latest run test test-local test-side-by-side test-pgbouncer test-python313 test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster chaos chaos-cluster chaos-failover clean
 
 ## install: exactly the locked versions (requirements/dev.txt), then jobrelay itself, editable
 ## (into the active virtual environment, else into .venv, made when missing)
@@ -59,11 +59,20 @@ test-latest: environment
 run: environment
 	PYTHON=$(PYTHON) bash scripts/run.sh
 
-## test: every tier. The suite against throwaway local servers, then the container tiers (the
-## real compose.yaml, and the integration tier on testcontainers) where a Docker engine answers
-## or CI is set (scripts/ci-docker.sh installs and starts one); elsewhere they are announced as
-## not run, never passed silently.
-test: test-local test-pgbouncer test-python313 test-docker
+## test: every tier. The suite against throwaway local servers; then the PgBouncer and the
+## Python 3.13 tiers side by side; then the container tiers (the real compose.yaml, and the
+## integration tier on testcontainers) where a Docker engine answers or CI is set
+## (scripts/ci-docker.sh installs and starts one); elsewhere they are announced as not run,
+## never passed silently.
+test: test-local test-side-by-side test-docker
+
+## test-side-by-side: test-pgbouncer and test-python313 at once. The integration tier waits on
+## its servers more than it computes: on 2 cores the two take about 8 minutes together, where
+## one after the other took 17 to 22. Each has servers of its own (.local/servers-<tier>), and
+## each one's output is printed whole when it ends (make --output-sync).
+test-side-by-side: environment
+	@echo "make: test-pgbouncer and test-python313 side by side; each one's output follows when it ends"
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-pgbouncer test-python313
 
 test-local: environment
 	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m pytest -p no:cacheprovider \
@@ -73,7 +82,8 @@ test-local: environment
 ## (docs/pgbouncer.md): JOBRELAY_DATABASE_URL goes through it, JOBRELAY_DIRECT_DATABASE_URL
 ## (admin work, and the few tests that need a session of their own) straight to PostgreSQL
 test-pgbouncer: environment
-	$(PYTHON) scripts/servers.py run --pgbouncer -- $(PYTHON) -m pytest -p no:cacheprovider \
+	JOBRELAY_SERVERS_DIR=$(abspath .local/servers-pgbouncer) \
+		$(PYTHON) scripts/servers.py run --pgbouncer -- $(PYTHON) -m pytest -p no:cacheprovider \
 		tests/integration $(PYTEST_ARGS)
 
 ## test-python313: the unit and integration tiers on Python 3.13 too (Django 6 there, where 3.11
@@ -84,6 +94,7 @@ PYTHON313 ?= $(or $(lastword $(sort $(wildcard $(HOME)/.pyenv/versions/3.13*/bin
 # As if that venv were active: what the tests start (python, jobrelay, ruff) is its own.
 test-python313: $(PY313_VENV)/.jobrelay-installed
 	VIRTUAL_ENV=$(abspath $(PY313_VENV)) PATH=$(abspath $(PY313_VENV))/bin:$$PATH \
+		JOBRELAY_SERVERS_DIR=$(abspath .local/servers-python313) \
 		$(SCRIPT_PYTHON) scripts/servers.py run -- $(abspath $(PY313_VENV))/bin/python -m pytest \
 		-p no:cacheprovider tests/unit tests/integration $(PYTEST_ARGS)
 

@@ -4,9 +4,10 @@ the short ones are not disturbed, the broker never closes the consumer's channel
 job that fails for good after its early ack still lands in the quarantine queue.
 
 The timeout is node-wide on RabbitMQ 3.10 and read when a channel opens; the broker checks it on
-the channel's tick (``channel_tick_interval``, a minute by default, read each time the tick is
-armed). The test lowers both through rabbitmqctl (the fault helpers' servers), the tick to 2 s so
-that the long job outlives several ticks past the timeout, and restores the defaults.
+the channel's tick (``channel_tick_interval``, a minute by default, also read when a channel
+opens). The test lowers both through rabbitmqctl (the fault helpers' servers) before its consumer
+opens its channel, the tick to 2 s so that the long job outlives several ticks past the timeout,
+and restores the defaults.
 ``test_without_the_early_ack_the_broker_closes_the_channel`` shows that these settings do bite.
 """
 

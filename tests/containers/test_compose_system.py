@@ -55,8 +55,9 @@ DATABASE_DOWN_SECONDS = 15
 # The dispatchers publish again a job whose message the broker lost once it has waited this long
 # (well above 2 leases of 30 s). A recreated broker has sometimes listed fewer messages than its
 # predecessor did (33 of 115, 54 of 166, 52 of 143, 89 of 147), yet in the run of 89 of 147
-# every job ended within 2 s of the load, no redispatch needed: the predecessor's count was off,
-# not the messages. Should one be lost all the same, its job must still end.
+# every job ended within 2 s of the load, before a lost message's job could have been published
+# again: the predecessor's count was off, not the messages. Should one be lost all the same, its
+# job must still end.
 REDISPATCH_AFTER_SECONDS = 90
 SETTLE_SECONDS = 240  # a SIGKILLed job waits for its lease (30 s) to expire, then runs again
 

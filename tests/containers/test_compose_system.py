@@ -9,11 +9,10 @@ consumer container SIGKILLed (``docker kill``), a consumer process crashed (the 
 brings it back), the broker restarted, the broker recreated while messages wait in its work
 queue (the dispatcher and the consumers paused: the new container must have the work queue and
 messages in it, which its fixed hostname makes so), the database stopped for 15 s and started
-again. Every
-accepted job must end where it should (succeeded; quarantined for permanent failures, with its
-message in the quarantine queue); ``stop`` must stop every container with exit status 0, the
-consumers after draining and before the database; ``down -v`` always runs. A summary is printed
-at the end.
+again. Every accepted job must end where it should (succeeded; quarantined for permanent
+failures, with its message in the quarantine queue); ``stop`` must stop every container with
+exit status 0, the consumers after draining and before the database; ``down -v`` always runs. A
+summary is printed at the end.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ LONG_SECONDS = 20.0  # past the timeout and past several channel ticks after it
 FAILING_SECONDS = 6.0
 
 
-def set_consumer_timeout(milliseconds: int, tick_milliseconds: int) -> None:
+def set_broker_timeouts(milliseconds: int, tick_milliseconds: int) -> None:
     for name, value in (
         ("consumer_timeout", milliseconds),
         ("channel_tick_interval", tick_milliseconds),
@@ -63,11 +63,11 @@ def set_consumer_timeout(milliseconds: int, tick_milliseconds: int) -> None:
 
 @pytest.fixture
 def short_consumer_timeout() -> Iterator[None]:
-    set_consumer_timeout(CONSUMER_TIMEOUT_MS, TICK_MS)
+    set_broker_timeouts(CONSUMER_TIMEOUT_MS, TICK_MS)
     try:
         yield
     finally:
-        set_consumer_timeout(DEFAULT_CONSUMER_TIMEOUT_MS, DEFAULT_TICK_MS)
+        set_broker_timeouts(DEFAULT_CONSUMER_TIMEOUT_MS, DEFAULT_TICK_MS)
 
 
 def long_jobs_registry() -> Registry:

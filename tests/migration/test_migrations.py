@@ -39,16 +39,29 @@ def schema_differences(url: str) -> list[object]:
     engine = create_engine(url, poolclass=pool.NullPool)
     try:
         with engine.connect() as connection:
-            context = MigrationContext.configure(connection, opts={"compare_type": True})
+            context = MigrationContext.configure(
+                connection,
+                opts={
+                    "compare_type": True,
+                    # jobrelay's schema only: the models name it, public must stay empty.
+                    "include_schemas": True,
+                    "include_name": _only_jobrelay_schema,
+                    "version_table_schema": "jobrelay",
+                },
+            )
             return list(compare_metadata(context, metadata))
     finally:
         engine.dispose()
 
 
-def table_names(url: str) -> set[str]:
+def _only_jobrelay_schema(name: str | None, type_: str, _parent: object) -> bool:
+    return type_ != "schema" or name == "jobrelay"
+
+
+def table_names(url: str, schema: str = "jobrelay") -> set[str]:
     engine = create_engine(url, poolclass=pool.NullPool)
     try:
-        return set(inspect(engine).get_table_names()) - {"alembic_version"}
+        return set(inspect(engine).get_table_names(schema=schema)) - {"alembic_version"}
     finally:
         engine.dispose()
 
@@ -57,6 +70,7 @@ def test_upgrade_on_an_empty_database_matches_the_models(empty_database: str) ->
     databases.migrate(empty_database)
 
     assert table_names(empty_database) == TABLES
+    assert table_names(empty_database, "public") == set()
     assert schema_differences(empty_database) == []
 
 
@@ -87,23 +101,25 @@ def test_the_check_constraints_make_nonsense_unrepresentable(empty_database: str
     }
     with psycopg.connect(databases.libpq_url(empty_database), autocommit=True) as connection:
         client = connection.execute(
-            "INSERT INTO clients (id, name, token_hash) "
+            "INSERT INTO jobrelay.clients (id, name, token_hash) "
             "VALUES (gen_random_uuid(), 'c', 'h') RETURNING id"
         ).fetchone()
         assert client is not None
         connection.execute(
-            "INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload, "
+            "INSERT INTO jobrelay.jobs (id, client_id, idempotency_key, request_hash, type, "
+            "payload, "
             "max_attempts) VALUES (gen_random_uuid(), %s, 'k', 'h', 't', '{}', 3)",
             (client[0],),
         )
         for case, assignment in nonsense.items():
             with pytest.raises(psycopg.errors.CheckViolation):
-                connection.execute(f"UPDATE jobs SET {assignment}")  # type: ignore[arg-type]
+                connection.execute(f"UPDATE jobrelay.jobs SET {assignment}")  # type: ignore[arg-type]
                 pytest.fail(f"accepted: {case}")
         # ... and a duplicate key for the same client is refused.
         with pytest.raises(psycopg.errors.UniqueViolation):
             connection.execute(
-                "INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload, "
+                "INSERT INTO jobrelay.jobs (id, client_id, idempotency_key, request_hash, type, "
+                "payload, "
                 "max_attempts) VALUES (gen_random_uuid(), %s, 'k', 'h2', 't', '{}', 3)",
                 (client[0],),
             )

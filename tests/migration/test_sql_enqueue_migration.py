@@ -26,11 +26,11 @@ INSTALLED_BY_0010 = {
 
 
 def functions(url: str) -> set[str]:
-    """The names of the functions in the database's schema whose names start with jobrelay_."""
+    """The names of the functions in jobrelay's schema whose names start with jobrelay_."""
     with psycopg.connect(libpq_url(url), autocommit=True) as connection:
         rows = connection.execute(
             "SELECT proname FROM pg_proc WHERE proname LIKE 'jobrelay\\_%' "
-            "AND pronamespace = current_schema()::regnamespace"
+            "AND pronamespace = 'jobrelay'::regnamespace"
         ).fetchall()
     return {name for (name,) in rows}
 
@@ -51,9 +51,40 @@ def test_0010_installs_the_enqueue_functions_and_its_downgrade_drops_them(
     assert functions(empty_database) >= INSTALLED_BY_0010
 
 
+def search_paths(url: str) -> dict[str, list[str]]:
+    """Each jobrelay function's own search_path setting (from ``proconfig``), by name."""
+    with psycopg.connect(libpq_url(url), autocommit=True) as connection:
+        rows = connection.execute(
+            "SELECT proname, proconfig FROM pg_proc WHERE proname LIKE 'jobrelay\\_%' "
+            "AND pronamespace = 'jobrelay'::regnamespace"
+        ).fetchall()
+    return {
+        name: [entry for entry in config or () if entry.startswith("search_path=")]
+        for name, config in rows
+    }
+
+
+def test_0012_pins_every_function_to_the_schema_and_its_downgrade_frees_the_triggers(
+    empty_database: str,
+) -> None:
+    config = databases.alembic_config(empty_database)
+    command.upgrade(config, "0012")
+    pinned = ["search_path=pg_catalog, jobrelay, pg_temp"]
+    assert search_paths(empty_database) == dict.fromkeys(history.FUNCTIONS_0011, pinned)
+
+    command.downgrade(config, "0011")
+    after = search_paths(empty_database)
+    assert {name for name, config in after.items() if not config} == set(
+        history.TRIGGER_FUNCTIONS_0011
+    )
+    assert all(after[name] == pinned for name in INSTALLED_BY_0010)
+
+
 def type_defaults(url: str, job_type: str) -> tuple[int, int]:
     with psycopg.connect(libpq_url(url), autocommit=True) as connection:
-        row = connection.execute("SELECT * FROM jobrelay_type_defaults(%s)", [job_type]).fetchone()
+        row = connection.execute(
+            "SELECT * FROM jobrelay.jobrelay_type_defaults(%s)", [job_type]
+        ).fetchone()
     assert row is not None
     return row[0], row[1]
 
@@ -65,7 +96,7 @@ def test_0011_has_the_sql_defaults_read_the_registered_types_and_its_downgrade_n
     command.upgrade(config, "0011")
     with psycopg.connect(libpq_url(empty_database), autocommit=True) as connection:
         connection.execute(
-            "INSERT INTO job_types (name, payload_schema, max_attempts, priority, "
+            "INSERT INTO jobrelay.job_types (name, payload_schema, max_attempts, priority, "
             "timeout_seconds, registered_by) VALUES ('shop.charge', '{}', 7, 40, 30, 'test')"
         )
     assert type_defaults(empty_database, "shop.charge") == (7, 40)

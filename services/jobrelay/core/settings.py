@@ -13,6 +13,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from jobrelay.core import database_url as db_urls
 from jobrelay.core.limits import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_MAX
 
+# The schema every statement of db/queries.py names literally (``FROM jobrelay.jobs``); another
+# ``JOBRELAY_DATABASE_SCHEMA`` is put in its place where statements run (db/schema.py).
+DEFAULT_SCHEMA = "jobrelay"
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="JOBRELAY_", extra="ignore", frozen=True)
@@ -26,6 +30,9 @@ class Settings(BaseSettings):
     # A direct connection (same URL forms) for LISTEN, which needs a session. Unset: LISTEN on
     # ``database_url`` in session mode; polling in transaction mode (said once in the log).
     listen_database_url: str | None = None
+    # The schema that holds every object jobrelay creates (docs/configuration.md): its tables,
+    # functions and its own migration version table, never ``public``.
+    database_schema: str = DEFAULT_SCHEMA
     # One broker URL, or the nodes of one RabbitMQ cluster separated by commas: each service
     # connects to the first that answers and moves to another when it loses it (docs/cluster.md).
     amqp_url: str = "amqp://guest:guest@localhost:5672/"
@@ -128,6 +135,11 @@ class Settings(BaseSettings):
     def _psycopg_listen_url(cls, url: str | None) -> str | None:
         return normalize_database_url(url) if url else None
 
+    @field_validator("database_schema")
+    @classmethod
+    def _schema_name(cls, name: str) -> str:
+        return validate_schema_name(name)
+
     @field_validator("amqp_url")
     @classmethod
     def _amqp_urls(cls, url: str) -> str:
@@ -135,6 +147,25 @@ class Settings(BaseSettings):
 
 
 ADMITTED_PER_CONNECTION = 2
+
+# Lower case only: an unquoted identifier, the same in SQL text, psql and the docs. Reserved
+# prefixes (pg_) and ``public`` (where an application's own tables live) are refused.
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def validate_schema_name(name: str) -> str:
+    """``name`` when it can be jobrelay's schema; a ValueError that says why otherwise."""
+    if not _SCHEMA_NAME.fullmatch(name):
+        raise ValueError(
+            f"database schema {name!r} is not a lower-case SQL identifier "
+            "(letters a-z, digits and _, not starting with a digit, at most 63)"
+        )
+    if name == "public" or name.startswith("pg_") or name == "information_schema":
+        raise ValueError(
+            f"database schema {name!r} is reserved: jobrelay needs a schema of its own"
+        )
+    return name
+
 
 # The driver jobrelay ships with; the schemes people paste (Heroku, libpq, docker images) name
 # the same database without it.

@@ -30,17 +30,21 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 
 from jobrelay.core.limits import FLOW_KEY_MAX, PRIORITY_MAX, PRIORITY_MIN
+from jobrelay.core.settings import DEFAULT_SCHEMA
 from jobrelay.core.states import TERMINAL_STATES, JobEvent, JobState
 from jobrelay.core.workflows import OnFailure
 
+# Every table lives in jobrelay's own schema (docs/configuration.md, JOBRELAY_DATABASE_SCHEMA):
+# the default name here, another one put in its place where statements run (db/schema.py).
 metadata = MetaData(
+    schema=DEFAULT_SCHEMA,
     naming_convention={
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",
         "uq": "uq_%(table_name)s_%(column_0_N_name)s",
         "ck": "ck_%(table_name)s_%(constraint_name)s",
         "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
         "pk": "pk_%(table_name)s",
-    }
+    },
 )
 
 

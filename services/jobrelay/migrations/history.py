@@ -48,3 +48,47 @@ DEFAULT_MAX_ATTEMPTS_0010 = 3
 # The longest integer (in digits) Python's json reads, sys.int_info.default_max_str_digits:
 # jobrelay_enqueue refuses a payload with a longer one, which no consumer could read.
 PYTHON_INT_DIGITS_MAX_0010 = 4300
+
+# Every object jobrelay had created by revision 0011, as it named them: what `jobrelay migrate`
+# moves out of ``public`` into jobrelay's schema on a database installed before 0012
+# (db/migrations.py), and the functions revision 0012 pins to the schema. Indexes, sequences,
+# constraints and triggers go with their tables. An entry is never changed.
+TABLES_0011 = (
+    "clients",
+    "jobs",
+    "workflows",
+    "job_dependencies",
+    "outbox",
+    "job_results",
+    "job_events",
+    "job_totals",
+    "job_count_deltas",
+    "rate_limits",
+    "broker_blocks",
+    "console_keys",
+    "queues",
+    "type_limits",
+    "type_rate_buckets",
+    "job_types",
+)
+# The trigger functions (0001, 0003, 0005), then 0010's SQL enqueue and its helpers (0011
+# replaced jobrelay_type_defaults).
+TRIGGER_FUNCTIONS_0011 = (
+    "jobrelay_notify_outbox",
+    "jobrelay_count_finished",
+    "jobrelay_notify_finished",
+)
+FUNCTIONS_0011 = (
+    *TRIGGER_FUNCTIONS_0011,
+    "jobrelay_reads_back",
+    "jobrelay_float_digits",
+    "jobrelay_json_number",
+    "jobrelay_canonical_json",
+    "jobrelay_request_hash",
+    "jobrelay_enqueue_check",
+    "jobrelay_type_defaults",
+    "jobrelay_enqueue",
+)
+# The revisions a ``public.alembic_version`` of jobrelay's own can hold (any other is an
+# application's, left alone).
+REVISIONS_0011 = tuple(f"{number:04d}" for number in range(1, 12))

@@ -79,7 +79,7 @@ async def create_client(url: str, name: str) -> tuple[uuid.UUID, str]:
     client_id = uuid.uuid4()
     async with await psycopg.AsyncConnection.connect(libpq_url(url), autocommit=True) as conn:
         await conn.execute(
-            "INSERT INTO clients (id, name, token_hash) VALUES (%s, %s, %s)",
+            "INSERT INTO jobrelay.clients (id, name, token_hash) VALUES (%s, %s, %s)",
             (client_id, name, token_hash(token)),
         )
     return client_id, token

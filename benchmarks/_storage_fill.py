@@ -120,7 +120,7 @@ WITH g AS MATERIALIZED (
            (CAST(%(codes)s AS text[]))[q] AS code
     FROM g
 ), jobs_in AS (
-    INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload, state,
+    INSERT INTO jobrelay.jobs (id, client_id, idempotency_key, request_hash, type, payload, state,
                       attempts, max_attempts, available_at, last_error_code, last_error,
                       created_at, updated_at, finished_at)
     SELECT id, client_id, 'fill-' || n, (CAST(%(hashes)s AS text[]))[t],
@@ -130,13 +130,14 @@ WITH g AS MATERIALIZED (
            created, finished, finished
     FROM j
 ), outbox_in AS (
-    INSERT INTO outbox (id, job_id, available_at, created_at, published_at, publish_attempts)
+    INSERT INTO jobrelay.outbox (id, job_id, available_at, created_at, published_at,
+        publish_attempts)
     SELECT outbox_id, id, created, created, created + interval '5 ms', 1 FROM j
 ), results_in AS (
-    INSERT INTO job_results (job_id, result, attempt, created_at)
+    INSERT INTO jobrelay.job_results (job_id, result, attempt, created_at)
     SELECT id, CAST(%(result)s AS jsonb), attempts, finished FROM j WHERE q IS NULL
 )
-INSERT INTO job_events (job_id, at, event, attempt, detail, error)
+INSERT INTO jobrelay.job_events (job_id, at, event, attempt, detail, error)
 SELECT j.id, j.created + e.after, e.event, e.attempt, e.detail, e.error
 FROM j CROSS JOIN LATERAL (VALUES
     (interval '0', 'received', 0, NULL, NULL),
@@ -168,11 +169,12 @@ def create_clients(conn: psycopg.Connection) -> list[str]:
     ids = []
     for index in range(FILL_CLIENTS):
         conn.execute(
-            "INSERT INTO clients (id, name, token_hash) VALUES (gen_random_uuid(), %s, %s) "
+            "INSERT INTO jobrelay.clients (id, name, token_hash) VALUES (gen_random_uuid(), %s, "
+            "%s) "
             "ON CONFLICT (name) DO NOTHING",
             (client_name(index), token_hash(client_token(index))),
         )
-        row = conn.execute("SELECT id FROM clients WHERE name = %s", (client_name(index),))
+        row = conn.execute("SELECT id FROM jobrelay.clients WHERE name = %s", (client_name(index),))
         ids.append(str(row.fetchone()[0]))  # type: ignore[index]
     return ids
 
@@ -230,7 +232,7 @@ def settle(url: str) -> float:
     statistics fresh, dirty pages written). Returns the seconds it took."""
     started = time.perf_counter()
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
-        deltas = conn.execute("SELECT to_regclass('job_count_deltas')").fetchone()
+        deltas = conn.execute("SELECT to_regclass('jobrelay.job_count_deltas')").fetchone()
         if deltas and deltas[0]:  # the schema keeps counts (revision 0003 on)
             conn.execute(queries.FOLD_JOB_COUNTS.text)
         conn.execute("VACUUM ANALYZE")
@@ -241,7 +243,8 @@ def settle(url: str) -> float:
 def filled_jobs(conn: psycopg.Connection) -> int:
     """How many jobs the fill's clients own (a database filled earlier, kept with --keep)."""
     row = conn.execute(
-        "SELECT count(*) FROM jobs j JOIN clients c ON c.id = j.client_id WHERE c.name LIKE %s",
+        "SELECT count(*) FROM jobrelay.jobs j JOIN jobrelay.clients c ON c.id = j.client_id WHERE "
+        "c.name LIKE %s",
         (CLIENT_PREFIX + "%",),
     ).fetchone()
     return int(row[0]) if row else 0
@@ -249,6 +252,6 @@ def filled_jobs(conn: psycopg.Connection) -> int:
 
 def fill_client_ids(conn: psycopg.Connection) -> list[str]:
     rows = conn.execute(
-        "SELECT id FROM clients WHERE name LIKE %s ORDER BY name", (CLIENT_PREFIX + "%",)
+        "SELECT id FROM jobrelay.clients WHERE name LIKE %s ORDER BY name", (CLIENT_PREFIX + "%",)
     ).fetchall()
     return [str(row[0]) for row in rows]

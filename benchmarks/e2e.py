@@ -92,13 +92,14 @@ NOOP_PAYLOAD = {"seconds": 0}
 # n at once, with ids made as the API makes them (``jobrelay.core.ids.new_id``).
 PRELOAD = """
 WITH j AS (
-    INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload, max_attempts)
+    INSERT INTO jobrelay.jobs (id, client_id, idempotency_key, request_hash, type, payload,
+        max_attempts)
     SELECT g.id, %(client_id)s, %(prefix)s || g.n, %(hash)s, %(type)s,
            CAST(%(payload)s AS jsonb), 3
     FROM unnest(CAST(%(ids)s AS uuid[])) WITH ORDINALITY AS g(id, n)
     RETURNING id, available_at
-), o AS (INSERT INTO outbox (job_id, available_at) SELECT id, available_at FROM j)
-INSERT INTO job_events (job_id, event, attempt) SELECT id, 'received', 0 FROM j
+), o AS (INSERT INTO jobrelay.outbox (job_id, available_at) SELECT id, available_at FROM j)
+INSERT INTO jobrelay.job_events (job_id, event, attempt) SELECT id, 'received', 0 FROM j
 """
 
 # Every count is of the run's client alone: the database may hold other jobs
@@ -106,7 +107,7 @@ INSERT INTO job_events (job_id, event, attempt) SELECT id, 'received', 0 FROM j
 COUNT_DONE = """
 SELECT count(*) FILTER (WHERE state = 'succeeded') AS done,
        count(*) FILTER (WHERE state IN ('quarantined', 'cancelled')) AS failed
-FROM jobs WHERE client_id = %(client_id)s
+FROM jobrelay.jobs WHERE client_id = %(client_id)s
 """
 
 # What the polls while jobs run ask instead: how many jobs are not finished, of any client (the
@@ -115,16 +116,16 @@ FROM jobs WHERE client_id = %(client_id)s
 # COUNT_DONE (every job of the client read) took about a fifth of PostgreSQL's CPU in the
 # window, counted as jobrelay's (pg_stat_statements, docs/testing.md "Performance").
 _LIVE_STATES = ", ".join(f"'{state}'" for state in LIVE)
-COUNT_LEFT = f"SELECT count(*) FROM jobs WHERE state IN ({_LIVE_STATES})"
+COUNT_LEFT = f"SELECT count(*) FROM jobrelay.jobs WHERE state IN ({_LIVE_STATES})"
 
 WINDOW = """
-WITH mine AS (SELECT id, finished_at FROM jobs WHERE client_id = %(client_id)s),
-     sent AS (SELECT published_at FROM outbox WHERE job_id IN (SELECT id FROM mine))
+WITH mine AS (SELECT id, finished_at FROM jobrelay.jobs WHERE client_id = %(client_id)s),
+     sent AS (SELECT published_at FROM jobrelay.outbox WHERE job_id IN (SELECT id FROM mine))
 SELECT count(*) FILTER (WHERE finished_at IS NOT NULL) AS n,
        EXTRACT(EPOCH FROM min(finished_at)) AS first,
        EXTRACT(EPOCH FROM max(finished_at)) AS last,
-       (SELECT count(*) FROM job_results WHERE job_id IN (SELECT id FROM mine)) AS results,
-       (SELECT count(*) FROM job_events WHERE job_id IN (SELECT id FROM mine)) AS events,
+       (SELECT count(*) FROM jobrelay.job_results WHERE job_id IN (SELECT id FROM mine)) AS results,
+       (SELECT count(*) FROM jobrelay.job_events WHERE job_id IN (SELECT id FROM mine)) AS events,
        (SELECT count(published_at) FROM sent) AS published,
        (SELECT EXTRACT(EPOCH FROM max(published_at) - min(published_at)) FROM sent) AS relaying
 FROM mine
@@ -136,10 +137,10 @@ SELECT EXTRACT(EPOCH FROM r.created_at - j.created_at) AS total,
        EXTRACT(EPOCH FROM o.published_at - j.created_at) AS relay,
        EXTRACT(EPOCH FROM c.at - o.published_at) AS delivery,
        EXTRACT(EPOCH FROM r.created_at - c.at) AS execution
-FROM jobs j
-JOIN job_results r ON r.job_id = j.id
-JOIN outbox o ON o.job_id = j.id
-JOIN job_events c ON c.job_id = j.id AND c.event = 'claimed'
+FROM jobrelay.jobs j
+JOIN jobrelay.job_results r ON r.job_id = j.id
+JOIN jobrelay.outbox o ON o.job_id = j.id
+JOIN jobrelay.job_events c ON c.job_id = j.id AND c.event = 'claimed'
 WHERE j.idempotency_key LIKE %(prefix)s
 """
 
@@ -314,7 +315,7 @@ async def reset_jobs(ctx: Context, *, fresh: bool = True) -> None:
         await sql(ctx, f"TRUNCATE {tables} CASCADE")
     await sql(
         ctx,
-        "INSERT INTO clients (id, name, token_hash) VALUES (%(id)s, %(name)s, %(hash)s) "
+        "INSERT INTO jobrelay.clients (id, name, token_hash) VALUES (%(id)s, %(name)s, %(hash)s) "
         "ON CONFLICT DO NOTHING",
         {"id": ctx.client_id, "name": "bench-e2e", "hash": f"h-{ctx.client_id}"},
     )

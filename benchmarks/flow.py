@@ -63,20 +63,20 @@ PRELOAD_SCRIPT = ROOT / "benchmarks" / "_flow_preload.py"
 
 # Both schemas have these columns (the clients table is older than both trees).
 ADD_CLIENT = """
-INSERT INTO clients (id, name, token_hash) VALUES (%(id)s, 'bench-flow', %(hash)s)
+INSERT INTO jobrelay.clients (id, name, token_hash) VALUES (%(id)s, 'bench-flow', %(hash)s)
 """
 
 # What the journal holds per event (a held job is one the claim put back, at its key's limit).
 EVENTS = """
 SELECT string_agg(event || ' ' || n, ', ' ORDER BY event)
-FROM (SELECT event::text, count(*) AS n FROM job_events GROUP BY event) counts
+FROM (SELECT event::text, count(*) AS n FROM jobrelay.job_events GROUP BY event) counts
 """
 
-PUBLISHED = "SELECT count(published_at) FROM outbox"
+PUBLISHED = "SELECT count(published_at) FROM jobrelay.outbox"
 PUBLISH_WINDOW = """
 SELECT count(published_at), EXTRACT(EPOCH FROM min(published_at)),
        EXTRACT(EPOCH FROM max(published_at))
-FROM outbox
+FROM jobrelay.outbox
 """
 
 

@@ -449,7 +449,7 @@ def exactly_once(url: str, client_id: uuid.UUID, run: str, tally: Tally) -> list
     rows = asyncio.run(
         sql(
             url,
-            "SELECT idempotency_key FROM jobs WHERE client_id = %s "
+            "SELECT idempotency_key FROM jobrelay.jobs WHERE client_id = %s "
             "AND starts_with(idempotency_key, %s)",
             (client_id, f"{run}-"),
         )

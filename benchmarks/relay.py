@@ -78,7 +78,7 @@ async def raw_publish_rate(amqp_url: str, rows: list[OutboxRow], in_flight: int)
 async def wait_published(store: Store, total: int, poll: float = 0.01) -> None:
     while True:
         row = await store.fetch_one(
-            text("SELECT count(*) AS n FROM outbox WHERE published_at IS NOT NULL")
+            text("SELECT count(*) AS n FROM jobrelay.outbox WHERE published_at IS NOT NULL")
         )
         if row is not None and row.n >= total:
             return
@@ -165,7 +165,10 @@ async def latency(settings: Settings, store: Store, rate: float, seconds: float)
         consumer.cancel()
         await asyncio.gather(consumer, return_exceptions=True)
     rows = await store.fetch_all(
-        text("SELECT id, EXTRACT(EPOCH FROM published_at) AS at FROM outbox WHERE id = ANY(:ids)"),
+        text(
+            "SELECT id, EXTRACT(EPOCH FROM published_at) AS at FROM jobrelay.outbox WHERE id = "
+            "ANY(:ids)"
+        ),
         ids=list(commits),
     )
     return [max(0.0, (float(row.at) - commits[row.id]) * 1000) for row in rows]
@@ -173,7 +176,8 @@ async def latency(settings: Settings, store: Store, rate: float, seconds: float)
 
 async def _published_before(store: Store, commits: dict[int, float]) -> int:
     row = await store.fetch_one(
-        text("SELECT count(*) AS n FROM outbox WHERE NOT (id = ANY(:ids))"), ids=list(commits)
+        text("SELECT count(*) AS n FROM jobrelay.outbox WHERE NOT (id = ANY(:ids))"),
+        ids=list(commits),
     )
     return int(row.n) if row is not None else 0
 

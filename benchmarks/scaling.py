@@ -92,16 +92,17 @@ SELECT relname, n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables
 WHERE relname IN ('jobs', 'outbox', 'job_events', 'job_results', 'job_count_deltas',
                   'job_totals')
 """
-UNPUBLISHED = "SELECT count(*) FROM outbox WHERE published_at IS NULL"
-LIVE_JOBS = "SELECT count(*) FROM jobs WHERE state IN ('queued', 'running', 'retrying')"
+UNPUBLISHED = "SELECT count(*) FROM jobrelay.outbox WHERE published_at IS NULL"
+LIVE_JOBS = "SELECT count(*) FROM jobrelay.jobs WHERE state IN ('queued', 'running', 'retrying')"
 BACKDATE = (
-    "UPDATE jobs SET finished_at = finished_at - interval '30 days' WHERE client_id = %(client_id)s"
+    "UPDATE jobrelay.jobs SET finished_at = finished_at - interval '30 days' "
+    "WHERE client_id = %(client_id)s"
 )
 RETENTION = 7 * 86400.0  # JOBRELAY_RETENTION_HOURS' default, in seconds
 RETENTION_BATCH = 500  # as dispatcher/maintenance.py deletes
 PUBLISH_SPAN = """
 SELECT count(*), EXTRACT(EPOCH FROM max(published_at) - min(published_at))
-FROM outbox WHERE published_at IS NOT NULL
+FROM jobrelay.outbox WHERE published_at IS NOT NULL
 """
 
 

@@ -79,14 +79,14 @@ LIST_LIMIT = 50
 
 # The job in the middle of a client's history, newest first (where the deep page starts).
 CLIENT_JOB_AT = """
-SELECT id FROM jobs WHERE client_id = %(client_id)s
+SELECT id FROM jobrelay.jobs WHERE client_id = %(client_id)s
 ORDER BY created_at DESC, id DESC OFFSET %(offset)s LIMIT 1
 """
 
 SIZES = """
-SELECT pg_database_size(current_database()), (SELECT count(*) FROM jobs),
-       pg_total_relation_size('jobs'), pg_total_relation_size('job_events'),
-       pg_total_relation_size('outbox'), pg_total_relation_size('job_results')
+SELECT pg_database_size(current_database()), (SELECT count(*) FROM jobrelay.jobs),
+       pg_total_relation_size('jobrelay.jobs'), pg_total_relation_size('jobrelay.job_events'),
+       pg_total_relation_size('jobrelay.outbox'), pg_total_relation_size('jobrelay.job_results')
 """
 
 
@@ -259,7 +259,7 @@ async def reader(side: Side, list_client: uuid.UUID, list_token: str) -> AsyncIt
 async def middle_cursor(side: Side, client_id: uuid.UUID) -> str | None:
     """The API's cursor of the page that starts in the middle of the client's history."""
     [(count,)] = await sql(
-        side.url, "SELECT count(*) FROM jobs WHERE client_id = %(c)s", {"c": client_id}
+        side.url, "SELECT count(*) FROM jobrelay.jobs WHERE client_id = %(c)s", {"c": client_id}
     )
     rows = await sql(side.url, CLIENT_JOB_AT, {"client_id": client_id, "offset": count // 2})
     job = await side.store.get_job(rows[0][0]) if rows else None
@@ -268,11 +268,11 @@ async def middle_cursor(side: Side, client_id: uuid.UUID) -> str | None:
 
 async def finished_sample(url: str, count: int = 200) -> list[uuid.UUID]:
     """Finished jobs from random pages of the jobs table (TABLESAMPLE SYSTEM)."""
-    [(total,)] = await sql(url, "SELECT count(*) FROM jobs")
+    [(total,)] = await sql(url, "SELECT count(*) FROM jobrelay.jobs")
     percent = min(100.0, 100.0 * 10 * count / max(total, 1))
     rows = await sql(
         url,
-        "SELECT id FROM jobs TABLESAMPLE SYSTEM (%(p)s) WHERE finished_at IS NOT NULL",
+        "SELECT id FROM jobrelay.jobs TABLESAMPLE SYSTEM (%(p)s) WHERE finished_at IS NOT NULL",
         {"p": percent},
     )
     ids = [row[0] for row in rows]
@@ -536,7 +536,7 @@ def drop_reads(side: Side) -> None:
 async def fill_lister(full: Side) -> tuple[uuid.UUID, str]:
     """The first fill client, and its token."""
     [(client_id,)] = await sql(
-        full.url, "SELECT id FROM clients WHERE name = %(n)s", {"n": fill.client_name(0)}
+        full.url, "SELECT id FROM jobrelay.clients WHERE name = %(n)s", {"n": fill.client_name(0)}
     )
     return client_id, fill.client_token(0)
 
@@ -557,9 +557,10 @@ async def forget_run(full: Side) -> None:
     next ``--reuse-full`` starts from the same rows (less the retention batches' deletions)."""
     await sql(
         full.url,
-        "DELETE FROM jobs WHERE client_id IN (SELECT id FROM clients WHERE name LIKE 'bench-%')",
+        "DELETE FROM jobrelay.jobs WHERE client_id IN (SELECT id FROM jobrelay.clients WHERE name "
+        "LIKE 'bench-%')",
     )
-    await sql(full.url, "DELETE FROM clients WHERE name LIKE 'bench-%'")
+    await sql(full.url, "DELETE FROM jobrelay.clients WHERE name LIKE 'bench-%'")
 
 
 async def run(admin_url: str, empty_url: str, full_url: str, args: argparse.Namespace) -> None:

@@ -42,12 +42,13 @@ from jobrelay.db.engine import libpq_url
 
 RAW_INSERT = """
 WITH j AS (
-    INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload, max_attempts)
+    INSERT INTO jobrelay.jobs (id, client_id, idempotency_key, request_hash, type, payload,
+        max_attempts)
     VALUES (%s, %s, %s, %s, 'catalog.export', %s, 3)
     ON CONFLICT (client_id, idempotency_key) DO NOTHING
     RETURNING id, available_at
-), o AS (INSERT INTO outbox (job_id, available_at) SELECT id, available_at FROM j)
-INSERT INTO job_events (job_id, event, attempt) SELECT id, 'received', 0 FROM j
+), o AS (INSERT INTO jobrelay.outbox (job_id, available_at) SELECT id, available_at FROM j)
+INSERT INTO jobrelay.job_events (job_id, event, attempt) SELECT id, 'received', 0 FROM j
 """
 
 

@@ -61,7 +61,7 @@ WARM_UP_JOBS = 20
 # Submit (the accept's transaction start) -> the last result stored, on the database clock.
 SPAN = """
 SELECT EXTRACT(EPOCH FROM max(finished_at) - min(created_at))
-FROM jobs WHERE client_id = %(client_id)s
+FROM jobrelay.jobs WHERE client_id = %(client_id)s
 """
 
 # The fan-in's journal against its parents: when the last of them finished, from the
@@ -72,10 +72,10 @@ SELECT EXTRACT(EPOCH FROM p.last - min(j.created_at)) AS fan_out,
        EXTRACT(EPOCH FROM min(e.at) FILTER (WHERE e.event = 'published') - p.last),
        EXTRACT(EPOCH FROM min(e.at) FILTER (WHERE e.event = 'claimed') - p.last),
        EXTRACT(EPOCH FROM max(j.finished_at) - p.last)
-FROM jobs j JOIN job_events e ON e.job_id = j.id
+FROM jobrelay.jobs j JOIN jobrelay.job_events e ON e.job_id = j.id
 CROSS JOIN LATERAL (
-    SELECT max(parent.finished_at) AS last FROM job_dependencies d
-    JOIN jobs parent ON parent.id = d.parent_id WHERE d.job_id = j.id
+    SELECT max(parent.finished_at) AS last FROM jobrelay.job_dependencies d
+    JOIN jobrelay.jobs parent ON parent.id = d.parent_id WHERE d.job_id = j.id
 ) p
 WHERE j.workflow_id = %(workflow_id)s AND j.workflow_ref = %(ref)s
 GROUP BY p.last

@@ -104,8 +104,8 @@ def progress(database_url: str) -> tuple[int, int]:
     """(jobs not terminal, unpublished outbox rows): both 0 at quiescence."""
     with psycopg.connect(libpq_url(database_url), connect_timeout=5) as connection:
         row = connection.execute(
-            "SELECT (SELECT count(*) FROM jobs WHERE state <> ALL(%s)),"
-            " (SELECT count(*) FROM outbox WHERE published_at IS NULL)",
+            "SELECT (SELECT count(*) FROM jobrelay.jobs WHERE state <> ALL(%s)),"
+            " (SELECT count(*) FROM jobrelay.outbox WHERE published_at IS NULL)",
             (list(TERMINAL),),
         ).fetchone()
     assert row is not None
@@ -119,37 +119,37 @@ def read_database(database_url: str) -> Snapshot:
             for row in connection.execute(
                 "SELECT id, idempotency_key, type, state, attempts, max_attempts,"
                 " last_error_code, concurrency_key, finished_at, workflow_id, workflow_ref"
-                " FROM jobs"
+                " FROM jobrelay.jobs"
             )
         }
         limited_journal = [
             JournalEntry(str(job_id), event, int(attempt), at)
             for job_id, event, attempt, at in connection.execute(
-                "SELECT e.job_id, e.event, e.attempt, e.at FROM job_events e"
-                " JOIN jobs j ON j.id = e.job_id"
+                "SELECT e.job_id, e.event, e.attempt, e.at FROM jobrelay.job_events e"
+                " JOIN jobrelay.jobs j ON j.id = e.job_id"
                 " WHERE j.type = %s AND e.event = ANY(%s) ORDER BY e.job_id, e.id",
                 (LIMITED, ["claimed", *ATTEMPT_ENDS]),
             )
         ]
         held_row = connection.execute(
-            "SELECT count(*) FROM job_events WHERE event = 'held'"
+            "SELECT count(*) FROM jobrelay.job_events WHERE event = 'held'"
         ).fetchone()
         results: dict[str, Any] = {}
         result_counts: Counter[str] = Counter()
-        for job_id, result in connection.execute("SELECT job_id, result FROM job_results"):
+        for job_id, result in connection.execute("SELECT job_id, result FROM jobrelay.job_results"):
             results[str(job_id)] = result
             result_counts[str(job_id)] += 1
         lease_losses: Counter[str] = Counter(
             {
                 str(job_id): int(n)
                 for job_id, n in connection.execute(
-                    "SELECT job_id, count(*) FROM job_events WHERE event = 'lease_expired'"
+                    "SELECT job_id, count(*) FROM jobrelay.job_events WHERE event = 'lease_expired'"
                     " GROUP BY job_id"
                 )
             }
         )
         unpublished_row = connection.execute(
-            "SELECT count(*) FROM outbox WHERE published_at IS NULL"
+            "SELECT count(*) FROM jobrelay.outbox WHERE published_at IS NULL"
         ).fetchone()
         workflows = _read_workflows(connection)
     assert unpublished_row is not None and held_row is not None
@@ -178,17 +178,20 @@ def _read_workflows(
     first `succeeded` and the release events of each."""
     workflows = {
         str(workflow_id): str(key)
-        for workflow_id, key in connection.execute("SELECT id, idempotency_key FROM workflows")
+        for workflow_id, key in connection.execute(
+            "SELECT id, idempotency_key FROM jobrelay.workflows"
+        )
     }
     parents: dict[str, list[str]] = defaultdict(list)
     for job_id, parent_id in connection.execute(
-        "SELECT job_id, parent_id FROM job_dependencies ORDER BY job_id, parent_id"
+        "SELECT job_id, parent_id FROM jobrelay.job_dependencies ORDER BY job_id, parent_id"
     ):
         parents[str(job_id)].append(str(parent_id))
     first: dict[str, dict[str, datetime]] = {"claimed": {}, "succeeded": {}}
     releases: dict[str, list[str]] = defaultdict(list)
     for job_id, event, at in connection.execute(
-        "SELECT e.job_id, e.event, e.at FROM job_events e JOIN jobs j ON j.id = e.job_id"
+        "SELECT e.job_id, e.event, e.at FROM jobrelay.job_events e JOIN jobrelay.jobs j ON j.id = "
+        "e.job_id"
         " WHERE j.workflow_id IS NOT NULL AND e.event = ANY(%s) ORDER BY e.job_id, e.id",
         (["claimed", "succeeded", *RELEASE_EVENTS],),
     ):
@@ -253,7 +256,9 @@ def quarantined_ids(database_url: str) -> set[str]:
     with psycopg.connect(libpq_url(database_url), connect_timeout=5) as connection:
         return {
             str(row[0])
-            for row in connection.execute("SELECT id FROM jobs WHERE state = 'quarantined'")
+            for row in connection.execute(
+                "SELECT id FROM jobrelay.jobs WHERE state = 'quarantined'"
+            )
         }
 
 

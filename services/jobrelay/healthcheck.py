@@ -22,7 +22,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from jobrelay.core.settings import Settings, mask_url
+from jobrelay.core.settings import DEFAULT_SCHEMA, Settings, mask_url
 from jobrelay.core.topology import JOBS_EXCHANGE, work_queue_name
 
 EXAMPLE = "jobrelay healthcheck --queue default   (exit 0 healthy, 1 not)"
@@ -32,7 +32,7 @@ class Unhealthy(Exception):
     """One failed check, phrased for an operator (no secrets)."""
 
 
-def check_database(url: str, timeout: float) -> str:
+def check_database(url: str, timeout: float, schema: str = DEFAULT_SCHEMA) -> str:
     import psycopg
 
     from jobrelay.db.engine import libpq_url
@@ -44,13 +44,17 @@ def check_database(url: str, timeout: float) -> str:
             application_name="jobrelay-healthcheck",
             autocommit=True,
         ) as connection:
-            row = connection.execute("SELECT to_regclass('outbox') IS NOT NULL").fetchone()
+            row = connection.execute(
+                "SELECT to_regclass(%s) IS NOT NULL", (f"{schema}.outbox",)
+            ).fetchone()
     except Exception as error:
         raise Unhealthy(
             f"database unavailable at {mask_url(url)} ({type(error).__name__})"
         ) from None
     if not row or not row[0]:
-        raise Unhealthy(f"database at {mask_url(url)} has no jobrelay schema (run migrate)")
+        raise Unhealthy(
+            f"database at {mask_url(url)} has no jobrelay tables in schema {schema} (run migrate)"
+        )
     return "database ok"
 
 
@@ -117,7 +121,7 @@ def run_checks(settings: Settings, *, queue: str | None, timeout: float) -> tupl
     checks: list[Callable[[], str]] = []
     if settings.metrics_port:
         checks.append(lambda: check_metrics(settings.metrics_port, timeout))
-    checks.append(lambda: check_database(settings.database_url, timeout))
+    checks.append(lambda: check_database(settings.database_url, timeout, settings.database_schema))
     checks.append(lambda: check_broker(settings.amqp_url, queue, timeout))
     passed: list[str] = []
     for check in checks:

@@ -62,11 +62,12 @@ from jobrelay.core.limits import (
     TYPE_NAME_MAX,
 )
 from jobrelay.core.registry import Registry
-from jobrelay.core.settings import libpq_url
+from jobrelay.core.settings import DEFAULT_SCHEMA, libpq_url, validate_schema_name
 from jobrelay.core.tracecontext import valid_traceparent
 from jobrelay.core.workflows import OnFailure, Workflow, WorkflowStep, workflow_step
 from jobrelay.db import queries as q
 from jobrelay.db.accept import Step, Steps, Submission, accept_steps, drive, drive_async
+from jobrelay.db.schema import in_schema
 from jobrelay.db.workflow_store import WorkflowSubmission, accept_workflow_steps
 
 __all__ = [
@@ -116,6 +117,7 @@ def enqueue(
     priority: int | None = None,
     concurrency_key: str | None = None,
     unique_key: str | None = None,
+    schema: str = DEFAULT_SCHEMA,
 ) -> Job:
     """Write a job of ``type`` with ``payload`` for ``client`` under idempotency ``key`` in the
     transaction open on ``connection`` (psycopg 3 ``Connection``, SQLAlchemy ``Connection`` or
@@ -149,13 +151,17 @@ def enqueue(
       (docs/observability.md); by default the caller's current OpenTelemetry span, when there
       is one. ``ValueError`` when it is not a valid ``traceparent``. Not part of the request:
       the same key with another trace context is the same request, and keeps its first one.
+    - ``schema``: the schema jobrelay's tables are in, when not the default ``jobrelay``
+      (the deployment's ``JOBRELAY_DATABASE_SCHEMA``; ``enqueue`` reads no variable);
+      ``ValueError`` when it is not a plain lower-case identifier. The statements name it,
+      whatever the connection's search_path.
 
     Raises ``jobrelay.IdempotencyConflict`` when the key was used for another type, payload or
     schedule (``job_id``: the job that holds it): nothing is written and the transaction stays
     usable. It is the class the HTTP client raises for a ``409`` (an ``ApiError`` with status
     409 and code ``idempotency_conflict``): one ``except`` handles both ways of submitting.
     """
-    execute = _sync_executor(connection)
+    execute = _sync_executor(connection, schema)
     submission = checked_submission(
         type,
         payload,
@@ -185,10 +191,11 @@ async def enqueue_async(
     priority: int | None = None,
     concurrency_key: str | None = None,
     unique_key: str | None = None,
+    schema: str = DEFAULT_SCHEMA,
 ) -> Job:
     """``enqueue`` on an async connection: a psycopg ``AsyncConnection``, an SQLAlchemy
     ``AsyncConnection`` or ``AsyncSession``. Arguments, result and errors as for ``enqueue``."""
-    execute = _async_executor(connection)
+    execute = _async_executor(connection, schema)
     submission = checked_submission(
         type,
         payload,
@@ -212,6 +219,7 @@ def enqueue_workflow(
     on_failure: OnFailure | str = OnFailure.CANCEL_DEPENDENTS,
     registry: Registry | None = None,
     traceparent: str | None = None,
+    schema: str = DEFAULT_SCHEMA,
 ) -> uuid.UUID:
     """Write every job of ``workflow`` (a ``jobrelay.Workflow``) for ``client`` under ``key``
     in the transaction open on ``connection``, as ``POST /v1/workflows`` writes them, and
@@ -226,7 +234,7 @@ def enqueue_workflow(
     (``code`` ``invalid_workflow``) for a graph the API would refuse (a cycle, 1,000 jobs
     passed, an ``after`` naming no job of it); ``ValueError`` for an unknown ``on_failure``.
     """
-    execute = _sync_executor(connection)
+    execute = _sync_executor(connection, schema)
     submission = _workflow_submission(workflow, key, on_failure, registry, traceparent)
     return drive(_accept_workflow(client, submission), execute)
 
@@ -240,9 +248,10 @@ async def enqueue_workflow_async(
     on_failure: OnFailure | str = OnFailure.CANCEL_DEPENDENTS,
     registry: Registry | None = None,
     traceparent: str | None = None,
+    schema: str = DEFAULT_SCHEMA,
 ) -> uuid.UUID:
     """``enqueue_workflow`` on an async connection, as ``enqueue_async`` is ``enqueue``'s."""
-    execute = _async_executor(connection)
+    execute = _async_executor(connection, schema)
     submission = _workflow_submission(workflow, key, on_failure, registry, traceparent)
     return await drive_async(_accept_workflow(client, submission), execute)
 
@@ -450,19 +459,23 @@ _PSYCOPG_DIALECT = sa_psycopg.dialect()  # type: ignore[no-untyped-call]
 
 
 @functools.cache
-def _psycopg_sql(statement: TextClause) -> str:
+def _psycopg_sql(statement: TextClause, schema: str = DEFAULT_SCHEMA) -> str:
     """The statement with psycopg's placeholders (``%(name)s``), compiled once, as
-    ``Store`` compiles it for its pooled psycopg connections."""
-    return str(statement.compile(dialect=_PSYCOPG_DIALECT))
+    ``Store`` compiles it for its pooled psycopg connections, naming jobrelay's objects in
+    ``schema`` (db/schema.py)."""
+    return str(in_schema(statement, schema).compile(dialect=_PSYCOPG_DIALECT))
 
 
-def _sync_executor(connection: object) -> Callable[[TextClause, dict[str, Any]], list[Any]]:
+def _sync_executor(
+    connection: object, schema: str
+) -> Callable[[TextClause, dict[str, Any]], list[Any]]:
+    validate_schema_name(schema)
     if isinstance(connection, psycopg.Connection):
         raw = connection
 
         def run_psycopg(statement: TextClause, params: dict[str, Any]) -> list[Any]:
             with raw.cursor(row_factory=namedtuple_row) as cursor:
-                cursor.execute(_psycopg_sql(statement), params)
+                cursor.execute(_psycopg_sql(statement, schema), params)
                 return cursor.fetchall() if cursor.description else []
 
         return run_psycopg
@@ -470,7 +483,7 @@ def _sync_executor(connection: object) -> Callable[[TextClause, dict[str, Any]],
         alchemy = connection
 
         def run_sqlalchemy(statement: TextClause, params: dict[str, Any]) -> list[Any]:
-            result = alchemy.execute(statement, params)
+            result = alchemy.execute(in_schema(statement, schema), params)
             return list(result.all())  # every statement of enqueue returns rows
 
         return run_sqlalchemy
@@ -486,14 +499,15 @@ def _sync_executor(connection: object) -> Callable[[TextClause, dict[str, Any]],
 
 
 def _async_executor(
-    connection: object,
+    connection: object, schema: str
 ) -> Callable[[TextClause, dict[str, Any]], Awaitable[list[Any]]]:
+    validate_schema_name(schema)
     if isinstance(connection, psycopg.AsyncConnection):
         raw = connection
 
         async def run_psycopg(statement: TextClause, params: dict[str, Any]) -> list[Any]:
             async with raw.cursor(row_factory=namedtuple_row) as cursor:
-                await cursor.execute(_psycopg_sql(statement), params)
+                await cursor.execute(_psycopg_sql(statement, schema), params)
                 return await cursor.fetchall() if cursor.description else []
 
         return run_psycopg
@@ -501,7 +515,7 @@ def _async_executor(
         alchemy = connection
 
         async def run_sqlalchemy(statement: TextClause, params: dict[str, Any]) -> list[Any]:
-            result = await alchemy.execute(statement, params)
+            result = await alchemy.execute(in_schema(statement, schema), params)
             return list(result.all())  # every statement of enqueue returns rows
 
         return run_sqlalchemy

@@ -39,7 +39,7 @@ async def test_queues_list_pause_and_resume(make_settings: MakeSettings, store: 
         2,
     )
     assert resumed.returncode == 0 and resumed.stdout.strip() == "queue 'default' resumed"
-    (row,) = await rows(store, "SELECT paused_at FROM queues WHERE name = 'default'")
+    (row,) = await rows(store, "SELECT paused_at FROM jobrelay.queues WHERE name = 'default'")
     assert row.paused_at is None
 
 
@@ -77,7 +77,7 @@ async def test_limits_set_list_and_clear(settings: Settings, store: Store) -> No
     assert cleared.returncode == 0
     assert cleared.stdout.strip() == "demo.sleep cleared; in force: demo.sleep  no limit  (code)"
     assert empty.stdout.strip() == "no limits in force"
-    assert await rows(store, "SELECT type FROM type_limits") == []
+    assert await rows(store, "SELECT type FROM jobrelay.type_limits") == []
 
 
 @pytest.mark.parametrize(
@@ -133,5 +133,5 @@ async def test_every_mistake_is_one_line_and_exit_1_and_changes_nothing(
     result = cli(service_env(settings), *args)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [line]
-    assert await rows(store, "SELECT type FROM type_limits") == []
-    assert await rows(store, "SELECT name FROM queues WHERE paused_at IS NOT NULL") == []
+    assert await rows(store, "SELECT type FROM jobrelay.type_limits") == []
+    assert await rows(store, "SELECT name FROM jobrelay.queues WHERE paused_at IS NOT NULL") == []

@@ -109,8 +109,8 @@ async def test_the_django_example_confirms_its_orders_and_rolls_back_a_declined_
     # Only the first order and its job: the declined one's rolled back with its task's job (and
     # so its outbox row, which references the job).
     assert await scalar(store, "SELECT count(*) FROM orders_order") == 1
-    assert await scalar(store, "SELECT count(*) FROM jobs") == 1
-    assert await scalar(store, "SELECT type FROM jobs") == TASK_TYPE
+    assert await scalar(store, "SELECT count(*) FROM jobrelay.jobs") == 1
+    assert await scalar(store, "SELECT type FROM jobrelay.jobs") == TASK_TYPE
 
 
 def test_a_consumer_whose_django_settings_cannot_load_says_why_and_exits_2(

@@ -80,7 +80,7 @@ async def test_an_order_whose_enqueue_fails_is_rolled_back_with_no_job(
     assert response.status_code == 500
     with psycopg.connect(jobrelay.libpq_url(database_url)) as connection:
         assert connection.execute("SELECT count(*) FROM orders").fetchone() == (0,)
-        assert connection.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+        assert connection.execute("SELECT count(*) FROM jobrelay.jobs").fetchone() == (0,)
 
 
 def _services(cfg: Settings, tmp_path: Path) -> ExitStack:
@@ -94,7 +94,8 @@ def _services(cfg: Settings, tmp_path: Path) -> ExitStack:
 def _job(cfg: Settings, job_id: str) -> dict[str, Any] | None:
     with psycopg.connect(jobrelay.libpq_url(cfg.database_url)) as connection:
         row = connection.execute(
-            "SELECT type, state, payload, result FROM jobs LEFT JOIN job_results r ON r.job_id = id"
+            "SELECT type, state, payload, result FROM jobrelay.jobs LEFT JOIN "
+            "jobrelay.job_results r ON r.job_id = id"
             " WHERE id = %s",
             [uuid.UUID(job_id)],
         ).fetchone()

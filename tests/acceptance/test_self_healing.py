@@ -80,7 +80,7 @@ async def test_finding6_the_dispatcher_publishes_lost_messages_again_and_each_jo
         await eventually(lambda: _all_succeeded(store, ids), within=30, what="every job done")
     assert [handler_runs(system.results_dir, job_id) for job_id in ids] == [1] * JOBS
     results = await rows(
-        store, "SELECT job_id, attempt FROM job_results WHERE job_id = ANY(:ids)", ids=ids
+        store, "SELECT job_id, attempt FROM jobrelay.job_results WHERE job_id = ANY(:ids)", ids=ids
     )
     assert sorted(attempt for _, attempt in results) == [1] * JOBS
     for job_id in ids:

@@ -97,7 +97,7 @@ async def seed(base: str, store: Store) -> Seeded:
         client_name="shop-backend",
     )
     hostile_token = await make_client(store, HOSTILE_CLIENT)
-    (shop,) = await rows(store, "SELECT id FROM clients WHERE name = 'shop-backend'")
+    (shop,) = await rows(store, "SELECT id FROM jobrelay.clients WHERE name = 'shop-backend'")
     await _history(store, shop.id)
     async with httpx.AsyncClient(base_url=base, timeout=30) as api:
         answer = await api.post(
@@ -124,7 +124,7 @@ async def _all_ran(store: Store) -> bool:
     """Every job not delayed has finished (the schedules' own jobs aside)."""
     (waiting,) = await rows(
         store,
-        "SELECT count(*) AS n FROM jobs j JOIN clients c ON c.id = j.client_id "
+        "SELECT count(*) AS n FROM jobrelay.jobs j JOIN jobrelay.clients c ON c.id = j.client_id "
         "WHERE j.state IN ('queued', 'running', 'retrying') AND j.run_at IS NULL "
         "AND c.name <> 'jobrelay-scheduler'",
     )

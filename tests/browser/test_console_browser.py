@@ -245,5 +245,7 @@ async def _has_state(store: Store, job_id: uuid.UUID, state: JobState) -> bool:
 
 
 async def _disabled(store: Store, name: str) -> bool:
-    (row,) = await rows(store, "SELECT disabled_at FROM clients WHERE name = :name", name=name)
+    (row,) = await rows(
+        store, "SELECT disabled_at FROM jobrelay.clients WHERE name = :name", name=name
+    )
     return row.disabled_at is not None

@@ -59,9 +59,9 @@ pytestmark = [pytest.mark.timeout(900), compose_test_opt_in]
 # Per job: its state, its rows in job_results, its `succeeded` events (read on the primary).
 RESULTS_SQL = """
 SELECT j.id, j.state,
-       (SELECT count(*) FROM job_results r WHERE r.job_id = j.id),
-       (SELECT count(*) FROM job_events e WHERE e.job_id = j.id AND e.event = 'succeeded')
-FROM jobs j
+       (SELECT count(*) FROM jobrelay.job_results r WHERE r.job_id = j.id),
+       (SELECT count(*) FROM jobrelay.job_events e WHERE e.job_id = j.id AND e.event = 'succeeded')
+FROM jobrelay.jobs j
 """
 
 

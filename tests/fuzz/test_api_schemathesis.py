@@ -91,7 +91,7 @@ async def seeded_jobs(store: Store, alice: str, bob: str) -> list[uuid.UUID]:
     alice_id, bob_id = (
         row.id
         for row in await rows(
-            store, "SELECT id FROM clients WHERE name IN ('alice', 'bob') ORDER BY name"
+            store, "SELECT id FROM jobrelay.clients WHERE name IN ('alice', 'bob') ORDER BY name"
         )
     )
     queued = await submit(store, alice_id, "demo.sleep", {"seconds": 0}, key=REPEATED_KEY)
@@ -226,7 +226,7 @@ async def test_a_nul_character_in_stored_or_queried_text_is_a_422_not_a_500(
     response = await api.request(method, path, headers=headers, **request_args)
     assert response.status_code == 422, response.text
     assert response.json()["code"] == "validation_error"
-    assert await rows(store, "SELECT id FROM jobs") == []
+    assert await rows(store, "SELECT id FROM jobrelay.jobs") == []
 
 
 async def test_a_non_finite_number_in_a_payload_is_a_422(api: Any, alice: str) -> None:

@@ -275,8 +275,8 @@ async def snapshot(store: Store) -> list[Any]:
     return await rows(
         store,
         "SELECT j.id, j.state, j.attempts, j.lease_token, j.lease_until, j.updated_at, "
-        "j.finished_at, j.last_error_code, r.result FROM jobs j "
-        "LEFT JOIN job_results r ON r.job_id = j.id ORDER BY j.id",
+        "j.finished_at, j.last_error_code, r.result FROM jobrelay.jobs j "
+        "LEFT JOIN jobrelay.job_results r ON r.job_id = j.id ORDER BY j.id",
     )
 
 
@@ -335,7 +335,7 @@ async def test_garbage_on_the_work_queue_is_quarantined_or_harmlessly_acked_and_
     kinds = Counter(m.kind for _, m in messages)
     assert harmless and len(poison) > MESSAGES // 2, kinds
     before = await snapshot(store)
-    last_event = await scalar(store, "SELECT max(id) FROM job_events")
+    last_event = await scalar(store, "SELECT max(id) FROM jobrelay.job_events")
 
     async with running_consumer(cfg) as consumer:
         for start in range(0, len(messages), BATCH):
@@ -376,7 +376,7 @@ async def test_garbage_on_the_work_queue_is_quarantined_or_harmlessly_acked_and_
         assert await snapshot(store) == before
         new_events = await rows(
             store,
-            "SELECT event, count(*) FROM job_events WHERE id > :last GROUP BY event",
+            "SELECT event, count(*) FROM jobrelay.job_events WHERE id > :last GROUP BY event",
             last=last_event,
         )
         assert [tuple(row) for row in new_events] == [("duplicate_delivery", len(harmless))]

@@ -133,7 +133,7 @@ async def test_a_submission_whose_answer_was_lost_is_retried_with_its_key_into_e
     assert again.json()["id"] == job_id
     assert retry.headers["location"] == f"/v1/jobs/{job_id}"
     assert await accepted_rows(store) == (1, 1, 1)
-    assert str(await scalar(store, "SELECT id FROM jobs")) == job_id
+    assert str(await scalar(store, "SELECT id FROM jobrelay.jobs")) == job_id
 
 
 async def test_a_lost_answer_then_a_retry_with_another_payload_is_a_conflict_not_a_second_job(
@@ -317,7 +317,7 @@ async def test_through_the_broker_a_lost_completion_answer_leaves_one_result_and
         await publish_jobs(cfg, [(job_id, "test.count") for job_id in jobs])
 
         async def all_succeeded() -> bool:
-            states = await rows(store, "SELECT state FROM jobs")
+            states = await rows(store, "SELECT state FROM jobrelay.jobs")
             return {row.state for row in states} == {"succeeded"}
 
         await eventually(all_succeeded, what="every job to succeed")

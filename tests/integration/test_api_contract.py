@@ -50,7 +50,7 @@ async def test_a_body_not_declared_json_is_a_415_problem_and_stores_nothing(
     assert problem["status"] == 415
     assert problem["type"].endswith("/unsupported_media_type")
     assert "application/json" in problem["detail"]
-    assert await rows(store, "SELECT id FROM jobs") == []
+    assert await rows(store, "SELECT id FROM jobrelay.jobs") == []
 
 
 @pytest.mark.parametrize(

@@ -80,8 +80,8 @@ def stored(settings: Settings, key: str) -> tuple[int, int]:
         with engine.connect() as connection:
             row = connection.execute(
                 text(
-                    "SELECT count(DISTINCT j.id), count(o.id) FROM jobs j "
-                    "LEFT JOIN outbox o ON o.job_id = j.id WHERE j.idempotency_key = :key"
+                    "SELECT count(DISTINCT j.id), count(o.id) FROM jobrelay.jobs j "
+                    "LEFT JOIN jobrelay.outbox o ON o.job_id = j.id WHERE j.idempotency_key = :key"
                 ),
                 {"key": key},
             ).one()
@@ -256,7 +256,10 @@ def test_wait_returns_the_finished_job_or_times_out(api: Api, settings: Settings
             engine = sqlalchemy.create_engine(settings.database_url)
             with engine.begin() as conn:
                 conn.execute(
-                    text("UPDATE jobs SET state = 'cancelled', finished_at = now() WHERE id = :id"),
+                    text(
+                        "UPDATE jobrelay.jobs SET state = 'cancelled', finished_at = now() WHERE "
+                        "id = :id"
+                    ),
                     {"id": job.id},
                 )
             engine.dispose()

@@ -93,7 +93,7 @@ def flash_of(page: httpx.Response) -> str | None:
 
 
 async def client_row(store: Store, name: str) -> Any:
-    (row,) = await rows(store, "SELECT * FROM clients WHERE name = :name", name=name)
+    (row,) = await rows(store, "SELECT * FROM jobrelay.clients WHERE name = :name", name=name)
     return row
 
 
@@ -181,7 +181,7 @@ async def test_a_forged_or_expired_cookie_opens_nothing(
     await signed_in(console, admin)
     value = console.cookies["jobrelay_console"]
     ops = await client_row(store, "ops")
-    key = (await rows(store, "SELECT secret FROM console_keys"))[0].secret
+    key = (await rows(store, "SELECT secret FROM jobrelay.console_keys"))[0].secret
     expired = security.sign_session(bytes(key), security.Session(ops.id, 1_000, "nonce"))
     another_key = security.sign_session(b"z" * 32, security.Session(ops.id, 2**40, "nonce"))
     altered = value.replace(".s1.", ".s1.", 1)[:-3] + "abc"
@@ -210,7 +210,9 @@ async def test_the_key_is_read_once_per_process_and_a_set_secret_replaces_it(
         await signed_in(first, admin)
         cookie = first.cookies["jobrelay_console"]
         await rows(
-            store, "UPDATE console_keys SET secret = decode(repeat('ab', 32), 'hex') RETURNING id"
+            store,
+            "UPDATE jobrelay.console_keys SET secret = decode(repeat('ab', 32), 'hex') RETURNING "
+            "id",
         )
         # This process read the key already: its sessions hold.
         assert (await first.get("/ui/")).status_code == 200
@@ -735,7 +737,7 @@ async def test_finished_jobs_are_counted_in_their_minute_for_an_hour(store: Stor
     await factories.jobs(store, 1, state=JobState.CANCELLED)
     finished = await rows(
         store,
-        "SELECT date_trunc('minute', finished_at) AS minute, state FROM jobs "
+        "SELECT date_trunc('minute', finished_at) AS minute, state FROM jobrelay.jobs "
         "WHERE finished_at > now() - interval '59 minutes'",
     )
 

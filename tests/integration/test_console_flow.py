@@ -32,7 +32,9 @@ async def console(make_settings: MakeSettings, store: Store) -> AsyncIterator[ht
 
 
 async def paused_at(store: Store, name: str = "default") -> Any:
-    (row,) = await rows(store, "SELECT paused_at FROM queues WHERE name = :name", name=name)
+    (row,) = await rows(
+        store, "SELECT paused_at FROM jobrelay.queues WHERE name = :name", name=name
+    )
     return row.paused_at
 
 
@@ -91,7 +93,7 @@ async def test_a_pause_or_a_limit_without_its_csrf_token_is_refused_and_changes_
     refused = await console.post(path, data=form | ({"csrf": sent} if sent else {}))
     assert_html_page(refused, 403)
     assert await paused_at(store) is None
-    assert await rows(store, "SELECT type FROM type_limits") == []
+    assert await rows(store, "SELECT type FROM jobrelay.type_limits") == []
 
 
 async def test_without_the_broker_the_queues_page_says_so_and_a_pause_still_works(
@@ -119,7 +121,7 @@ async def test_the_limits_page_lists_the_limits_in_force_and_sets_and_clears_one
     form = {"job_type": "mail.send", "concurrency": "2", "rate": "600/m", "per_key": "true"}
     set_answer = await console.post("/ui/limits", data=form | {"csrf": csrf})
     assert set_answer.status_code == 303
-    (row,) = await rows(store, "SELECT * FROM type_limits")
+    (row,) = await rows(store, "SELECT * FROM jobrelay.type_limits")
     assert (row.type, row.concurrency, row.rate_count, row.rate_period_seconds, row.per_key) == (
         "mail.send",
         2,
@@ -136,7 +138,7 @@ async def test_the_limits_page_lists_the_limits_in_force_and_sets_and_clears_one
 
     cleared = await console.post("/ui/limits/clear", data={"job_type": "mail.send", "csrf": csrf})
     assert cleared.status_code == 303
-    assert await rows(store, "SELECT * FROM type_limits") == []
+    assert await rows(store, "SELECT * FROM jobrelay.type_limits") == []
     assert flash_of(await console.get("/ui/limits")) == "Cleared: mail.send  no limit  (code)."
 
 
@@ -158,4 +160,4 @@ async def test_a_limit_that_is_not_one_is_a_flash_message_and_stores_nothing(
     assert answer.status_code == 303
     flash = flash_of(await console.get("/ui/limits"))
     assert flash is not None and html.unescape(flash).startswith(says), flash
-    assert await rows(store, "SELECT type FROM type_limits") == []
+    assert await rows(store, "SELECT type FROM jobrelay.type_limits") == []

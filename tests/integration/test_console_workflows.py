@@ -114,7 +114,7 @@ async def test_the_cancel_button_cancels_every_job_not_finished(
     assert await states_of(store, view.id) == {JobState.CANCELLED}
     (event,) = await rows(
         store,
-        "SELECT detail FROM job_events WHERE job_id = :id AND event = 'cancelled'",
+        "SELECT detail FROM jobrelay.job_events WHERE job_id = :id AND event = 'cancelled'",
         id=view.jobs[0].id,
     )
     assert event.detail.startswith("by an operator in the console")
@@ -143,7 +143,7 @@ async def test_a_jobs_page_shows_its_progress_and_links_to_its_workflow(
     progress = {"fraction": 0.42, "message": HOSTILE, "at": "2030-06-01T12:00:00.123456+00:00"}
     await rows(
         store,
-        "UPDATE jobs SET progress = CAST(:progress AS jsonb) WHERE id = :id RETURNING id",
+        "UPDATE jobrelay.jobs SET progress = CAST(:progress AS jsonb) WHERE id = :id RETURNING id",
         id=fetch.id,
         progress=json.dumps(progress),
     )

@@ -69,7 +69,8 @@ async def test_a_consumer_killed_right_after_its_claim_leaves_the_job_running_un
             first.kill()
         state = await rows(
             store,
-            "SELECT state, attempts, lease_until > now() AS alive FROM jobs WHERE id = :id",
+            "SELECT state, attempts, lease_until > now() AS alive FROM jobrelay.jobs WHERE id = "
+            ":id",
             id=job_id,
         )
         assert (state[0].state, state[0].attempts, state[0].alive) == ("running", 1, True)
@@ -78,17 +79,17 @@ async def test_a_consumer_killed_right_after_its_claim_leaves_the_job_running_un
         try:
             await eventually(
                 lambda: scalar(
-                    store, "SELECT state = 'succeeded' FROM jobs WHERE id = :id", id=job_id
+                    store, "SELECT state = 'succeeded' FROM jobrelay.jobs WHERE id = :id", id=job_id
                 ),
                 within=30,
                 what="attempt 2 to complete the job",
             )
         finally:
             assert second.terminate() == 0
-    assert await scalar(store, "SELECT attempts FROM jobs WHERE id = :id", id=job_id) == 2
-    assert await rows(store, "SELECT attempt FROM job_results WHERE job_id = :id", id=job_id) == [
-        (2,)
-    ]
+    assert await scalar(store, "SELECT attempts FROM jobrelay.jobs WHERE id = :id", id=job_id) == 2
+    assert await rows(
+        store, "SELECT attempt FROM jobrelay.job_results WHERE job_id = :id", id=job_id
+    ) == [(2,)]
     journal = await events(store, job_id)
     assert ("lease_expired", 1) in journal and ("claimed", 2) in journal
     # The job has two messages once the rescue wrote its row (the killed consumer's, which the
@@ -125,7 +126,9 @@ async def test_postgres_restarted_in_the_middle_of_1000_jobs_every_job_succeeds_
             )
             faults.pg_restart()
             done_before = await eventually(
-                lambda: quietly(store, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"),
+                lambda: quietly(
+                    store, "SELECT count(*) FROM jobrelay.jobs WHERE state = 'succeeded'"
+                ),
                 what="the database back",
             )
             assert done_before < 1000, "the restart did not land in the middle of the run"
@@ -141,9 +144,9 @@ async def test_postgres_restarted_in_the_middle_of_1000_jobs_every_job_succeeds_
     finally:
         exit_status = service.terminate()
     assert exit_status == 0
-    assert await scalar(store, "SELECT count(*) FROM job_results") == 1000
-    assert await scalar(store, "SELECT count(DISTINCT job_id) FROM job_results") == 1000
-    assert await scalar(store, "SELECT count(*) FROM jobs WHERE state <> 'succeeded'") == 0
+    assert await scalar(store, "SELECT count(*) FROM jobrelay.job_results") == 1000
+    assert await scalar(store, "SELECT count(DISTINCT job_id) FROM jobrelay.job_results") == 1000
+    assert await scalar(store, "SELECT count(*) FROM jobrelay.jobs WHERE state <> 'succeeded'") == 0
     assert await work_queue_count(cfg) == 0
     assert await quarantined_messages(cfg) == []
     if pool_mode == "session":
@@ -159,7 +162,7 @@ async def test_postgres_restarted_in_the_middle_of_1000_jobs_every_job_succeeds_
 
 
 async def _succeeded_at_least(store: Store, n: int) -> bool:
-    count = await quietly(store, "SELECT count(*) FROM jobs WHERE state = 'succeeded'")
+    count = await quietly(store, "SELECT count(*) FROM jobrelay.jobs WHERE state = 'succeeded'")
     return count is not None and count >= n
 
 
@@ -190,7 +193,7 @@ async def test_broker_connections_cut_mid_run_every_job_still_succeeds_once(
         assert service.alive()
     finally:
         assert service.terminate() == 0
-    assert await scalar(store, "SELECT count(*) FROM job_results") == 300
+    assert await scalar(store, "SELECT count(*) FROM jobrelay.job_results") == 300
     assert all(handler_runs(cfg.results_dir, job_id) >= 1 for job_id in job_ids)
     assert await work_queue_count(cfg) == 0
 
@@ -207,7 +210,9 @@ async def test_sigterm_lets_in_flight_jobs_finish_and_gives_the_rest_back(
         await wait_consuming(service)
         async with running_relay(cfg, store, rescue=False):
             await eventually(
-                lambda: scalar(store, "SELECT count(*) = 3 FROM jobs WHERE state = 'running'"),
+                lambda: scalar(
+                    store, "SELECT count(*) = 3 FROM jobrelay.jobs WHERE state = 'running'"
+                ),
                 what="three jobs in flight",
             )
         started = asyncio.get_running_loop().time()
@@ -218,11 +223,13 @@ async def test_sigterm_lets_in_flight_jobs_finish_and_gives_the_rest_back(
     assert exit_status == 0
     assert took < cfg.shutdown_grace_seconds + 5  # the grace period, plus a little
     for job_id in short:
-        assert await scalar(store, "SELECT state FROM jobs WHERE id = :id", id=job_id) == (
+        assert await scalar(store, "SELECT state FROM jobrelay.jobs WHERE id = :id", id=job_id) == (
             "succeeded"
         )
     # The long one was given back: queued again, the attempt counted, its message requeued.
-    row = await rows(store, "SELECT state, attempts, lease_token FROM jobs WHERE id = :id", id=long)
+    row = await rows(
+        store, "SELECT state, attempts, lease_token FROM jobrelay.jobs WHERE id = :id", id=long
+    )
     assert (row[0].state, row[0].attempts, row[0].lease_token) == ("queued", 1, None)
     assert (await events(store, long))[-1] == ("lease_expired", 1)
     assert await work_queue_count(cfg) == 1

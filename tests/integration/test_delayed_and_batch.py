@@ -99,7 +99,7 @@ async def test_a_delayed_job_is_not_claimed_before_its_time(system: System) -> N
         # Read with the database's clock: on a loaded machine the job due at once may take
         # longer than the delay, and then the delayed one is rightly running or done.
         seen = await system.store.fetch_one(
-            text("SELECT state, clock_timestamp() AS at FROM jobs WHERE id = :id"),
+            text("SELECT state, clock_timestamp() AS at FROM jobrelay.jobs WHERE id = :id"),
             id=uuid.UUID(job_id),
         )
         if seen.at < run_at:

@@ -92,7 +92,7 @@ async def test_a_dispatcher_killed_after_publish_before_published_at_commits_pub
         # Hold off every write to job_events: marking a row published needs one, so the
         # dispatcher publishes, gets the confirm and then waits before published_at commits.
         async with store.transaction() as blocker:
-            await blocker.execute(text("LOCK TABLE job_events IN SHARE MODE"))
+            await blocker.execute(text("LOCK TABLE jobrelay.job_events IN SHARE MODE"))
             [(outbox_id, job_id)] = await insert_jobs(store, 1)
             await eventually(lambda: depth_is(settings.amqp_url, 2), what="the message confirmed")
             await eventually(

@@ -73,7 +73,8 @@ def rows(url: str, sql: str, **params: Any) -> list[Any]:
 
 JOB_AND_OUTBOX = """
     SELECT j.type, j.payload, j.priority, j.run_at, j.max_attempts, c.name, o.available_at
-    FROM jobs j JOIN clients c ON c.id = j.client_id JOIN outbox o ON o.job_id = j.id
+    FROM jobrelay.jobs j JOIN jobrelay.clients c ON c.id = j.client_id JOIN jobrelay.outbox o ON
+        o.job_id = j.id
     WHERE j.id = %(id)s
 """
 
@@ -116,8 +117,8 @@ def test_a_task_enqueued_in_a_rolled_back_atomic_block_leaves_no_job(
         result = tasks().add.enqueue(1, 2)
         raise Abandon
 
-    assert rows(django_db, "SELECT id FROM jobs WHERE id = %(id)s", id=result.id) == []
-    assert rows(django_db, "SELECT count(*) FROM outbox") == [(0,)]
+    assert rows(django_db, "SELECT id FROM jobrelay.jobs WHERE id = %(id)s", id=result.id) == []
+    assert rows(django_db, "SELECT count(*) FROM jobrelay.outbox") == [(0,)]
 
 
 def test_a_task_enqueued_in_a_rolled_back_inner_atomic_block_leaves_no_job_of_the_outer_one(
@@ -133,10 +134,10 @@ def test_a_task_enqueued_in_a_rolled_back_inner_atomic_block_leaves_no_job_of_th
         with pytest.raises(Abandon), transaction.atomic():  # a savepoint, rolled back to
             dropped = tasks().add.enqueue(2, 2)
             raise Abandon
-        assert rows(django_db, "SELECT count(*) FROM jobs") == [(0,)]  # not committed yet
+        assert rows(django_db, "SELECT count(*) FROM jobrelay.jobs") == [(0,)]  # not committed yet
 
-    assert rows(django_db, "SELECT id FROM jobs") == [(uuid.UUID(kept.id),)]
-    assert rows(django_db, "SELECT id FROM jobs WHERE id = %(id)s", id=dropped.id) == []
+    assert rows(django_db, "SELECT id FROM jobrelay.jobs") == [(uuid.UUID(kept.id),)]
+    assert rows(django_db, "SELECT id FROM jobrelay.jobs WHERE id = %(id)s", id=dropped.id) == []
 
 
 def test_a_task_enqueued_outside_an_atomic_block_is_accepted_at_once(
@@ -157,13 +158,13 @@ def test_each_enqueue_is_a_job_of_its_own(django_db: str, client_made: str) -> N
     first, second = tasks().add.enqueue(1, 1), tasks().add.enqueue(1, 1)
 
     assert first.id != second.id
-    assert rows(django_db, "SELECT count(*) FROM jobs") == [(2,)]
+    assert rows(django_db, "SELECT count(*) FROM jobrelay.jobs") == [(2,)]
 
 
 async def test_aenqueue_writes_the_job_too(django_db: str, client_made: str) -> None:
     result = await tasks().async_add.aenqueue(4, 5)
 
-    assert rows(django_db, "SELECT type FROM jobs WHERE id = %(id)s", id=result.id) == [
+    assert rows(django_db, "SELECT type FROM jobrelay.jobs WHERE id = %(id)s", id=result.id) == [
         ("tests.support.django_test_tasks.async_add",)
     ]
 
@@ -176,7 +177,7 @@ async def test_an_enqueue_on_the_event_loop_is_refused_as_djangos_orm_refuses_it
     with pytest.raises(SynchronousOnlyOperation):
         tasks().add.enqueue(1, 2)  # aenqueue is the one for async code
 
-    assert rows(django_db, "SELECT count(*) FROM jobs") == [(0,)]
+    assert rows(django_db, "SELECT count(*) FROM jobrelay.jobs") == [(0,)]
 
 
 def test_arguments_json_cannot_hold_are_refused_with_djangos_error_writing_nothing(
@@ -185,7 +186,7 @@ def test_arguments_json_cannot_hold_are_refused_with_djangos_error_writing_nothi
     with pytest.raises(TypeError, match="Unsupported type"):
         tasks().greet.enqueue(object())
 
-    assert rows(django_db, "SELECT count(*) FROM jobs") == [(0,)]
+    assert rows(django_db, "SELECT count(*) FROM jobrelay.jobs") == [(0,)]
 
 
 def test_a_client_that_does_not_exist_is_a_configuration_error(django_db: str) -> None:
@@ -237,7 +238,9 @@ def test_a_persistent_connection_that_fails_its_health_check_is_replaced_before_
 
     result = tasks().add.enqueue(2, 2)
 
-    assert rows(django_db, "SELECT count(*) FROM jobs WHERE id = %(id)s", id=result.id) == [(1,)]
+    assert rows(
+        django_db, "SELECT count(*) FROM jobrelay.jobs WHERE id = %(id)s", id=result.id
+    ) == [(1,)]
 
 
 def test_an_enqueue_on_a_broken_connection_raises_djangos_error_and_the_request_end_drops_it(
@@ -253,7 +256,7 @@ def test_an_enqueue_on_a_broken_connection_raises_djangos_error_and_the_request_
     close_old_connections()  # the request ends: a connection that had such an error is closed
     result = tasks().add.enqueue(3, 3)
 
-    assert rows(django_db, "SELECT payload FROM jobs WHERE id = %(id)s", id=result.id) == [
+    assert rows(django_db, "SELECT payload FROM jobrelay.jobs WHERE id = %(id)s", id=result.id) == [
         ({"args": [3, 3], "kwargs": {}},)
     ]
 
@@ -633,5 +636,7 @@ async def test_a_return_value_json_cannot_hold_fails_the_task_at_once(
     result = await run_once(store, settings, django_registry(), enqueued)
 
     assert (str(result.status), result.attempts) == ("FAILED", 1)
-    [(code,)] = rows(django_db, "SELECT last_error_code FROM jobs WHERE id = %(id)s", id=result.id)
+    [(code,)] = rows(
+        django_db, "SELECT last_error_code FROM jobrelay.jobs WHERE id = %(id)s", id=result.id
+    )
     assert code == "unstorable_return_value"

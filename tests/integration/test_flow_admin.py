@@ -77,7 +77,7 @@ async def add_queue(store: Store, name: str) -> None:
     """A queue as a consumer registers it at start."""
     await rows(
         store,
-        "INSERT INTO queues (name) VALUES (:name) ON CONFLICT DO NOTHING RETURNING name",
+        "INSERT INTO jobrelay.queues (name) VALUES (:name) ON CONFLICT DO NOTHING RETURNING name",
         name=name,
     )
 
@@ -196,7 +196,9 @@ async def test_a_pause_is_answered_with_the_queue_and_survives_an_api_restart(
         resumed = await restarted.post("/v1/admin/queues/default/resume", headers=auth(admin))
     assert resumed.status_code == 200, resumed.text
     assert (resumed.json()["paused"], resumed.json()["paused_at"]) == (False, None)
-    (row,) = await rows(store, "SELECT paused_at, paused_by FROM queues WHERE name = 'default'")
+    (row,) = await rows(
+        store, "SELECT paused_at, paused_by FROM jobrelay.queues WHERE name = 'default'"
+    )
     assert (row.paused_at, row.paused_by) == (None, None)
 
 
@@ -207,7 +209,7 @@ async def test_pausing_or_resuming_an_unknown_queue_is_a_404_problem(
     answer = await flow_api.post(f"/v1/admin/queues/nosuch/{action}", headers=auth(admin))
     problem = assert_problem(answer, 404, "queue_not_found")
     assert "nosuch" in problem["detail"]
-    assert await rows(store, "SELECT name FROM queues WHERE name = 'nosuch'") == []
+    assert await rows(store, "SELECT name FROM jobrelay.queues WHERE name = 'nosuch'") == []
 
 
 async def test_the_pause_takes_the_queues_row_lock_that_a_claim_holds(
@@ -216,7 +218,7 @@ async def test_the_pause_takes_the_queues_row_lock_that_a_claim_holds(
     """A claim holds the queue's row FOR SHARE while it checks the pause; the pause waits for it,
     so no claim that began before the pause commits after it unseen."""
     async with store.transaction() as claim:
-        await claim.execute(text("SELECT 1 FROM queues WHERE name = 'default' FOR SHARE"))
+        await claim.execute(text("SELECT 1 FROM jobrelay.queues WHERE name = 'default' FOR SHARE"))
         pausing = asyncio.create_task(
             flow_api.post("/v1/admin/queues/default/pause", headers=auth(admin))
         )
@@ -294,7 +296,7 @@ async def test_a_runtime_limit_is_a_row_the_next_api_reads(
             "/v1/admin/limits/mail.send", json={"concurrency": 3}, headers=auth(admin)
         )
         assert put.status_code == 200, put.text
-    (row,) = await rows(store, "SELECT * FROM type_limits")
+    (row,) = await rows(store, "SELECT * FROM jobrelay.type_limits")
     assert (row.type, row.concurrency, row.rate_count, row.per_key) == ("mail.send", 3, None, False)
     async with api_of(settings, store, registry=payments()) as restarted:
         got = await restarted.get("/v1/admin/limits/mail.send", headers=auth(admin))
@@ -312,7 +314,7 @@ async def test_a_limit_on_an_unknown_type_is_a_404_problem_and_stores_nothing(
     for answer in (put, get, delete):
         problem = assert_problem(answer, 404, "job_type_not_found")
         assert "no.such" in problem["detail"]
-    assert await rows(store, "SELECT type FROM type_limits") == []
+    assert await rows(store, "SELECT type FROM jobrelay.type_limits") == []
 
 
 async def test_a_runtime_row_of_a_type_the_api_does_not_know_is_listed_and_clearable(
@@ -321,7 +323,8 @@ async def test_a_runtime_row_of_a_type_the_api_does_not_know_is_listed_and_clear
     """A row left by another registry (a type since removed): shown, and DELETE removes it."""
     await rows(
         store,
-        "INSERT INTO type_limits (type, concurrency) VALUES ('gone.type', 4) RETURNING type",
+        "INSERT INTO jobrelay.type_limits (type, concurrency) VALUES ('gone.type', 4) RETURNING "
+        "type",
     )
     listed = await flow_api.get("/v1/admin/limits", headers=auth(admin))
     assert ("gone.type", "runtime") in [(x["type"], x["source"]) for x in listed.json()["limits"]]
@@ -331,7 +334,7 @@ async def test_a_runtime_row_of_a_type_the_api_does_not_know_is_listed_and_clear
     assert (
         await flow_api.delete("/v1/admin/limits/gone.type", headers=auth(admin))
     ).status_code == 204
-    assert await rows(store, "SELECT type FROM type_limits") == []
+    assert await rows(store, "SELECT type FROM jobrelay.type_limits") == []
 
 
 @pytest.mark.parametrize(
@@ -360,7 +363,7 @@ async def test_a_limit_that_is_not_one_is_a_422_naming_the_field_and_stores_noth
     problem = assert_problem(answer, 422, "validation_error")
     (error,) = problem["errors"]
     assert error["loc"] == where and says in error["msg"], error
-    assert await rows(store, "SELECT type FROM type_limits") == []
+    assert await rows(store, "SELECT type FROM jobrelay.type_limits") == []
 
 
 async def test_a_whole_float_is_a_concurrency_and_nothing_lifts_the_codes_limit(
@@ -399,6 +402,6 @@ async def test_every_flow_endpoint_needs_an_admin_token_and_a_refusal_changes_no
     assert (await flow_api.request(method, path, json=body)).status_code == 401
     forbidden = await flow_api.request(method, path, json=body, headers=auth(alice))
     assert_problem(forbidden, 403, "forbidden")
-    (row,) = await rows(store, "SELECT paused_at FROM queues WHERE name = 'default'")
+    (row,) = await rows(store, "SELECT paused_at FROM jobrelay.queues WHERE name = 'default'")
     assert row.paused_at is None
-    assert await rows(store, "SELECT type FROM type_limits") == []
+    assert await rows(store, "SELECT type FROM jobrelay.type_limits") == []

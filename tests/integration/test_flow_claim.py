@@ -63,7 +63,7 @@ async def keyed_job(
     job_id = await submit(store, client_id, job_type, payload)
     async with store.transaction() as connection:
         await connection.execute(
-            text("UPDATE jobs SET concurrency_key = :key WHERE id = :id"),
+            text("UPDATE jobrelay.jobs SET concurrency_key = :key WHERE id = :id"),
             {"key": concurrency_key, "id": job_id},
         )
     return job_id
@@ -82,7 +82,8 @@ async def set_limit(store: Store, job_type: str, limit: Limit) -> None:
     async with store.transaction() as connection:
         await connection.execute(
             text(
-                "INSERT INTO type_limits (type, concurrency, rate_count, rate_period_seconds,"
+                "INSERT INTO jobrelay.type_limits (type, concurrency, rate_count, "
+                "rate_period_seconds,"
                 " per_key) VALUES (:type, :concurrency, :count, :period, :per_key)"
                 " ON CONFLICT (type) DO UPDATE SET concurrency = excluded.concurrency,"
                 " rate_count = excluded.rate_count,"
@@ -110,7 +111,7 @@ def limited(limit: Limit) -> ClaimRules:
 
 
 async def job_state(store: Store, job_id: uuid.UUID) -> tuple[str, int]:
-    found = await rows(store, "SELECT state, attempts FROM jobs WHERE id = :id", id=job_id)
+    found = await rows(store, "SELECT state, attempts FROM jobrelay.jobs WHERE id = :id", id=job_id)
     return found[0].state, found[0].attempts
 
 
@@ -122,7 +123,9 @@ async def test_a_job_of_a_paused_queue_is_held_not_claimed_and_claimed_after_the
 ) -> None:
     client_id = await new_client(store)
     job_id = await submit(store, client_id, "demo.sleep", {"seconds": 0})
-    outbox_before = await scalar(store, "SELECT count(*) FROM outbox WHERE job_id = :id", id=job_id)
+    outbox_before = await scalar(
+        store, "SELECT count(*) FROM jobrelay.outbox WHERE job_id = :id", id=job_id
+    )
     await pause(store)
 
     held = await claim(store, job_id)
@@ -131,13 +134,13 @@ async def test_a_job_of_a_paused_queue_is_held_not_claimed_and_claimed_after_the
     assert await job_state(store, job_id) == ("queued", 0)  # attempts untouched
     due_now = await scalar(
         store,
-        "SELECT count(*) FROM outbox WHERE job_id = :id AND published_at IS NULL"
+        "SELECT count(*) FROM jobrelay.outbox WHERE job_id = :id AND published_at IS NULL"
         " AND available_at <= now() + interval '1 second'",
         id=job_id,
     )
     assert due_now >= 1
     assert (
-        await scalar(store, "SELECT count(*) FROM outbox WHERE job_id = :id", id=job_id)
+        await scalar(store, "SELECT count(*) FROM jobrelay.outbox WHERE job_id = :id", id=job_id)
         == outbox_before + 1
     )
     journal = await store.job_events(job_id)
@@ -236,16 +239,19 @@ async def test_a_slot_freed_by_an_expired_lease_is_journaled_before_the_claim_th
 
     assert await job_state(store, first) == ("queued", 1)
     running = await scalar(
-        store, "SELECT count(*) FROM jobs WHERE state = 'running' AND concurrency_key = 'a'"
+        store,
+        "SELECT count(*) FROM jobrelay.jobs WHERE state = 'running' AND concurrency_key = 'a'",
     )
     assert running == 1
     expired_at = await scalar(
         store,
-        "SELECT at FROM job_events WHERE job_id = :id AND event = 'lease_expired'",
+        "SELECT at FROM jobrelay.job_events WHERE job_id = :id AND event = 'lease_expired'",
         id=first,
     )
     claimed_at = await scalar(
-        store, "SELECT at FROM job_events WHERE job_id = :id AND event = 'claimed'", id=second
+        store,
+        "SELECT at FROM jobrelay.job_events WHERE job_id = :id AND event = 'claimed'",
+        id=second,
     )
     assert expired_at <= claimed_at
 
@@ -337,7 +343,7 @@ async def test_a_rate_holds_the_next_start_until_its_token_is_free(store: Store)
     assert isinstance(held, Held) and held.reason is HoldReason.RATE
     wait = await scalar(
         store,
-        "SELECT EXTRACT(EPOCH FROM available_at - now()) FROM jobs WHERE id = :id",
+        "SELECT EXTRACT(EPOCH FROM available_at - now()) FROM jobrelay.jobs WHERE id = :id",
         id=second,
     )
     assert 0.2 < float(wait) <= 0.55  # due when the next token is free
@@ -348,7 +354,7 @@ async def test_a_rate_holds_the_next_start_until_its_token_is_free(store: Store)
 async def _make_due(store: Store, job_id: uuid.UUID) -> None:
     async with store.transaction() as connection:
         await connection.execute(
-            text("UPDATE jobs SET available_at = now() WHERE id = :id"), {"id": job_id}
+            text("UPDATE jobrelay.jobs SET available_at = now() WHERE id = :id"), {"id": job_id}
         )
 
 
@@ -399,7 +405,7 @@ async def wait_finished(store: Store, jobs: Iterable[uuid.UUID], within: float) 
     async def finished() -> bool:
         done = await scalar(
             store,
-            "SELECT count(*) FROM jobs WHERE id = ANY(:ids) AND state = 'succeeded'",
+            "SELECT count(*) FROM jobrelay.jobs WHERE id = ANY(:ids) AND state = 'succeeded'",
             ids=ids,
         )
         return int(done) == len(ids)
@@ -430,12 +436,15 @@ async def test_a_paused_queue_claims_nothing_while_paused_and_everything_after_t
         assert (
             await scalar(
                 store,
-                "SELECT count(*) FROM job_events WHERE job_id = ANY(:ids) AND event = 'claimed'",
+                "SELECT count(*) FROM jobrelay.job_events WHERE job_id = ANY(:ids) AND event = "
+                "'claimed'",
                 ids=jobs,
             )
             == 0
         )
-        states = await rows(store, "SELECT DISTINCT state FROM jobs WHERE id = ANY(:ids)", ids=jobs)
+        states = await rows(
+            store, "SELECT DISTINCT state FROM jobrelay.jobs WHERE id = ANY(:ids)", ids=jobs
+        )
         assert [row.state for row in states] == ["queued"]
         await resume(store)
         await wait_finished(store, jobs, within=15)
@@ -512,12 +521,14 @@ async def test_a_consumer_killed_holding_a_slot_frees_it_when_its_lease_expires(
             killed.kill()
         finally:
             killed.stop()
-        lease_until = await scalar(store, "SELECT lease_until FROM jobs WHERE id = :id", id=stuck)
+        lease_until = await scalar(
+            store, "SELECT lease_until FROM jobrelay.jobs WHERE id = :id", id=stuck
+        )
         async with running_consumer(cfg, concurrency=2):
             await wait_finished(store, [after], within=20)
     claimed_at = await scalar(
         store,
-        "SELECT at FROM job_events WHERE job_id = :id AND event = 'claimed'",
+        "SELECT at FROM jobrelay.job_events WHERE job_id = :id AND event = 'claimed'",
         id=after,
     )
     assert claimed_at >= lease_until  # the slot was free once the dead consumer's lease expired
@@ -544,7 +555,7 @@ async def test_a_limit_written_at_runtime_takes_effect_within_5_seconds(
 async def _claim_times(store: Store, jobs: list[uuid.UUID]) -> list[float]:
     found = await rows(
         store,
-        "SELECT EXTRACT(EPOCH FROM at)::float8 AS at FROM job_events"
+        "SELECT EXTRACT(EPOCH FROM at)::float8 AS at FROM jobrelay.job_events"
         " WHERE job_id = ANY(:ids) AND event = 'claimed' ORDER BY at",
         ids=jobs,
     )
@@ -560,8 +571,9 @@ async def _journal_overlaps(store: Store, jobs: list[uuid.UUID]) -> int:
     found = await rows(
         store,
         "SELECT j.concurrency_key AS key, c.at AS claimed, f.at AS finished"
-        " FROM jobs j JOIN job_events c ON c.job_id = j.id AND c.event = 'claimed'"
-        " JOIN job_events f ON f.job_id = j.id AND f.event = 'succeeded'"
+        " FROM jobrelay.jobs j JOIN jobrelay.job_events c ON c.job_id = j.id AND c.event = "
+        "'claimed'"
+        " JOIN jobrelay.job_events f ON f.job_id = j.id AND f.event = 'succeeded'"
         " WHERE j.id = ANY(:ids)",
         ids=jobs,
     )

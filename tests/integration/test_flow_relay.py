@@ -37,7 +37,8 @@ def gauge(dispatcher: Dispatcher, name: str, queue: str = "default") -> float | 
 async def set_paused(store: Store, queue: str, paused: bool) -> None:
     await store.fetch_all(
         text(
-            "INSERT INTO queues (name, paused_at) VALUES (:name, CASE WHEN :paused THEN now() END) "
+            "INSERT INTO jobrelay.queues (name, paused_at) VALUES (:name, CASE WHEN :paused THEN "
+            "now() END) "
             "ON CONFLICT (name) DO UPDATE SET paused_at = EXCLUDED.paused_at"
         ),
         name=queue,
@@ -129,12 +130,12 @@ async def test_a_paused_queue_publishes_nothing_while_others_go_and_resumes(
         await eventually(lambda: _published(store, 20), what="the other queue's jobs published")
         await stays(store, 20, 2.0)
         published = await store.fetch_all(
-            text("SELECT job_id FROM outbox WHERE published_at IS NOT NULL")
+            text("SELECT job_id FROM jobrelay.outbox WHERE published_at IS NOT NULL")
         )
         assert {row.job_id for row in published} == set(slow)
         await set_paused(store, "default", False)
         await eventually(lambda: _published(store, 50), within=5.0, what="resumed within 5 s")
-    queued = await store.fetch_all(text("SELECT name FROM queues ORDER BY name"))
+    queued = await store.fetch_all(text("SELECT name FROM jobrelay.queues ORDER BY name"))
     assert [row.name for row in queued] == ["default", "slow"]  # registered at start
 
 
@@ -143,7 +144,7 @@ async def test_a_type_at_its_concurrency_limit_is_skipped_while_others_go(
 ) -> None:
     settings = make_settings()
     await store.fetch_all(
-        text("INSERT INTO type_limits (type, concurrency) VALUES ('demo.sleep', 2)")
+        text("INSERT INTO jobrelay.type_limits (type, concurrency) VALUES ('demo.sleep', 2)")
     )
     running = await factories.jobs(store, 2, state=JobState.RUNNING)
     limited = await due_jobs(store, 10)
@@ -152,7 +153,7 @@ async def test_a_type_at_its_concurrency_limit_is_skipped_while_others_go(
         await eventually(lambda: _published(store, 10), what="the other type published")
         await stays(store, 10, 1.0)
         published = await store.fetch_all(
-            text("SELECT job_id FROM outbox WHERE published_at IS NOT NULL")
+            text("SELECT job_id FROM jobrelay.outbox WHERE published_at IS NOT NULL")
         )
         assert {row.job_id for row in published} == set(others)
         # The running ones finish: their slots free, at most 2 a fill.
@@ -165,7 +166,7 @@ async def test_a_type_at_its_concurrency_limit_is_skipped_while_others_go(
         )
         await eventually(lambda: _at_least(store, 12), what="the freed slots filled")
         # The limit lifted at runtime takes effect within seconds, no restart.
-        await store.fetch_all(text("DELETE FROM type_limits WHERE type = 'demo.sleep'"))
+        await store.fetch_all(text("DELETE FROM jobrelay.type_limits WHERE type = 'demo.sleep'"))
         await eventually(lambda: _published(store, 20), within=5.0, what="the limit lifted")
     assert len(limited) == 10
 
@@ -182,7 +183,7 @@ async def test_two_dispatchers_in_flow_never_lease_a_row_twice(
         messages = await drain(settings.amqp_url, idle=3.0)
     assert len(messages) == 600
     assert len({m.message_id for m in messages}) == 600
-    attempts = await store.fetch_one(text("SELECT max(publish_attempts) AS n FROM outbox"))
+    attempts = await store.fetch_one(text("SELECT max(publish_attempts) AS n FROM jobrelay.outbox"))
     assert attempts is not None and attempts.n == 1
 
 

@@ -87,7 +87,7 @@ async def finish(store: Store, job_id: str) -> None:
     """The job succeeded (as its consumer would leave it)."""
     await rows(
         store,
-        "UPDATE jobs SET state = 'succeeded', finished_at = now() WHERE id = :id",
+        "UPDATE jobrelay.jobs SET state = 'succeeded', finished_at = now() WHERE id = :id",
         id=uuid.UUID(job_id),
     )
 
@@ -116,7 +116,7 @@ async def test_priority_is_the_types_unless_the_submission_gives_one_and_reaches
     outbox = await rows(
         store,
         "SELECT o.priority, o.client_id = j.client_id AS same_client, o.type "
-        "FROM outbox o JOIN jobs j ON j.id = o.job_id ORDER BY j.idempotency_key",
+        "FROM jobrelay.outbox o JOIN jobrelay.jobs j ON j.id = o.job_id ORDER BY j.idempotency_key",
     )
     assert [(r.priority, r.same_client, r.type) for r in outbox] == [
         (0, True, "flow.plain"),
@@ -155,7 +155,7 @@ async def test_a_priority_out_of_range_or_a_key_too_long_is_a_422_validation_err
     )
     assert batch.json()["results"][0]["status"] == 422
     assert batch.json()["results"][0]["error"]["code"] == "validation_error"
-    assert await rows(store, "SELECT id FROM jobs") == []
+    assert await rows(store, "SELECT id FROM jobrelay.jobs") == []
 
 
 async def test_priority_given_as_3_0_is_the_integer_3(api: httpx.AsyncClient, alice: str) -> None:
@@ -177,7 +177,7 @@ async def test_a_key_function_that_raises_or_gives_no_text_is_a_422_that_says_so
         "/v1/jobs", json=submit("flow.broken", unique_key="mine"), headers=auth(alice, "k3")
     )
     assert keyed.status_code == 202 and keyed.json()["unique_key"] == "mine"
-    assert len(await rows(store, "SELECT id FROM jobs")) == 1
+    assert len(await rows(store, "SELECT id FROM jobrelay.jobs")) == 1
 
 
 async def test_the_types_key_functions_give_the_jobs_keys_unless_the_submission_does(
@@ -211,7 +211,7 @@ async def test_a_submission_without_the_new_fields_keeps_the_hash_it_had_before(
         response = await api.post("/v1/jobs", json=submit(job_type), headers=auth(alice, job_type))
         assert response.status_code == 202
         [stored] = await rows(
-            store, "SELECT request_hash FROM jobs WHERE idempotency_key = :k", k=job_type
+            store, "SELECT request_hash FROM jobrelay.jobs WHERE idempotency_key = :k", k=job_type
         )
         assert stored.request_hash == hash_before_flow_control(job_type, {"account": "a"})
 
@@ -256,9 +256,9 @@ async def test_twenty_concurrent_unique_submissions_make_one_job_and_nineteen_de
     assert all(view["deduplicated"] is True for view in deduplicated)
     assert {view["id"] for view in deduplicated} == {made["id"]}
     assert all(view["idempotency_key"] == made["idempotency_key"] for view in deduplicated)
-    assert len(await rows(store, "SELECT id FROM jobs")) == 1
-    assert len(await rows(store, "SELECT id FROM outbox")) == 1
-    assert len(await rows(store, "SELECT id FROM job_events")) == 1
+    assert len(await rows(store, "SELECT id FROM jobrelay.jobs")) == 1
+    assert len(await rows(store, "SELECT id FROM jobrelay.outbox")) == 1
+    assert len(await rows(store, "SELECT id FROM jobrelay.job_events")) == 1
 
     # Once it finished, the next submission makes a new job; and the deduplicated
     # submissions' keys were not kept: one of them, sent again, is new too.
@@ -282,7 +282,7 @@ async def test_a_quarantined_unique_job_is_not_replayed_while_another_holds_its_
     first = await api.post("/v1/jobs", json=submit(unique_key="r"), headers=auth(alice, "r1"))
     await rows(
         store,
-        "UPDATE jobs SET state = 'quarantined', finished_at = now() WHERE id = :id",
+        "UPDATE jobrelay.jobs SET state = 'quarantined', finished_at = now() WHERE id = :id",
         id=uuid.UUID(first.json()["id"]),
     )
     second = await api.post("/v1/jobs", json=submit(unique_key="r"), headers=auth(alice, "r2"))
@@ -326,7 +326,7 @@ async def test_a_batch_follows_the_unique_rules_item_by_item(
     )
     assert later.json()["results"][0]["job"]["id"] == results[0]["job"]["id"]
     assert later.json()["results"][0]["job"]["deduplicated"] is True
-    keys = await rows(store, "SELECT idempotency_key FROM jobs ORDER BY idempotency_key")
+    keys = await rows(store, "SELECT idempotency_key FROM jobrelay.jobs ORDER BY idempotency_key")
     assert [r.idempotency_key for r in keys] == ["b1", "b3"]  # b2 and b4 were not kept
 
 

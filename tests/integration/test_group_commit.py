@@ -50,7 +50,7 @@ async def test_claims_made_together_share_one_statement_each_under_its_own_token
     )
     assert executions._claims.groups == 1
     stored = await rows(
-        store, "SELECT id, lease_token, attempts FROM jobs WHERE id = ANY(:ids)", ids=jobs
+        store, "SELECT id, lease_token, attempts FROM jobrelay.jobs WHERE id = ANY(:ids)", ids=jobs
     )
     assert {(r.id, r.lease_token, r.attempts) for r in stored} == {
         (job, token, 1) for job, token in zip(jobs, tokens, strict=True)
@@ -77,11 +77,13 @@ async def test_one_stale_row_neither_fails_nor_completes_its_neighbours(store: S
     assert executions._finishes.groups == 1
     states = dict(
         (r.id, r.state)
-        for r in await rows(store, "SELECT id, state FROM jobs WHERE id = ANY(:ids)", ids=jobs)
+        for r in await rows(
+            store, "SELECT id, state FROM jobrelay.jobs WHERE id = ANY(:ids)", ids=jobs
+        )
     )
     assert states == {job: ("running" if job == stale else "succeeded") for job in jobs}
     results = await rows(
-        store, "SELECT job_id, result FROM job_results WHERE job_id = ANY(:ids)", ids=jobs
+        store, "SELECT job_id, result FROM jobrelay.job_results WHERE job_id = ANY(:ids)", ids=jobs
     )
     assert sorted((r.job_id, r.result["n"]) for r in results) == sorted(
         (job, i) for i, job in enumerate(jobs) if job != stale
@@ -109,7 +111,9 @@ async def test_a_stale_report_and_the_owners_on_one_job_in_one_group_are_told_ap
     )
     assert executions._finishes.groups == 1
     assert (stale, current) == (Finish.STALE, Finish.WRITTEN)
-    results = await rows(store, "SELECT result FROM job_results WHERE job_id = :id", id=job)
+    results = await rows(
+        store, "SELECT result FROM jobrelay.job_results WHERE job_id = :id", id=job
+    )
     assert [r.result for r in results] == [{"by": 2}]
     assert ("stale_completion_rejected", 1) in await events(store, job)
 
@@ -157,7 +161,8 @@ async def test_a_consumer_acks_in_groups_and_every_message_is_settled_once(
         await eventually(
             lambda: scalar(
                 store,
-                "SELECT count(*) = 80 FROM jobs WHERE state IN ('succeeded', 'quarantined')",
+                "SELECT count(*) = 80 FROM jobrelay.jobs WHERE state IN ('succeeded', "
+                "'quarantined')",
             ),
             what="every job to end",
         )
@@ -168,7 +173,7 @@ async def test_a_consumer_acks_in_groups_and_every_message_is_settled_once(
     # and each quarantined job's message went to the quarantine, once.
     assert await work_queue_count(cfg) == 0
     assert len(await quarantined_messages(cfg)) == 8
-    assert await scalar(store, "SELECT count(*) FROM job_results") == 72
+    assert await scalar(store, "SELECT count(*) FROM jobrelay.job_results") == 72
 
 
 async def _settled(consumer: Any, acks: int) -> bool:

@@ -139,7 +139,8 @@ async def make_due(store: Store, job_id: uuid.UUID) -> None:
 async def failures(store: Store, job_id: uuid.UUID) -> list[Any]:
     return await rows(
         store,
-        "SELECT event, attempt, error FROM job_events WHERE job_id = :id AND error IS NOT NULL "
+        "SELECT event, attempt, error FROM jobrelay.job_events WHERE job_id = :id AND error IS "
+        "NOT NULL "
         "ORDER BY id",
         id=job_id,
     )
@@ -236,8 +237,8 @@ async def test_known_secrets_in_a_failure_reach_no_stored_row_and_no_log_line(
             await worker(store, cfg, known).handle(StandInDelivery(job_id, "handlers.leaky"))
         stored = await rows(
             store,
-            "SELECT e::text FROM job_events e WHERE job_id = :id "
-            "UNION ALL SELECT j::text FROM jobs j WHERE id = :id",
+            "SELECT e::text FROM jobrelay.job_events e WHERE job_id = :id "
+            "UNION ALL SELECT j::text FROM jobrelay.jobs j WHERE id = :id",
             id=job_id,
         )
         row = await job_row(store, job_id)
@@ -309,7 +310,7 @@ async def test_a_consumer_that_does_not_know_a_type_defers_it_without_counting_a
     [job] = await rows(
         store,
         "SELECT state, attempts, last_error_code, type_unknown_since IS NOT NULL AS unknown, "
-        "available_at > now() AS later FROM jobs WHERE id = :id",
+        "available_at > now() AS later FROM jobrelay.jobs WHERE id = :id",
         id=job_id,
     )
     assert (job.state, job.attempts, job.last_error_code) == ("queued", 0, "unknown_job_type")
@@ -318,8 +319,8 @@ async def test_a_consumer_that_does_not_know_a_type_defers_it_without_counting_a
     # A new outbox row, due when the job is: the dispatcher publishes it again then.
     outbox = await rows(
         store,
-        "SELECT o.available_at = j.available_at AS due_with_job FROM outbox o "
-        "JOIN jobs j ON j.id = o.job_id WHERE o.job_id = :id ORDER BY o.id",
+        "SELECT o.available_at = j.available_at AS due_with_job FROM jobrelay.outbox o "
+        "JOIN jobrelay.jobs j ON j.id = o.job_id WHERE o.job_id = :id ORDER BY o.id",
         id=job_id,
     )
     assert [row.due_with_job for row in outbox] == [False, True]

@@ -37,7 +37,7 @@ async def accepts_held(database_url: str) -> AsyncIterator[None]:
     """While inside, every accept waits: another transaction holds a lock on the outbox that
     the accept's insert needs (reads go on)."""
     async with await psycopg.AsyncConnection.connect(libpq_url(database_url)) as conn:
-        await conn.execute("LOCK TABLE outbox IN EXCLUSIVE MODE")
+        await conn.execute("LOCK TABLE jobrelay.outbox IN EXCLUSIVE MODE")
         yield
         await conn.rollback()
 

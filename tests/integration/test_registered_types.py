@@ -102,7 +102,9 @@ async def test_a_consumer_registers_its_types_at_start_and_the_api_accepts_them(
         assert consumer.worker is not None
         name = consumer.worker.name
 
-    row = (await store.fetch_all(text("SELECT * FROM job_types WHERE name = 'shop.signup'")))[0]
+    row = (
+        await store.fetch_all(text("SELECT * FROM jobrelay.job_types WHERE name = 'shop.signup'"))
+    )[0]
     assert row.payload_schema == Signup.model_json_schema()
     assert (row.max_attempts, row.priority, row.timeout_seconds) == (7, 5, 20.0)
     assert (row.concurrency, row.rate_count, row.rate_period_seconds) == (3, 10, 1)
@@ -128,7 +130,7 @@ async def test_a_bad_payload_is_invalid_payload_with_its_locations_and_without_i
     assert sorted(e["loc"] for e in problem["errors"]) == [["address", "city"], ["seats"]]
     assert all(set(e) == {"loc", "msg", "type"} for e in problem["errors"])
     assert "31337" not in answer.text
-    assert (await store.fetch_all(text("SELECT id FROM jobs"))) == []
+    assert (await store.fetch_all(text("SELECT id FROM jobrelay.jobs"))) == []
 
 
 async def test_a_type_no_consumer_registered_is_unknown_job_type(
@@ -354,7 +356,7 @@ async def test_a_database_without_the_table_yet_turns_registered_types_off_not_s
     api: httpx.AsyncClient, alice: str, store: Store
 ) -> None:
     async with store.transaction() as connection:
-        await connection.execute(text("DROP TABLE job_types"))
+        await connection.execute(text("DROP TABLE jobrelay.job_types"))
 
     await register(store, shop_registry())  # skipped, with a warning
     unknown = await submit(api, alice, "k1", type="shop.signup", payload=VALID)
@@ -371,7 +373,8 @@ async def test_rows_written_by_hand_that_no_consumer_writes_fail_no_submission(
     async with store.transaction() as connection:
         await connection.execute(
             text(
-                "INSERT INTO job_types (name, payload_schema, timeout_seconds, rate_count, "
+                "INSERT INTO jobrelay.job_types (name, payload_schema, timeout_seconds, "
+                "rate_count, "
                 "rate_period_seconds, registered_by) VALUES "
                 "('shop.odd_rate', '{}', 1, 10, 5, 'hand'), ('shop.true', 'true', 1, NULL, NULL, "
                 "'hand')"

@@ -82,7 +82,9 @@ async def test_rows_become_persistent_messages_with_the_exact_body_and_propertie
         assert message.exchange == names.JOBS_EXCHANGE
 
     rows = await store.fetch_all(
-        text("SELECT id, published_at, publish_attempts, last_error FROM outbox ORDER BY id")
+        text(
+            "SELECT id, published_at, publish_attempts, last_error FROM jobrelay.outbox ORDER BY id"
+        )
     )
     state = {row.id: row for row in rows}
     for outbox_id, _ in due:
@@ -92,7 +94,7 @@ async def test_rows_become_persistent_messages_with_the_exact_body_and_propertie
         assert state[outbox_id].published_at is None
         assert state[outbox_id].publish_attempts == 0
     events = await store.fetch_all(
-        text("SELECT job_id, detail FROM job_events WHERE event = 'published'")
+        text("SELECT job_id, detail FROM jobrelay.job_events WHERE event = 'published'")
     )
     assert sorted((e.job_id, e.detail) for e in events) == sorted(
         (job_id, f"outbox {outbox_id}") for outbox_id, job_id in due
@@ -125,7 +127,7 @@ async def test_unroutable_rows_stay_unpublished_with_the_error_and_drain_after_r
         await eventually(lambda: all_published(store), within=15, what="the rows to drain")
 
     published = await store.fetch_all(
-        text("SELECT publish_attempts, last_error FROM outbox WHERE id = ANY(:ids)"),
+        text("SELECT publish_attempts, last_error FROM jobrelay.outbox WHERE id = ANY(:ids)"),
         ids=[r[0] for r in rows],
     )
     assert all(row.publish_attempts >= 2 and row.last_error is None for row in published)
@@ -135,7 +137,7 @@ async def test_unroutable_rows_stay_unpublished_with_the_error_and_drain_after_r
 
 async def _all_failed_with(store: Store, ids: list[int], reason: str) -> bool:
     rows = await store.fetch_all(
-        text("SELECT last_error, published_at FROM outbox WHERE id = ANY(:ids)"), ids=ids
+        text("SELECT last_error, published_at FROM jobrelay.outbox WHERE id = ANY(:ids)"), ids=ids
     )
     return all(
         row.published_at is None and (row.last_error or "").startswith(reason) for row in rows
@@ -171,7 +173,7 @@ async def test_two_dispatchers_publish_every_row_exactly_once(
     ids = [m.message_id for m in messages]
     assert len(ids) == 2000
     assert set(ids) == {str(outbox_id) for outbox_id, _ in rows}
-    attempts = await store.fetch_one(text("SELECT max(publish_attempts) AS n FROM outbox"))
+    attempts = await store.fetch_one(text("SELECT max(publish_attempts) AS n FROM jobrelay.outbox"))
     assert attempts is not None and attempts.n == 1
 
 
@@ -292,10 +294,10 @@ async def test_an_expired_lease_is_rescued_exactly_once_with_two_dispatchers_run
         text(
             """
             SELECT j.id, j.state,
-                   (SELECT count(*) FROM job_events e
+                   (SELECT count(*) FROM jobrelay.job_events e
                      WHERE e.job_id = j.id AND e.event = 'lease_expired') AS expired_events,
-                   (SELECT count(*) FROM outbox o WHERE o.job_id = j.id) AS outbox_rows
-            FROM jobs j
+                   (SELECT count(*) FROM jobrelay.outbox o WHERE o.job_id = j.id) AS outbox_rows
+            FROM jobrelay.jobs j
             """
         )
     )

@@ -1,6 +1,6 @@
-"""``jobrelay_enqueue(...)``, the SQL function of migration 0010, against real PostgreSQL: from
-psycopg and from a real psql session, beside ``jobrelay.enqueue`` and the API under the same
-idempotency keys, and (for "the job runs") with a real dispatcher and consumer.
+"""``jobrelay.jobrelay_enqueue(...)``, the SQL function of migration 0010, against real
+PostgreSQL: from psycopg and from a real psql session, beside ``jobrelay.enqueue`` and the API
+under the same idempotency keys, and (for "the job runs") with a real dispatcher and consumer.
 
 Its canonical JSON and request hash are checked against the Python ones they must equal
 (``core/fingerprint.py``, ``db/accept.py``) on many generated payloads."""
@@ -41,8 +41,8 @@ from tests.support.system import System
 EXPORT_TYPE = "catalog.export"
 EXPORT = '{"course": "JavaScript"}'
 
-ENQUEUE = "SELECT jobrelay_enqueue(%s, %s, %s::jsonb, %s)"
-ENQUEUE_AT = "SELECT jobrelay_enqueue(%s, %s, %s::jsonb, %s, run_at => %s, priority => %s)"
+ENQUEUE = "SELECT jobrelay.jobrelay_enqueue(%s, %s, %s::jsonb, %s)"
+ENQUEUE_AT = "SELECT jobrelay.jobrelay_enqueue(%s, %s, %s::jsonb, %s, run_at => %s, priority => %s)"
 
 # Many examples, each one round trip to the server: the functions under test are pure, so one
 # connection serves them all.
@@ -80,8 +80,8 @@ def everything(database_url: str) -> dict[str, int]:
     """How many jobs, outbox rows and journal entries there are, seen from outside."""
     with psycopg.connect(libpq_url(database_url), autocommit=True) as connection:
         row = connection.execute(
-            "SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM outbox), "
-            "(SELECT count(*) FROM job_events)"
+            "SELECT (SELECT count(*) FROM jobrelay.jobs), (SELECT count(*) FROM jobrelay.outbox), "
+            "(SELECT count(*) FROM jobrelay.job_events)"
         ).fetchone()
     assert row is not None
     return dict(zip(("jobs", "outbox", "job_events"), row, strict=True))
@@ -370,7 +370,7 @@ async def test_a_caller_whose_search_path_leads_elsewhere_still_writes_jobrelays
     sql.execute("CREATE TABLE app.jobs (LIKE jobs INCLUDING ALL)")
     # Both for this transaction only: behind PgBouncer in transaction mode a session's SET and
     # temporary table would stay on the server connection the pool hands the store next.
-    sql.execute("CREATE TEMPORARY TABLE outbox (LIKE outbox INCLUDING ALL) ON COMMIT DROP")
+    sql.execute("CREATE TEMPORARY TABLE jobrelay.outbox (LIKE outbox INCLUDING ALL) ON COMMIT DROP")
     sql.execute("SET LOCAL search_path = app, pg_temp")
     job_id = sql.execute(
         f'SELECT "{jobrelay_schema}".jobrelay_enqueue(%s, %s, %s::jsonb, %s)',
@@ -421,7 +421,7 @@ async def test_the_client_may_be_named_by_its_id_which_wins_over_a_name(
     sql.commit()
 
     assert by_id == by_bare_hex == by_name
-    assert sql.execute("SELECT client_id FROM jobs").fetchall() == [(alice_id,)]
+    assert sql.execute("SELECT client_id FROM jobrelay.jobs").fetchall() == [(alice_id,)]
 
 
 # --- arguments ----------------------------------------------------------------------------------
@@ -467,7 +467,8 @@ async def test_a_bad_argument_raises_invalid_request_and_writes_nothing(
     call |= {"run_at": None, "priority": None} | arguments
     with pytest.raises(psycopg.Error) as raised:
         sql.execute(
-            "SELECT jobrelay_enqueue(%(client)s, %(job_type)s, %(payload)s::jsonb, %(key)s, "
+            "SELECT jobrelay.jobrelay_enqueue(%(client)s, %(job_type)s, %(payload)s::jsonb, "
+            "%(key)s, "
             "%(run_at)s::timestamptz, %(priority)s)",
             call,
         )
@@ -508,7 +509,7 @@ async def test_run_at_in_the_future_is_not_due_yet_and_the_priority_is_stored(
     job = stored[later]
     assert job is not None and job.run_at == job.available_at == run_at
     outbox = sql.execute(
-        "SELECT job_id, available_at > now(), priority FROM outbox ORDER BY priority"
+        "SELECT job_id, available_at > now(), priority FROM jobrelay.outbox ORDER BY priority"
     ).fetchall()
     assert outbox == [(later, True, -20), (default, False, 0), (now, False, 100)]
 
@@ -526,7 +527,7 @@ async def test_a_job_of_a_registered_type_without_a_priority_gets_the_types_defa
     sql.commit()
 
     rows = sql.execute(
-        "SELECT id, priority, max_attempts FROM jobs WHERE id = ANY(%s)",
+        "SELECT id, priority, max_attempts FROM jobrelay.jobs WHERE id = ANY(%s)",
         [[default, own, unregistered]],
     ).fetchall()
     assert {row[0]: row[1:] for row in rows} == {
@@ -561,13 +562,15 @@ async def test_a_psql_session_enqueues_on_commit_and_nothing_on_rollback(
     committed = psql(
         database_url,
         "BEGIN;\n"
-        "SELECT jobrelay_enqueue('alice', 'catalog.export', '{\"course\": \"SQL\"}', 'psql-1');\n"
+        "SELECT jobrelay.jobrelay_enqueue('alice', 'catalog.export', '{\"course\": \"SQL\"}', "
+        "'psql-1');\n"
         "COMMIT;\n",
     )
     rolled_back = psql(
         database_url,
         "BEGIN;\n"
-        "SELECT jobrelay_enqueue('alice', 'catalog.export', '{\"course\": \"SQL\"}', 'psql-2');\n"
+        "SELECT jobrelay.jobrelay_enqueue('alice', 'catalog.export', '{\"course\": \"SQL\"}', "
+        "'psql-2');\n"
         "ROLLBACK;\n",
     )
 
@@ -581,8 +584,10 @@ async def test_a_psql_session_enqueues_on_commit_and_nothing_on_rollback(
 async def test_psql_shows_a_conflict_with_its_code_word_and_the_holding_job(
     database_url: str, alice: str
 ) -> None:
-    made = psql(database_url, "SELECT jobrelay_enqueue('alice', 't', '{}', 'k');")
-    conflict = psql(database_url, "SELECT jobrelay_enqueue('alice', 't', '{\"a\": 1}', 'k');")
+    made = psql(database_url, "SELECT jobrelay.jobrelay_enqueue('alice', 't', '{}', 'k');")
+    conflict = psql(
+        database_url, "SELECT jobrelay.jobrelay_enqueue('alice', 't', '{\"a\": 1}', 'k');"
+    )
 
     assert made.returncode == 0, made.stderr
     assert conflict.returncode == 3  # ON_ERROR_STOP: the script stopped at the error
@@ -636,7 +641,9 @@ _payload = st.dictionaries(_text, _json, max_size=6)
 
 
 def canonical_in_sql(connection: psycopg.Connection[Any], document: str) -> str:
-    row = connection.execute("SELECT jobrelay_canonical_json(%s::jsonb)", (document,)).fetchone()
+    row = connection.execute(
+        "SELECT jobrelay.jobrelay_canonical_json(%s::jsonb)", (document,)
+    ).fetchone()
     assert row is not None
     text: str = row[0]
     return text
@@ -702,7 +709,7 @@ def test_the_sql_request_hash_is_the_python_accepts(
 ) -> None:
     request = JobRequest("k", job_type, payload, 3, run_at=run_at, flow=Flow(priority))
     row = sql.execute(
-        "SELECT jobrelay_request_hash(%s, %s::jsonb, %s, %s)",
+        "SELECT jobrelay.jobrelay_request_hash(%s, %s::jsonb, %s, %s)",
         (job_type, json.dumps(payload), run_at, priority),
     ).fetchone()
     assert row is not None

@@ -29,7 +29,7 @@ DAY = 24 * 3600.0
 
 async def full_count(store: Store) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
     """What the stats must say, counted the slow way over every job."""
-    rows = await store.fetch_all(text("SELECT state, last_error_code FROM jobs"))
+    rows = await store.fetch_all(text("SELECT state, last_error_code FROM jobrelay.jobs"))
     by_state = Counter(row.state for row in rows)
     quarantined = Counter(
         row.last_error_code or "unknown" for row in rows if row.state == "quarantined"
@@ -110,7 +110,9 @@ async def test_the_dispatchers_maintenance_folds_the_deltas_into_the_totals(stor
     finally:
         maintainer.stop()
         await maintenance
-    totals = await store.fetch_all(text("SELECT state, code, n FROM job_totals ORDER BY 1"))
+    totals = await store.fetch_all(
+        text("SELECT state, code, n FROM jobrelay.job_totals ORDER BY 1")
+    )
     assert [tuple(row) for row in totals] == [
         ("quarantined", "delivery_limit", 2),
         ("succeeded", "", 5),
@@ -142,7 +144,7 @@ async def test_retention_deletes_finished_jobs_past_the_window_with_everything_t
     assert await maintenance.apply_retention() == (0, 8)  # succeeded and cancelled, batches of 3
     assert await maintenance.apply_retention() == (0, 0)
 
-    kept = {row.id for row in await store.fetch_all(text("SELECT id FROM jobs"))}
+    kept = {row.id for row in await store.fetch_all(text("SELECT id FROM jobrelay.jobs"))}
     expected = {j.id for j in old[JobState.QUARANTINED] + recent + live}
     assert kept == expected
     for table in (tables.outbox, tables.job_events, tables.job_results):
@@ -242,16 +244,18 @@ async def test_operator_statements_never_scan_the_finished_jobs(store: Store) ->
         text(
             """
             WITH made AS (
-                INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload,
+                INSERT INTO jobrelay.jobs (id, client_id, idempotency_key, request_hash, type,
+                    payload,
                                   state, attempts, max_attempts, finished_at)
                 SELECT gen_random_uuid(), :client_id, 'k' || n, 'h', 'demo.sleep', '{}',
                        'succeeded', 1, 3, now() - (n || ' seconds')::interval
                 FROM generate_series(1, 20000) AS n
                 RETURNING id
             ), outbox_rows AS (
-                INSERT INTO outbox (job_id, published_at) SELECT id, now() FROM made
+                INSERT INTO jobrelay.outbox (job_id, published_at) SELECT id, now() FROM made
             )
-            INSERT INTO job_events (job_id, event, attempt) SELECT id, 'succeeded', 1 FROM made
+            INSERT INTO jobrelay.job_events (job_id, event, attempt) SELECT id, 'succeeded', 1 FROM
+                made
             """
         ),
         client_id=client.id,

@@ -27,7 +27,8 @@ async def finish(database_url: str, job_id: str) -> float:
     the commit."""
     async with await psycopg.AsyncConnection.connect(libpq_url(database_url)) as conn:
         await conn.execute(
-            "UPDATE jobs SET state = 'succeeded', attempts = 1, finished_at = now() WHERE id = %s",
+            "UPDATE jobrelay.jobs SET state = 'succeeded', attempts = 1, finished_at = now() "
+            "WHERE id = %s",
             (job_id,),
         )
         await conn.commit()

@@ -79,7 +79,7 @@ async def test_a_retry_is_due_by_the_database_clock_when_the_consumers_clock_is_
     delay = (row.available_at - row.updated_at).total_seconds()
     assert 0.9 <= delay <= 2.1, delay
     outbox = await rows(
-        store, "SELECT available_at FROM outbox WHERE job_id = :id ORDER BY id", id=job_id
+        store, "SELECT available_at FROM jobrelay.outbox WHERE job_id = :id ORDER BY id", id=job_id
     )
     assert outbox[-1].available_at == row.available_at
 
@@ -109,7 +109,10 @@ async def test_a_message_naming_another_unknown_type_defers_a_job_of_an_unknown_
     row = await job_row(store, job_id)
     assert (row.state, row.attempts, row.last_error_code) == ("queued", 0, "unknown_job_type")
     assert [event for event, _ in await events(store, job_id)] == ["received", "deferred"]
-    assert await scalar(store, "SELECT count(*) FROM outbox WHERE job_id = :id", id=job_id) == 2
+    assert (
+        await scalar(store, "SELECT count(*) FROM jobrelay.outbox WHERE job_id = :id", id=job_id)
+        == 2
+    )
 
 
 async def test_a_message_naming_a_known_type_defers_a_job_of_an_unknown_type_unclaimed(

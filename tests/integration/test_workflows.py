@@ -58,14 +58,16 @@ async def submit_graph(
     )
     assert accepted.created
     found = await rows(
-        store, "SELECT workflow_ref, id FROM jobs WHERE workflow_id = :w", w=accepted.workflow_id
+        store,
+        "SELECT workflow_ref, id FROM jobrelay.jobs WHERE workflow_id = :w",
+        w=accepted.workflow_id,
     )
     return {ref: job_id for ref, job_id in found}
 
 
 async def states(store: Store, ids: dict[str, uuid.UUID]) -> dict[str, str]:
     found = await rows(
-        store, "SELECT id, state FROM jobs WHERE id = ANY(:ids)", ids=list(ids.values())
+        store, "SELECT id, state FROM jobrelay.jobs WHERE id = ANY(:ids)", ids=list(ids.values())
     )
     by_id = dict(found)
     return {ref: by_id[job_id] for ref, job_id in ids.items()}
@@ -76,11 +78,14 @@ async def count_of(store: Store, sql: str, job_id: uuid.UUID) -> int:
 
 
 async def outbox_rows(store: Store, job_id: uuid.UUID) -> int:
-    return await count_of(store, "SELECT count(*) FROM outbox WHERE job_id = :id", job_id)
+    return await count_of(store, "SELECT count(*) FROM jobrelay.outbox WHERE job_id = :id", job_id)
 
 
 async def releases(store: Store, job_id: uuid.UUID) -> int:
-    sql = "SELECT count(*) FROM job_events WHERE job_id = :id AND event = 'parents_succeeded'"
+    sql = (
+        "SELECT count(*) FROM jobrelay.job_events "
+        "WHERE job_id = :id AND event = 'parents_succeeded'"
+    )
     return await count_of(store, sql, job_id)
 
 
@@ -198,12 +203,16 @@ async def test_a_quarantined_parent_cancels_its_dependents_and_its_replay_restor
         "x": "queued",
     }
     codes = await rows(
-        store, "SELECT last_error_code FROM jobs WHERE id = ANY(:ids)", ids=[ids["b"], ids["c"]]
+        store,
+        "SELECT last_error_code FROM jobrelay.jobs WHERE id = ANY(:ids)",
+        ids=[ids["b"], ids["c"]],
     )
     assert {code for (code,) in codes} == {"dependency_failed"}
     await succeed(executions, await claim(executions, ids["x"]), {})
     workflows = WorkflowStore(store)
-    workflow_id = await scalar(store, "SELECT workflow_id FROM jobs WHERE id = :id", id=ids["a"])
+    workflow_id = await scalar(
+        store, "SELECT workflow_id FROM jobrelay.jobs WHERE id = :id", id=ids["a"]
+    )
     view = await workflows.view(workflow_id)
     assert view is not None and view.state is WorkflowState.FAILED
 
@@ -215,7 +224,9 @@ async def test_a_quarantined_parent_cancels_its_dependents_and_its_replay_restor
         "x": "succeeded",
     }
     waiting_for = await rows(
-        store, "SELECT waiting_for FROM jobs WHERE id = ANY(:ids)", ids=[ids["b"], ids["c"]]
+        store,
+        "SELECT waiting_for FROM jobrelay.jobs WHERE id = ANY(:ids)",
+        ids=[ids["b"], ids["c"]],
     )
     assert sorted(n for (n,) in waiting_for) == [1, 1]
     view = await workflows.view(workflow_id)
@@ -236,7 +247,9 @@ async def test_continue_keeps_the_dependents_of_a_failed_job_waiting_while_the_r
     )
     assert await states(store, ids) == {"a": "quarantined", "b": "waiting", "x": "queued"}
     await succeed(executions, await claim(executions, ids["x"]), {})
-    workflow_id = await scalar(store, "SELECT workflow_id FROM jobs WHERE id = :id", id=ids["a"])
+    workflow_id = await scalar(
+        store, "SELECT workflow_id FROM jobrelay.jobs WHERE id = :id", id=ids["a"]
+    )
     view = await WorkflowStore(store).view(workflow_id)
     assert view is not None and view.state is WorkflowState.FAILED  # nothing else can run
 
@@ -246,7 +259,9 @@ async def test_a_cancelled_workflow_starts_nothing_new(
 ) -> None:
     ids = await submit_graph(store, client_id, {"a": (), "b": ("a",), "x": (), "y": ()})
     running = await claim(executions, ids["a"])
-    workflow_id = await scalar(store, "SELECT workflow_id FROM jobs WHERE id = :id", id=ids["a"])
+    workflow_id = await scalar(
+        store, "SELECT workflow_id FROM jobrelay.jobs WHERE id = :id", id=ids["a"]
+    )
     view = await WorkflowStore(store).cancel(workflow_id, client_id, detail="test")
     assert view is not None and view.state is WorkflowState.CANCELLED
     assert await states(store, ids) == {
@@ -256,7 +271,9 @@ async def test_a_cancelled_workflow_starts_nothing_new(
         "y": "cancelled",
     }
     requested = await scalar(
-        store, "SELECT cancel_requested_at IS NOT NULL FROM jobs WHERE id = :id", id=ids["a"]
+        store,
+        "SELECT cancel_requested_at IS NOT NULL FROM jobrelay.jobs WHERE id = :id",
+        id=ids["a"],
     )
     assert requested
     await succeed(executions, running, {})  # the running job finished anyway: nothing follows it
@@ -265,7 +282,7 @@ async def test_a_cancelled_workflow_starts_nothing_new(
     # A job of it still queued (as if released just before the cancel) is not claimed.
     await rows(
         store,
-        "UPDATE jobs SET state = 'queued', finished_at = NULL WHERE id = :id RETURNING id",
+        "UPDATE jobrelay.jobs SET state = 'queued', finished_at = NULL WHERE id = :id RETURNING id",
         id=ids["y"],
     )
     assert isinstance(await executions.claim(ids["y"], LeaseTerms.fresh(30)), Refused)
@@ -283,7 +300,9 @@ async def test_a_quarantined_job_of_a_cancelled_workflow_is_not_replayed(
     await executions.finish(
         ids["a"], lease_token=claimed.lease_token, attempt=1, outcome=Quarantine("bad", "no")
     )
-    workflow_id = await scalar(store, "SELECT workflow_id FROM jobs WHERE id = :id", id=ids["a"])
+    workflow_id = await scalar(
+        store, "SELECT workflow_id FROM jobrelay.jobs WHERE id = :id", id=ids["a"]
+    )
     await WorkflowStore(store).cancel(workflow_id, client_id, detail="test")
     assert not await QuarantineStore(store).replay_job(ids["a"], budget=3, detail="test")
     assert await states(store, ids) == {"a": "quarantined", "b": "cancelled"}
@@ -335,9 +354,11 @@ async def test_a_handler_reads_its_parents_results_and_reports_progress(
     run = worker(store, settings, parents)
     for ref in ("a", "b", "c"):
         await run.process(StandInDelivery(ids[ref], "test.parents").body)
-    result = await scalar(store, "SELECT result FROM job_results WHERE job_id = :id", id=ids["c"])
+    result = await scalar(
+        store, "SELECT result FROM jobrelay.job_results WHERE job_id = :id", id=ids["c"]
+    )
     assert result["parents"] == {"a": {"tag": "a", "parents": {}}, "b": {"tag": "b", "parents": {}}}
-    progress = await scalar(store, "SELECT progress FROM jobs WHERE id = :id", id=ids["c"])
+    progress = await scalar(store, "SELECT progress FROM jobrelay.jobs WHERE id = :id", id=ids["c"])
     assert (progress["fraction"], progress["message"]) == (1.0, "done")
     # 3 jobs x 1,001 reports each, written a few times per job at most
     assert 3 <= run.progress.writes <= 3 * 6

@@ -76,6 +76,7 @@ def create_app(
             pool_timeout=settings.db_pool_timeout_seconds,
             application_name="jobrelay-api",
             pool_mode=settings.database_pool_mode,
+            schema=settings.database_schema,
         )
         app.state.auth = Authenticator(app.state.store)
         app.state.types = types = RegisteredTypes(PgTypeStore(app.state.store), registry)

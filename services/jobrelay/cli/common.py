@@ -123,6 +123,7 @@ async def _connected_store(settings: Settings, *, pool_size: int) -> AsyncIterat
         pool_size=pool_size,
         application_name="jobrelay-cli",
         pool_mode=settings.database_pool_mode,
+        schema=settings.database_schema,
     )
     try:
         yield store

@@ -123,6 +123,7 @@ class Consumer:
             pool_size=self.concurrency + 2,
             application_name="jobrelay-consumer",
             pool_mode=settings.database_pool_mode,
+            schema=settings.database_schema,
         )
         short_name = queue_short_name(self.queue_name)
         execution = PgExecutionStore(store, queue=short_name)

@@ -15,7 +15,8 @@ from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from jobrelay.core.errors import StoreUnavailable
-from jobrelay.core.settings import libpq_url, mask_url, normalize_database_url
+from jobrelay.core.settings import DEFAULT_SCHEMA, libpq_url, mask_url, normalize_database_url
+from jobrelay.db.schema import install as install_schema
 
 __all__ = [
     "PRIMARY_GONE_SQLSTATES",
@@ -51,13 +52,15 @@ def make_engine(
     autocommit: bool = False,
     generic_plans: bool = False,
     pool_mode: PoolMode = "session",
+    schema: str = DEFAULT_SCHEMA,
 ) -> AsyncEngine:
     """An engine with its own pool. ``autocommit``: every connection in the pool is in
     autocommit for good (set once at connect, never reset), for single-statement work.
     ``generic_plans``: statements prepared on its connections (psycopg prepares one after its
     fifth run) keep one generic plan instead of being planned again on every run.
     ``pool_mode`` "transaction": nothing is prepared and no session state is set at connect
-    (``generic_plans`` is moot then), see ``connect_args``."""
+    (``generic_plans`` is moot then), see ``connect_args``. ``schema``: jobrelay's schema, which
+    every statement names in place of the default one (db/schema.py)."""
     options: dict[str, Any] = (
         {"isolation_level": "AUTOCOMMIT", "pool_reset_on_return": None} if autocommit else {}
     )
@@ -72,6 +75,7 @@ def make_engine(
         pool_timeout=pool_timeout,
         connect_args=connect_args(application_name, pool_mode),
     )
+    install_schema(engine.sync_engine, schema)
     event.listen(engine.sync_engine, "checkout", _refuse_closed_connection)
     event.listen(engine.sync_engine, "handle_error", _primary_gone_is_a_disconnect)
     if generic_plans and pool_mode == "session":

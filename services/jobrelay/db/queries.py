@@ -101,12 +101,12 @@ def _quarantine_unclaimed(code: str, condition: str) -> str:
     returns its id."""
     return f"""
     WITH q AS (
-        UPDATE jobs
+        UPDATE jobrelay.jobs
         SET {_QUARANTINE_SET}, last_error_code = '{code}'
         WHERE id = :id AND {condition}
         RETURNING id, attempts, state AS ends_as, workflow_id
     ), event AS (
-        INSERT INTO job_events (job_id, event, attempt, detail)
+        INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
         SELECT id, 'quarantined', attempts, '{code}' FROM q
     ){_dependents_of("q")}
     SELECT id FROM q
@@ -116,7 +116,7 @@ def _quarantine_unclaimed(code: str, condition: str) -> str:
 # --- workflows: what a job's end does to the jobs waiting on it (docs/workflows.md) ----------
 
 _CANCELLED_WORKFLOW = (
-    "EXISTS (SELECT 1 FROM workflows w WHERE w.id = {0} AND w.cancelled_at IS NOT NULL)"
+    "EXISTS (SELECT 1 FROM jobrelay.workflows w WHERE w.id = {0} AND w.cancelled_at IS NOT NULL)"
 )
 
 
@@ -143,34 +143,35 @@ def _dependents_of(ended: str) -> str:
     locked in id order first, so two statements never wait for each other's children in a cycle.
     A statement with no job of a workflow finds no edge: two index probes per job."""
     return f""", counted AS (
-        SELECT d.job_id, count(*) AS n FROM job_dependencies d JOIN {ended} e ON d.parent_id = e.id
+        SELECT d.job_id, count(*) AS n
+        FROM jobrelay.job_dependencies d JOIN {ended} e ON d.parent_id = e.id
         WHERE e.workflow_id IS NOT NULL AND e.ends_as = '{JobState.SUCCEEDED}'
         GROUP BY d.job_id
     ), failed_roots AS (
-        SELECT e.id, e.ends_as FROM {ended} e JOIN workflows w ON w.id = e.workflow_id
+        SELECT e.id, e.ends_as FROM {ended} e JOIN jobrelay.workflows w ON w.id = e.workflow_id
         WHERE e.ends_as IN ('{JobState.QUARANTINED}', '{JobState.CANCELLED}')
           AND w.on_failure = '{OnFailure.CANCEL_DEPENDENTS}'
     ), doomed AS (
         WITH RECURSIVE below(id, root, root_state) AS (
-            SELECT d.job_id, r.id, r.ends_as FROM job_dependencies d
+            SELECT d.job_id, r.id, r.ends_as FROM jobrelay.job_dependencies d
             JOIN failed_roots r ON d.parent_id = r.id
             UNION
-            SELECT d.job_id, b.root, b.root_state FROM job_dependencies d
+            SELECT d.job_id, b.root, b.root_state FROM jobrelay.job_dependencies d
             JOIN below b ON d.parent_id = b.id
         )
         SELECT DISTINCT ON (id) id, root, root_state FROM below ORDER BY id, root
     ), dependents AS (
-        SELECT j.id FROM jobs j
+        SELECT j.id FROM jobrelay.jobs j
         WHERE j.id IN (SELECT job_id FROM counted UNION ALL SELECT id FROM doomed)
           AND j.{_state_in(PARENTS_SUCCEEDED.source)}
         ORDER BY j.id FOR UPDATE
     ), decided_dependents AS (
         SELECT dp.id, coalesce(c.n, 0) AS n, dm.root, dm.root_state,
                {_CANCELLED_WORKFLOW.format("j.workflow_id")} AS workflow_cancelled
-        FROM dependents dp JOIN jobs j ON j.id = dp.id
+        FROM dependents dp JOIN jobrelay.jobs j ON j.id = dp.id
         LEFT JOIN counted c ON c.job_id = dp.id LEFT JOIN doomed dm ON dm.id = dp.id
     ), moved_dependents AS (
-        UPDATE jobs c
+        UPDATE jobrelay.jobs c
         SET state = CASE
                 WHEN dd.root IS NOT NULL
                      OR (c.waiting_for <= dd.n AND dd.workflow_cancelled)
@@ -197,11 +198,11 @@ def _dependents_of(ended: str) -> str:
         RETURNING c.id, c.state, c.attempts, c.available_at, c.priority, c.client_id, c.type,
                   c.last_error_code, c.last_error
     ), dependents_outbox AS (
-        INSERT INTO outbox (job_id, available_at, priority, client_id, type)
+        INSERT INTO jobrelay.outbox (job_id, available_at, priority, client_id, type)
         SELECT id, available_at, priority, client_id, type FROM moved_dependents
         WHERE state = '{PARENTS_SUCCEEDED.target}'
     ), dependents_event AS (
-        INSERT INTO job_events (job_id, event, attempt, detail)
+        INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
         SELECT id,
                CASE WHEN state = '{PARENTS_SUCCEEDED.target}' THEN 'parents_succeeded'
                     ELSE 'cancelled' END,
@@ -219,7 +220,7 @@ PING: TextClause = text("SELECT 1 AS ok")
 
 INSERT_CLIENT: TextClause = text(
     """
-    INSERT INTO clients (id, name, token_hash, is_admin)
+    INSERT INTO jobrelay.clients (id, name, token_hash, is_admin)
     VALUES (:id, :name, :token_hash, :is_admin)
     ON CONFLICT (name) DO NOTHING
     RETURNING id
@@ -244,7 +245,7 @@ CLIENT_BY_TOKEN_HASH: TextClause = text(
            CASE WHEN token_hash = :token_hash THEN NULL
                 ELSE EXTRACT(EPOCH FROM previous_token_expires_at - now())::float8
            END AS valid_for_seconds
-    FROM clients
+    FROM jobrelay.clients
     WHERE disabled_at IS NULL
       AND (token_hash = :token_hash
            OR (previous_token_hash = :token_hash AND previous_token_expires_at > now()))
@@ -257,9 +258,9 @@ SET_CLIENT_DISABLED: TextClause = text(
     f"""
     WITH target AS (
         SELECT id, disabled_at IS NOT NULL AS was_disabled
-        FROM clients WHERE name = :name FOR UPDATE
+        FROM jobrelay.clients WHERE name = :name FOR UPDATE
     ), changed AS (
-        UPDATE clients c
+        UPDATE jobrelay.clients c
         SET disabled_at = CASE WHEN CAST(:disable AS boolean) THEN now() END
         FROM target t
         WHERE c.id = t.id AND t.was_disabled <> CAST(:disable AS boolean)
@@ -277,7 +278,7 @@ SET_CLIENT_DISABLED: TextClause = text(
 ROTATE_CLIENT_TOKEN: TextClause = text(
     f"""
     WITH rotated AS (
-        UPDATE clients
+        UPDATE jobrelay.clients
         SET token_hash = :token_hash,
             previous_token_hash = CASE WHEN CAST(:grace_seconds AS float8) > 0
                                        THEN token_hash END,
@@ -297,13 +298,13 @@ ROTATE_CLIENT_TOKEN: TextClause = text(
 SET_CLIENT_RATE_LIMIT: TextClause = text(
     f"""
     WITH changed AS (
-        UPDATE clients
+        UPDATE jobrelay.clients
         SET rate_limit_per_second = CAST(:per_second AS float8),
             rate_limit_burst = CAST(:burst AS int)
         WHERE name = :name
         RETURNING id
     ), forgotten AS (  -- the old limit's bucket state no longer applies
-        DELETE FROM rate_limits r USING changed c WHERE r.client_id = c.id
+        DELETE FROM jobrelay.rate_limits r USING changed c WHERE r.client_id = c.id
     )
     SELECT id, pg_notify('{CLIENTS_CHANNEL}', id::text)::text AS notified FROM changed
     """
@@ -320,7 +321,7 @@ SET_CLIENT_RATE_LIMIT: TextClause = text(
 TAKE_RATE_TOKEN: TextClause = text(
     """
     WITH taken AS (
-        INSERT INTO rate_limits AS r (client_id, allowed_from)
+        INSERT INTO jobrelay.rate_limits AS r (client_id, allowed_from)
         VALUES (:client_id, now() + make_interval(secs => CAST(:cost AS float8)))
         ON CONFLICT (client_id) DO UPDATE
         SET allowed_from = greatest(r.allowed_from, now())
@@ -332,7 +333,7 @@ TAKE_RATE_TOKEN: TextClause = text(
     SELECT EXISTS (SELECT 1 FROM taken) AS allowed,
            (SELECT EXTRACT(EPOCH FROM greatest(allowed_from, now()) - now())::float8
                    + CAST(:cost AS float8) - CAST(:window AS float8)
-            FROM rate_limits WHERE client_id = :client_id) AS retry_after
+            FROM jobrelay.rate_limits WHERE client_id = :client_id) AS retry_after
     """
 )
 
@@ -342,7 +343,7 @@ LIST_CLIENTS: TextClause = text(
            rate_limit_per_second, rate_limit_burst,
            CASE WHEN previous_token_expires_at > now() THEN previous_token_expires_at END
                AS previous_token_expires_at
-    FROM clients ORDER BY created_at, name
+    FROM jobrelay.clients ORDER BY created_at, name
     """
 )
 
@@ -351,7 +352,7 @@ LIST_CLIENTS: TextClause = text(
 CLIENT_BY_ID_OR_NAME: TextClause = text(
     """
     SELECT id, name, disabled_at IS NOT NULL AS disabled
-    FROM clients
+    FROM jobrelay.clients
     WHERE id = CAST(:id AS uuid) OR name = CAST(:name AS text)
     ORDER BY (id = CAST(:id AS uuid)) IS TRUE DESC
     LIMIT 1
@@ -364,10 +365,10 @@ CLIENT_BY_ID_OR_NAME: TextClause = text(
 # they are and with the job's priority, client and type (migration 0007), and their `received`
 # events.
 _OUTBOX_ROW_AND_RECEIVED = """, new_outbox AS (
-        INSERT INTO outbox (job_id, available_at, priority, client_id, type)
+        INSERT INTO jobrelay.outbox (job_id, available_at, priority, client_id, type)
         SELECT id, available_at, priority, client_id, type FROM j
     ), new_event AS (
-        INSERT INTO job_events (job_id, event, attempt) SELECT id, 'received', 0 FROM j
+        INSERT INTO jobrelay.job_events (job_id, event, attempt) SELECT id, 'received', 0 FROM j
     )"""
 
 # One statement writes the job, its outbox row and the `received` event: they commit together
@@ -381,7 +382,7 @@ _OUTBOX_ROW_AND_RECEIVED = """, new_outbox AS (
 ACCEPT_JOB: TextClause = text(
     f"""
     WITH j AS (
-        INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload,
+        INSERT INTO jobrelay.jobs (id, client_id, idempotency_key, request_hash, type, payload,
                           max_attempts, run_at, available_at, traceparent, priority,
                           concurrency_key, unique_key)
         SELECT :id, :client_id, :idempotency_key, :request_hash, :type,
@@ -415,7 +416,7 @@ ACCEPT_JOBS: TextClause = text(
              AS a(id, idempotency_key, request_hash, type, payload, max_attempts, run_at,
                   delay_seconds, priority, concurrency_key, unique_key)
     ), j AS (
-        INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload,
+        INSERT INTO jobrelay.jobs (id, client_id, idempotency_key, request_hash, type, payload,
                           max_attempts, run_at, available_at, traceparent, priority,
                           concurrency_key, unique_key)
         SELECT id, :client_id, idempotency_key, request_hash, type, payload, max_attempts,
@@ -432,7 +433,7 @@ ACCEPT_JOBS: TextClause = text(
 JOBS_BY_KEYS: TextClause = text(
     f"""
     SELECT {_JOB_COLUMNS}, r.result
-    FROM jobs j LEFT JOIN job_results r ON r.job_id = j.id
+    FROM jobrelay.jobs j LEFT JOIN jobrelay.job_results r ON r.job_id = j.id
     WHERE j.client_id = :client_id AND j.idempotency_key = ANY(CAST(:idempotency_keys AS text[]))
     """
 )
@@ -440,7 +441,7 @@ JOBS_BY_KEYS: TextClause = text(
 JOB_BY_KEY: TextClause = text(
     f"""
     SELECT {_JOB_COLUMNS}, r.result
-    FROM jobs j LEFT JOIN job_results r ON r.job_id = j.id
+    FROM jobrelay.jobs j LEFT JOIN jobrelay.job_results r ON r.job_id = j.id
     WHERE j.client_id = :client_id AND j.idempotency_key = :idempotency_key
     """
 )
@@ -453,7 +454,7 @@ JOB_BY_KEY: TextClause = text(
 LIVE_JOB_BY_UNIQUE_KEY: TextClause = text(
     f"""
     SELECT {_JOB_COLUMNS}, NULL::jsonb AS result
-    FROM jobs j
+    FROM jobrelay.jobs j
     WHERE j.client_id = :client_id AND j.type = :type AND j.unique_key = :unique_key
       AND {_state_in(frozenset(JobState) - TERMINAL_STATES)}
     """
@@ -462,7 +463,7 @@ LIVE_JOB_BY_UNIQUE_KEY: TextClause = text(
 # --- periodic schedules (jobrelay/dispatcher/scheduler.py) -------------------------------------
 
 # The built-in client that owns the jobs of schedules (migration 0005), by name.
-SCHEDULER_CLIENT_ID: TextClause = text("SELECT id FROM clients WHERE name = :name")
+SCHEDULER_CLIENT_ID: TextClause = text("SELECT id FROM jobrelay.clients WHERE name = :name")
 
 # The database's clock: every dispatcher reads the ticks of schedules on the same one.
 DATABASE_NOW: TextClause = text("SELECT clock_timestamp() AS now")
@@ -473,7 +474,7 @@ DATABASE_NOW: TextClause = text("SELECT clock_timestamp() AS now")
 JOB_BY_ID: TextClause = text(
     f"""
     SELECT {_JOB_COLUMNS}, r.result
-    FROM jobs j LEFT JOIN job_results r ON r.job_id = j.id
+    FROM jobrelay.jobs j LEFT JOIN jobrelay.job_results r ON r.job_id = j.id
     WHERE j.id = :id AND (CAST(:client_id AS uuid) IS NULL OR j.client_id = :client_id)
     """
 )
@@ -481,7 +482,7 @@ JOB_BY_ID: TextClause = text(
 JOB_EVENTS: TextClause = text(
     """
     SELECT e.id, e.at, e.event, e.attempt, e.detail, e.error
-    FROM job_events e
+    FROM jobrelay.job_events e
     WHERE e.job_id = :job_id
     ORDER BY e.id
     """
@@ -491,7 +492,7 @@ JOB_EVENTS: TextClause = text(
 LIST_JOBS: TextClause = text(
     f"""
     SELECT {_JOB_COLUMNS}, r.result
-    FROM jobs j LEFT JOIN job_results r ON r.job_id = j.id
+    FROM jobrelay.jobs j LEFT JOIN jobrelay.job_results r ON r.job_id = j.id
     WHERE j.client_id = :client_id
       AND (CAST(:state AS text) IS NULL OR j.state = :state)
       AND (CAST(:type AS text) IS NULL OR j.type = :type)
@@ -506,13 +507,13 @@ LIST_JOBS: TextClause = text(
 CANCEL_JOB: TextClause = text(
     f"""
     WITH cancelled AS (
-        UPDATE jobs SET state = '{CANCEL.target}', waiting_for = 0, finished_at = now(),
+        UPDATE jobrelay.jobs SET state = '{CANCEL.target}', waiting_for = 0, finished_at = now(),
                         updated_at = now()
         WHERE id = :id AND (CAST(:client_id AS uuid) IS NULL OR client_id = :client_id)
           AND {_guard(CANCEL)}
         RETURNING id, attempts, state AS ends_as, workflow_id
     ), event AS (
-        INSERT INTO job_events (job_id, event, attempt, detail)
+        INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
         SELECT id, 'cancelled', attempts, :detail FROM cancelled
     ){_dependents_of("cancelled")}
     SELECT id FROM cancelled
@@ -526,16 +527,16 @@ CANCEL_JOB: TextClause = text(
 REQUEST_CANCEL: TextClause = text(
     """
     WITH running AS (
-        SELECT id, attempts, cancel_requested_at IS NULL AS first FROM jobs
+        SELECT id, attempts, cancel_requested_at IS NULL AS first FROM jobrelay.jobs
         WHERE id = :id AND (CAST(:client_id AS uuid) IS NULL OR client_id = :client_id)
           AND state = 'running'
         FOR UPDATE
     ), requested AS (
-        UPDATE jobs j SET cancel_requested_at = now(), updated_at = now()
+        UPDATE jobrelay.jobs j SET cancel_requested_at = now(), updated_at = now()
         FROM running r WHERE j.id = r.id AND r.first
         RETURNING j.id, j.attempts
     ), event AS (
-        INSERT INTO job_events (job_id, event, attempt, detail)
+        INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
         SELECT id, 'cancel_requested', attempts, :detail FROM requested
     )
     SELECT id, first FROM running
@@ -549,14 +550,14 @@ REQUEST_CANCEL: TextClause = text(
 # the triggers appended since the dispatcher last folded them in (migration 0003).
 _LIVE = _state_in(frozenset(JobState) - TERMINAL_STATES)
 _FINISHED_COUNTS = """(
-    SELECT state, code, n FROM job_totals
+    SELECT state, code, n FROM jobrelay.job_totals
     UNION ALL
-    SELECT state, code, n FROM job_count_deltas
+    SELECT state, code, n FROM jobrelay.job_count_deltas
 ) AS finished"""
 
 JOBS_BY_STATE: TextClause = text(
     f"""
-    SELECT state, count(*) AS n FROM jobs WHERE {_LIVE} GROUP BY state
+    SELECT state, count(*) AS n FROM jobrelay.jobs WHERE {_LIVE} GROUP BY state
     UNION ALL
     SELECT state, sum(n)::bigint FROM {_FINISHED_COUNTS} GROUP BY state
     """
@@ -567,8 +568,8 @@ JOBS_BY_STATE: TextClause = text(
 # at once never add a delta twice, as each deletes only rows it locked).
 FOLD_JOB_COUNTS: TextClause = text(
     """
-    WITH folded AS (DELETE FROM job_count_deltas RETURNING state, code, n)
-    INSERT INTO job_totals AS t (state, code, n)
+    WITH folded AS (DELETE FROM jobrelay.job_count_deltas RETURNING state, code, n)
+    INSERT INTO jobrelay.job_totals AS t (state, code, n)
     SELECT state, code, sum(n) FROM folded GROUP BY state, code
     ON CONFLICT (state, code) DO UPDATE SET n = t.n + excluded.n
     RETURNING 1
@@ -581,16 +582,16 @@ OUTBOX_BACKLOG: TextClause = text(
            count(*) FILTER (WHERE available_at <= now()) AS due,
            EXTRACT(EPOCH FROM now() - min(available_at) FILTER (WHERE available_at <= now()))
                AS oldest_due_seconds
-    FROM outbox WHERE published_at IS NULL
+    FROM jobrelay.outbox WHERE published_at IS NULL
     """
 )
 
-EXPIRED_LEASES: TextClause = text(f"SELECT count(*) AS n FROM jobs WHERE {_LEASE_EXPIRED}")
+EXPIRED_LEASES: TextClause = text(f"SELECT count(*) AS n FROM jobrelay.jobs WHERE {_LEASE_EXPIRED}")
 
 RETRYING_SUMMARY: TextClause = text(
     """
     SELECT count(*) AS n, min(available_at) AS next_due_at
-    FROM jobs WHERE state = 'retrying'
+    FROM jobrelay.jobs WHERE state = 'retrying'
     """
 )
 
@@ -609,7 +610,7 @@ FAILED_BY_CODE: TextClause = text(
     SELECT code, sum(n)::bigint AS n FROM (
         SELECT code, n FROM {_FINISHED_COUNTS} WHERE state <> 'quarantined' AND code <> ''
         UNION ALL
-        SELECT last_error_code, 1 FROM jobs WHERE {_LIVE} AND last_error_code IS NOT NULL
+        SELECT last_error_code, 1 FROM jobrelay.jobs WHERE {_LIVE} AND last_error_code IS NOT NULL
     ) AS failed
     GROUP BY 1 HAVING sum(n) > 0 ORDER BY 2 DESC
     """
@@ -621,14 +622,16 @@ FAILED_BY_CODE: TextClause = text(
 _STRANDED = """
     j.state IN ('queued', 'retrying')
     AND j.available_at < now() - make_interval(secs => :older_than_seconds)
-    AND EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = j.id)
+    AND EXISTS (SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id)
     AND NOT EXISTS (
-        SELECT 1 FROM outbox o WHERE o.job_id = j.id
+        SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id
         AND (o.published_at IS NULL
              OR o.published_at >= now() - make_interval(secs => :older_than_seconds)))
 """
 
-PUBLISHED_NEVER_CLAIMED: TextClause = text(f"SELECT count(*) AS n FROM jobs j WHERE {_STRANDED}")
+PUBLISHED_NEVER_CLAIMED: TextClause = text(
+    f"SELECT count(*) AS n FROM jobrelay.jobs j WHERE {_STRANDED}"
+)
 
 # The console's chart (docs/console.md): jobs that finished succeeded or quarantined in each of
 # the last 60 minutes, the current one included, one row per minute (zeros too). Read through
@@ -646,7 +649,7 @@ FINISHED_PER_MINUTE: TextClause = text(
         SELECT date_trunc('minute', finished_at) AS minute,
                count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
                count(*) FILTER (WHERE state = 'quarantined') AS quarantined
-        FROM jobs
+        FROM jobrelay.jobs
         WHERE state IN ('succeeded', 'quarantined') AND finished_at IS NOT NULL
           AND finished_at >= date_trunc('minute', now()) - interval '59 minutes'
         GROUP BY 1
@@ -673,16 +676,16 @@ LISTENER_PING = "SELECT pg_is_in_recovery() AS in_recovery"
 LEASE_OUTBOX_BATCH: TextClause = text(
     """
     WITH due AS (
-        SELECT id FROM outbox
+        SELECT id FROM jobrelay.outbox
         WHERE published_at IS NULL AND available_at <= now()
         ORDER BY available_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
     )
-    UPDATE outbox o
+    UPDATE jobrelay.outbox o
     SET available_at = now() + make_interval(secs => :lease_seconds),
         publish_attempts = o.publish_attempts + 1
-    FROM due, jobs j
+    FROM due, jobrelay.jobs j
     WHERE o.id = due.id AND j.id = o.job_id
     RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent
     """
@@ -691,20 +694,20 @@ LEASE_OUTBOX_BATCH: TextClause = text(
 MARK_PUBLISHED: TextClause = text(
     """
     WITH done AS (
-        UPDATE outbox SET published_at = now(), last_error = NULL
+        UPDATE jobrelay.outbox SET published_at = now(), last_error = NULL
         WHERE id = ANY(:ids) AND published_at IS NULL
         RETURNING id, job_id
     )
-    INSERT INTO job_events (job_id, event, attempt, detail)
+    INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
     SELECT d.job_id, 'published', j.attempts, 'outbox ' || d.id
-    FROM done d JOIN jobs j ON j.id = d.job_id
+    FROM done d JOIN jobrelay.jobs j ON j.id = d.job_id
     RETURNING job_id
     """
 )
 
 MARK_PUBLISH_FAILED: TextClause = text(
     """
-    UPDATE outbox
+    UPDATE jobrelay.outbox
     SET last_error = :error, available_at = now() + make_interval(secs => :retry_in_seconds)
     WHERE id = ANY(:ids) AND published_at IS NULL
     """
@@ -713,7 +716,7 @@ MARK_PUBLISH_FAILED: TextClause = text(
 NEXT_OUTBOX_DUE_IN: TextClause = text(
     """
     SELECT EXTRACT(EPOCH FROM min(available_at) - now()) AS seconds
-    FROM outbox WHERE published_at IS NULL
+    FROM jobrelay.outbox WHERE published_at IS NULL
     """
 )
 
@@ -723,7 +726,7 @@ NEXT_OUTBOX_DUE_IN: TextClause = text(
 OLDEST_DUE_OUTBOX_AGE: TextClause = text(
     """
     SELECT coalesce(EXTRACT(EPOCH FROM now() - min(available_at)), 0) AS seconds
-    FROM outbox WHERE published_at IS NULL AND available_at <= now()
+    FROM jobrelay.outbox WHERE published_at IS NULL AND available_at <= now()
     """
 )
 
@@ -732,7 +735,7 @@ OLDEST_DUE_OUTBOX_AGE: TextClause = text(
 RESCUE_EXPIRED_LEASES: TextClause = text(
     f"""
     WITH expired AS (
-        SELECT id FROM jobs
+        SELECT id FROM jobrelay.jobs
         WHERE {_guard(RESCUE)}
           -- :type given: only the jobs of one concurrency slot (the exact claim frees them
           -- before it counts, so a slot freed by an expiry is journaled before it is taken)
@@ -744,16 +747,16 @@ RESCUE_EXPIRED_LEASES: TextClause = text(
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
     ), rescued AS (
-        UPDATE jobs j
+        UPDATE jobrelay.jobs j
         SET state = '{RESCUE.target}', lease_token = NULL, lease_until = NULL,
             available_at = now(), updated_at = now()
         FROM expired e WHERE j.id = e.id
         RETURNING j.id, j.attempts, j.priority, j.client_id, j.type
     ), new_outbox AS (
-        INSERT INTO outbox (job_id, priority, client_id, type)
+        INSERT INTO jobrelay.outbox (job_id, priority, client_id, type)
         SELECT id, priority, client_id, type FROM rescued
     )
-    INSERT INTO job_events (job_id, event, attempt, detail)
+    INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
     SELECT id, 'lease_expired', attempts, :detail FROM rescued
     RETURNING job_id
     """
@@ -761,8 +764,8 @@ RESCUE_EXPIRED_LEASES: TextClause = text(
 
 DELETE_PUBLISHED_OUTBOX: TextClause = text(
     """
-    DELETE FROM outbox WHERE id IN (
-        SELECT id FROM outbox
+    DELETE FROM jobrelay.outbox WHERE id IN (
+        SELECT id FROM jobrelay.outbox
         WHERE published_at IS NOT NULL
           AND published_at < now() - make_interval(secs => :retention_seconds)
         LIMIT :limit
@@ -776,8 +779,8 @@ DELETE_PUBLISHED_OUTBOX: TextClause = text(
 # job is never deleted: it keeps its whole story. A row being changed right now is skipped.
 DELETE_FINISHED_JOBS: TextClause = text(
     """
-    DELETE FROM jobs WHERE id IN (
-        SELECT id FROM jobs
+    DELETE FROM jobrelay.jobs WHERE id IN (
+        SELECT id FROM jobrelay.jobs
         WHERE state = :state AND finished_at IS NOT NULL
           AND finished_at < now() - make_interval(secs => :retention_seconds)
         ORDER BY finished_at
@@ -827,7 +830,9 @@ def _flow_pick(limited: bool) -> TextClause:
     per-client pick is an ordered index scan either way: a type blocked as a whole is filtered
     in it (no join), a blocked key among the client's next ``:lookahead`` rows after it."""
     key = (
-        _limit_key("s.type", "(SELECT j.concurrency_key FROM jobs j WHERE j.id = s.job_id)")
+        _limit_key(
+            "s.type", "(SELECT j.concurrency_key FROM jobrelay.jobs j WHERE j.id = s.job_id)"
+        )
         if limited
         else "''"
     )
@@ -853,31 +858,31 @@ def _flow_pick(limited: bool) -> TextClause:
         ) AS l(type, concurrency, burst)
     ), running AS (
         SELECT r.type, {_limit_key("r.type", "r.concurrency_key")} AS key, count(*) AS n
-        FROM limits l JOIN jobs r ON r.type = l.type
+        FROM limits l JOIN jobrelay.jobs r ON r.type = l.type
         WHERE l.concurrency IS NOT NULL AND r.state = 'running' AND r.lease_until > now()
         GROUP BY 1, 2
     ), blocked AS (
         SELECT r.type, r.key FROM running r JOIN limits l ON l.type = r.type
         WHERE r.n >= l.concurrency
         UNION
-        SELECT b.type, b.key FROM limits l JOIN type_rate_buckets b ON b.type = l.type
+        SELECT b.type, b.key FROM limits l JOIN jobrelay.type_rate_buckets b ON b.type = l.type
         WHERE l.burst IS NOT NULL AND b.allowed_from > now()
-    ), clients AS (
-        (SELECT o.client_id FROM outbox o
+    ), senders AS (
+        (SELECT o.client_id FROM jobrelay.outbox o
          WHERE o.published_at IS NULL AND o.client_id IS NOT NULL AND o.available_at <= now()
          ORDER BY o.client_id LIMIT 1)
         UNION ALL
-        SELECT (SELECT o.client_id FROM outbox o
+        SELECT (SELECT o.client_id FROM jobrelay.outbox o
                 WHERE o.published_at IS NULL AND o.client_id > c.client_id
                   AND o.available_at <= now()
                 ORDER BY o.client_id LIMIT 1)
-        FROM clients c WHERE c.client_id IS NOT NULL
+        FROM senders c WHERE c.client_id IS NOT NULL
     ), candidates AS (
-        SELECT p.* FROM clients c CROSS JOIN LATERAL (
+        SELECT p.* FROM senders c CROSS JOIN LATERAL (
             SELECT s.id, s.client_id, s.priority, s.available_at, s.type, k.key
             FROM (
                 SELECT o.id, o.job_id, o.client_id, o.priority, o.available_at, o.type
-                FROM outbox o
+                FROM jobrelay.outbox o
                 WHERE o.client_id = c.client_id AND o.published_at IS NULL
                   AND o.available_at <= now() AND o.type IS NOT NULL AND {_in_queue("o.type")}
                   {skip_blocked_types}
@@ -891,7 +896,7 @@ def _flow_pick(limited: bool) -> TextClause:
         WHERE c.client_id IS NOT NULL
         UNION ALL
         (SELECT o.id, o.client_id, o.priority, o.available_at, j.type, k.key
-         FROM outbox o JOIN jobs j ON j.id = o.job_id
+         FROM jobrelay.outbox o JOIN jobrelay.jobs j ON j.id = o.job_id
          CROSS JOIN LATERAL (SELECT {_limit_key("j.type", "j.concurrency_key")} AS key) k
          WHERE o.published_at IS NULL AND (o.type IS NULL OR o.client_id IS NULL)
            AND o.available_at <= now() AND {_in_queue("j.type")}
@@ -914,15 +919,15 @@ def _flow_pick(limited: bool) -> TextClause:
         ORDER BY rk.priority DESC, rk.turn, rk.available_at, rk.id
         LIMIT :limit
     ), due AS (
-        SELECT o.id FROM outbox o
+        SELECT o.id FROM jobrelay.outbox o
         WHERE o.id = ANY(ARRAY(SELECT id FROM top))
           AND o.published_at IS NULL AND o.available_at <= now()
         FOR UPDATE SKIP LOCKED
     )
-    UPDATE outbox o
+    UPDATE jobrelay.outbox o
     SET available_at = now() + make_interval(secs => :lease_seconds),
         publish_attempts = o.publish_attempts + 1
-    FROM top, jobs j
+    FROM top, jobrelay.jobs j
     WHERE o.id = ANY(ARRAY(SELECT id FROM due)) AND top.id = o.id AND j.id = o.job_id
     RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent,
               top.priority, top.turn, top.available_at AS due_at
@@ -939,15 +944,16 @@ FLOW_CONTROLS: TextClause = text(
     """
     SELECT 'paused' AS kind, name, NULL::integer AS concurrency, NULL::integer AS rate_count,
            NULL::integer AS rate_period_seconds, false AS per_key
-    FROM queues WHERE paused_at IS NOT NULL
+    FROM jobrelay.queues WHERE paused_at IS NOT NULL
     UNION ALL
-    SELECT 'limit', type, concurrency, rate_count, rate_period_seconds, per_key FROM type_limits
+    SELECT 'limit', type, concurrency, rate_count, rate_period_seconds, per_key
+    FROM jobrelay.type_limits
     """
 )
 
 REGISTER_QUEUES: TextClause = text(
     """
-    INSERT INTO queues (name) SELECT unnest(CAST(:names AS text[]))
+    INSERT INTO jobrelay.queues (name) SELECT unnest(CAST(:names AS text[]))
     ON CONFLICT (name) DO NOTHING
     """
 )
@@ -957,8 +963,8 @@ REGISTER_QUEUES: TextClause = text(
 QUEUE_BACKLOGS: TextClause = text(
     """
     SELECT coalesce(r.queue, 'default') AS queue, count(*) AS n
-    FROM outbox o
-    LEFT JOIN jobs j ON o.type IS NULL AND j.id = o.job_id
+    FROM jobrelay.outbox o
+    LEFT JOIN jobrelay.jobs j ON o.type IS NULL AND j.id = o.job_id
     LEFT JOIN unnest(CAST(:route_types AS text[]), CAST(:route_queues AS text[]))
               AS r(type, queue) ON r.type = coalesce(o.type, j.type)
     WHERE o.published_at IS NULL AND o.available_at <= now()
@@ -970,7 +976,7 @@ QUEUE_BACKLOGS: TextClause = text(
 QUEUE_RUNNING: TextClause = text(
     """
     SELECT coalesce(r.queue, 'default') AS queue, count(*) AS n
-    FROM jobs j
+    FROM jobrelay.jobs j
     LEFT JOIN unnest(CAST(:route_types AS text[]), CAST(:route_queues AS text[]))
               AS r(type, queue) ON r.type = j.type
     WHERE j.state = 'running'
@@ -978,7 +984,9 @@ QUEUE_RUNNING: TextClause = text(
     """
 )
 
-QUEUES: TextClause = text("SELECT name, paused_at IS NOT NULL AS paused FROM queues ORDER BY name")
+QUEUES: TextClause = text(
+    "SELECT name, paused_at IS NOT NULL AS paused FROM jobrelay.queues ORDER BY name"
+)
 
 # --- execution (docs/life-of-a-job.md, "3. Claim, run, finish, ack") ------------------------
 
@@ -1005,17 +1013,17 @@ CLAIM_JOBS: TextClause = text(
                       AS a(job_id, asked_token, asked_seconds, asked_detail, asked_type,
                            limit_checked)
     ), queue AS MATERIALIZED (
-        SELECT paused_at IS NULL AS open FROM queues
+        SELECT paused_at IS NULL AS open FROM jobrelay.queues
         WHERE name = CAST(:queue AS text) FOR KEY SHARE
     ), before AS (
-        SELECT id, state AS previous_state FROM jobs
+        SELECT id, state AS previous_state FROM jobrelay.jobs
         WHERE id IN (SELECT job_id FROM asked)
           AND coalesce((SELECT open FROM queue), true)  -- no row: no pause to keep
         -- NO KEY: the journal rows other transactions insert for these jobs (their foreign
         -- key takes FOR KEY SHARE, in no particular order) neither wait nor deadlock on it.
         ORDER BY id FOR NO KEY UPDATE
     ), claimed AS (
-        UPDATE jobs j
+        UPDATE jobrelay.jobs j
         SET state = '{CLAIM.target}', attempts = j.attempts + 1, lease_token = a.asked_token,
             lease_until = now() + make_interval(secs => a.asked_seconds), updated_at = now(),
             type_unknown_since = NULL  -- a consumer that knows the type has it now
@@ -1023,7 +1031,8 @@ CLAIM_JOBS: TextClause = text(
         WHERE j.id = b.id AND j.attempts < j.max_attempts
           -- a consumer claims only a job it can run (NULL: any type)
           AND (a.asked_type IS NULL OR j.type = a.asked_type)
-          AND (a.limit_checked OR NOT EXISTS (SELECT 1 FROM type_limits l WHERE l.type = j.type))
+          AND (a.limit_checked
+               OR NOT EXISTS (SELECT 1 FROM jobrelay.type_limits l WHERE l.type = j.type))
           AND {_not_in_cancelled_workflow("j")}
           AND (({_guard(CLAIM)} AND available_at <= now()) OR {_guard(RECLAIM)})
         RETURNING {_JOB_COLUMNS}, b.previous_state, a.asked_detail
@@ -1032,7 +1041,7 @@ CLAIM_JOBS: TextClause = text(
         -- At the statement's clock, not its transaction's start: a claim under a limit waits
         -- for its slot's lock within its transaction, and the journal must not date it before
         -- the finish that freed the slot.
-        INSERT INTO job_events (job_id, event, attempt, detail, at)
+        INSERT INTO jobrelay.job_events (job_id, event, attempt, detail, at)
         SELECT id, 'lease_expired', attempts - 1, 'lease expired; re-claimed by a consumer',
                clock_timestamp()
         FROM claimed WHERE previous_state = 'running'
@@ -1052,14 +1061,14 @@ QUARANTINE_EXHAUSTED: TextClause = text(
 
 RECORD_EVENT: TextClause = text(
     """
-    INSERT INTO job_events (job_id, event, attempt, detail)
-    SELECT id, :event, CAST(:attempt AS integer), :detail FROM jobs WHERE id = :job_id
+    INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
+    SELECT id, :event, CAST(:attempt AS integer), :detail FROM jobrelay.jobs WHERE id = :job_id
     """
 )
 
 RENEW_LEASE: TextClause = text(
     """
-    UPDATE jobs SET lease_until = now() + make_interval(secs => :lease_seconds)
+    UPDATE jobrelay.jobs SET lease_until = now() + make_interval(secs => :lease_seconds)
     WHERE id = :id AND lease_token = :lease_token AND state = 'running' AND lease_until > now()
     RETURNING lease_until, cancel_requested_at IS NOT NULL AS cancel_requested
     """
@@ -1069,7 +1078,7 @@ RENEW_LEASE: TextClause = text(
 # lease token) have a cancel requested. Read only: no row version, no WAL, no dead tuple.
 CANCELS_REQUESTED: TextClause = text(
     """
-    SELECT id, lease_token FROM jobs
+    SELECT id, lease_token FROM jobrelay.jobs
     WHERE id = ANY(CAST(:ids AS uuid[])) AND cancel_requested_at IS NOT NULL
     """
 )
@@ -1102,13 +1111,13 @@ FINISH_JOBS: TextClause = text(
                            failure)
     ), locked AS (
         SELECT id, cancel_requested_at IS NOT NULL AS cancel_requested
-        FROM jobs WHERE id IN (SELECT job_id FROM asked) ORDER BY id FOR NO KEY UPDATE
+        FROM jobrelay.jobs WHERE id IN (SELECT job_id FROM asked) ORDER BY id FOR NO KEY UPDATE
     ), decided AS (
         SELECT a.*, CASE WHEN a.target = '{RETRY.target}' AND l.cancel_requested
                          THEN '{CANCEL_RUNNING.target}' ELSE a.target END AS ends_as
         FROM locked l JOIN asked a ON a.job_id = l.id
     ), moved AS (
-        UPDATE jobs j
+        UPDATE jobrelay.jobs j
         SET state = a.ends_as,
             lease_token = NULL, lease_until = NULL,
             available_at = CASE WHEN a.ends_as = '{RETRY.target}'
@@ -1129,15 +1138,15 @@ FINISH_JOBS: TextClause = text(
                   a.result, a.error_code, a.failure, j.priority, j.client_id, j.type,
                   j.workflow_id
     ), stored AS (
-        INSERT INTO job_results (job_id, result, attempt)
+        INSERT INTO jobrelay.job_results (job_id, result, attempt)
         SELECT id, CAST(result AS jsonb), attempts FROM moved
         WHERE ends_as = '{COMPLETE.target}'
     ), new_outbox AS (
-        INSERT INTO outbox (job_id, available_at, priority, client_id, type)
+        INSERT INTO jobrelay.outbox (job_id, available_at, priority, client_id, type)
         SELECT id, available_at, priority, client_id, type FROM moved
         WHERE ends_as = '{RETRY.target}'
     ), event AS (
-        INSERT INTO job_events (job_id, event, attempt, detail, error)
+        INSERT INTO jobrelay.job_events (job_id, event, attempt, detail, error)
         SELECT id, CASE ends_as WHEN '{COMPLETE.target}' THEN 'succeeded'
                                 WHEN '{RETRY.target}' THEN 'retry_scheduled'
                                 WHEN '{QUARANTINE.target}' THEN 'quarantined'
@@ -1169,11 +1178,11 @@ DEFER_UNKNOWN_TYPE: TextClause = text(
         SELECT id, coalesce(type_unknown_since, now()) AS since,
                coalesce(type_unknown_since <= now() - make_interval(secs => :patience_seconds),
                         false) AS patience_over
-        FROM jobs
+        FROM jobrelay.jobs
         WHERE id = :id AND type = :type AND {_guard(DEFER)} AND available_at <= now()
         FOR UPDATE
     ), moved AS (
-        UPDATE jobs j
+        UPDATE jobrelay.jobs j
         SET state = CASE WHEN m.patience_over THEN '{UNKNOWN_TYPE.target}' ELSE j.state END,
             available_at = CASE WHEN m.patience_over THEN j.available_at
                                 ELSE now() + make_interval(secs => :delay_seconds) END,
@@ -1187,10 +1196,10 @@ DEFER_UNKNOWN_TYPE: TextClause = text(
         RETURNING j.id, j.attempts, j.available_at, j.type_unknown_since, m.patience_over,
                   j.priority, j.client_id, j.type, j.state AS ends_as, j.workflow_id
     ), new_outbox AS (
-        INSERT INTO outbox (job_id, available_at, priority, client_id, type)
+        INSERT INTO jobrelay.outbox (job_id, available_at, priority, client_id, type)
         SELECT id, available_at, priority, client_id, type FROM moved WHERE NOT patience_over
     ), event AS (
-        INSERT INTO job_events (job_id, event, attempt, detail)
+        INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
         SELECT id, CASE WHEN patience_over THEN 'quarantined' ELSE 'deferred' END, attempts,
                CASE WHEN patience_over THEN '{QuarantineMarker.UNKNOWN_JOB_TYPE}'
                     ELSE '{QuarantineMarker.UNKNOWN_JOB_TYPE}: ' || :detail || '; due again at '
@@ -1206,13 +1215,13 @@ DEFER_UNKNOWN_TYPE: TextClause = text(
 RELEASE_LEASE: TextClause = text(
     f"""
     WITH released AS (
-        UPDATE jobs
+        UPDATE jobrelay.jobs
         SET state = '{RELEASE.target}', lease_token = NULL, lease_until = NULL,
             available_at = now(), updated_at = now()
         WHERE id = :id AND {_guard(RELEASE)}
         RETURNING id, attempts
     ), event AS (
-        INSERT INTO job_events (job_id, event, attempt, detail)
+        INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
         SELECT id, 'lease_expired', attempts, :detail FROM released
     )
     SELECT id FROM released
@@ -1224,7 +1233,7 @@ RELEASE_LEASE: TextClause = text(
 ATTEMPT_TRACE: TextClause = text(
     """
     SELECT j.state, j.attempts, r.attempt AS result_attempt
-    FROM jobs j LEFT JOIN job_results r ON r.job_id = j.id
+    FROM jobrelay.jobs j LEFT JOIN jobrelay.job_results r ON r.job_id = j.id
     WHERE j.id = :id
     """
 )
@@ -1242,7 +1251,7 @@ ATTEMPT_TRACE: TextClause = text(
 CLAIM_CANDIDATE: TextClause = text(
     f"""
     WITH queue AS MATERIALIZED (
-        SELECT paused_at IS NOT NULL AS paused FROM queues
+        SELECT paused_at IS NOT NULL AS paused FROM jobrelay.queues
         WHERE name = CAST(:queue AS text) FOR KEY SHARE
     )
     SELECT {_JOB_COLUMNS}, j.concurrency_key,
@@ -1253,7 +1262,7 @@ CLAIM_CANDIDATE: TextClause = text(
                AS claimable,
            l.type IS NOT NULL AS has_runtime_limit, l.concurrency, l.rate_count,
            l.rate_period_seconds, l.per_key
-    FROM jobs j LEFT JOIN type_limits l ON l.type = j.type
+    FROM jobrelay.jobs j LEFT JOIN jobrelay.type_limits l ON l.type = j.type
     WHERE j.id = :id
       AND (SELECT count(*) FROM queue) >= 0  -- the queue's row is locked before the job's
     FOR UPDATE OF j
@@ -1270,7 +1279,7 @@ TAKE_SLOT_LOCK: TextClause = text(
 # under a live lease (ix_jobs_running_type_key).
 RUNNING_IN_SLOT: TextClause = text(
     """
-    SELECT count(*) AS running FROM jobs
+    SELECT count(*) AS running FROM jobrelay.jobs
     WHERE type = :type AND state = 'running' AND lease_until > now()
       AND (NOT CAST(:per_key AS boolean) OR concurrency_key = CAST(:key AS text)
            OR (CAST(:key AS text) = '' AND concurrency_key IS NULL))
@@ -1285,7 +1294,7 @@ RUNNING_IN_SLOT: TextClause = text(
 # reads when the next start is free.
 TAKE_TYPE_TOKEN: TextClause = text(
     """
-    INSERT INTO type_rate_buckets AS b (type, key, allowed_from)
+    INSERT INTO jobrelay.type_rate_buckets AS b (type, key, allowed_from)
     VALUES (:type, :key, clock_timestamp() + make_interval(secs => CAST(:interval AS float8)))
     ON CONFLICT (type, key) DO UPDATE
     SET allowed_from = greatest(b.allowed_from, clock_timestamp())
@@ -1299,7 +1308,7 @@ TYPE_TOKEN_WAIT: TextClause = text(
     """
     SELECT greatest(EXTRACT(EPOCH FROM allowed_from - clock_timestamp())::float8, 0)
            AS wait_seconds
-    FROM type_rate_buckets WHERE type = :type AND key = :key
+    FROM jobrelay.type_rate_buckets WHERE type = :type AND key = :key
     """
 )
 
@@ -1309,9 +1318,9 @@ TYPE_TOKEN_WAIT: TextClause = text(
 HOLD_JOB: TextClause = text(
     f"""
     WITH before AS (
-        SELECT id, state AS previous_state FROM jobs WHERE id = :id FOR UPDATE
+        SELECT id, state AS previous_state FROM jobrelay.jobs WHERE id = :id FOR UPDATE
     ), held AS (
-        UPDATE jobs j
+        UPDATE jobrelay.jobs j
         SET state = CASE WHEN b.previous_state = '{JobState.RUNNING}'
                          THEN '{HOLD_ABANDONED.target}' ELSE j.state END,
             lease_token = NULL, lease_until = NULL,
@@ -1324,10 +1333,10 @@ HOLD_JOB: TextClause = text(
         RETURNING j.id, j.attempts, j.available_at, j.priority, j.client_id, j.type,
                   b.previous_state
     ), new_outbox AS (
-        INSERT INTO outbox (job_id, available_at, priority, client_id, type)
+        INSERT INTO jobrelay.outbox (job_id, available_at, priority, client_id, type)
         SELECT id, available_at, priority, client_id, type FROM held
     ), event AS (
-        INSERT INTO job_events (job_id, event, attempt, detail)
+        INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
         SELECT id, 'lease_expired', attempts, 'lease expired; held by a consumer'
         FROM held WHERE previous_state = '{JobState.RUNNING}'
         UNION ALL
@@ -1346,14 +1355,14 @@ HOLD_JOB: TextClause = text(
 REPLAY_JOB: TextClause = text(
     f"""
     WITH r AS (
-        UPDATE jobs
+        UPDATE jobrelay.jobs
         SET state = '{REPLAY.target}', max_attempts = attempts + :budget, available_at = now(),
             finished_at = NULL, updated_at = now(), type_unknown_since = NULL,
             cancel_requested_at = NULL  -- a cancel asked of an earlier attempt is not the replay's
         WHERE id = :id AND {_guard(REPLAY)}
           -- Not while another live job holds its unique key (ux_jobs_live_unique_key).
           AND NOT EXISTS (
-              SELECT 1 FROM jobs o
+              SELECT 1 FROM jobrelay.jobs o
               WHERE o.client_id = jobs.client_id AND o.type = jobs.type
                 AND o.unique_key = jobs.unique_key AND o.id <> jobs.id
                 AND o.{_state_in(frozenset(JobState) - TERMINAL_STATES)}
@@ -1362,32 +1371,34 @@ REPLAY_JOB: TextClause = text(
           AND NOT {_CANCELLED_WORKFLOW.format("jobs.workflow_id")}
         RETURNING id, attempts, available_at, priority, client_id, type
     ), new_outbox AS (
-        INSERT INTO outbox (job_id, available_at, priority, client_id, type)
+        INSERT INTO jobrelay.outbox (job_id, available_at, priority, client_id, type)
         SELECT id, available_at, priority, client_id, type FROM r
     ), event AS (
-        INSERT INTO job_events (job_id, event, attempt, detail)
+        INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
         SELECT id, 'replayed', attempts, :detail FROM r
     ), below AS (
         -- Its dependents that its failure cancelled, directly or not, wait for it again
         -- (RESTORE): each for its parents that have not succeeded, the replayed job among them.
         WITH RECURSIVE below(id) AS (
-            SELECT d.job_id FROM job_dependencies d JOIN r ON d.parent_id = r.id
+            SELECT d.job_id FROM jobrelay.job_dependencies d JOIN r ON d.parent_id = r.id
             UNION
-            SELECT d.job_id FROM job_dependencies d JOIN below b ON d.parent_id = b.id
+            SELECT d.job_id FROM jobrelay.job_dependencies d JOIN below b ON d.parent_id = b.id
         )
         SELECT id FROM below
     ), restored AS (
-        UPDATE jobs c
+        UPDATE jobrelay.jobs c
         SET state = '{RESTORE.target}', finished_at = NULL, last_error_code = NULL,
             last_error = NULL, updated_at = now(),
-            waiting_for = (SELECT count(*) FROM job_dependencies d JOIN jobs p ON p.id = d.parent_id
+            waiting_for = (SELECT count(*)
+                           FROM jobrelay.job_dependencies d
+                           JOIN jobrelay.jobs p ON p.id = d.parent_id
                            WHERE d.job_id = c.id AND p.state <> '{JobState.SUCCEEDED}')
         FROM below b
         WHERE c.id = b.id AND c.{_guard(RESTORE)}
           AND c.last_error_code = '{DEPENDENCY_FAILED_CODE}'
         RETURNING c.id, c.attempts
     ), restored_event AS (
-        INSERT INTO job_events (job_id, event, attempt, detail)
+        INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
         SELECT id, 'restored', attempts, 'a job it depends on was replayed' FROM restored
     )
     SELECT id FROM r
@@ -1397,7 +1408,7 @@ REPLAY_JOB: TextClause = text(
 LIST_QUARANTINED: TextClause = text(
     f"""
     SELECT {_JOB_COLUMNS}, NULL::jsonb AS result
-    FROM jobs j
+    FROM jobrelay.jobs j
     WHERE j.state = 'quarantined'
       AND (CAST(:code AS text) IS NULL OR j.last_error_code = :code)
     ORDER BY j.finished_at DESC, j.id
@@ -1408,22 +1419,23 @@ LIST_QUARANTINED: TextClause = text(
 OUTBOX_ROWS_OF_JOB: TextClause = text(
     """
     SELECT id, available_at, created_at, published_at, publish_attempts, last_error
-    FROM outbox WHERE job_id = :job_id ORDER BY id
+    FROM jobrelay.outbox WHERE job_id = :job_id ORDER BY id
     """
 )
 
 REDISPATCH_STRANDED: TextClause = text(
     f"""
     WITH stranded AS (
-        SELECT j.id, j.attempts, j.priority, j.client_id, j.type FROM jobs j WHERE {_STRANDED}
+        SELECT j.id, j.attempts, j.priority, j.client_id, j.type
+        FROM jobrelay.jobs j WHERE {_STRANDED}
         ORDER BY j.available_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
     ), new_outbox AS (
-        INSERT INTO outbox (job_id, priority, client_id, type)
+        INSERT INTO jobrelay.outbox (job_id, priority, client_id, type)
         SELECT id, priority, client_id, type FROM stranded
     )
-    INSERT INTO job_events (job_id, event, attempt, detail)
+    INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
     SELECT id, 'redispatched', attempts, :detail FROM stranded
     RETURNING job_id
     """
@@ -1437,16 +1449,17 @@ QUARANTINE_DELIVERY_LIMITED: TextClause = text(
 )
 
 CLIENT_NAME_OF_JOB: TextClause = text(
-    "SELECT c.name FROM clients c JOIN jobs j ON j.client_id = c.id WHERE j.id = :job_id"
+    "SELECT c.name FROM jobrelay.clients c JOIN jobrelay.jobs j ON j.client_id = c.id "
+    "WHERE j.id = :job_id"
 )
 
 RESULT_OF_JOB: TextClause = text(
-    "SELECT result, attempt, created_at FROM job_results WHERE job_id = :job_id"
+    "SELECT result, attempt, created_at FROM jobrelay.job_results WHERE job_id = :job_id"
 )
 
 QUARANTINED_IDS: TextClause = text(
     """
-    SELECT id FROM jobs
+    SELECT id FROM jobrelay.jobs
     WHERE state = 'quarantined' AND (CAST(:code AS text) IS NULL OR last_error_code = :code)
     ORDER BY finished_at
     """
@@ -1462,7 +1475,7 @@ ADVISORY_XACT_LOCK: TextClause = text("SELECT pg_advisory_xact_lock(:key)::text 
 TRY_ADVISORY_XACT_LOCK: TextClause = text("SELECT pg_try_advisory_xact_lock(:key) AS locked")
 
 # The states of the jobs named by the messages in the quarantine queue.
-JOB_STATES: TextClause = text("SELECT id, state FROM jobs WHERE id = ANY(:ids)")
+JOB_STATES: TextClause = text("SELECT id, state FROM jobrelay.jobs WHERE id = ANY(:ids)")
 
 # Quarantined jobs none of whose messages the sweep holds (:held, the job ids of every message
 # in the quarantine queue), oldest quarantine first: what their message would say (the latest
@@ -1470,8 +1483,8 @@ JOB_STATES: TextClause = text("SELECT id, state FROM jobs WHERE id = ANY(:ids)")
 QUARANTINED_WITHOUT_MESSAGE: TextClause = text(
     """
     SELECT j.id, j.type, j.finished_at, j.traceparent, now() AS read_at,
-           (SELECT max(o.id) FROM outbox o WHERE o.job_id = j.id) AS outbox_id
-    FROM jobs j
+           (SELECT max(o.id) FROM jobrelay.outbox o WHERE o.job_id = j.id) AS outbox_id
+    FROM jobrelay.jobs j
     WHERE j.state = 'quarantined' AND j.id <> ALL(CAST(:held AS uuid[]))
     ORDER BY j.finished_at, j.id
     LIMIT :limit
@@ -1491,24 +1504,24 @@ QUARANTINED_COUNT: TextClause = text(
 HEAL_LOST_MESSAGES: TextClause = text(
     f"""
     WITH lost AS (
-        SELECT j.id, j.type, j.attempts, j.priority, j.client_id FROM jobs j
+        SELECT j.id, j.type, j.attempts, j.priority, j.client_id FROM jobrelay.jobs j
         WHERE {_STRANDED}
           AND ((CAST(:default_empty AS boolean)
                 AND j.type <> ALL(CAST(:own_types AS text[])))
                OR j.type = ANY(CAST(:empty_own_types AS text[])))
-          AND (SELECT count(*) FROM job_events e
+          AND (SELECT count(*) FROM jobrelay.job_events e
                WHERE e.job_id = j.id AND e.event = 'redispatched'
-                 AND e.id > coalesce((SELECT max(c.id) FROM job_events c
+                 AND e.id > coalesce((SELECT max(c.id) FROM jobrelay.job_events c
                                       WHERE c.job_id = j.id AND c.event = 'claimed'), 0))
               < :cap
         ORDER BY j.available_at
         LIMIT :limit
         FOR UPDATE OF j SKIP LOCKED
     ), new_outbox AS (
-        INSERT INTO outbox (job_id, priority, client_id, type)
+        INSERT INTO jobrelay.outbox (job_id, priority, client_id, type)
         SELECT id, priority, client_id, type FROM lost
     ), event AS (
-        INSERT INTO job_events (job_id, event, attempt, detail)
+        INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
         SELECT id, 'redispatched', attempts, :detail FROM lost
     )
     SELECT id AS job_id, type FROM lost
@@ -1518,7 +1531,7 @@ HEAL_LOST_MESSAGES: TextClause = text(
 # For `stats`: how many messages were published again (by the dispatcher or an operator).
 REDISPATCHED_RECENTLY: TextClause = text(
     """
-    SELECT count(*) AS n FROM job_events
+    SELECT count(*) AS n FROM jobrelay.job_events
     WHERE at > now() - interval '1 hour' AND event = 'redispatched'
     """
 )
@@ -1533,7 +1546,7 @@ REDISPATCHED_RECENTLY: TextClause = text(
 ACCEPT_WORKFLOW: TextClause = text(
     f"""
     WITH w AS (
-        INSERT INTO workflows (id, client_id, idempotency_key, request_hash, on_failure)
+        INSERT INTO jobrelay.workflows (id, client_id, idempotency_key, request_hash, on_failure)
         VALUES (:id, :client_id, :idempotency_key, :request_hash, :on_failure)
         ON CONFLICT (client_id, idempotency_key) DO NOTHING
         RETURNING id, created_at
@@ -1546,7 +1559,7 @@ ACCEPT_WORKFLOW: TextClause = text(
                       AS a(id, ref, job_key, type, payload, max_attempts, priority,
                            concurrency_key, waiting_for)
     ), j AS (
-        INSERT INTO jobs (id, client_id, idempotency_key, request_hash, type, payload,
+        INSERT INTO jobrelay.jobs (id, client_id, idempotency_key, request_hash, type, payload,
                           max_attempts, traceparent, priority, concurrency_key, workflow_id,
                           workflow_ref, waiting_for, state)
         SELECT a.id, :client_id, a.job_key, :request_hash, a.type, a.payload, a.max_attempts,
@@ -1557,17 +1570,17 @@ ACCEPT_WORKFLOW: TextClause = text(
         FROM asked a CROSS JOIN w
         RETURNING id, state, available_at, priority, client_id, type
     ), edges AS (
-        INSERT INTO job_dependencies (job_id, parent_id)
+        INSERT INTO jobrelay.job_dependencies (job_id, parent_id)
         SELECT e.job_id, e.parent_id
         FROM unnest(CAST(:child_ids AS uuid[]), CAST(:parent_ids AS uuid[]))
              AS e(job_id, parent_id)
         WHERE EXISTS (SELECT 1 FROM w)
     ), new_outbox AS (
-        INSERT INTO outbox (job_id, available_at, priority, client_id, type)
+        INSERT INTO jobrelay.outbox (job_id, available_at, priority, client_id, type)
         SELECT id, available_at, priority, client_id, type FROM j
         WHERE state = '{JobState.QUEUED}'
     ), new_event AS (
-        INSERT INTO job_events (job_id, event, attempt) SELECT id, 'received', 0 FROM j
+        INSERT INTO jobrelay.job_events (job_id, event, attempt) SELECT id, 'received', 0 FROM j
     )
     SELECT id, created_at FROM w
     """
@@ -1580,7 +1593,7 @@ _WORKFLOW_COLUMNS = "w.id, w.client_id, w.request_hash, w.on_failure, w.created_
 
 WORKFLOW_BY_KEY: TextClause = text(
     f"""
-    SELECT {_WORKFLOW_COLUMNS} FROM workflows w
+    SELECT {_WORKFLOW_COLUMNS} FROM jobrelay.workflows w
     WHERE w.client_id = :client_id AND w.idempotency_key = :idempotency_key
     """
 )
@@ -1588,7 +1601,7 @@ WORKFLOW_BY_KEY: TextClause = text(
 # :client_id NULL: any client's (operators and the CLI).
 WORKFLOW_BY_ID: TextClause = text(
     f"""
-    SELECT {_WORKFLOW_COLUMNS} FROM workflows w
+    SELECT {_WORKFLOW_COLUMNS} FROM jobrelay.workflows w
     WHERE w.id = :id AND (CAST(:client_id AS uuid) IS NULL OR w.client_id = :client_id)
     """
 )
@@ -1598,10 +1611,10 @@ WORKFLOW_BY_ID: TextClause = text(
 WORKFLOW_JOBS: TextClause = text(
     """
     SELECT j.id, j.workflow_ref AS ref, j.type, j.state, j.last_error_code, j.progress,
-           coalesce(ARRAY(SELECT p.workflow_ref FROM job_dependencies d
-                          JOIN jobs p ON p.id = d.parent_id
+           coalesce(ARRAY(SELECT p.workflow_ref FROM jobrelay.job_dependencies d
+                          JOIN jobrelay.jobs p ON p.id = d.parent_id
                           WHERE d.job_id = j.id ORDER BY p.id), '{}') AS after
-    FROM jobs j WHERE j.workflow_id = :id
+    FROM jobrelay.jobs j WHERE j.workflow_id = :id
     ORDER BY j.id
     """
 )
@@ -1610,7 +1623,7 @@ WORKFLOW_JOBS: TextClause = text(
 # queued (``_not_in_cancelled_workflow``, ``_dependents_of``). The first cancel's time is kept.
 MARK_WORKFLOW_CANCELLED: TextClause = text(
     """
-    UPDATE workflows SET cancelled_at = coalesce(cancelled_at, now())
+    UPDATE jobrelay.workflows SET cancelled_at = coalesce(cancelled_at, now())
     WHERE id = :id AND (CAST(:client_id AS uuid) IS NULL OR client_id = :client_id)
     RETURNING id
     """
@@ -1626,28 +1639,28 @@ _LIVE_NOT_ASKED = f"""{_state_in(frozenset(JobState) - TERMINAL_STATES)}
 CANCEL_WORKFLOW_JOBS: TextClause = text(
     f"""
     WITH targets AS (
-        SELECT id FROM jobs
+        SELECT id FROM jobrelay.jobs
         WHERE workflow_id = :id AND {_LIVE_NOT_ASKED}
         ORDER BY id FOR UPDATE SKIP LOCKED
     ), cancelled AS (
-        UPDATE jobs j SET state = '{CANCEL.target}', waiting_for = 0, finished_at = now(),
+        UPDATE jobrelay.jobs j SET state = '{CANCEL.target}', waiting_for = 0, finished_at = now(),
                           updated_at = now()
         FROM targets t WHERE j.id = t.id AND j.{_guard(CANCEL)}
         RETURNING j.id, j.attempts
     ), requested AS (
-        UPDATE jobs j SET cancel_requested_at = now(), updated_at = now()
+        UPDATE jobrelay.jobs j SET cancel_requested_at = now(), updated_at = now()
         FROM targets t
         WHERE j.id = t.id AND j.state = '{JobState.RUNNING}' AND j.cancel_requested_at IS NULL
         RETURNING j.id, j.attempts
     ), event AS (
-        INSERT INTO job_events (job_id, event, attempt, detail)
+        INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
         SELECT id, 'cancelled', attempts, :detail FROM cancelled
         UNION ALL
         SELECT id, 'cancel_requested', attempts, :detail FROM requested
     )
     SELECT (SELECT count(*) FROM cancelled) AS cancelled,
            (SELECT count(*) FROM requested) AS requested,
-           (SELECT count(*) FROM jobs
+           (SELECT count(*) FROM jobrelay.jobs
             WHERE workflow_id = :id AND {_LIVE_NOT_ASKED}
               AND id NOT IN (SELECT id FROM targets)) AS skipped
     """
@@ -1657,8 +1670,8 @@ CANCEL_WORKFLOW_JOBS: TextClause = text(
 PARENT_RESULTS: TextClause = text(
     """
     SELECT p.workflow_ref AS ref, r.result
-    FROM job_dependencies d JOIN jobs p ON p.id = d.parent_id
-    LEFT JOIN job_results r ON r.job_id = p.id
+    FROM jobrelay.job_dependencies d JOIN jobrelay.jobs p ON p.id = d.parent_id
+    LEFT JOIN jobrelay.job_results r ON r.job_id = p.id
     WHERE d.job_id = :job_id
     """
 )
@@ -1668,7 +1681,7 @@ PARENT_RESULTS: TextClause = text(
 # transition: the state is untouched.
 REPORT_PROGRESS: TextClause = text(
     f"""
-    UPDATE jobs j SET progress = a.progress
+    UPDATE jobrelay.jobs j SET progress = a.progress
     FROM unnest(CAST(:ids AS uuid[]), CAST(:lease_tokens AS uuid[]),
                 CAST(:progress AS jsonb[])) AS a(id, lease_token, progress)
     WHERE j.id = a.id AND j.lease_token = a.lease_token AND j.state = '{JobState.RUNNING}'
@@ -1709,7 +1722,7 @@ SHARED_TRANSITIONS = frozenset({*_DEPENDENT_MOVES, CANCEL})
 # stats (BROKER_BLOCKS) instead of being shown blocked forever.
 REPORT_BROKER_BLOCK: TextClause = text(
     """
-    INSERT INTO broker_blocks AS b (dispatcher, reason, since, seen_at)
+    INSERT INTO jobrelay.broker_blocks AS b (dispatcher, reason, since, seen_at)
     VALUES (:dispatcher, :reason, now(), now())
     ON CONFLICT (dispatcher) DO UPDATE
     SET reason = excluded.reason, seen_at = now(),
@@ -1717,11 +1730,13 @@ REPORT_BROKER_BLOCK: TextClause = text(
     """
 )
 
-CLEAR_BROKER_BLOCK: TextClause = text("DELETE FROM broker_blocks WHERE dispatcher = :dispatcher")
+CLEAR_BROKER_BLOCK: TextClause = text(
+    "DELETE FROM jobrelay.broker_blocks WHERE dispatcher = :dispatcher"
+)
 
 BROKER_BLOCKS: TextClause = text(
     """
-    SELECT dispatcher, reason, since FROM broker_blocks
+    SELECT dispatcher, reason, since FROM jobrelay.broker_blocks
     WHERE seen_at > now() - make_interval(secs => CAST(:fresh_seconds AS float8))
     ORDER BY since, dispatcher
     """
@@ -1732,15 +1747,18 @@ BROKER_BLOCKS: TextClause = text(
 
 # The key the console signs its cookies and forms with (migration 0006 made it), read once per
 # API process unless JOBRELAY_CONSOLE_SECRET is set.
-CONSOLE_KEY: TextClause = text("SELECT secret FROM console_keys WHERE id = 1")
+CONSOLE_KEY: TextClause = text("SELECT secret FROM jobrelay.console_keys WHERE id = 1")
 
 
 # --- flow control: admin (queues, pause and resume, runtime limits; db/flow_store.py) ---------
 
-QUEUE_ROWS: TextClause = text("SELECT name, paused_at, paused_by FROM queues ORDER BY name")
+QUEUE_ROWS: TextClause = text(
+    "SELECT name, paused_at, paused_by FROM jobrelay.queues ORDER BY name"
+)
 
 PAUSED_QUEUE_ROWS: TextClause = text(
-    "SELECT name, paused_at, paused_by FROM queues WHERE paused_at IS NOT NULL ORDER BY name"
+    "SELECT name, paused_at, paused_by FROM jobrelay.queues "
+    "WHERE paused_at IS NOT NULL ORDER BY name"
 )
 
 # The pause is exact at claim: a claim holds the queue's row (FOR KEY SHARE, CLAIM_JOBS and
@@ -1749,8 +1767,8 @@ PAUSED_QUEUE_ROWS: TextClause = text(
 # operator. (The figures of the queues: QUEUE_BACKLOGS and QUEUE_RUNNING, the relay's.)
 PAUSE_QUEUE: TextClause = text(
     """
-    WITH locked AS (SELECT name FROM queues WHERE name = :name FOR UPDATE)
-    UPDATE queues AS q
+    WITH locked AS (SELECT name FROM jobrelay.queues WHERE name = :name FOR UPDATE)
+    UPDATE jobrelay.queues AS q
     SET paused_at = coalesce(q.paused_at, now()),
         paused_by = CASE WHEN q.paused_at IS NULL THEN :paused_by ELSE q.paused_by END
     FROM locked
@@ -1764,7 +1782,7 @@ PAUSE_QUEUE: TextClause = text(
 RESUME_QUEUE: TextClause = text(
     f"""
     WITH resumed AS (
-        UPDATE queues SET paused_at = NULL, paused_by = NULL WHERE name = :name
+        UPDATE jobrelay.queues SET paused_at = NULL, paused_by = NULL WHERE name = :name
         RETURNING name, paused_at, paused_by
     )
     SELECT name, paused_at, paused_by, pg_notify('{OUTBOX_CHANNEL}', '')::text AS notified
@@ -1774,15 +1792,17 @@ RESUME_QUEUE: TextClause = text(
 
 _TYPE_LIMIT_COLUMNS = "type, concurrency, rate_count, rate_period_seconds, per_key"
 
-TYPE_LIMIT_ROWS: TextClause = text(f"SELECT {_TYPE_LIMIT_COLUMNS} FROM type_limits ORDER BY type")
+TYPE_LIMIT_ROWS: TextClause = text(
+    f"SELECT {_TYPE_LIMIT_COLUMNS} FROM jobrelay.type_limits ORDER BY type"
+)
 
 TYPE_LIMIT_ROW: TextClause = text(
-    f"SELECT {_TYPE_LIMIT_COLUMNS} FROM type_limits WHERE type = :type"
+    f"SELECT {_TYPE_LIMIT_COLUMNS} FROM jobrelay.type_limits WHERE type = :type"
 )
 
 SET_TYPE_LIMIT: TextClause = text(
     f"""
-    INSERT INTO type_limits AS t ({_TYPE_LIMIT_COLUMNS}, updated_at)
+    INSERT INTO jobrelay.type_limits AS t ({_TYPE_LIMIT_COLUMNS}, updated_at)
     VALUES (:type, :concurrency, :rate_count, :rate_period_seconds, :per_key, now())
     ON CONFLICT (type) DO UPDATE
     SET concurrency = excluded.concurrency, rate_count = excluded.rate_count,
@@ -1792,7 +1812,9 @@ SET_TYPE_LIMIT: TextClause = text(
     """
 )
 
-CLEAR_TYPE_LIMIT: TextClause = text("DELETE FROM type_limits WHERE type = :type RETURNING type")
+CLEAR_TYPE_LIMIT: TextClause = text(
+    "DELETE FROM jobrelay.type_limits WHERE type = :type RETURNING type"
+)
 
 # --- Django's Tasks framework (jobrelay/django, docs/django.md) ----------------------------
 
@@ -1803,15 +1825,16 @@ DJANGO_TASK_RESULT: TextClause = text(
     """
     SELECT j.id, j.type, j.payload, j.state, j.attempts, j.created_at, j.finished_at,
            r.result,
-           coalesce((SELECT array_agg(e.at ORDER BY e.id) FROM job_events e
+           coalesce((SELECT array_agg(e.at ORDER BY e.id) FROM jobrelay.job_events e
                      WHERE e.job_id = j.id AND e.event = 'claimed'), '{}') AS claimed_at,
-           coalesce((SELECT array_agg(coalesce(e.detail, '') ORDER BY e.id) FROM job_events e
+           coalesce((SELECT array_agg(coalesce(e.detail, '') ORDER BY e.id)
+                     FROM jobrelay.job_events e
                      WHERE e.job_id = j.id AND e.event = 'claimed'), '{}') AS claimed_by,
-           coalesce((SELECT jsonb_agg(e.error ORDER BY e.id) FROM job_events e
+           coalesce((SELECT jsonb_agg(e.error ORDER BY e.id) FROM jobrelay.job_events e
                      WHERE e.job_id = j.id AND e.error IS NOT NULL), '[]') AS errors
-    FROM jobs j
-    JOIN clients c ON c.id = j.client_id
-    LEFT JOIN job_results r ON r.job_id = j.id
+    FROM jobrelay.jobs j
+    JOIN jobrelay.clients c ON c.id = j.client_id
+    LEFT JOIN jobrelay.job_results r ON r.job_id = j.id
     WHERE j.id = CAST(:id AS uuid) AND (c.name = :client OR CAST(c.id AS text) = :client)
     """
 )
@@ -1835,7 +1858,7 @@ _JOB_TYPE_COLUMNS = """
 REGISTER_JOB_TYPES: TextClause = text(
     f"""
     WITH registered AS (
-        INSERT INTO job_types AS t ({_JOB_TYPE_COLUMNS}, registered_at)
+        INSERT INTO jobrelay.job_types AS t ({_JOB_TYPE_COLUMNS}, registered_at)
         SELECT {_JOB_TYPE_COLUMNS}, now()
         FROM unnest(
             CAST(:names AS text[]), CAST(:payload_schemas AS jsonb[]),
@@ -1861,5 +1884,5 @@ REGISTER_JOB_TYPES: TextClause = text(
 )
 
 JOB_TYPE_ROWS: TextClause = text(
-    f"SELECT {_JOB_TYPE_COLUMNS}, registered_at FROM job_types ORDER BY name"
+    f"SELECT {_JOB_TYPE_COLUMNS}, registered_at FROM jobrelay.job_types ORDER BY name"
 )

@@ -21,6 +21,7 @@ from sqlalchemy.util import greenlet_spawn
 
 from jobrelay.core.ids import new_id
 from jobrelay.core.jobs import CancelAnswer, Job, JobRequest, JournalEntry
+from jobrelay.core.settings import DEFAULT_SCHEMA
 from jobrelay.core.states import TERMINAL_STATES
 from jobrelay.core.stats import (
     BROKER_BLOCK_FRESH_SECONDS,
@@ -37,6 +38,7 @@ from jobrelay.db.accept import AcceptResult, Submission, accept_steps, all_prese
 from jobrelay.db.arrays import with_array_literals
 from jobrelay.db.engine import PoolMode, is_primary_gone, make_engine, translated_errors
 from jobrelay.db.rows import job_from_row, journal_entry
+from jobrelay.db.schema import translator
 
 __all__ = ["AcceptResult", "Store", "job_from_row"]
 
@@ -46,12 +48,18 @@ class Store:
     the work; ``engine`` runs the few multi-statement transactions (stats, traces, the rare
     paths of claim and finish)."""
 
-    def __init__(self, engine: AsyncEngine, fast_engine: AsyncEngine, url: str) -> None:
+    def __init__(
+        self, engine: AsyncEngine, fast_engine: AsyncEngine, url: str, schema: str = DEFAULT_SCHEMA
+    ) -> None:
         self.engine = engine
         # Every named statement is a single statement, atomic on its own: running it in
         # autocommit saves the BEGIN and COMMIT round trips (3 → 1 on the accept path).
         self.fast_engine = fast_engine
         self.url = url
+        # jobrelay's schema (JOBRELAY_DATABASE_SCHEMA): the engines translate the statements they
+        # run into it (db/schema.py); ``fetch_all`` drives psycopg itself and translates here.
+        self.schema = schema
+        self._translate = translator(schema)
         self._sql_cache: dict[TextClause, str] = {}
 
     @classmethod
@@ -64,6 +72,7 @@ class Store:
         application_name: str = "jobrelay",
         generic_plans: bool = False,
         pool_mode: PoolMode = "session",
+        schema: str = DEFAULT_SCHEMA,
     ) -> Store:
         """``generic_plans``: the single statements keep one generic plan each
         (``engine.make_engine``); the dispatcher's, for its flow pick. ``pool_mode``:
@@ -75,6 +84,7 @@ class Store:
                 pool_timeout=pool_timeout,
                 application_name=application_name,
                 pool_mode=pool_mode,
+                schema=schema,
             ),
             make_engine(
                 url,
@@ -84,8 +94,10 @@ class Store:
                 autocommit=True,
                 generic_plans=generic_plans,
                 pool_mode=pool_mode,
+                schema=schema,
             ),
             url,
+            schema,
         )
 
     async def close(self) -> None:
@@ -148,6 +160,8 @@ class Store:
         sql = self._sql_cache.get(statement)
         if sql is None:
             sql = str(statement.compile(dialect=self.engine.dialect))
+            if self._translate is not None:
+                sql = self._translate(sql)
             self._sql_cache[statement] = sql
         return sql
 

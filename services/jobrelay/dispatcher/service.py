@@ -78,6 +78,7 @@ class Dispatcher:
             application_name="jobrelay-dispatcher",
             generic_plans=True,
             pool_mode=settings.database_pool_mode,
+            schema=settings.database_schema,
         )
         type_queues = parse_type_queues(settings.type_queues)
         self.publisher = Publisher(

@@ -36,7 +36,7 @@ from typing_extensions import ParamSpec
 
 from jobrelay.core.jobs import Job
 from jobrelay.core.limits import MAX_ATTEMPTS_MAX, TYPE_NAME_MAX
-from jobrelay.core.settings import parse_type_queues
+from jobrelay.core.settings import DEFAULT_SCHEMA, parse_type_queues, validate_schema_name
 from jobrelay.db import queries as q
 from jobrelay.django.compat import (
     DEFAULT_TASK_QUEUE_NAME,
@@ -56,7 +56,15 @@ P = ParamSpec("P")
 
 # The OPTIONS a JobrelayBackend reads (docs/django.md).
 KNOWN_OPTIONS = frozenset(
-    {"client", "database", "max_attempts", "type_queues", "task_modules", "timeout_seconds"}
+    {
+        "client",
+        "database",
+        "max_attempts",
+        "schema",
+        "type_queues",
+        "task_modules",
+        "timeout_seconds",
+    }
 )
 
 
@@ -87,6 +95,7 @@ class JobrelayBackend(BaseTaskBackend):
             )
         self.client: str = client
         self.database: str = str(options.get("database", "default"))
+        self.schema = _schema(alias, options.get("schema", DEFAULT_SCHEMA))
         self.routes: dict[str, str] = _routes(alias, options.get("type_queues"))
         self.task_modules = _module_names(alias, options.get("task_modules", ()))
         self.timeout_seconds = _positive(
@@ -173,6 +182,7 @@ class JobrelayBackend(BaseTaskBackend):
             run_at=task.run_after,
             priority=task.priority,
             max_attempts=self.max_attempts,
+            schema=self.schema,
         )
 
     def get_result(self, result_id: str) -> TaskResult[Any]:
@@ -180,7 +190,8 @@ class JobrelayBackend(BaseTaskBackend):
         connection = self._connection()
         with connection.cursor() as cursor:
             cursor.execute(
-                _psycopg_sql(q.DJANGO_TASK_RESULT), {"id": str(job_id), "client": self.client}
+                _psycopg_sql(q.DJANGO_TASK_RESULT, self.schema),
+                {"id": str(job_id), "client": self.client},
             )
             row = cursor.fetchone()
             names = [column.name for column in cursor.description or ()]
@@ -309,3 +320,11 @@ def _psycopg_sql(statement: TextClause) -> str:
     them, compiled once."""
     dialect = sa_psycopg.dialect()  # type: ignore[no-untyped-call]
     return str(statement.compile(dialect=dialect))
+
+
+def _schema(alias: str, value: object) -> str:
+    """OPTIONS 'schema': jobrelay's schema in Django's database (JOBRELAY_DATABASE_SCHEMA)."""
+    try:
+        return validate_schema_name(value if isinstance(value, str) else repr(value))
+    except ValueError as error:
+        raise ImproperlyConfigured(f"TASKS[{alias!r}] OPTIONS 'schema': {error}") from None

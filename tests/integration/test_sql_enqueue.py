@@ -321,7 +321,7 @@ def written_for(connection: psycopg.Connection[Any], job_id: uuid.UUID) -> dict[
     for table, own in _OWN_COLUMNS.items():
         column = "id" if table == "jobs" else "job_id"
         found = connection.execute(
-            f"SELECT to_jsonb(t) - CAST(%s AS text[]) FROM {table} t "
+            f"SELECT to_jsonb(t) - CAST(%s AS text[]) FROM jobrelay.{table} t "
             f"WHERE t.{column} = %s ORDER BY t.id",
             (list(own), job_id),
         ).fetchall()
@@ -363,17 +363,16 @@ async def test_a_caller_whose_search_path_leads_elsewhere_still_writes_jobrelays
 ) -> None:
     """An application schema with its own "jobs" table first on the path, and a temporary
     "outbox": the function (called by its schema) writes jobrelay's rows, not theirs."""
-    row = sql.execute("SELECT current_schema()").fetchone()
-    assert row is not None
-    jobrelay_schema: str = row[0]
     sql.execute("CREATE SCHEMA app")
-    sql.execute("CREATE TABLE app.jobs (LIKE jobs INCLUDING ALL)")
+    sql.execute("CREATE TABLE app.jobs (LIKE jobrelay.jobs INCLUDING ALL)")
     # Both for this transaction only: behind PgBouncer in transaction mode a session's SET and
     # temporary table would stay on the server connection the pool hands the store next.
-    sql.execute("CREATE TEMPORARY TABLE jobrelay.outbox (LIKE outbox INCLUDING ALL) ON COMMIT DROP")
+    sql.execute(
+        "CREATE TEMPORARY TABLE outbox (LIKE jobrelay.outbox INCLUDING ALL) ON COMMIT DROP"
+    )
     sql.execute("SET LOCAL search_path = app, pg_temp")
     job_id = sql.execute(
-        f'SELECT "{jobrelay_schema}".jobrelay_enqueue(%s, %s, %s::jsonb, %s)',
+        "SELECT jobrelay.jobrelay_enqueue(%s, %s, %s::jsonb, %s)",
         ("alice", EXPORT_TYPE, EXPORT, "elsewhere"),
     ).fetchone()
     counts = sql.execute(
@@ -665,7 +664,7 @@ def test_a_number_with_a_fraction_is_written_as_pythons_float(
 ) -> None:
     exact = f"{Decimal(number):f}"  # every digit of the double, 750 of them at the smallest
     with_fraction = exact if "." in exact else exact + ".0"
-    row = sql.execute("SELECT jobrelay_json_number(%s::numeric)", (with_fraction,)).fetchone()
+    row = sql.execute("SELECT jobrelay.jobrelay_json_number(%s::numeric)", (with_fraction,)).fetchone()
     assert row is not None
     assert row[0] == repr(abs(number) if number == 0 else number)
 

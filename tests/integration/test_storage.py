@@ -148,7 +148,7 @@ async def test_retention_deletes_finished_jobs_past_the_window_with_everything_t
     expected = {j.id for j in old[JobState.QUARANTINED] + recent + live}
     assert kept == expected
     for table in (tables.outbox, tables.job_events, tables.job_results):
-        owners = await store.fetch_all(text(f"SELECT DISTINCT job_id FROM {table.name}"))
+        owners = await store.fetch_all(text(f"SELECT DISTINCT job_id FROM {table.fullname}"))
         assert {row.job_id for row in owners} <= kept, table.name
     await assert_stats_match_a_full_count(store)
 

@@ -38,6 +38,7 @@ from jobrelay.core.jobs import Job
 from jobrelay.core.limits import MAX_ATTEMPTS_MAX, TYPE_NAME_MAX
 from jobrelay.core.settings import DEFAULT_SCHEMA, parse_type_queues, validate_schema_name
 from jobrelay.db import queries as q
+from jobrelay.db.schema import in_schema
 from jobrelay.django.compat import (
     DEFAULT_TASK_QUEUE_NAME,
     BaseTaskBackend,
@@ -315,11 +316,11 @@ def _job_id(result_id: object) -> uuid.UUID:
 
 
 @functools.cache
-def _psycopg_sql(statement: TextClause) -> str:
+def _psycopg_sql(statement: TextClause, schema: str) -> str:
     """A named statement with psycopg's placeholders (``%(name)s``), as Django's cursor takes
-    them, compiled once."""
+    them, compiled once, naming jobrelay's objects in ``schema`` (db/schema.py)."""
     dialect = sa_psycopg.dialect()  # type: ignore[no-untyped-call]
-    return str(statement.compile(dialect=dialect))
+    return str(in_schema(statement, schema).compile(dialect=dialect))
 
 
 def _schema(alias: str, value: object) -> str:

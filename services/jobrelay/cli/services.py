@@ -39,7 +39,13 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     settings = settings_from_env()
     try:
         migrations.wait_for_database(settings.database_url, timeout_seconds=args.wait)
-        migrations.upgrade(settings.database_url, args.revision)
+        moved = migrations.move_from_public(settings.database_url, settings.database_schema)
+        if moved:
+            print(
+                f"moved jobrelay's {len(moved)} objects from schema public into "
+                f"{settings.database_schema}: {', '.join(moved)}"
+            )
+        migrations.upgrade(settings.database_url, args.revision, schema=settings.database_schema)
     except JobrelayError:
         raise
     except Exception as error:
@@ -47,7 +53,10 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             f"migration failed against {mask_url(settings.database_url)}: {type(error).__name__}"
             f": {mask_url(first_line(error))[:300]}"
         ) from None
-    print(f"database at {mask_url(settings.database_url)} is at revision {args.revision}")
+    print(
+        f"database at {mask_url(settings.database_url)} is at revision {args.revision} "
+        f"(schema {settings.database_schema})"
+    )
     return 0
 
 

@@ -28,6 +28,7 @@ from jobrelay.core.registry import (
     install_enqueuer,
     not_configured,
 )
+from jobrelay.core.settings import DEFAULT_SCHEMA, validate_schema_name
 
 
 class SubmitsJobs(Protocol):
@@ -67,6 +68,8 @@ class Configuration:
     client: SubmitsJobs | None = None
     async_client: SubmitsJobsAsync | None = None
     client_name: str | uuid.UUID | None = None
+    # jobrelay's schema in the application's database (JOBRELAY_DATABASE_SCHEMA).
+    schema: str = DEFAULT_SCHEMA
 
     def enqueue(self, request: EnqueueRequest) -> EnqueuedJob:
         if request.connection is not None:
@@ -81,6 +84,7 @@ class Configuration:
                 run_at=request.run_at,
                 priority=request.priority,
                 registry=request.registry,
+                schema=self.schema,
             )
         if self.client is None:
             raise not_configured(request.type, is_async=False, in_transaction=False)
@@ -105,6 +109,7 @@ class Configuration:
                 run_at=request.run_at,
                 priority=request.priority,
                 registry=request.registry,
+                schema=self.schema,
             )
         if self.async_client is None:
             raise not_configured(request.type, is_async=True, in_transaction=False)
@@ -127,20 +132,26 @@ def configure(
     client: SubmitsJobs | None = None,
     async_client: SubmitsJobsAsync | None = None,
     client_name: str | uuid.UUID | None = None,
+    schema: str = DEFAULT_SCHEMA,
 ) -> None:
     """Set what every ``JobDefinition.enqueue`` goes through (see the module's documentation).
     ``client``: a ``jobrelay.Client``, for ``enqueue``; ``async_client``: a
     ``jobrelay.AsyncClient``, for ``enqueue_async``; ``client_name``: the jobrelay client (its
-    name or id) that owns the jobs enqueued with ``connection=``. The clients are used as they
-    are: closing them is the application's. ``TypeError`` for a client of the wrong kind."""
+    name or id) that owns the jobs enqueued with ``connection=``; ``schema``: jobrelay's schema
+    for those (``JOBRELAY_DATABASE_SCHEMA`` when not ``jobrelay``; ``ValueError`` for a name that
+    is not a plain identifier). The clients are used as they are: closing them is the
+    application's. ``TypeError`` for a client of the wrong kind."""
     _check_client("client", client, is_async=False)
     _check_client("async_client", async_client, is_async=True)
     if client_name is not None and not isinstance(client_name, str | uuid.UUID):
         raise TypeError(
             f"client_name is a jobrelay client's name or id, not {type(client_name).__name__}"
         )
+    validate_schema_name(schema)
     configured = client is not None or async_client is not None or client_name is not None
-    install_enqueuer(Configuration(client, async_client, client_name) if configured else None)
+    install_enqueuer(
+        Configuration(client, async_client, client_name, schema) if configured else None
+    )
 
 
 def _check_client(option: str, client: object, *, is_async: bool) -> None:

@@ -367,9 +367,7 @@ async def test_a_caller_whose_search_path_leads_elsewhere_still_writes_jobrelays
     sql.execute("CREATE TABLE app.jobs (LIKE jobrelay.jobs INCLUDING ALL)")
     # Both for this transaction only: behind PgBouncer in transaction mode a session's SET and
     # temporary table would stay on the server connection the pool hands the store next.
-    sql.execute(
-        "CREATE TEMPORARY TABLE outbox (LIKE jobrelay.outbox INCLUDING ALL) ON COMMIT DROP"
-    )
+    sql.execute("CREATE TEMPORARY TABLE outbox (LIKE jobrelay.outbox INCLUDING ALL) ON COMMIT DROP")
     sql.execute("SET LOCAL search_path = app, pg_temp")
     job_id = sql.execute(
         "SELECT jobrelay.jobrelay_enqueue(%s, %s, %s::jsonb, %s)",
@@ -664,7 +662,9 @@ def test_a_number_with_a_fraction_is_written_as_pythons_float(
 ) -> None:
     exact = f"{Decimal(number):f}"  # every digit of the double, 750 of them at the smallest
     with_fraction = exact if "." in exact else exact + ".0"
-    row = sql.execute("SELECT jobrelay.jobrelay_json_number(%s::numeric)", (with_fraction,)).fetchone()
+    row = sql.execute(
+        "SELECT jobrelay.jobrelay_json_number(%s::numeric)", (with_fraction,)
+    ).fetchone()
     assert row is not None
     assert row[0] == repr(abs(number) if number == 0 else number)
 

@@ -116,3 +116,30 @@ def test_the_schema_setting_defaults_to_jobrelay_and_reads_the_environment(
     assert Settings().database_schema == "jobrelay"
     monkeypatch.setenv("JOBRELAY_DATABASE_SCHEMA", "app_jobs")
     assert Settings().database_schema == "app_jobs"
+
+
+def test_a_bad_schema_setting_is_one_line_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from jobrelay.cli.common import CliError, settings_from_env
+
+    monkeypatch.setenv("JOBRELAY_DATABASE_SCHEMA", "public")
+    with pytest.raises(CliError) as raised:
+        settings_from_env()
+    message = str(raised.value)
+    assert message.startswith("invalid setting: JOBRELAY_DATABASE_SCHEMA: ")
+    assert "reserved" in message and "\n" not in message
+
+
+def test_enqueue_refuses_a_schema_that_is_not_an_identifier() -> None:
+    import jobrelay
+
+    with pytest.raises(ValueError, match="lower-case SQL identifier"):
+        jobrelay.enqueue(
+            object(),  # type: ignore[arg-type]
+            client="alice",
+            type="t",
+            payload={},
+            key="k",
+            schema="jobs; DROP TABLE x",
+        )

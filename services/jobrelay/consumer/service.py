@@ -122,7 +122,7 @@ class Consumer:
             settings.database_url,
             pool_size=self.concurrency + 2,
             application_name="jobrelay-consumer",
-            pool_mode=settings.database_pool_mode,
+            pool_mode=settings.pool_mode,
         )
         short_name = queue_short_name(self.queue_name)
         execution = PgExecutionStore(store, queue=short_name)

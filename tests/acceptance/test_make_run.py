@@ -120,6 +120,8 @@ def test_make_run_keeps_its_demo_client_and_token_across_a_restart(
 
     assert second == first
     assert "again" in (tmp_path / "run-2.log").read_text()
+    # Ctrl-C stops it quietly: no line about a service that exited.
+    assert "stopping the others" not in (tmp_path / "run-1.log").read_text()
     assert (Path(scratch["JOBRELAY_DEMO_TOKEN_FILE"]).stat().st_mode & 0o777) == 0o600
 
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make run`: local servers, migrations, the demo client, then the three services.
-# The API runs in the foreground; Ctrl-C stops all three. `make down` stops the servers and keeps
-# their data, so the next `make run` finds the same jobs and the same demo client, whose token is
-# kept in .local/demo-token (mode 0600; JOBRELAY_DEMO_TOKEN_FILE to move it).
+# Ctrl-C stops all three; when one of them exits, the others are stopped too, with one line
+# naming it. `make down` stops the servers and keeps their data, so the next `make run` finds
+# the same jobs and the same demo client, whose token is kept in .local/demo-token (mode 0600;
+# JOBRELAY_DEMO_TOKEN_FILE to move it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -97,12 +98,28 @@ cat <<MSG
 MSG
 
 pids=()
+declare -A service_of=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+# Ctrl-C (SIGINT to the whole foreground group): everything stops, quietly.
+trap 'exit 130' INT TERM
+launch() {
+    $PYTHON -m jobrelay "$@" &
+    pids+=($!)
+    service_of[$!]=$1
+}
 if $PYTHON -m jobrelay dispatcher --help >/dev/null 2>&1; then
-    $PYTHON -m jobrelay dispatcher & pids+=($!)
+    launch dispatcher
 fi
 if $PYTHON -m jobrelay consumer --help >/dev/null 2>&1; then
-    $PYTHON -m jobrelay consumer & pids+=($!)
+    launch consumer
 fi
-$PYTHON -m jobrelay api
+launch api
+# A service that dies must not leave the others running as if all were well (a dead consumer
+# leaves every job queued): the first to exit stops the rest, and says which it was.
+set +e
+wait -n -p died "${pids[@]}"
+status=$?
+set -e
+echo "make run: the ${service_of[$died]} exited (status $status); stopping the others" >&2
+exit 1

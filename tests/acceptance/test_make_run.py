@@ -120,6 +120,8 @@ def test_make_run_keeps_its_demo_client_and_token_across_a_restart(
 
     assert second == first
     assert "again" in (tmp_path / "run-2.log").read_text()
+    # Ctrl-C stops it quietly: no line about a service that exited.
+    assert "stopping the others" not in (tmp_path / "run-1.log").read_text()
     assert (Path(scratch["JOBRELAY_DEMO_TOKEN_FILE"]).stat().st_mode & 0o777) == 0o600
 
 
@@ -145,6 +147,55 @@ def test_a_second_make_run_on_a_busy_port_says_which_port_and_how_to_choose_anot
     assert "JOBRELAY_API_PORT=" in lines[0]
     # It stopped before starting anything: no servers were made for it.
     assert not Path(scratch["JOBRELAY_SERVERS_DIR"]).exists()
+
+
+def service_pids(session: int, command: str) -> list[int]:
+    """The processes of ``session`` running ``jobrelay COMMAND``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if os.getsid(int(entry.name)) != session:
+                continue
+        except (OSError, ProcessLookupError):
+            continue  # gone meanwhile
+        if b"jobrelay" in argv and command.encode() in argv:
+            found.append(int(entry.name))
+    return found
+
+
+def test_make_run_stops_with_one_line_when_one_of_its_services_dies(
+    scratch: dict[str, str], tmp_path: Path
+) -> None:
+    # Before: a dead consumer left the API and the dispatcher running, every job queued.
+    log = tmp_path / "run.log"
+    with open(log, "wb") as output:
+        process = subprocess.Popen(
+            ["bash", "scripts/run.sh"],
+            cwd=ROOT,
+            env=scratch,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        base = f"http://127.0.0.1:{scratch['JOBRELAY_API_PORT']}"
+        wait_for(lambda: status(base, "none") == 401, 120, 0.2, what="make run's API")
+        consumer = wait_for(lambda: service_pids(process.pid, "consumer"), 30, 0.2, what="it")
+        os.kill(consumer[0], signal.SIGKILL)
+        exit_status = process.wait(60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
+
+    assert exit_status == 1
+    said = [line for line in log.read_text().splitlines() if line.startswith("make run:")]
+    assert said == ["make run: the consumer exited (status 137); stopping the others"]
+    assert status(base, "none") == 0  # the API is gone with it
+    assert service_pids(process.pid, "dispatcher") == []
 
 
 def make_plan(target: str, env: dict[str, str]) -> str:

@@ -7,10 +7,11 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from jobrelay.cli import OUTPUT_CUT_STATUS
 from jobrelay.core.settings import Settings
 from jobrelay.db.store import Store
 from tests.support import factories
-from tests.support.processes import run_cli, service_env
+from tests.support.processes import run_cli, run_into_a_closed_pipe, service_env
 
 T0 = datetime(2024, 5, 1, 12, tzinfo=UTC)
 
@@ -103,3 +104,15 @@ async def test_a_bad_state_client_or_limit_is_one_line_and_a_non_zero_exit(
         assert result.returncode == 1, args
         (line,) = result.stderr.strip().splitlines()
         assert line.startswith("jobrelay: ") and message in line, (args, line)
+
+
+async def test_a_list_piped_into_a_reader_that_is_gone_exits_quietly(
+    settings: Settings, store: Store
+) -> None:
+    # `jobrelay jobs list | head -1` printed a BrokenPipeError traceback (issue 37 item 6).
+    await three_jobs(store)
+
+    status, stderr = run_into_a_closed_pipe(service_env(settings), "jobs", "list")
+
+    assert stderr == ""
+    assert status == OUTPUT_CUT_STATUS

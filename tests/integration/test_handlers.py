@@ -228,7 +228,7 @@ async def test_known_secrets_in_a_failure_reach_no_stored_row_and_no_log_line(
     make_settings: MakeSettings, sentinel_database_url: str, log_lines: io.StringIO
 ) -> None:
     cfg = make_settings(database_url=sentinel_database_url)
-    store = Store.connect(sentinel_database_url, pool_size=4, pool_mode=cfg.database_pool_mode)
+    store = Store.connect(sentinel_database_url, pool_size=4, pool_mode=cfg.pool_mode)
     try:
         client_id = await new_client(store)
         job_id = await submit(store, client_id, "handlers.leaky", {}, max_attempts=2)

@@ -192,3 +192,43 @@ async def test_without_the_early_ack_the_broker_closes_the_channel(
     assert "PRECONDITION_FAILED" in repr(reason) and "timed out" in repr(reason), repr(reason)
     assert handler_runs(settings.results_dir, long_id) == 1
     assert JobEvent.DUPLICATE_DELIVERY in [event for event, _ in await events(store, long_id)]
+
+
+async def test_a_consumer_timeout_below_the_early_ack_closes_the_channel_once_and_says_so(
+    short_consumer_timeout: None,
+    make_settings: MakeSettings,
+    store: Store,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Issue 37 item 6: the broker closed the consumer's channel under every long job, unsaid.
+    caplog.set_level(logging.INFO)
+    settings = make_settings(long_job_ack_seconds=30.0)  # past the broker's 5 s
+    client_id = await new_client(store)
+    closes: list[BaseException | None] = []
+    async with running_consumer(settings, long_jobs_registry(), concurrency=2) as consumer:
+        assert consumer.channel is not None
+        consumer.channel.close_callbacks.add(lambda _channel, error: closes.append(error))
+        ids = []
+        for tag in ("first", "second"):  # one after the other
+            (job_id,) = await submit_and_publish(
+                store,
+                settings,
+                client_id,
+                [("test.count", {"tag": tag, "first_attempt_sleeps": 12.0})],
+            )
+            await wait_state(store, job_id, "succeeded", timeout=40)
+            ids.append(job_id)
+
+    # The other close is the consumer's own, as it stops.
+    timed_out = [error for error in closes if "timed out" in repr(error)]
+    assert len(timed_out) == 1, closes
+    for job_id in ids:
+        assert handler_runs(settings.results_dir, job_id) == 1
+        assert [attempt for _, attempt in await results_of(store, job_id)] == [1]
+    said = [
+        record.getMessage()
+        for record in caplog.records
+        if getattr(record, "event", None) == "consumer_timeout_below_early_ack"
+    ]
+    assert len(said) == 1
+    assert "JOBRELAY_LONG_JOB_ACK_SECONDS" in said[0] and "consumer_timeout (5s)" in said[0]

@@ -188,7 +188,7 @@ async def test_no_pooled_connection_in_time_is_503_database_unavailable(
     settings: Settings, database_url: str
 ) -> None:
     one_connection = Store.connect(
-        database_url, pool_size=1, pool_timeout=0.3, pool_mode=settings.database_pool_mode
+        database_url, pool_size=1, pool_timeout=0.3, pool_mode=settings.pool_mode
     )
     try:
         token = await make_client(one_connection, "pooled")

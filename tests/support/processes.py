@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
@@ -141,6 +142,26 @@ def run_cli(
         text=True,
         timeout=timeout,
     )
+
+
+def run_into_a_closed_pipe(env: dict[str, str] | None, *args: str) -> tuple[int, str]:
+    """``jobrelay ARGS`` (``env``: its whole environment; None: this one) with its stdout a
+    pipe whose reader closed before anything was written, as ``| head`` closes it after its
+    lines: its status and its stderr."""
+    with tempfile.TemporaryFile("w+") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "jobrelay", *args],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+        assert process.stdout is not None
+        process.stdout.close()
+        status = process.wait(60)
+        stderr.seek(0)
+        return status, stderr.read()
 
 
 def answers(url: str) -> bool:

@@ -75,7 +75,7 @@ def create_app(
             pool_size=settings.db_pool_size,
             pool_timeout=settings.db_pool_timeout_seconds,
             application_name="jobrelay-api",
-            pool_mode=settings.database_pool_mode,
+            pool_mode=settings.pool_mode,
             schema=settings.database_schema,
         )
         app.state.auth = Authenticator(app.state.store)

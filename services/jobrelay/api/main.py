@@ -21,12 +21,14 @@ from jobrelay.api.app import create_app
 from jobrelay.api.multiprocess import metrics_dir_from_env
 from jobrelay.core.masking import Masker
 from jobrelay.core.settings import Settings
+from jobrelay.db.pooler import settle_pool_mode
 from jobrelay.logs import configure_logging
 
 
 def build_app() -> FastAPI:
     settings = Settings()
     configure_logging("api", settings.log_level, Masker.from_settings(settings))
+    settings = settle_pool_mode(settings)  # `jobrelay api` settled it for its workers already
     tracing.setup("api")  # each worker exports its own spans (OTEL_EXPORTER_OTLP_ENDPOINT)
     # The directory `jobrelay api` made for its workers' metrics (api/multiprocess.py).
     app = create_app(settings, metrics_dir=metrics_dir_from_env())

@@ -12,6 +12,8 @@ that imports ``common`` and jobrelay's packages, never another command module.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Sequence
 
 from jobrelay.cli import (
@@ -30,7 +32,12 @@ from jobrelay.cli import (
 from jobrelay.cli.common import ArgumentParser, exit_status
 from jobrelay.logs import quiet_broker_libraries
 
-__all__ = ["build_parser", "main"]
+__all__ = ["OUTPUT_CUT_STATUS", "build_parser", "main"]
+
+# The status of a command whose reader went away (``jobrelay jobs list | head -1``): what a shell
+# reports for ``git log``, ``cat`` or ``yes`` killed by SIGPIPE there (128 + 13), so a script
+# under ``set -o pipefail`` treats jobrelay as it treats them.
+OUTPUT_CUT_STATUS = 141
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,6 +65,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    quiet_broker_libraries()  # their lines say what jobrelay's own line says (jobrelay/logs.py)
-    return exit_status(args.handler, args)
+    try:
+        args = build_parser().parse_args(argv)  # --help writes too
+        quiet_broker_libraries()  # their lines say what jobrelay's own line says (jobrelay/logs.py)
+        status = exit_status(args.handler, args)
+        # Output to a pipe is buffered: a reader gone shows here, at the last flush, or else
+        # at the interpreter's own flush on exit, which prints "Exception ignored".
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        return output_cut()
+
+
+def output_cut() -> int:
+    """The reader of stdout is gone: exit quietly. Python ignores SIGPIPE, so the write raised
+    instead of killing the process; stdout is pointed at /dev/null so that the flush at exit
+    finds nothing to fail on."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return OUTPUT_CUT_STATUS

@@ -116,13 +116,15 @@ def progress(label: str) -> Iterator[Callable[[int, int], None]]:
 
 @asynccontextmanager
 async def _connected_store(settings: Settings, *, pool_size: int) -> AsyncIterator[Store]:
+    from jobrelay.db.pooler import settle_pool_mode
     from jobrelay.db.store import Store
 
+    settings = settle_pool_mode(settings, strict=True)
     store = Store.connect(
         settings.database_url,
         pool_size=pool_size,
         application_name="jobrelay-cli",
-        pool_mode=settings.database_pool_mode,
+        pool_mode=settings.pool_mode,
         schema=settings.database_schema,
     )
     try:

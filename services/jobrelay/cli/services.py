@@ -64,11 +64,16 @@ def cmd_api(args: argparse.Namespace) -> int:
     import uvicorn
 
     from jobrelay.core.masking import Masker
+    from jobrelay.db.pooler import settle_pool_mode
     from jobrelay.handlers.loading import registry_for
     from jobrelay.logs import configure_logging
 
     settings = settings_from_env()
     configure_logging("api", settings.log_level, Masker.from_settings(settings))
+    settings = settle_pool_mode(settings)
+    # Worker processes build their app from the environment: they take the mode found here
+    # instead of each probing (and warning) again.
+    os.environ["JOBRELAY_DATABASE_POOL_MODE"] = settings.database_pool_mode
     if args.handlers is not None:
         # Worker processes build their app from the environment (jobrelay.api.main).
         os.environ["JOBRELAY_HANDLERS"] = args.handlers
@@ -103,11 +108,13 @@ def cmd_api(args: argparse.Namespace) -> int:
 def cmd_dispatcher(args: argparse.Namespace) -> int:
     from jobrelay import tracing
     from jobrelay.core.masking import Masker
+    from jobrelay.db.pooler import settle_pool_mode
     from jobrelay.dispatcher.service import run_dispatcher
     from jobrelay.logs import configure_logging
 
     settings = settings_from_env()
     configure_logging("dispatcher", settings.log_level, Masker.from_settings(settings))
+    settings = settle_pool_mode(settings)
     tracing.setup("dispatcher")  # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set
     return eventloop.run(run_dispatcher(settings, handlers=args.handlers))
 
@@ -116,6 +123,7 @@ def cmd_consumer(args: argparse.Namespace) -> int:
     from jobrelay import tracing
     from jobrelay.consumer.service import run_consumer
     from jobrelay.core.masking import Masker
+    from jobrelay.db.pooler import settle_pool_mode
     from jobrelay.logs import configure_logging
 
     settings = settings_from_env()
@@ -124,6 +132,7 @@ def cmd_consumer(args: argparse.Namespace) -> int:
     if concurrency < 1:
         raise CliError("--concurrency must be at least 1")
     configure_logging("consumer", settings.log_level, Masker.from_settings(settings))
+    settings = settle_pool_mode(settings)
     tracing.setup("consumer")  # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set
     return eventloop.run(
         run_consumer(settings, queue=args.queue, concurrency=concurrency, handlers=args.handlers)

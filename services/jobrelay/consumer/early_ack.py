@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 
 from jobrelay.consumer.metrics import ConsumerMetrics
@@ -21,6 +22,35 @@ from jobrelay.core.execution import Delivery
 log = logging.getLogger("jobrelay.consumer")
 
 ACK_TIMEOUT_SECONDS = 10.0
+
+# RabbitMQ's reason when it closes a channel over a delivery held past its consumer_timeout
+# (3.10: "PRECONDITION_FAILED - delivery acknowledgement on channel 1 timed out. Timeout value
+# used: 5000 ms. ..."); the value is the only way a client learns the broker's setting.
+_ACK_TIMED_OUT = re.compile(r"delivery acknowledgement on channel \d+ timed out")
+_TIMEOUT_USED = re.compile(r"Timeout value used: (\d+) ms")
+# When the reason names no value: ack a long job's message this soon after its delivery (its
+# claim has committed by then, or the early ack waits for it), under any timeout a broker takes.
+ACK_AT_ONCE_SECONDS = 0.5
+
+
+def broker_ack_timeout(reason: str) -> float | None:
+    """The broker's consumer_timeout in seconds when ``reason`` (a channel's closing reason)
+    says a delivery's acknowledgement timed out; ``ACK_AT_ONCE_SECONDS`` if it names no value;
+    None for any other reason."""
+    if not _ACK_TIMED_OUT.search(reason):
+        return None
+    used = _TIMEOUT_USED.search(reason)
+    return int(used.group(1)) / 1000 if used else ACK_AT_ONCE_SECONDS
+
+
+def early_ack_within(configured: float, broker_timeout: float) -> float:
+    """The early-ack time that keeps every delivery's ack before ``broker_timeout``: half of
+    it (the ack itself, and a loaded event loop, take some of the rest), or ``configured``
+    when that is sooner already. ``configured`` 0 (never early) is overruled too: otherwise
+    every long job would have the broker close the channel again, and every other delivery
+    on it go back."""
+    bound = max(broker_timeout / 2, ACK_AT_ONCE_SECONDS / 2)
+    return bound if configured <= 0 else min(configured, bound)
 
 
 class EarlyAck:

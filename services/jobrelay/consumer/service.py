@@ -30,6 +30,7 @@ from jobrelay.broker import quarantine
 from jobrelay.broker.acks import AckRouter, GroupAcked
 from jobrelay.broker.connection import cause_of, connect_broker_robust
 from jobrelay.broker.topology import declare_topology, declare_work_queue, is_refusal
+from jobrelay.consumer.early_ack import broker_ack_timeout, early_ack_within
 from jobrelay.consumer.limits import RuntimeLimits
 from jobrelay.consumer.metrics import ConsumerMetrics
 from jobrelay.consumer.worker import Worker
@@ -122,7 +123,7 @@ class Consumer:
             settings.database_url,
             pool_size=self.concurrency + 2,
             application_name="jobrelay-consumer",
-            pool_mode=settings.database_pool_mode,
+            pool_mode=settings.pool_mode,
             schema=settings.database_schema,
         )
         short_name = queue_short_name(self.queue_name)
@@ -204,6 +205,7 @@ class Consumer:
         settings = self.settings
         channel = await connection.channel()
         self.channel = channel
+        channel.close_callbacks.add(self._on_channel_closed)
         # Per-consumer QoS: quorum queues refuse a global one.
         await channel.set_qos(prefetch_count=self.concurrency)
         await declare_topology(
@@ -216,6 +218,35 @@ class Consumer:
             channel, self.queue_name, settings.delivery_limit, settings.quorum_group_size
         )
         return queue, await queue.consume(self._on_message, no_ack=False)
+
+    def _on_channel_closed(self, _channel: object, error: BaseException | None) -> None:
+        """The broker closed the channel because a delivery stayed unacked past its
+        ``consumer_timeout`` (every delivery of the channel went back): from now on long jobs
+        are acked early within that timeout, so that it happens once (docs/long-jobs.md)."""
+        timeout = broker_ack_timeout(str(error)) if error is not None else None
+        if timeout is None or self.worker is None:
+            return
+        before = self.worker.long_job_ack_seconds
+        after = early_ack_within(before, timeout)
+        if after == before:
+            return  # within it already (lowered, and said, at an earlier close)
+        self.worker.long_job_ack_seconds = after
+        log.warning(
+            "the broker closed this consumer's channel: a delivery stayed unacked past its "
+            "consumer_timeout (%gs), which is not above JOBRELAY_LONG_JOB_ACK_SECONDS (%gs); "
+            "the jobs running went back to the queue and are not run twice (their leases hold "
+            "them). From now on long jobs are acked after %gs: set "
+            "JOBRELAY_LONG_JOB_ACK_SECONDS below the broker's consumer_timeout "
+            "(docs/long-jobs.md)",
+            timeout,
+            before,
+            after,
+            extra={
+                "event": "consumer_timeout_below_early_ack",
+                "consumer_timeout_seconds": timeout,
+                "long_job_ack_seconds": after,
+            },
+        )
 
     async def _consume_until(self, stop: asyncio.Event, queue: AbstractQueue, tag: str) -> None:
         self.consuming = True

@@ -25,8 +25,10 @@ class Settings(BaseSettings):
     # How the database is reached (docs/pgbouncer.md): "session" (the server itself, or a
     # pooler in session mode) or "transaction" (PgBouncer's transaction pooling: no session
     # state outlives a transaction, so no server-side prepared statements, and LISTEN only on
-    # ``listen_database_url``).
-    database_pool_mode: Literal["session", "transaction"] = "session"
+    # ``listen_database_url``). "auto" (unset): one connection at start finds out whether a
+    # pooler answers (db/pooler.py) and takes "transaction" if one does, "session" if not;
+    # the other values are taken as they are, with no probe.
+    database_pool_mode: Literal["auto", "session", "transaction"] = "auto"
     # A direct connection (same URL forms) for LISTEN, which needs a session. Unset: LISTEN on
     # ``database_url`` in session mode; polling in transaction mode (said once in the log).
     listen_database_url: str | None = None
@@ -115,6 +117,12 @@ class Settings(BaseSettings):
     metrics_port: int = Field(0, ge=0, le=65535)
     results_dir: Path = Path("results")
     log_level: str = "INFO"
+
+    @property
+    def pool_mode(self) -> Literal["session", "transaction"]:
+        """The mode the engines and the listeners follow: "auto" is "session" until the probe
+        at start (``jobrelay.db.pooler.settle_pool_mode``) finds a pooler and says otherwise."""
+        return "transaction" if self.database_pool_mode == "transaction" else "session"
 
     @property
     def admitted_requests(self) -> int:

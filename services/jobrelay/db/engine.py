@@ -38,7 +38,7 @@ psycopg_queries.MAX_CACHED_STATEMENT_LENGTH = max(
     psycopg_queries.MAX_CACHED_STATEMENT_LENGTH, STATEMENT_CACHE_LENGTH
 )
 
-# ``Settings.database_pool_mode``: "transaction" behind PgBouncer's transaction pooling, where
+# ``Settings.pool_mode``: "transaction" behind PgBouncer's transaction pooling, where
 # consecutive transactions of one connection may run on different server sessions.
 PoolMode = Literal["session", "transaction"]
 

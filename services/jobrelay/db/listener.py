@@ -39,7 +39,7 @@ def listen_url_for(settings: Settings, listener: str) -> str | None:
     (or another client's channels); the caller polls, and says so once here."""
     if settings.listen_database_url:
         return settings.listen_database_url
-    if settings.database_pool_mode == "session":
+    if settings.pool_mode == "session":
         return settings.database_url
     log.warning(
         "the %s does not LISTEN: JOBRELAY_DATABASE_POOL_MODE=transaction and "

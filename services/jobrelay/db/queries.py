@@ -669,6 +669,10 @@ OUTBOX_CHANNEL = "jobrelay_outbox"
 LISTEN_OUTBOX = f"LISTEN {OUTBOX_CHANNEL}"
 LISTENER_PING = "SELECT pg_is_in_recovery() AS in_recovery"
 
+# The pool-mode probe at start (db/pooler.py): the pid of the server session that runs it,
+# compared with the one the connection was told at login.
+SERVER_PID = "SELECT pg_backend_pid() AS pid"
+
 # Lease a batch of due rows: lock them briefly, push their available_at past the publish
 # timeout, and commit at once. The broker round trip happens with no transaction open; another
 # dispatcher skips these rows until the lease passes, and a crashed dispatcher's rows simply

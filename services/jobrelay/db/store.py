@@ -76,7 +76,7 @@ class Store:
     ) -> Store:
         """``generic_plans``: the single statements keep one generic plan each
         (``engine.make_engine``); the dispatcher's, for its flow pick. ``pool_mode``:
-        ``Settings.database_pool_mode`` ("transaction" behind PgBouncer)."""
+        ``Settings.pool_mode`` ("transaction" behind PgBouncer)."""
         return cls(
             make_engine(
                 url,

@@ -77,7 +77,7 @@ class Dispatcher:
             pool_size=3,
             application_name="jobrelay-dispatcher",
             generic_plans=True,
-            pool_mode=settings.database_pool_mode,
+            pool_mode=settings.pool_mode,
             schema=settings.database_schema,
         )
         type_queues = parse_type_queues(settings.type_queues)

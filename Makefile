@@ -55,6 +55,7 @@ test-latest: environment
 	$(MAKE) test PYTHON=$(abspath $(LATEST_VENV))/bin/python
 
 ## run: servers + migrations + the demo client (its token kept in .local/demo-token and reused)
+## + the demo types (JOBRELAY_BUILTINS=true, off by default elsewhere)
 ## + api, dispatcher and consumer in the foreground
 run: environment
 	PYTHON=$(PYTHON) bash scripts/run.sh

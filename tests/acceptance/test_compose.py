@@ -215,7 +215,9 @@ def test_every_setting_in_env_reaches_every_jobrelay_service(compose: dict[str, 
     assert services["consumer"]["command"] == ["jobrelay", "consumer"]  # no option overrides it
 
 
-def preflight(compose: dict[str, Any], variables: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def preflight(
+    compose: dict[str, Any], variables: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
     """The ``preflight`` service's check, run by ``sh`` here with ``variables`` as .env."""
     service = compose["services"]["preflight"]
     shell, flag, script = service["entrypoint"]

@@ -134,6 +134,20 @@ def test_registries_that_do_not_load_are_one_clear_error(app_dir: Path) -> None:
         require_job_types(load_registry(""))
 
 
+def test_a_consumer_with_no_job_types_stops_at_start_with_one_line_naming_the_setting() -> None:
+    # No JOBRELAY_* at all: the production defaults, no handlers, no demo types. It stops
+    # before it connects to anything (the default URLs point at no server here).
+    from tests.support.processes import jobrelay_env, run_cli
+
+    result = run_cli(jobrelay_env({}), "consumer", timeout=60)
+
+    assert result.returncode == 2
+    (line,) = (result.stdout + result.stderr).strip().splitlines()
+    message = json.loads(line)["msg"]
+    assert "no job types to run" in message and "JOBRELAY_HANDLERS" in message, message
+    assert "JOBRELAY_BUILTINS=true" in message
+
+
 def test_the_handlers_option_overrides_the_setting_and_builtins_can_be_left_out(
     app_dir: Path,
 ) -> None:

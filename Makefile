@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 # scripts/servers.py needs only the standard library: `make down` works before any venv exists.
 SCRIPT_PYTHON = $(if $(wildcard $(PYTHON)),$(PYTHON),python3)
 
-.PHONY: install environment lock test-latest run test test-local test-side-by-side test-pgbouncer test-python313 test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster chaos chaos-cluster chaos-failover clean
+.PHONY: install environment lock dist test-latest run test test-local test-side-by-side test-pgbouncer test-python313 test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster chaos chaos-cluster chaos-failover clean
 
 ## install: exactly the locked versions (requirements/dev.txt), then jobrelay itself, editable
 ## (into the active virtual environment, else into .venv, made when missing)
@@ -47,6 +47,15 @@ lock:
 	$(UV) pip compile $(LOCK_FLAGS) --extra dev --extra bench --extra django -c requirements/runtime.txt \
 		pyproject.toml requirements/build.in -o requirements/dev.txt
 
+## dist: jobrelay's wheel and sdist in dist/ (uv build, with the locked setuptools: no index
+## needed), and dist/constraints.txt, the lock's versions to install them with
+## (`pip install --find-links dist -c dist/constraints.txt 'jobrelay[django]'`, docs/installing.md)
+DIST ?= dist
+dist: environment
+	rm -f $(DIST)/jobrelay-*.whl $(DIST)/jobrelay-*.tar.gz
+	$(PYTHON) -m uv build --no-build-isolation --python $(PYTHON) --out-dir $(DIST) .
+	$(PYTHON) scripts/lock_constraints.py requirements/dev.txt $(DIST)/constraints.txt
+
 ## test-latest: the suite against the newest versions the ranges allow, in a throwaway venv
 LATEST_VENV ?= .local/venv-latest
 test-latest: environment
@@ -55,6 +64,7 @@ test-latest: environment
 	$(MAKE) test PYTHON=$(abspath $(LATEST_VENV))/bin/python
 
 ## run: servers + migrations + the demo client (its token kept in .local/demo-token and reused)
+## + the demo types (JOBRELAY_BUILTINS=true, off by default elsewhere)
 ## + api, dispatcher and consumer in the foreground
 run: environment
 	PYTHON=$(PYTHON) bash scripts/run.sh
@@ -220,4 +230,4 @@ test-containers: environment
 
 clean:
 	$(SCRIPT_PYTHON) scripts/servers.py down --delete-data || true
-	rm -rf .local build *.egg-info
+	rm -rf .local build dist *.egg-info

@@ -151,6 +151,7 @@ def start_service(args: list[str], env_overrides: dict[str, str]) -> subprocess.
     env = os.environ | env_overrides
     env["PYTHONPATH"] = str(ROOT)
     env.setdefault("JOBRELAY_LOG_LEVEL", "WARNING")
+    env.setdefault("JOBRELAY_BUILTINS", "true")  # the benchmarks submit the demo types
     # JOBRELAY_BENCH_CPU_PROFILE=DIR: each service under a CPU-clock cProfile (_cpu_profile.py).
     module = "benchmarks._cpu_profile" if env.get("JOBRELAY_BENCH_CPU_PROFILE") else "jobrelay"
     return subprocess.Popen(

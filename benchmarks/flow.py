@@ -168,6 +168,7 @@ class Run:
             "JOBRELAY_AMQP_URL": amqp_url,
             "JOBRELAY_LOG_LEVEL": "WARNING",
             "JOBRELAY_METRICS_PORT": "0",
+            "JOBRELAY_BUILTINS": "true",  # demo.sleep beside the limited types
         }
         env = env | variant.env | extra | variant.tree.env()
         log = open(self.workdir / f"{service[0]}.log", "ab")  # noqa: SIM115 (the child keeps it)

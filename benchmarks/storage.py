@@ -243,7 +243,7 @@ async def reader(side: Side, list_client: uuid.UUID, list_token: str) -> AsyncIt
     await ClientStore(side.store).create_client(
         f"bench-admin-{uuid.uuid4().hex[:8]}", token_hash(admin_token), is_admin=True
     )
-    app = create_app(Settings(database_url=side.url), store=side.store)
+    app = create_app(Settings(database_url=side.url, builtins=True), store=side.store)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://jobrelay.bench") as http:
         yield Reader(

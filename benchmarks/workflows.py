@@ -268,7 +268,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 async def main_async(args: argparse.Namespace, ctx: e2e.Context) -> None:
     store = Store.connect(ctx.database_url, pool_size=2)
     try:
-        bench = Bench(ctx.database_url, args, store, load_registry())
+        bench = Bench(ctx.database_url, args, store, load_registry(builtins=True))
         report(await run(bench, ctx), args)
     finally:
         await store.close()

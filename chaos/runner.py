@@ -150,6 +150,7 @@ class Run:
                 "JOBRELAY_API_PORT": str(api_port),
                 "JOBRELAY_LOG_LEVEL": "INFO",
                 "JOBRELAY_HANDLERS": HANDLERS,  # chaos.limited, beside the built-in types
+                "JOBRELAY_BUILTINS": "true",
             }
         )
         self.api = Service("api", ["api"], env, self.logs_dir / "api.log")

@@ -31,6 +31,8 @@ $PYTHON scripts/servers.py up >/dev/null
 # shellcheck disable=SC1091
 . "${JOBRELAY_SERVERS_DIR:-.local/servers}/env"
 export JOBRELAY_RESULTS_DIR=${JOBRELAY_RESULTS_DIR:-.local/results}
+# The demo types (demo.*, catalog.export) to try it with: off by default everywhere else.
+export JOBRELAY_BUILTINS=${JOBRELAY_BUILTINS:-true}
 
 $PYTHON -m jobrelay migrate
 token_file=${JOBRELAY_DEMO_TOKEN_FILE:-.local/demo-token}
@@ -91,7 +93,7 @@ cat <<MSG
 
   The CLI from another shell, on the same servers:
 
-    . ${VIRTUAL_ENV:-.venv}/bin/activate && . ${JOBRELAY_SERVERS_DIR:-.local/servers}/env && export JOBRELAY_TOKEN=$token
+    . ${VIRTUAL_ENV:-.venv}/bin/activate && . ${JOBRELAY_SERVERS_DIR:-.local/servers}/env && export JOBRELAY_BUILTINS=$JOBRELAY_BUILTINS JOBRELAY_TOKEN=$token
 
   make down stops the servers and keeps their data; make down DELETE=1 deletes it.
 

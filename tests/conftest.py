@@ -94,6 +94,8 @@ def settings(database_url: str, pool_mode: str, tmp_path: Any) -> Settings:
         amqp_url="amqp://guest:guest@127.0.0.1:1/",  # tests that need the broker override it
         results_dir=tmp_path / "results",
         poll_interval_seconds=0.2,
+        # The tests submit the demo types (demo.*, catalog.export), off by default in production.
+        builtins=True,
     )
 
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import secrets
+import subprocess
 import urllib.request
 import uuid
 from pathlib import Path
@@ -65,7 +68,7 @@ def test_compose_declares_the_whole_system(compose: dict[str, Any]) -> None:
     assert "name" not in compose  # docker-compose 1.29 rejects a top-level name
     services = compose["services"]
     default = {name for name, service in services.items() if "profiles" not in service}
-    assert default == {"postgres", "rabbitmq", *JOBRELAY_SERVICES}
+    assert default == {"preflight", "postgres", "rabbitmq", *JOBRELAY_SERVICES}
     profiled = {name: service.get("profiles") for name, service in services.items()}
     assert {name for name, profiles in profiled.items() if profiles == ["cluster"]} == {
         "rabbitmq-2",
@@ -167,11 +170,95 @@ def test_the_image_is_slim_and_runs_as_a_non_root_user() -> None:
 COMPOSE_VARIABLES = {"POSTGRES_PASSWORD": "unused-here", "RABBITMQ_PASSWORD": "unused-here"}
 
 
-def compose_environment(service: dict[str, Any]) -> dict[str, str]:
-    return {
-        key: interpolate(str(value), COMPOSE_VARIABLES)
-        for key, value in (service.get("environment") or {}).items()
-    }
+def compose_environment(
+    service: dict[str, Any], variables: dict[str, str] = COMPOSE_VARIABLES
+) -> dict[str, str]:
+    """The service's environment as compose gives it, with ``variables`` as .env: a key listed
+    without a value takes the variable of its name, and is left out when that is not set."""
+    environment = {}
+    for key, value in (service.get("environment") or {}).items():
+        if value is None:
+            if key in variables:
+                environment[key] = variables[key]
+        else:
+            environment[key] = interpolate(str(value), variables)
+    return environment
+
+
+# Settings compose sets itself, for they point at its containers, volume and health checks;
+# .env changes the database and broker through the passwords and the ha/cluster variables.
+SET_BY_COMPOSE = {
+    "database_url",
+    "amqp_url",
+    "results_dir",
+    "api_host",
+    "api_port",
+    "metrics_port",
+}
+
+
+def test_every_setting_in_env_reaches_every_jobrelay_service(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    not_fixed = {f"JOBRELAY_{name.upper()}" for name in set(Settings.model_fields) - SET_BY_COMPOSE}
+    for name in JOBRELAY_SERVICES:
+        service = services[name]
+        # The whole of .env (or JOBRELAY_ENV_FILE) is the service's environment ...
+        assert service["env_file"] == "${JOBRELAY_ENV_FILE:-.env}", name
+        assert interpolate(service["env_file"], {}) == ".env"
+        # ... and what compose sets on top of it (which wins) is only what points at its own
+        # containers, or a default that .env still overrides.
+        for key in not_fixed & set(service.get("environment") or {}):
+            dot_env = COMPOSE_VARIABLES | {key: "from-dot-env"}
+            assert compose_environment(service, dot_env)[key] == "from-dot-env", (name, key)
+        # No key listed without a value: Docker would unset it, and with it the ENV of an image
+        # built FROM jobrelay (JOBRELAY_HANDLERS, docs/containers.md).
+        assert None not in (service.get("environment") or {}).values(), name
+    assert services["consumer"]["command"] == ["jobrelay", "consumer"]  # no option overrides it
+
+
+def preflight(
+    compose: dict[str, Any], variables: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """The ``preflight`` service's check, run by ``sh`` here with ``variables`` as .env."""
+    service = compose["services"]["preflight"]
+    shell, flag, script = service["entrypoint"]
+    environment = compose_environment(service, variables)
+    return subprocess.run(
+        [shell, flag, script.replace("$$", "$")],  # compose's escape of a literal $
+        env={"PATH": os.environ["PATH"], **environment},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_compose_refuses_the_placeholder_passwords_of_env_example(compose: dict[str, Any]) -> None:
+    placeholders = dict(re.findall(r"^#?(\w+_PASSWORD)=(\S+)", ENV_EXAMPLE.read_text(), re.M))
+    assert {"POSTGRES_PASSWORD", "RABBITMQ_PASSWORD"} <= set(placeholders)
+    own = {name: secrets.token_hex(12) for name in placeholders}
+    accepted = preflight(compose, own)
+    assert (accepted.returncode, accepted.stdout + accepted.stderr) == (0, "")
+    for name, placeholder in placeholders.items():
+        refused = preflight(compose, own | {name: placeholder})
+        assert refused.returncode != 0, name
+        (line,) = refused.stderr.splitlines()
+        assert name in line and ".env" in line, line
+        assert placeholder not in refused.stdout + refused.stderr  # never the password itself
+
+    # No server, hence no service, starts before the check has passed.
+    services = compose["services"]
+    for name in ("postgres", "rabbitmq", "etcd"):
+        condition = services[name]["depends_on"]["preflight"]["condition"]
+        assert condition == "service_completed_successfully", name
+    for name in services:
+        if name != "preflight":
+            assert "preflight" in dependencies(services, name), name
+
+
+def dependencies(services: dict[str, Any], name: str) -> set[str]:
+    """Every service ``name`` waits for, directly or through another."""
+    direct = set(services[name].get("depends_on") or {})
+    return direct.union(*(dependencies(services, other) for other in direct))
 
 
 def local_environment(

@@ -292,6 +292,8 @@ def write_env_file(path: Path, api_port: int, ui_port: int) -> None:
         "JOBRELAY_API_HOST_PORT": str(api_port),
         "JOBRELAY_RABBITMQ_UI_HOST_PORT": str(ui_port),
         "JOBRELAY_LOG_LEVEL": "INFO",
+        "JOBRELAY_BUILTINS": "true",  # the load is made of the demo types, off by default
+        "JOBRELAY_ENV_FILE": str(path),  # the services' env_file: this file, not ROOT/.env
         "JOBRELAY_REDISPATCH_AFTER_SECONDS": str(REDISPATCH_AFTER_SECONDS),
         "JOBRELAY_IMAGE": os.environ.get("JOBRELAY_IMAGE", "jobrelay:latest"),
         "JOBRELAY_POSTGRES_IMAGE": os.environ.get("JOBRELAY_POSTGRES_IMAGE", "postgres:15"),

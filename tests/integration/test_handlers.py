@@ -111,7 +111,7 @@ def plain_long(context: JobContext, payload: Nap) -> dict[str, Any]:
     return {"slept": payload.seconds}
 
 
-known = load_registry(HANDLERS)  # with the built-in types, as a service loads it
+known = load_registry(HANDLERS, builtins=True)  # with the built-in types, as the tests load them
 
 
 @pytest.fixture

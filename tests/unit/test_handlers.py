@@ -27,7 +27,7 @@ from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobState
 from jobrelay.core.trace import JobTrace, trace_document
 from jobrelay.handlers import builtin
-from jobrelay.handlers.loading import load_registry, registry_for
+from jobrelay.handlers.loading import load_registry, registry_for, require_job_types
 from jobrelay.logs import JsonFormatter
 
 BUILTIN_TYPES = {"catalog.export", "demo.sleep", "demo.fail"}
@@ -73,10 +73,17 @@ def write_registry(folder: Path, package: str, *types: str) -> str:
     return f"{package}.jobs:registry"
 
 
-def test_loading_a_registry_keeps_the_builtin_types(app_dir: Path) -> None:
+def test_the_builtin_demo_types_are_loaded_only_when_asked_for(
+    app_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     spec = write_registry(app_dir, f"shop_{uuid.uuid4().hex[:6]}", "shop.receipt")
-    assert {t.name for t in load_registry(spec)} == {*BUILTIN_TYPES, "shop.receipt"}
-    assert {t.name for t in load_registry(spec, builtins=False)} == {"shop.receipt"}
+    assert {t.name for t in load_registry(spec)} == {"shop.receipt"}
+    assert {t.name for t in load_registry(spec, builtins=True)} == {*BUILTIN_TYPES, "shop.receipt"}
+    monkeypatch.delenv("JOBRELAY_BUILTINS", raising=False)
+    assert Settings().builtins is False  # production default: no client can run the demo types
+    assert {t.name for t in registry_for(Settings(), spec)} == {"shop.receipt"}
+    monkeypatch.setenv("JOBRELAY_BUILTINS", "true")
+    assert {t.name for t in registry_for(Settings(), spec)} == {*BUILTIN_TYPES, "shop.receipt"}
 
 
 def test_several_registries_are_combined_and_the_current_directory_is_importable(
@@ -84,7 +91,7 @@ def test_several_registries_are_combined_and_the_current_directory_is_importable
 ) -> None:
     shop = write_registry(app_dir, f"shop_{uuid.uuid4().hex[:6]}", "shop.receipt")
     mail = write_registry(app_dir, f"mail_{uuid.uuid4().hex[:6]}", "mail.send", "mail.bounce")
-    combined = load_registry(f" {shop} , {mail},")
+    combined = load_registry(f" {shop} , {mail},", builtins=True)
     assert {t.name for t in combined} == {
         *BUILTIN_TYPES,
         "shop.receipt",
@@ -103,7 +110,7 @@ def test_a_type_defined_twice_is_an_error_naming_both_modules(app_dir: Path) -> 
     # A built-in type redefined by an application is a duplicate too.
     clash = write_registry(app_dir, f"clash_{uuid.uuid4().hex[:6]}", "demo.sleep")
     with pytest.raises(ConfigurationError, match=r"jobrelay\.handlers\.builtin:registry"):
-        load_registry(clash)
+        load_registry(clash, builtins=True)
 
 
 def test_a_registry_that_includes_the_builtin_definitions_is_not_a_duplicate() -> None:
@@ -121,8 +128,24 @@ def test_registries_that_do_not_load_are_one_clear_error(app_dir: Path) -> None:
     ):
         with pytest.raises(ConfigurationError, match=words):
             load_registry(spec)
-    with pytest.raises(ConfigurationError, match="no job types"):
-        load_registry("", builtins=False)
+    # No types at all is an API that accepts what the consumers registered; a consumer refuses.
+    assert list(load_registry("")) == []
+    with pytest.raises(ConfigurationError, match="JOBRELAY_HANDLERS=module:registry"):
+        require_job_types(load_registry(""))
+
+
+def test_a_consumer_with_no_job_types_stops_at_start_with_one_line_naming_the_setting() -> None:
+    # No JOBRELAY_* at all: the production defaults, no handlers, no demo types. It stops
+    # before it connects to anything (the default URLs point at no server here).
+    from tests.support.processes import jobrelay_env, run_cli
+
+    result = run_cli(jobrelay_env({}), "consumer", timeout=60)
+
+    assert result.returncode == 2
+    (line,) = (result.stdout + result.stderr).strip().splitlines()
+    message = json.loads(line)["msg"]
+    assert "no job types to run" in message and "JOBRELAY_HANDLERS" in message, message
+    assert "JOBRELAY_BUILTINS=true" in message
 
 
 def test_the_handlers_option_overrides_the_setting_and_builtins_can_be_left_out(

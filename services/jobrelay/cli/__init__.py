@@ -12,6 +12,7 @@ that imports ``common`` and jobrelay's packages, never another command module.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import sys
 from collections.abc import Sequence
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         "\nconfiguration comes from JOBRELAY_* environment variables (see docs/configuration.md)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"jobrelay {installed_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # The order here is the order of ``jobrelay --help``.
     services.register(commands)  # migrate, api, dispatcher, consumer
@@ -62,6 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
     queues.register(commands)  # list, pause, resume
     limits.register(commands)  # list, set, clear
     return parser
+
+
+def installed_version() -> str:
+    """The version of the installed distribution (the wheel's, or the editable checkout's)."""
+    try:
+        return importlib.metadata.version("jobrelay")
+    except importlib.metadata.PackageNotFoundError:  # sources on PYTHONPATH, not installed
+        return "unknown (not installed)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

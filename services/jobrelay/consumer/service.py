@@ -47,7 +47,7 @@ from jobrelay.db.execution_store import PgExecutionStore
 from jobrelay.db.store import Store
 from jobrelay.db.type_store import PgTypeStore
 from jobrelay.eventloop import stopped_within
-from jobrelay.handlers.loading import registry_for
+from jobrelay.handlers.loading import registry_for, require_job_types
 
 log = logging.getLogger("jobrelay.consumer")
 
@@ -66,7 +66,7 @@ async def run_consumer(
 
     ``handlers`` (``--handlers``) overrides JOBRELAY_HANDLERS."""
     try:
-        registry = registry_for(settings, handlers)
+        registry = require_job_types(registry_for(settings, handlers))
         routes = parse_type_queues(settings.type_queues)
     except (ConfigurationError, ValueError) as error:
         log.error("cannot start: %s", error, extra={"event": "configuration_error"})

@@ -100,10 +100,11 @@ class Settings(BaseSettings):
     # "type=queue,type=queue": route a slow type to its own queue.
     type_queues: str = ""
 
-    # "module:attribute,module:attribute": registries of job types, combined with the built-in
-    # types unless builtins is false (``jobrelay.handlers.loading``).
+    # "module:attribute,module:attribute": registries of job types (``jobrelay.handlers.loading``).
     handlers: str = ""
-    builtins: bool = True
+    # The demo types (demo.*, catalog.export) beside them: off unless asked for (`make run` asks),
+    # for any client could hold a consumer slot for an hour or write files with them.
+    builtins: bool = False
     # A consumer that does not know a job's type puts it back; only once the type has stayed
     # unknown this long is the job quarantined (unknown_job_type).
     unknown_type_patience_seconds: float = Field(3600.0, ge=0)

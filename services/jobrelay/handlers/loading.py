@@ -1,6 +1,8 @@
 """Load the job types a process knows: JOBRELAY_HANDLERS (or ``--handlers``), a comma-separated
-list of ``module:attribute`` registries, combined with the built-in types unless
-JOBRELAY_BUILTINS is false.
+list of ``module:attribute`` registries, and the built-in demo types where JOBRELAY_BUILTINS is
+true (off by default: any client could submit them). None at all is a valid answer for the API
+and the dispatchers (the API then accepts the types the consumers registered); a consumer with
+nothing to run refuses to start (``require_job_types``).
 
 The API, the consumers and the CLI all load them here, so they agree on what a type is. The
 current directory is importable, as with ``uvicorn`` and ``celery -A``: run a service from your
@@ -54,18 +56,25 @@ def add_django_tasks(registry: Registry, settings: Settings) -> None:
     add_tasks(registry, parse_type_queues(settings.type_queues))
 
 
-def load_registry(spec: str = "", *, builtins: bool = True) -> Registry:
+def require_job_types(registry: Registry) -> Registry:
+    """``registry``, unless it is empty: a consumer with no type to run would only hold its
+    queue's messages back."""
+    if not registry.types:
+        raise ConfigurationError(
+            "no job types to run: set JOBRELAY_HANDLERS=module:registry (or --handlers); "
+            "JOBRELAY_BUILTINS=true adds the demo types"
+        )
+    return registry
+
+
+def load_registry(spec: str = "", *, builtins: bool = False) -> Registry:
     """One registry of every type named by ``spec`` (``module:attr,module:attr``), plus the
-    built-in types unless ``builtins`` is false. A type defined by two registries is an error
-    naming both; the same definition reached twice (a registry that includes the built-ins)
-    is not."""
+    built-in demo types if ``builtins`` is true; empty when neither names any. A type defined
+    by two registries is an error naming both; the same definition reached twice (a registry
+    that includes the built-ins) is not."""
     sources = [part.strip() for part in spec.split(",") if part.strip()]
     if builtins:
         sources.insert(0, BUILTINS)
-    if not sources:
-        raise ConfigurationError(
-            "no job types: JOBRELAY_BUILTINS is false and JOBRELAY_HANDLERS names no registry"
-        )
     combined = Registry()
     type_sources: dict[str, str] = {}
     schedule_sources: dict[str, str] = {}

@@ -47,7 +47,9 @@ PROBLEM_CONTENT: dict[str, Any] = {problems.PROBLEM_CONTENT_TYPE: {"schema": {"$
 _WHEN = {
     400: "idempotency_key_missing, idempotency_key_invalid, malformed_json or invalid_cursor",
     401: "unauthorized: a missing, unknown or disabled token",
-    403: "forbidden: an admin endpoint with a client's token",
+    403: "forbidden: an admin endpoint with a client's token; type_not_allowed: a job type "
+    "the client may not submit (its type patterns; Django tasks and api=False types need "
+    "patterns that name them)",
     404: "job_not_found: no such job, or another client's",
     409: "idempotency_conflict, not_cancellable or not_replayable",
     413: "payload_too_large: the body is over JOBRELAY_MAX_BODY_BYTES",

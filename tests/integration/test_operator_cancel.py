@@ -35,6 +35,8 @@ async def test_an_admin_cancels_another_clients_queued_job(
         "cancelled",
         "by an operator through the admin API (client ops)",
     )
+    trace = await api.get(f"/v1/admin/jobs/{job_id}/trace", headers=auth(admin))
+    assert trace.json()["why"] == "cancelled by an operator through the admin API (client ops)"
     # The owner's own cancel stays: it now finds the job finished.
     again = await api.post(f"/v1/jobs/{job_id}/cancel", headers=auth(alice))
     assert (again.status_code, again.json()["code"]) == (409, "not_cancellable")
@@ -85,6 +87,9 @@ async def test_the_cli_cancels_any_clients_job_in_one_line(
         "cancelled",
         "by an operator with jobrelay jobs cancel",
     )
+
+    owners = await api.get(f"/v1/jobs/{job_id}/trace", headers=auth(alice))
+    assert owners.json()["why"] == "cancelled by an operator with jobrelay jobs cancel"
 
     finished = cli(settings, "jobs", "cancel", job_id)
     assert finished.returncode == 1

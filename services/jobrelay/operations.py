@@ -1,6 +1,7 @@
 """Operator actions over both sides of the quarantine: the jobs' recorded reasons in
-PostgreSQL and the dead-lettered messages in RabbitMQ. Used by the CLI, the admin API and (the
-sweep) the dispatcher's maintenance.
+PostgreSQL and the dead-lettered messages in RabbitMQ; and an operator's cancel of any client's
+job (``cancel_any_job``). Used by the CLI, the admin API, the console and (the sweep) the
+dispatcher's maintenance.
 
 The invariant kept here (docs/invariants.md, invariant 8): a replay, a redispatch or a
 reconciliation never removes the quarantine message of a later quarantine of the same job, and

@@ -47,9 +47,7 @@ PROBLEM_CONTENT: dict[str, Any] = {problems.PROBLEM_CONTENT_TYPE: {"schema": {"$
 _WHEN = {
     400: "idempotency_key_missing, idempotency_key_invalid, malformed_json or invalid_cursor",
     401: "unauthorized: a missing, unknown or disabled token",
-    403: "forbidden: an admin endpoint with a client's token; type_not_allowed: a job type "
-    "the client may not submit (its type patterns; Django tasks and api=False types need "
-    "patterns that name them)",
+    403: "forbidden: an admin endpoint with a client's token",
     404: "job_not_found: no such job, or another client's",
     409: "idempotency_conflict, not_cancellable or not_replayable",
     413: "payload_too_large: the body is over JOBRELAY_MAX_BODY_BYTES",
@@ -78,9 +76,22 @@ for _status in (429, 503):
     PROBLEM_RESPONSES[_status] = {**PROBLEM_RESPONSES[_status], "headers": RETRY_AFTER_HEADER}
 
 
+# A submission's 403 is another problem than an admin endpoint's (docs/submitting.md).
+SUBMISSION_FORBIDDEN: dict[str, Any] = {
+    "description": "type_not_allowed: a job type the client may not submit (outside its type "
+    "patterns; without patterns, a Django task or an api=False type); nothing was written",
+    "content": PROBLEM_CONTENT,
+}
+
+
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """The ``responses=`` entries of the problems an operation can answer."""
     return {status: PROBLEM_RESPONSES[status] for status in statuses}
+
+
+def submission_problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """``problem_responses`` of an operation that creates jobs: its 403 is type_not_allowed."""
+    return {**problem_responses(*statuses), 403: SUBMISSION_FORBIDDEN}
 
 
 # --- 415 for a body that is not declared JSON ---------------------------------------------------

@@ -174,7 +174,7 @@ router.add_api_route(
             "that job, with deduplicated true (the key is not kept)",
             "headers": LOCATION_HEADER,
         },
-        **problem_responses(400, 403, 409, 413, 422, 429),
+        **openapi.submission_problems(400, 409, 413, 422, 429),
     },
     summary="Submit a job (idempotent by Idempotency-Key)",
 )
@@ -209,7 +209,7 @@ BATCH_PATH = "/v1/jobs/batch"
     BATCH_PATH,
     operation_id="submitBatch",
     response_model=BatchAnswer,
-    responses=problem_responses(400, 403, 413, 422, 429),
+    responses=openapi.submission_problems(400, 413, 422, 429),
     summary="Submit up to 1,000 jobs, each answered on its own, in order",
 )
 async def submit_batch(body: SubmitBatch, request: Request, client: ClientDep) -> BatchAnswer:

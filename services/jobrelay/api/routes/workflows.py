@@ -41,7 +41,7 @@ WORKFLOW_PROBLEMS = problem_responses(404, 422)
             "description": "The key was used before for the same workflow: that workflow, now",
             "headers": LOCATION_HEADER,
         },
-        **problem_responses(400, 403, 409, 413, 422, 429),
+        **openapi.submission_problems(400, 409, 413, 422, 429),
     },
     summary="Submit a workflow: jobs that wait for other jobs (idempotent by Idempotency-Key)",
 )

@@ -362,6 +362,18 @@ async def test_the_clients_page_shows_the_types_each_client_may_submit(
     assert "every type but Django tasks and" in rows_of["plain"]
     assert "every type</td>" in rows_of["ops"]
 
+    csrf = await signed_in(console, admin)
+    bad = await console.post(
+        "/ui/clients", data={"name": "shop", "types": "shop.[ab]", "csrf": csrf}
+    )
+    assert_html_page(bad, 400)
+    assert "Types: type pattern" in html.unescape(bad.text)
+    created = await console.post(
+        "/ui/clients", data={"name": "shop", "types": "shop.*, mail.send", "csrf": csrf}
+    )
+    assert_html_page(created, 200)
+    assert (await client_row(store, "shop")).type_patterns == ["shop.*", "mail.send"]
+
 
 async def test_an_admin_client_made_in_the_console_can_sign_in(
     console: httpx.AsyncClient, make_settings: MakeSettings, store: Store, admin: str

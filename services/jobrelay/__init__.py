@@ -16,7 +16,7 @@ and the transactional enqueue (``jobrelay.transactional``), for applications tha
 jobrelay's database: a job written inside the caller's own transaction, also imported on
 first use::
 
-    from jobrelay import UnknownClient, enqueue, enqueue_async
+    from jobrelay import TypeNotAllowed, UnknownClient, enqueue, enqueue_async
 
 and workflows, graphs of jobs that wait for one another (docs/workflows.md), built with
 ``Workflow`` and submitted with ``Client.submit_workflow`` or, in the caller's transaction,
@@ -40,6 +40,7 @@ from jobrelay.core.workflows import Workflow
 if TYPE_CHECKING:
     from jobrelay.client import ApiError, AsyncClient, Client, IdempotencyConflict, Job
     from jobrelay.transactional import (
+        TypeNotAllowed,
         UnknownClient,
         enqueue,
         enqueue_async,
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 _CLIENT_NAMES = frozenset({"ApiError", "AsyncClient", "Client", "IdempotencyConflict", "Job"})
 _ENQUEUE_NAMES = frozenset(
     {
+        "TypeNotAllowed",
         "UnknownClient",
         "enqueue",
         "enqueue_async",
@@ -70,6 +72,7 @@ __all__ = [
     "PermanentError",
     "Registry",
     "TransientError",
+    "TypeNotAllowed",
     "UnknownClient",
     "Workflow",
     "configure",

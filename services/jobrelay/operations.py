@@ -1,6 +1,7 @@
 """Operator actions over both sides of the quarantine: the jobs' recorded reasons in
-PostgreSQL and the dead-lettered messages in RabbitMQ. Used by the CLI, the admin API and (the
-sweep) the dispatcher's maintenance.
+PostgreSQL and the dead-lettered messages in RabbitMQ; and an operator's cancel of any client's
+job (``cancel_any_job``). Used by the CLI, the admin API, the console and (the sweep) the
+dispatcher's maintenance.
 
 The invariant kept here (docs/invariants.md, invariant 8): a replay, a redispatch or a
 reconciliation never removes the quarantine message of a later quarantine of the same job, and
@@ -39,8 +40,8 @@ from aio_pika.abc import AbstractConnection
 from jobrelay.broker import quarantine
 from jobrelay.broker.connection import connect_broker
 from jobrelay.broker.quarantine import QuarantinedMessage
-from jobrelay.core.errors import BrokerUnavailable, UnknownJobType
-from jobrelay.core.jobs import QuarantinedJob
+from jobrelay.core.errors import BrokerUnavailable, JobNotFound, NotCancellable, UnknownJobType
+from jobrelay.core.jobs import CancelAnswer, Job, QuarantinedJob
 from jobrelay.core.registry import Registry
 from jobrelay.core.schedules import Schedule
 from jobrelay.core.settings import Settings, parse_type_queues
@@ -59,6 +60,21 @@ RESTORE_BATCH = 1000  # missing quarantine messages published again per sweep at
 # A listing waits this long for a replay or a sweep that holds the queue, then shows the
 # database side alone (``broker: busy``).
 READ_WAIT_SECONDS = 10.0
+
+
+async def cancel_any_job(store: Store, job_id: uuid.UUID, *, how: str) -> tuple[CancelAnswer, Job]:
+    """An operator's cancel of any client's job, as its owner's would (``Store.cancel_job``):
+    at once when queued, retrying or waiting, by request when running. The journal's entry
+    says it was an operator and ``how`` ("in the console (alice)", "with jobrelay jobs cancel"),
+    where the owner's says "by its client". ``JobNotFound``, or ``NotCancellable`` for a job
+    that has finished; the admin API, the CLI and the console all cancel through here."""
+    answer = await store.cancel_job(job_id, client_id=None, detail=f"by an operator {how}")
+    job = await store.get_job(job_id)
+    if job is None:
+        raise JobNotFound()
+    if answer is None:
+        raise NotCancellable(f"the job is {job.state.value}", state=job.state.value)
+    return answer, job
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_scoped_session
 from sqlalchemy.orm import Session, scoped_session
 
 from jobrelay import tracing
+from jobrelay.core.clients import matches_any
 from jobrelay.core.fingerprint import canonical_json
 from jobrelay.core.jobs import Flow, Job, JobRequest, is_valid_idempotency_key
 from jobrelay.core.jsonvalues import unstorable_json
@@ -72,6 +73,7 @@ from jobrelay.db.workflow_store import WorkflowSubmission, accept_workflow_steps
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
+    "TypeNotAllowed",
     "UnknownClient",
     "Workflow",
     "enqueue",
@@ -88,6 +90,19 @@ AsyncConnectionLike = (
 
 _SQLALCHEMY_SYNC = (SAConnection, Session, scoped_session)
 _SQLALCHEMY_ASYNC = (SAAsyncConnection, AsyncSession, async_scoped_session)
+
+
+class TypeNotAllowed(PermissionError):
+    """``client``'s type patterns do not name ``type``: nothing was written. A client's
+    explicit patterns bind every path (HTTP, ``enqueue``, ``jobrelay_enqueue``); the default
+    rule that keeps Django tasks and ``api=False`` types off HTTP does not apply here."""
+
+    code = "type_not_allowed"
+
+    def __init__(self, client: object, job_type: str) -> None:
+        super().__init__(f"jobrelay client {client!r} may not submit type {job_type[:100]!r}")
+        self.client = client
+        self.type = job_type
 
 
 class UnknownClient(ValueError):
@@ -386,7 +401,7 @@ def _trace_context(traceparent: str | None) -> str | None:
 def _accept(client: str | uuid.UUID, submission: Submission) -> Generator[Step, list[Any], Job]:
     """The client, then the accept of ``Store.accept_job`` (``db/accept.py``); a key used for
     another request raises, having written nothing."""
-    client_id = yield from _client_id(client)
+    client_id = yield from _client_id(client, (submission.request.type,))
     accepted = yield from accept_steps(client_id, submission)
     if accepted.conflict:
         raise _conflict("the key was used for another type, payload or schedule", accepted.job.id)
@@ -396,7 +411,8 @@ def _accept(client: str | uuid.UUID, submission: Submission) -> Generator[Step, 
 def _accept_workflow(client: str | uuid.UUID, submission: WorkflowSubmission) -> Steps[uuid.UUID]:
     """The client, then the accept of ``WorkflowStore.accept`` (``db/workflow_store.py``); a
     key used for another workflow raises, having written nothing."""
-    client_id = yield from _client_id(client)
+    types = tuple(step.request.type for step in submission.steps)
+    client_id = yield from _client_id(client, types)
     accepted = yield from accept_workflow_steps(client_id, submission)
     if accepted.conflict:
         raise _conflict(
@@ -405,7 +421,11 @@ def _accept_workflow(client: str | uuid.UUID, submission: WorkflowSubmission) ->
     return accepted.workflow_id
 
 
-def _client_id(client: str | uuid.UUID) -> Generator[Step, list[Any], uuid.UUID]:
+def _client_id(
+    client: str | uuid.UUID, types: tuple[str, ...]
+) -> Generator[Step, list[Any], uuid.UUID]:
+    """The enabled client's id, once its type patterns (if it has any) name every one of
+    ``types``; ``UnknownClient`` or ``TypeNotAllowed`` otherwise."""
     by_id: uuid.UUID | None
     by_name: str | None
     if isinstance(client, uuid.UUID):
@@ -421,6 +441,10 @@ def _client_id(client: str | uuid.UUID) -> Generator[Step, list[Any], uuid.UUID]
         raise UnknownClient(client)
     if rows[0].disabled:
         raise UnknownClient(client, disabled=True)
+    patterns = rows[0].type_patterns
+    for job_type in types:
+        if patterns is not None and not matches_any(patterns, job_type):
+            raise TypeNotAllowed(client, job_type)
     found: uuid.UUID = rows[0].id
     return found
 

@@ -46,6 +46,8 @@ MATRIX: list[tuple[str, str, tuple[int, ...]]] = [
     ("POST", "/v1/admin/quarantine/reconcile", ADMIN_ONLY),
     ("POST", "/v1/admin/jobs/{quarantined}/replay", ADMIN_ONLY),
     ("GET", "/v1/admin/jobs/{queued}/trace", ADMIN_ONLY),
+    ("POST", "/v1/admin/jobs/{queued}/cancel", ADMIN_ONLY),  # any client's job (issue 37)
+    ("GET", "/v1/admin/clients", ADMIN_ONLY),
     # {name}: the queue default; {job_type}: demo.sleep (issue 25, flow control)
     ("GET", "/v1/admin/queues", ADMIN_ONLY),
     ("POST", "/v1/admin/queues/{name}/pause", ADMIN_ONLY),

@@ -69,6 +69,8 @@ MUST_REACH = {
     ("GET", "/v1/admin/quarantine"): {200},
     ("POST", "/v1/admin/jobs/{job_id}/replay"): {404, 409},
     ("GET", "/v1/admin/jobs/{job_id}/trace"): {200, 404},
+    ("POST", "/v1/admin/jobs/{job_id}/cancel"): {404, 409},
+    ("GET", "/v1/admin/clients"): {200},
     ("GET", "/healthz"): {200},
     ("GET", "/readyz"): {200},
     ("GET", "/metrics"): {200},

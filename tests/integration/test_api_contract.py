@@ -122,8 +122,10 @@ def test_the_idempotency_key_is_required_on_submission(document: dict[str, Any])
 # looked up in the database), 403 on admin calls, 404 and 422 with a job id in the path, 413 on
 # a POST (the body limit), 415 where a JSON body is read, 409 where a state or key can conflict.
 STATUSES = {
-    ("POST", "/v1/jobs"): {"200", "202", "400", "401", "409", "413", "415", "422", "429", "503"},
-    ("POST", "/v1/jobs/batch"): {"200", "400", "401", "413", "415", "422", "429", "503"},
+    ("POST", "/v1/jobs"): {
+        *("200", "202", "400", "401", "403", "409", "413", "415", "422", "429", "503")
+    },
+    ("POST", "/v1/jobs/batch"): {"200", "400", "401", "403", "413", "415", "422", "429", "503"},
     ("GET", "/v1/jobs"): {"200", "400", "401", "422", "503"},
     ("GET", "/v1/jobs/{job_id}"): {"200", "401", "404", "422", "503"},
     ("GET", "/v1/jobs/{job_id}/events"): {"200", "401", "404", "422", "503"},
@@ -137,6 +139,10 @@ STATUSES = {
         *("200", "401", "403", "404", "409", "413", "422", "503")
     },
     ("GET", "/v1/admin/jobs/{job_id}/trace"): {"200", "401", "403", "404", "422", "503"},
+    ("POST", "/v1/admin/jobs/{job_id}/cancel"): {
+        *("200", "202", "401", "403", "404", "409", "413", "422", "503")
+    },
+    ("GET", "/v1/admin/clients"): {"200", "401", "403", "503"},
     ("GET", "/v1/admin/queues"): {"200", "401", "403", "503"},
     ("POST", "/v1/admin/queues/{name}/pause"): {"200", "401", "403", "404", "413", "422", "503"},
     ("POST", "/v1/admin/queues/{name}/resume"): {"200", "401", "403", "404", "413", "422", "503"},
@@ -170,6 +176,8 @@ def test_each_operation_lists_only_the_statuses_it_can_answer(document: dict[str
         ("GET", "/v1/admin/stats", "StatsView"),
         ("GET", "/v1/admin/quarantine", "QuarantineReport"),
         ("POST", "/v1/admin/jobs/{job_id}/replay", "ReplayView"),
+        ("POST", "/v1/admin/jobs/{job_id}/cancel", "JobView"),
+        ("GET", "/v1/admin/clients", "ClientList"),
         ("GET", "/v1/admin/queues", "QueueList"),
         ("POST", "/v1/admin/queues/{name}/pause", "QueueView"),
         ("GET", "/v1/admin/limits", "LimitList"),

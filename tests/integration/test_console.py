@@ -345,6 +345,38 @@ async def test_a_created_clients_token_is_shown_once_and_works(
     assert_html_page(blank, 400)
 
 
+async def test_the_clients_page_shows_the_types_each_client_may_submit(
+    console: httpx.AsyncClient, store: Store, admin: str, alice: str
+) -> None:
+    await ClientStore(store).set_client_type_patterns("alice", ["shop.*", "mail.send"])
+    await make_client(store, "plain")
+    await signed_in(console, admin)
+
+    listing = await console.get("/ui/clients")
+
+    assert_html_page(listing, 200)
+    rows_of = {
+        name: row
+        for row in listing.text.split("<tr>")[2:]
+        if (name := re.search(r"<td>([^<]+)", row).group(1).strip())  # type: ignore[union-attr]
+    }
+    assert "shop.*, mail.send" in rows_of["alice"]
+    assert "every type but Django tasks and" in rows_of["plain"]
+    assert "every type</td>" in rows_of["ops"]
+
+    csrf = await signed_in(console, admin)
+    bad = await console.post(
+        "/ui/clients", data={"name": "shop", "types": "shop.[ab]", "csrf": csrf}
+    )
+    assert_html_page(bad, 400)
+    assert "Types: type pattern" in html.unescape(bad.text)
+    created = await console.post(
+        "/ui/clients", data={"name": "shop", "types": "shop.*, mail.send", "csrf": csrf}
+    )
+    assert_html_page(created, 200)
+    assert (await client_row(store, "shop")).type_patterns == ["shop.*", "mail.send"]
+
+
 async def test_an_admin_client_made_in_the_console_can_sign_in(
     console: httpx.AsyncClient, make_settings: MakeSettings, store: Store, admin: str
 ) -> None:

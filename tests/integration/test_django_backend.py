@@ -22,7 +22,7 @@ from jobrelay.core.registry import Registry
 from jobrelay.core.settings import Settings, libpq_url
 from jobrelay.core.states import JobState
 from jobrelay.db.store import Store
-from tests.conftest import MakeSettings, make_client
+from tests.conftest import MakeSettings, auth, make_client
 from tests.support import django_kit
 from tests.support.consumer_kit import StandInDelivery, worker
 from tests.support.factories import set_job
@@ -450,6 +450,38 @@ def test_the_consumer_registers_the_tasks_of_a_jobrelay_backend_only(django_db: 
     add = registry.get("tests.support.django_test_tasks.add")
     assert (add.priority, add.description, add.runs_in_thread) == (7, "Adds two numbers.", True)
     assert not registry.get("tests.support.django_test_tasks.async_add").runs_in_thread
+
+
+async def test_django_tasks_are_closed_to_http_unless_the_clients_patterns_name_them(
+    django_db: str, store: Store, settings: Settings
+) -> None:
+    """The user's trial: a non-admin client submitted a Django task by its dotted path with
+    arguments of its choosing, and it ran. Now a client without type patterns is refused
+    (403 type_not_allowed, nothing written); one whose patterns name the task submits it."""
+    import httpx
+
+    from jobrelay.api.app import create_app
+    from jobrelay.core.fingerprint import token_hash
+    from jobrelay.db.client_store import ClientStore
+
+    registry = django_registry()
+    add = "tests.support.django_test_tasks.add"
+    assert registry.get(add).api is False
+    plain = await make_client(store, "plain")
+    named = "jr_" + uuid.uuid4().hex
+    await ClientStore(store).create_client(
+        "tasks", token_hash(named), is_admin=False, type_patterns=["tests.support.*"]
+    )
+    app = create_app(settings, store=store, registry=registry)
+    body = {"type": add, "payload": {"args": [1, 2]}}
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://jobrelay.test") as api:
+        refused = await api.post("/v1/jobs", json=body, headers=auth(plain, "k-1"))
+        assert (refused.status_code, refused.json()["code"]) == (403, "type_not_allowed")
+        assert rows(django_db, "SELECT id FROM jobrelay.jobs") == []
+
+        allowed = await api.post("/v1/jobs", json=body, headers=auth(named, "k-2"))
+        assert allowed.status_code == 202, allowed.text
 
 
 def test_a_task_whose_queue_the_consumers_route_elsewhere_stops_the_consumer(

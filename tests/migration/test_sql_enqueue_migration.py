@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 import psycopg
+import pytest
 from alembic import command
 
 from jobrelay.core import limits
@@ -114,3 +115,22 @@ def test_the_limits_frozen_into_jobrelay_enqueue_are_the_live_ones() -> None:
     assert history.PRIORITY_RANGE_0010 == (limits.PRIORITY_MIN, limits.PRIORITY_MAX)
     assert history.DEFAULT_MAX_ATTEMPTS_0010 == limits.DEFAULT_MAX_ATTEMPTS
     assert sys.int_info.default_max_str_digits == history.PYTHON_INT_DIGITS_MAX_0010
+
+
+def test_0013_has_the_sql_enqueue_honour_client_patterns_and_its_downgrade_not(
+    empty_database: str,
+) -> None:
+    config = databases.alembic_config(empty_database)
+    command.upgrade(config, "0013")
+    call = "SELECT jobrelay.jobrelay_enqueue('shop', 'catalog.export', '{}'::jsonb, %s)"
+    with psycopg.connect(libpq_url(empty_database), autocommit=True) as connection:
+        connection.execute(
+            "INSERT INTO jobrelay.clients (id, name, token_hash, type_patterns) "
+            "VALUES (gen_random_uuid(), 'shop', 'h', ARRAY['shop.*'])"
+        )
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="type_not_allowed"):
+            connection.execute(call, ["k-1"])
+
+    command.downgrade(config, "0012")  # the patterns go, and the function stops reading them
+    with psycopg.connect(libpq_url(empty_database), autocommit=True) as connection:
+        assert connection.execute(call, ["k-2"]).fetchone() is not None

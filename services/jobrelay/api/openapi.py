@@ -76,9 +76,22 @@ for _status in (429, 503):
     PROBLEM_RESPONSES[_status] = {**PROBLEM_RESPONSES[_status], "headers": RETRY_AFTER_HEADER}
 
 
+# A submission's 403 is another problem than an admin endpoint's (docs/submitting.md).
+SUBMISSION_FORBIDDEN: dict[str, Any] = {
+    "description": "type_not_allowed: a job type the client may not submit (outside its type "
+    "patterns; without patterns, a Django task or an api=False type); nothing was written",
+    "content": PROBLEM_CONTENT,
+}
+
+
 def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """The ``responses=`` entries of the problems an operation can answer."""
     return {status: PROBLEM_RESPONSES[status] for status in statuses}
+
+
+def submission_problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """``problem_responses`` of an operation that creates jobs: its 403 is type_not_allowed."""
+    return {**problem_responses(*statuses), 403: SUBMISSION_FORBIDDEN}
 
 
 # --- 415 for a body that is not declared JSON ---------------------------------------------------

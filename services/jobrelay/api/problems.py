@@ -32,6 +32,7 @@ from jobrelay.core.errors import (
     RateLimited,
     RequestError,
     StoreUnavailable,
+    TypeNotAllowed,
     Unauthorized,
     UnknownJobType,
 )
@@ -50,6 +51,7 @@ STATUSES: dict[type[RequestError], int] = {
     InvalidCursor: 400,
     Unauthorized: 401,
     Forbidden: 403,
+    TypeNotAllowed: 403,
     JobNotFound: 404,
     WorkflowNotFound: 404,
     QueueNotFound: 404,

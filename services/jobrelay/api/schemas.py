@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from jobrelay.core.clients import ClientListing
 from jobrelay.core.errors import InvalidSchedule
 from jobrelay.core.flow import Limit
 from jobrelay.core.jobs import Flow, Job, JobRequest
@@ -685,6 +686,51 @@ class JobTypeView(BaseModel):
         description="the consumer (host:pid) that registered it last; null: none has"
     )
     registered_at: datetime | None
+    api: bool = Field(
+        description="false: closed to HTTP by default (a Django task, or declared api=False): "
+        "only a client whose type patterns name it submits it over HTTP"
+    )
+
+
+class ClientView(BaseModel):
+    """An API client as ``GET /v1/admin/clients`` and ``jobrelay clients list`` show it (never
+    its token or its hash)."""
+
+    id: uuid.UUID
+    name: str
+    admin: bool
+    disabled: bool
+    created_at: datetime
+    disabled_at: datetime | None
+    previous_token_expires_at: datetime | None = Field(
+        description="while a rotation's grace period runs: when the previous token stops working"
+    )
+    rate_limit_per_second: float | None = Field(description="null: the API's settings apply")
+    rate_limit_burst: int | None
+    type_patterns: list[str] | None = Field(
+        description="shell-style globs (* and ?) of the job types it may submit; null: the "
+        "default rule: every type but Django tasks and api=False types (an admin client: every "
+        "type)"
+    )
+
+    @classmethod
+    def of(cls, client: ClientListing) -> ClientView:
+        return cls(
+            id=client.id,
+            name=client.name,
+            admin=client.is_admin,
+            disabled=client.disabled_at is not None,
+            created_at=client.created_at,
+            disabled_at=client.disabled_at,
+            previous_token_expires_at=client.previous_token_expires_at,
+            rate_limit_per_second=client.rate_limit_per_second,
+            rate_limit_burst=client.rate_limit_burst,
+            type_patterns=client.type_patterns,
+        )
+
+
+class ClientList(BaseModel):
+    clients: list[ClientView] = Field(description="every client, oldest first")
 
 
 class JobTypeList(BaseModel):

@@ -1,7 +1,7 @@
 """What a single submission and each item of a batch share: the types they may name (the
-loaded registry, then the types the consumers registered: ``core/type_catalog.py``), the checks
-that make a request of a body, the client's rate limit, and the counting of outcomes
-(``routes/jobs.py``)."""
+loaded registry, then the types the consumers registered: ``core/type_catalog.py``), whether
+the client may submit them (``check_allowed``), the checks that make a request of a body, the
+client's rate limit, and the counting of outcomes (``routes/jobs.py``)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,13 @@ from fastapi import Request
 
 from jobrelay.api.metrics import ApiMetrics
 from jobrelay.api.schemas import SubmitJob
-from jobrelay.core.clients import Client, RateLimit
-from jobrelay.core.errors import IdempotencyConflict, IdempotencyKeyInvalid, RateLimited
+from jobrelay.core.clients import Client, RateLimit, may_submit
+from jobrelay.core.errors import (
+    IdempotencyConflict,
+    IdempotencyKeyInvalid,
+    RateLimited,
+    TypeNotAllowed,
+)
 from jobrelay.core.jobs import JobRequest, is_valid_idempotency_key
 from jobrelay.core.settings import Settings
 from jobrelay.core.type_catalog import PayloadTypes, RegisteredTypes, TypeCatalog
@@ -26,6 +31,25 @@ async def catalog_for(request: Request, names: Iterable[str]) -> TypeCatalog:
     when one of them is neither loaded nor known yet (``RegisteredTypes.catalog_for``)."""
     types: RegisteredTypes = request.app.state.types
     return await types.catalog_for(names)
+
+
+def check_allowed(client: Client, types: TypeCatalog, names: Iterable[str]) -> None:
+    """``TypeNotAllowed`` when the client may submit one of ``names`` (a submission's type, a
+    batch's or a workflow's types) neither by its type patterns nor by the default rule
+    (``core/clients.py``, ``may_submit``). Called before anything is read or written for the
+    submission: a refused one leaves no trace. The client and the catalog are both in memory."""
+    for name in sorted(set(names)):
+        if not may_submit(client, name, open_to_api=types.open_to_api(name)):
+            why = (
+                "its type patterns do not name it"
+                if client.type_patterns is not None
+                else "the type is closed to HTTP (a Django task or api=False) unless the "
+                "client's type patterns name it"
+            )
+            raise TypeNotAllowed(
+                f"client {client.name!r} may not submit type {name[:100]!r}: {why}",
+                job_type=name[:200],
+            )
 
 
 def job_request(

@@ -1,5 +1,5 @@
-"""``jobrelay clients create | list | disable | enable | rotate | limit``: API clients, their
-tokens and their submission limits."""
+"""``jobrelay clients create | list | update | disable | enable | rotate | limit``: API clients,
+their tokens, the job types they may submit and their submission limits."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from jobrelay.cli.common import (
     run_with_store,
     settings_from_env,
 )
-from jobrelay.core.clients import MAX_GRACE_SECONDS, RateLimit, new_token
+from jobrelay.core.clients import MAX_GRACE_SECONDS, RateLimit, new_token, parse_type_patterns
 from jobrelay.core.durations import parse_duration
 from jobrelay.core.fingerprint import token_hash
 
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 EXAMPLES = {
     "clients create": "jobrelay clients create shop-backend --admin",
     "clients list": "jobrelay clients list --json",
+    "clients update": "jobrelay clients update shop-backend --types 'shop.*,mail.send'",
     "clients disable": "jobrelay clients disable shop-backend",
     "clients enable": "jobrelay clients enable shop-backend",
     "clients rotate": "jobrelay clients rotate shop-backend --grace 1h",
@@ -42,18 +43,30 @@ def cmd_clients_create(args: argparse.Namespace) -> int:
     name = args.name.strip()
     if not 1 <= len(name) <= 100:
         raise CliError("a client name is 1 to 100 characters")
+    patterns = _type_patterns(args.types)
     token = new_token()
 
     async def work(store: Store) -> int:
         clients = _clients(store)
-        client_id = await clients.create_client(name, token_hash(token), is_admin=args.admin)
+        client_id = await clients.create_client(
+            name, token_hash(token), is_admin=args.admin, type_patterns=patterns
+        )
         if client_id is None:
             raise CliError(f"a client named {name!r} already exists")
         if args.json:
-            print_json({"id": str(client_id), "name": name, "admin": args.admin, "token": token})
+            print_json(
+                {
+                    "id": str(client_id),
+                    "name": name,
+                    "admin": args.admin,
+                    "type_patterns": list(patterns) if patterns is not None else None,
+                    "token": token,
+                }
+            )
         else:
             role = "admin client" if args.admin else "client"
             print(f"created {role} {name!r} ({client_id})", file=sys.stderr)
+            print(f"it may submit: {_describe_types(patterns, admin=args.admin)}", file=sys.stderr)
             print("its token (shown once, store it now):", file=sys.stderr)
             print(token)
         return 0
@@ -78,6 +91,7 @@ def cmd_clients_list(args: argparse.Namespace) -> int:
                     r.previous_token_expires_at.isoformat() if r.previous_token_expires_at else None
                 ),
                 "rate_limit": _limit_document(r.rate_limit_per_second, r.rate_limit_burst),
+                "type_patterns": r.type_patterns,
             }
             for r in rows
         ]
@@ -95,10 +109,51 @@ def cmd_clients_list(args: argparse.Namespace) -> int:
             note = f"  previous token works until {grace}" if grace else ""
             if row.rate_limit_per_second is not None:
                 note += f"  limit {row.rate_limit_per_second:g}/s burst {row.rate_limit_burst}"
+            if row.type_patterns is not None:
+                note += f"  types {','.join(row.type_patterns)}"
             print(
                 f"{item['name']:<{width}}  {role}  {state}  {item['id']}  "
                 f"created {item['created_at']}{note}"
             )
+        return 0
+
+    return run_with_store(settings, work)
+
+
+def _type_patterns(text: str | None) -> tuple[str, ...] | None:
+    """``--types``' patterns, checked; None without the option (the default rule)."""
+    if text is None:
+        return None
+    try:
+        return parse_type_patterns(text)
+    except ValueError as error:
+        raise CliError(f"--types: {error}") from None
+
+
+def _describe_types(patterns: tuple[str, ...] | list[str] | None, *, admin: bool) -> str:
+    if patterns is not None:
+        return "the types " + ", ".join(patterns)
+    if admin:
+        return "every type (an admin client without --types)"
+    return "every type but Django tasks and api=False types (no --types)"
+
+
+def cmd_clients_update(args: argparse.Namespace) -> int:
+    settings = settings_from_env()
+    if args.default_types == (args.types is not None):
+        raise CliError("give --types PATTERNS, or --default-types")
+    patterns = _type_patterns(args.types)
+
+    async def work(store: Store) -> int:
+        if await _clients(store).set_client_type_patterns(args.name, patterns) is None:
+            raise CliError(f"no client named {args.name!r} (see: jobrelay clients list)")
+        if patterns is None:
+            print(
+                f"client {args.name!r} now has the default rule: it may submit every type but "
+                "Django tasks and api=False types (an admin client: every type)"
+            )
+        else:
+            print(f"client {args.name!r} may submit {_describe_types(patterns, admin=False)}")
         return 0
 
     return run_with_store(settings, work)
@@ -212,9 +267,24 @@ def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
         argument="name",
     )
     create.add_argument("--admin", action="store_true", help="may use the /v1/admin endpoints")
+    create.add_argument("--types", metavar="PATTERNS", help=TYPES_HELP)
     create.add_argument("--json", action="store_true")
     add_command(
         actions, "list", cmd_clients_list, "list clients", EXAMPLES["clients list"], json_flag=True
+    )
+    update = add_command(
+        actions,
+        "update",
+        cmd_clients_update,
+        "change the job types a client may submit",
+        EXAMPLES["clients update"],
+        argument="name",
+    )
+    update.add_argument("--types", metavar="PATTERNS", help=TYPES_HELP)
+    update.add_argument(
+        "--default-types",
+        action="store_true",
+        help="back to the default rule: every type but Django tasks and api=False types",
     )
     add_command(
         actions,
@@ -262,6 +332,13 @@ def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
     limit.add_argument(
         "--clear", action="store_true", help="back to JOBRELAY_RATE_LIMIT_* (or none)"
     )
+
+
+TYPES_HELP = (
+    "the job types it may submit, comma-separated shell-style globs (* and ?), e.g. "
+    "'shop.*,mail.send'; without it: every type but Django tasks and api=False types "
+    "(an admin client: every type)"
+)
 
 
 def _clients(store: Store) -> ClientStore:

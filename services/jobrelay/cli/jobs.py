@@ -1,5 +1,5 @@
-"""``jobrelay jobs list | show | trace | redispatch``: the jobs of every client, one job, what
-happened to it, and the lost ones."""
+"""``jobrelay jobs list | show | trace | cancel | redispatch``: the jobs of every client, one
+job, what happened to it, an operator's cancel, and the lost ones."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from jobrelay.cli.common import (
 )
 from jobrelay.cli.output import json_value, render_trace
 from jobrelay.core.durations import parse_duration
-from jobrelay.core.errors import InvalidCursor
-from jobrelay.core.jobs import Job
+from jobrelay.core.errors import InvalidCursor, JobNotFound, NotCancellable
+from jobrelay.core.jobs import CancelAnswer, Job
 from jobrelay.core.pages import Page, decode_cursor
 from jobrelay.core.states import JobState
 from jobrelay.core.trace import trace_document
@@ -35,6 +35,7 @@ EXAMPLES = {
     "jobs list": "jobrelay jobs list --state quarantined --client shop --limit 20",
     "jobs show": "jobrelay jobs show 3f2b...-uuid",
     "trace": "jobrelay jobs trace 5b0c9f6e-...  (or --json for tools)",
+    "cancel": "jobrelay jobs cancel 5b0c9f6e-...",
     "redispatch": "jobrelay jobs redispatch --older-than 15m",
 }
 
@@ -160,6 +161,35 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return run_with_operations(work)
 
 
+CANCEL_SAID = {
+    CancelAnswer.CANCELLED: "cancelled",
+    CancelAnswer.REQUESTED: "cancel requested: it is running; its consumer stops the handler "
+    "and the job ends cancelled unless the attempt finishes first",
+}
+
+
+def cmd_jobs_cancel(args: argparse.Namespace) -> int:
+    settings = settings_from_env()
+    wanted = job_id(args.id)
+
+    async def work(store: Store) -> int:
+        from jobrelay.operations import cancel_any_job
+
+        try:
+            answer, job = await cancel_any_job(store, wanted, how="with jobrelay jobs cancel")
+        except JobNotFound:
+            raise CliError(f"no job {wanted}") from None
+        except NotCancellable as error:
+            raise CliError(f"job {wanted} not cancelled: {error.detail}") from None
+        if args.json:
+            print(json.dumps({"id": str(job.id), "answer": answer.value, "state": job.state.value}))
+        else:
+            print(f"job {job.id} ({job.type}): {CANCEL_SAID[answer]}")
+        return 0
+
+    return run_with_store(settings, work)
+
+
 def cmd_redispatch(args: argparse.Namespace) -> int:
     try:
         older_than = parse_duration(args.older_than)
@@ -214,6 +244,15 @@ def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
         cmd_trace,
         "what happened to one job: intent, publishing, deliveries, attempts, result, why",
         EXAMPLES["trace"],
+        argument="id",
+        json_flag=True,
+    )
+    add_command(
+        actions,
+        "cancel",
+        cmd_jobs_cancel,
+        "cancel any client's job: at once when queued, by request when running",
+        EXAMPLES["cancel"],
         argument="id",
         json_flag=True,
     )

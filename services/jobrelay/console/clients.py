@@ -1,6 +1,7 @@
-"""API clients: the list; create one (its token shown once, on the answer to the form, never
-again and never logged); disable, enable; rotate a token (optionally with a grace period). The
-same store calls and the same rules as ``jobrelay clients`` (``cli/clients.py``)."""
+"""API clients: the list, with the job types each may submit; create one (optionally with its
+type patterns; its token shown once, on the answer to the form, never again and never logged);
+disable, enable; rotate a token (optionally with a grace period). The same store calls and the
+same rules as ``jobrelay clients`` (``cli/clients.py``)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from jobrelay.console.web import (
     render,
     store_of,
 )
-from jobrelay.core.clients import MAX_GRACE_SECONDS, new_token
+from jobrelay.core.clients import MAX_GRACE_SECONDS, new_token, parse_type_patterns
 from jobrelay.core.durations import parse_duration
 from jobrelay.core.fingerprint import token_hash
 from jobrelay.db.client_store import ClientStore
@@ -43,7 +44,7 @@ async def clients_listing(
     context = {
         "clients": await ClientStore(store_of(request)).list_clients(),
         "problem": problem,
-        "form": form or {"name": "", "admin": False},
+        "form": form or {"name": "", "admin": False, "types": ""},
     }
     return await render(request, "clients.html", context, status=status, operator=operator)
 
@@ -61,20 +62,31 @@ async def _shown_once(request: Request, operator: Operator, context: dict[str, A
 
 @router.post(CLIENTS_PATH)
 async def create_client(
-    request: Request, operator: ActingDep, name: Name, admin: Annotated[bool, Form()] = False
+    request: Request,
+    operator: ActingDep,
+    name: Name,
+    admin: Annotated[bool, Form()] = False,
+    types: Annotated[str, Form(max_length=11_000)] = "",
 ) -> Response:
     name = name.strip()
+    form = {"name": name, "admin": admin, "types": types}
     if not 1 <= len(name) <= 100:
         return await clients_listing(
             request,
             operator,
             problem="A client name is 1 to 100 characters.",
             status=400,
-            form={"name": name, "admin": admin},
+            form=form,
+        )
+    try:  # empty: the default rule, as `clients create` without --types
+        patterns = parse_type_patterns(types) if types.strip() else None
+    except ValueError as error:
+        return await clients_listing(
+            request, operator, problem=f"Types: {error}.", status=400, form=form
         )
     token = new_token()
     client_id = await ClientStore(store_of(request)).create_client(
-        name, token_hash(token), is_admin=admin
+        name, token_hash(token), is_admin=admin, type_patterns=patterns
     )
     if client_id is None:
         return await clients_listing(
@@ -82,7 +94,7 @@ async def create_client(
             operator,
             problem=f"A client named {name!r} already exists.",
             status=409,
-            form={"name": name, "admin": admin},
+            form=form,
         )
     log.info(
         "client created in the console",

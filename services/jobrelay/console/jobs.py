@@ -29,12 +29,13 @@ from jobrelay.console.web import (
     store_of,
     when,
 )
-from jobrelay.core.errors import InvalidCursor
+from jobrelay.core.errors import InvalidCursor, JobNotFound, NotCancellable
 from jobrelay.core.jobs import CancelAnswer
 from jobrelay.core.pages import Page, decode_cursor
 from jobrelay.core.states import TERMINAL_STATES, JobState
 from jobrelay.core.trace import trace_document
 from jobrelay.db.client_store import ClientStore
+from jobrelay.operations import cancel_any_job
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
@@ -238,14 +239,13 @@ CANCEL_OUTCOMES = {
 
 @router.post(JOBS_PATH + "/{job_id}/cancel")
 async def cancel_job(request: Request, operator: ActingDep, job_id: uuid.UUID) -> Response:
-    store = store_of(request)
-    answer = await store.cancel_job(
-        job_id, client_id=None, detail=f"by an operator in the console ({operator.name})"
-    )
-    if answer is None:
-        job = await store.get_job(job_id)
-        state = job.state.value if job else "gone"
-        flash = Flash("error", f"Not cancelled: the job is {state}.")
-    else:
+    try:
+        answer, _ = await cancel_any_job(
+            store_of(request), job_id, how=f"in the console ({operator.name})"
+        )
         flash = Flash("ok", CANCEL_OUTCOMES[answer])
+    except JobNotFound:
+        flash = Flash("error", "Not cancelled: the job is gone.")
+    except NotCancellable as error:
+        flash = Flash("error", f"Not cancelled: {error.detail}.")
     return await redirect(request, f"{JOBS_PATH}/{job_id}", flash)

@@ -85,6 +85,14 @@ class Forbidden(RequestError):
     title = "This operation needs an admin token"
 
 
+class TypeNotAllowed(RequestError):
+    """The client may not submit this type (its type patterns, or the default rule that keeps
+    Django tasks and ``api=False`` types off HTTP: docs/submitting.md). Nothing was written."""
+
+    code = "type_not_allowed"
+    title = "This client may not submit this job type"
+
+
 class JobNotFound(RequestError):
     code = "job_not_found"
     title = "No such job"

@@ -110,6 +110,9 @@ class JobType:
     limit: Limit | None = None
     concurrency_key: KeyFunction | None = None
     unique: KeyFunction | None = None
+    # False: closed to HTTP by default (a Django task, or declared ``api=False``): enqueued
+    # from code, and over HTTP only by a client whose type patterns name it (docs/job-types.md).
+    api: bool = True
 
     @property
     def runs_in_thread(self) -> bool:
@@ -217,6 +220,7 @@ class Registry:
         rate: str | None = None,
         per_key: bool | None = None,
         unique: KeyFunction | None = None,
+        api: bool = True,
     ) -> Callable[[Callable[Params, Ret]], JobDefinition[P, Params, Ret]]:
         """Decorator form: ``@registry.job("x.y", Payload)`` above an ``async def`` or a plain
         ``def`` handler ``(context, payload) -> dict``. It gives the handler's
@@ -227,7 +231,11 @@ class Registry:
         start, per concurrency key when ``per_key`` (by default: a concurrency when
         ``concurrency_key`` is given, a rate never), over the type otherwise;
         ``concurrency_key`` and ``unique`` give a submission without its own key one from its
-        payload (the validated model). A bad value is a ``ValueError`` naming the type."""
+        payload (the validated model). ``api=False``: clients submit the type over HTTP only
+        when their type patterns name it (code enqueues it as any other). A bad value is a
+        ``ValueError`` naming the type."""
+        if not isinstance(api, bool):
+            raise ValueError(f"job type {name!r}: api must be True or False, not {api!r}")
         flow = flow_options(
             name,
             priority=priority,
@@ -250,6 +258,7 @@ class Registry:
                     max_attempts=max_attempts,
                     timeout_seconds=timeout_seconds,
                     description=(handler.__doc__ or "").strip().split("\n")[0],
+                    api=api,
                     **flow,
                 )
             )

@@ -10,7 +10,7 @@ why the job stopped. The store reads a ``JobTrace`` (plain values, one snapshot)
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -59,9 +59,12 @@ def why_it_stopped(
     result: StoredResult | None,
     *,
     deferred: bool = False,
+    cancelled_by: str | None = None,
     moment: Callable[[datetime | None], str | None] = _iso,
 ) -> str:
-    """``moment`` writes the times in it (ISO 8601 unless a page writes them its own way)."""
+    """``moment`` writes the times in it (ISO 8601 unless a page writes them its own way);
+    ``cancelled_by``: who cancelled, as the journal says it ("by an operator ..."), when it
+    does."""
     if job.state == JobState.SUCCEEDED:
         attempt = result.attempt if result else job.attempts
         return f"succeeded on attempt {attempt} of {job.max_attempts}"
@@ -70,7 +73,7 @@ def why_it_stopped(
     if job.state == JobState.CANCELLED and job.last_error_code == DEPENDENCY_FAILED_CODE:
         return f"cancelled: {DEPENDENCY_FAILED_CODE}: {job.last_error or ''}".strip()
     if job.state == JobState.CANCELLED:
-        return "cancelled by its client"
+        return f"cancelled {cancelled_by or 'by its client'}"
     if job.state == JobState.WAITING:
         return f"not stopped: waiting for the jobs it depends on in workflow {job.workflow_id}"
     if job.state == JobState.RETRYING:
@@ -89,6 +92,16 @@ def why_it_stopped(
             f"due again {moment(job.available_at)}"
         )
     return "not stopped: queued, waiting for a consumer"
+
+
+def _cancelled_by(events: Sequence[JournalEntry]) -> str | None:
+    """Who asked for the cancel, as its journal entry says ("by its client", "by an operator
+    with jobrelay jobs cancel"); None when no entry says it."""
+    asked = (JobEvent.CANCEL_REQUESTED, JobEvent.CANCELLED)
+    return next(
+        (e.detail for e in events if e.event in asked and (e.detail or "").startswith("by ")),
+        None,
+    )
 
 
 def trace_document(
@@ -157,7 +170,13 @@ def trace_document(
         "state": job.state.value,
         "workflow_id": str(job.workflow_id) if job.workflow_id else None,
         "progress": job.progress,
-        "why": why_it_stopped(job, result, deferred=last == JobEvent.DEFERRED, moment=moment),
+        "why": why_it_stopped(
+            job,
+            result,
+            deferred=last == JobEvent.DEFERRED,
+            cancelled_by=_cancelled_by(events),
+            moment=moment,
+        ),
         "last_failure": _failure(failures[-1], tracebacks) if failures else None,
         "events": [
             {

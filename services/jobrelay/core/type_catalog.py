@@ -59,6 +59,7 @@ class RegisteredType:
     description: str = ""
     registered_by: str = ""  # the consumer, as it names itself (host:pid)
     registered_at: datetime | None = None  # set by the database
+    api: bool = True  # False: closed to HTTP by default (``JobType.api``)
 
     @classmethod
     def of(cls, job_type: JobType, *, by: str) -> RegisteredType:
@@ -72,6 +73,7 @@ class RegisteredType:
             limit=job_type.limit,
             description=job_type.description,
             registered_by=by,
+            api=job_type.api,
         )
 
 
@@ -256,6 +258,16 @@ class TypeCatalog:
 
     def names(self) -> list[str]:
         return sorted({*self.registry.types, *self.registered})
+
+    def open_to_api(self, name: str) -> bool:
+        """Whether a client without type patterns may submit type ``name`` over HTTP: not
+        when its loaded handler or, without one, its registration says ``api=False`` (an
+        unknown type is open: its submission is answered unknown_job_type)."""
+        loaded = self.registry.types.get(name)
+        if loaded is not None:
+            return loaded.api
+        registered = self.registered.get(name)
+        return registered is None or registered.api
 
     def only_registered(self, name: str) -> RegisteredType | None:
         """Type ``name`` as registered when no loaded handler has it; else None."""

@@ -4,8 +4,15 @@ fast (per-client rate limits, counted in PostgreSQL so every API process shares 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
-from jobrelay.core.clients import Client, ClientChange, ClientListing, RateLimit
+from jobrelay.core.clients import (
+    Client,
+    ClientChange,
+    ClientListing,
+    RateLimit,
+    check_type_patterns,
+)
 from jobrelay.core.ids import new_id
 from jobrelay.db import queries as q
 from jobrelay.db.store import Store
@@ -16,11 +23,32 @@ class ClientStore:
         self.store = store
 
     async def create_client(
-        self, name: str, token_hash: str, *, is_admin: bool
+        self,
+        name: str,
+        token_hash: str,
+        *,
+        is_admin: bool,
+        type_patterns: Sequence[str] | None = None,
     ) -> uuid.UUID | None:
-        """The new client's id, or None when the name is taken."""
+        """The new client's id, or None when the name is taken. ``type_patterns`` (checked by
+        ``check_type_patterns``): the types it may submit; None: the default rule."""
         row = await self.store.fetch_one(
-            q.INSERT_CLIENT, id=new_id(), name=name, token_hash=token_hash, is_admin=is_admin
+            q.INSERT_CLIENT,
+            id=new_id(),
+            name=name,
+            token_hash=token_hash,
+            is_admin=is_admin,
+            type_patterns=_stored(type_patterns),
+        )
+        return None if row is None else row.id
+
+    async def set_client_type_patterns(
+        self, name: str, type_patterns: Sequence[str] | None
+    ) -> uuid.UUID | None:
+        """Give a client the types it may submit, or (None) the default rule again; None when
+        there is no such client. Every API process reads them again at once (notified)."""
+        row = await self.store.fetch_one(
+            q.SET_CLIENT_TYPE_PATTERNS, name=name, type_patterns=_stored(type_patterns)
         )
         return None if row is None else row.id
 
@@ -36,6 +64,7 @@ class ClientStore:
             is_admin=row.is_admin,
             valid_for_seconds=row.valid_for_seconds,
             rate_limit=RateLimit.of(row.rate_limit_per_second, row.rate_limit_burst),
+            type_patterns=None if row.type_patterns is None else tuple(row.type_patterns),
         )
 
     async def set_client_rate_limit(self, name: str, limit: RateLimit | None) -> uuid.UUID | None:
@@ -94,3 +123,8 @@ class ClientStore:
         """Every client, oldest first."""
         rows = await self.store.fetch_all(q.LIST_CLIENTS)
         return [ClientListing(**row._asdict()) for row in rows]
+
+
+def _stored(type_patterns: Sequence[str] | None) -> list[str] | None:
+    """Patterns as the ``text[]`` column takes them (checked: ``check_type_patterns``)."""
+    return None if type_patterns is None else list(check_type_patterns(type_patterns))

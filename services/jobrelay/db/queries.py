@@ -220,8 +220,8 @@ PING: TextClause = text("SELECT 1 AS ok")
 
 INSERT_CLIENT: TextClause = text(
     """
-    INSERT INTO jobrelay.clients (id, name, token_hash, is_admin)
-    VALUES (:id, :name, :token_hash, :is_admin)
+    INSERT INTO jobrelay.clients (id, name, token_hash, is_admin, type_patterns)
+    VALUES (:id, :name, :token_hash, :is_admin, CAST(:type_patterns AS text[]))
     ON CONFLICT (name) DO NOTHING
     RETURNING id
     """
@@ -241,7 +241,7 @@ LISTEN_API = f"LISTEN {CLIENTS_CHANNEL}; LISTEN {FINISHED_CHANNEL}"
 # (``valid_for_seconds``: how long the previous token still works; NULL for the current one).
 CLIENT_BY_TOKEN_HASH: TextClause = text(
     """
-    SELECT id, name, is_admin, rate_limit_per_second, rate_limit_burst,
+    SELECT id, name, is_admin, rate_limit_per_second, rate_limit_burst, type_patterns,
            CASE WHEN token_hash = :token_hash THEN NULL
                 ELSE EXTRACT(EPOCH FROM previous_token_expires_at - now())::float8
            END AS valid_for_seconds
@@ -310,6 +310,16 @@ SET_CLIENT_RATE_LIMIT: TextClause = text(
     """
 )
 
+# The types a client may submit (NULL: the default rule). Notified like a token change: every
+# API process drops its cached client and reads the new patterns.
+SET_CLIENT_TYPE_PATTERNS: TextClause = text(
+    f"""
+    UPDATE jobrelay.clients SET type_patterns = CAST(:type_patterns AS text[])
+    WHERE name = :name
+    RETURNING id, pg_notify('{CLIENTS_CHANNEL}', id::text)::text AS notified
+    """
+)
+
 # --- rate limits (docs/overload.md) ---------------------------------------------------------
 
 # Take ``count`` submissions from a client's limit: the generic cell rate algorithm.
@@ -340,7 +350,7 @@ TAKE_RATE_TOKEN: TextClause = text(
 LIST_CLIENTS: TextClause = text(
     """
     SELECT id, name, is_admin, disabled_at, created_at,
-           rate_limit_per_second, rate_limit_burst,
+           rate_limit_per_second, rate_limit_burst, type_patterns,
            CASE WHEN previous_token_expires_at > now() THEN previous_token_expires_at END
                AS previous_token_expires_at
     FROM jobrelay.clients ORDER BY created_at, name
@@ -351,7 +361,7 @@ LIST_CLIENTS: TextClause = text(
 # when given a uuid); a name that is also another client's id means the id's client.
 CLIENT_BY_ID_OR_NAME: TextClause = text(
     """
-    SELECT id, name, disabled_at IS NOT NULL AS disabled
+    SELECT id, name, disabled_at IS NOT NULL AS disabled, type_patterns
     FROM jobrelay.clients
     WHERE id = CAST(:id AS uuid) OR name = CAST(:name AS text)
     ORDER BY (id = CAST(:id AS uuid)) IS TRUE DESC
@@ -1853,7 +1863,7 @@ LISTEN_API_TYPES = f"{LISTEN_API}; LISTEN {TYPES_CHANNEL}"
 
 _JOB_TYPE_COLUMNS = """
     name, payload_schema, max_attempts, priority, timeout_seconds, concurrency, rate_count,
-    rate_period_seconds, per_key, description, registered_by
+    rate_period_seconds, per_key, description, registered_by, api
 """
 
 # Every type of a consumer's registry in one statement, one array per column, in name order
@@ -1870,7 +1880,7 @@ REGISTER_JOB_TYPES: TextClause = text(
             CAST(:timeouts AS float8[]), CAST(:concurrencies AS int[]),
             CAST(:rate_counts AS int[]), CAST(:rate_periods AS int[]),
             CAST(:per_keys AS boolean[]), CAST(:descriptions AS text[]),
-            CAST(:registered_by AS text[])
+            CAST(:registered_by AS text[]), CAST(:apis AS boolean[])
         ) AS r({_JOB_TYPE_COLUMNS})
         ORDER BY name
         ON CONFLICT (name) DO UPDATE
@@ -1879,7 +1889,7 @@ REGISTER_JOB_TYPES: TextClause = text(
             concurrency = excluded.concurrency, rate_count = excluded.rate_count,
             rate_period_seconds = excluded.rate_period_seconds, per_key = excluded.per_key,
             description = excluded.description, registered_by = excluded.registered_by,
-            registered_at = now()
+            api = excluded.api, registered_at = now()
         RETURNING t.name
     )
     SELECT count(*) AS registered, pg_notify('{TYPES_CHANNEL}', '')::text AS notified

@@ -27,7 +27,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
 from jobrelay.core.limits import FLOW_KEY_MAX, PRIORITY_MAX, PRIORITY_MIN
 from jobrelay.core.settings import DEFAULT_SCHEMA
@@ -102,6 +102,10 @@ clients = Table(
     CheckConstraint(
         "(rate_limit_per_second IS NULL) = (rate_limit_burst IS NULL)", name="rate_limit_whole"
     ),
+    # The types it may submit, shell-style globs (migration 0013; docs/submitting.md); NULL:
+    # the default rule (core/clients.py, may_submit).
+    Column("type_patterns", ARRAY(Text)),
+    CheckConstraint("cardinality(type_patterns) >= 1", name="type_patterns_not_empty"),
     Index(
         "ix_clients_previous_token_hash",
         "previous_token_hash",
@@ -436,6 +440,9 @@ job_types = Table(
     Column("description", Text, nullable=False, server_default=text("''")),
     Column("registered_by", Text, nullable=False),
     _set_at_insert("registered_at"),
+    # False: closed to HTTP by default (a Django task, a type declared api=False; migration
+    # 0013): only a client whose type patterns name it submits it over HTTP.
+    Column("api", Boolean, nullable=False, server_default=text("true")),
     CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
     CheckConstraint(f"priority BETWEEN {PRIORITY_MIN} AND {PRIORITY_MAX}", name="priority_range"),
     CheckConstraint("timeout_seconds > 0", name="timeout_positive"),

@@ -86,6 +86,7 @@ def register_params(types: Sequence[RegisteredType]) -> dict[str, list[Any]]:
         "per_keys": [bool(limit and limit.per_key) for limit in limits],
         "descriptions": [t.description for t in types],
         "registered_by": [t.registered_by for t in types],
+        "apis": [t.api for t in types],
     }
 
 
@@ -100,6 +101,7 @@ def registered_from_row(row: Any) -> RegisteredType:
         description=row.description,
         registered_by=row.registered_by,
         registered_at=row.registered_at,
+        api=row.api,
     )
 
 

@@ -136,7 +136,9 @@ def _tasks_in(module: ModuleType) -> Iterable[Task[Any, Any]]:
 
 
 def job_type_of(task: Task[Any, Any], timeout_seconds: float = 300.0) -> JobType:
-    """The job type that runs ``task``: named by its dotted path, its payload its arguments."""
+    """The job type that runs ``task``: named by its dotted path, its payload its arguments;
+    closed to HTTP by default (``api=False``): a client submits it only when its type patterns
+    name it, since its arguments reach the task's function as they are."""
     return JobType(
         name=task.module_path,
         payload_model=DjangoTaskPayload,
@@ -144,6 +146,7 @@ def job_type_of(task: Task[Any, Any], timeout_seconds: float = 300.0) -> JobType
         timeout_seconds=timeout_seconds,
         description=(task.func.__doc__ or "").strip().split("\n")[0],
         priority=task.priority,
+        api=False,
     )
 
 

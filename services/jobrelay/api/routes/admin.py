@@ -1,11 +1,12 @@
-"""``/v1/admin``: stats, the quarantine, replay and any job's trace; admin clients only."""
+"""``/v1/admin``: stats, the quarantine, replay, any job's trace and cancel, the clients; admin
+clients only."""
 
 from __future__ import annotations
 
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
 from pydantic.errors import PydanticUserError
 
 from jobrelay.api import openapi
@@ -18,8 +19,11 @@ from jobrelay.api.deps import (
 )
 from jobrelay.api.openapi import problem_responses
 from jobrelay.api.schemas import (
+    ClientList,
+    ClientView,
     JobTypeList,
     JobTypeView,
+    JobView,
     QuarantineQuery,
     QuarantineReport,
     ReconcileView,
@@ -29,8 +33,11 @@ from jobrelay.api.schemas import (
 )
 from jobrelay.core.errors import JobNotFound, NotReplayable
 from jobrelay.core.flow import Limit
+from jobrelay.core.jobs import CancelAnswer
 from jobrelay.core.trace import trace_document
 from jobrelay.core.type_catalog import RegisteredTypes, TypeCatalog
+from jobrelay.db.client_store import ClientStore
+from jobrelay.operations import cancel_any_job
 
 router = APIRouter(route_class=openapi.JsonBodyRoute, responses=ADMIN_PROBLEMS, tags=["admin"])
 
@@ -86,6 +93,44 @@ async def admin_replay(job_id: uuid.UUID, admin: AdminDep, ops: OpsDep) -> dict[
     return outcome.as_dict()
 
 
+@router.post(
+    "/v1/admin/jobs/{job_id}/cancel",
+    operation_id="cancelAnyJob",
+    response_model=JobView,
+    responses={
+        200: {"description": "Cancelled: the job was queued, retrying or waiting"},
+        202: {
+            "model": JobView,
+            "description": "The job is running: its cancel is requested (asked again, the same "
+            "answer). Its consumer stops the handler and the job ends `cancelled`, unless the "
+            "attempt finished first",
+        },
+        **problem_responses(404, 409, 413, 422),
+    },
+    summary="Cancel any client's job, as its owner's cancel does; the journal says an operator did",
+)
+async def admin_cancel(
+    job_id: uuid.UUID, admin: AdminDep, store: StoreDep, response: Response
+) -> JobView:
+    answer, job = await cancel_any_job(
+        store, job_id, how=f"through the admin API (client {admin.name})"
+    )
+    if answer is CancelAnswer.REQUESTED:
+        response.status_code = 202
+    return JobView.of(job)
+
+
+@router.get(
+    "/v1/admin/clients",
+    operation_id="listClients",
+    response_model=ClientList,
+    summary="The API's clients (never a token), with the job types each may submit",
+)
+async def admin_clients(admin: AdminDep, store: StoreDep) -> ClientList:
+    listed = await ClientStore(store).list_clients()
+    return ClientList(clients=[ClientView.of(client) for client in listed])
+
+
 @router.get(
     "/v1/admin/jobs/{job_id}/trace",
     operation_id="getAnyJobTrace",
@@ -133,6 +178,7 @@ def type_view(catalog: TypeCatalog, name: str) -> JobTypeView:
             timeout_seconds=registered.timeout_seconds,
             **_limit_fields(registered.limit),
             payload_schema=dict(registered.payload_schema),
+            api=registered.api,
             **by,
         )
     try:
@@ -148,6 +194,7 @@ def type_view(catalog: TypeCatalog, name: str) -> JobTypeView:
         timeout_seconds=loaded.timeout_seconds,
         **_limit_fields(loaded.limit),
         payload_schema=schema,
+        api=loaded.api,
         **by,
     )
 

@@ -51,6 +51,7 @@ from jobrelay.api.shedding import overloaded
 from jobrelay.api.submission import (
     accept_outcome,
     catalog_for,
+    check_allowed,
     count_outcome,
     job_request,
     take_rate_limit,
@@ -132,6 +133,7 @@ async def submit_job(
     # The span of the accept (tracing on), or the submitter's trace context passed on (off).
     with tracing.accepting(request.headers, SUBMIT_PATH) as accept:
         types = await catalog_for(request, (body.type,))
+        check_allowed(client, types, (body.type,))
         asked = job_request(request, idempotency_key, body, types)
         await take_rate_limit(request, client)
         # From the app's state rather than a StoreDep: one dependency fewer to solve on the
@@ -172,7 +174,7 @@ router.add_api_route(
             "that job, with deduplicated true (the key is not kept)",
             "headers": LOCATION_HEADER,
         },
-        **problem_responses(400, 409, 413, 422, 429),
+        **openapi.submission_problems(400, 409, 413, 422, 429),
     },
     summary="Submit a job (idempotent by Idempotency-Key)",
 )
@@ -207,20 +209,23 @@ BATCH_PATH = "/v1/jobs/batch"
     BATCH_PATH,
     operation_id="submitBatch",
     response_model=BatchAnswer,
-    responses=problem_responses(400, 413, 422, 429),
+    responses=openapi.submission_problems(400, 413, 422, 429),
     summary="Submit up to 1,000 jobs, each answered on its own, in order",
 )
 async def submit_batch(body: SubmitBatch, request: Request, client: ClientDep) -> BatchAnswer:
     """Each item has the rules of ``POST /v1/jobs`` (its key in ``idempotency_key``) and gets
     its own answer: 202 new, 200 the key's job, 409, 400 or 422 with the problem. The new jobs
     of one request are written in one transaction. The rate limit counts every valid item;
-    over it, the whole batch is 429 and nothing is written."""
+    over it, the whole batch is 429 and nothing is written. An item of a type the client may
+    not submit refuses the whole batch (403 type_not_allowed), nothing written."""
     answers: list[BatchResult | None] = []
     asked: list[tuple[int, JobRequest]] = []
     # One span for the request; its new jobs share its trace context.
     with tracing.accepting(request.headers, BATCH_PATH) as accept:
         # One lookup for the whole batch: at most one read of the registered types.
-        types = await catalog_for(request, _named_types(body.jobs))
+        named = _named_types(body.jobs)
+        types = await catalog_for(request, named)
+        check_allowed(client, types, named)
         for index, raw in enumerate(body.jobs):
             try:
                 item = BatchItem.model_validate(raw)

@@ -12,7 +12,7 @@ from jobrelay.api import openapi
 from jobrelay.api.deps import LOCATION_HEADER, V1_PROBLEMS, ClientDep, StoreDep
 from jobrelay.api.openapi import problem_responses
 from jobrelay.api.schemas import SubmitWorkflow, WorkflowViewOut, workflow_location
-from jobrelay.api.submission import catalog_for, take_rate_limit
+from jobrelay.api.submission import catalog_for, check_allowed, take_rate_limit
 from jobrelay.core.errors import IdempotencyConflict, IdempotencyKeyInvalid
 from jobrelay.core.jobs import is_valid_idempotency_key
 from jobrelay.core.settings import Settings
@@ -41,7 +41,7 @@ WORKFLOW_PROBLEMS = problem_responses(404, 422)
             "description": "The key was used before for the same workflow: that workflow, now",
             "headers": LOCATION_HEADER,
         },
-        **problem_responses(400, 409, 413, 422, 429),
+        **openapi.submission_problems(400, 409, 413, 422, 429),
     },
     summary="Submit a workflow: jobs that wait for other jobs (idempotent by Idempotency-Key)",
 )
@@ -62,7 +62,9 @@ async def submit_workflow(
     if not is_valid_idempotency_key(idempotency_key):
         raise IdempotencyKeyInvalid()
     with tracing.accepting(request.headers, SUBMIT_PATH) as accept:
-        types = await catalog_for(request, {job.type for job in body.jobs})
+        named = {job.type for job in body.jobs}
+        types = await catalog_for(request, named)
+        check_allowed(client, types, named)
         submission = _submission(request, idempotency_key, body, accept.traceparent, types)  # 422s
         await take_rate_limit(request, client, count=len(submission.steps))
         workflows = WorkflowStore(store)

@@ -666,12 +666,22 @@ OUTBOX_CHANNEL = "jobrelay_outbox"
 LISTEN_OUTBOX = f"LISTEN {OUTBOX_CHANNEL}"
 LISTENER_PING = "SELECT pg_is_in_recovery() AS in_recovery"
 
+# What each leased row's `published` journal entry will say (MARK_PUBLISHED writes it once the
+# broker confirmed). The journal reads in id order, and a consumer can claim the job before the
+# confirm is recorded: so the entry's id is drawn here, in the lease's transaction, which
+# commits before the message exists, and it is dated by the lease (the database's clock, like
+# every journal entry). It carries the attempt the message delivers: the job's next one while
+# it is due and has one left (a lease-expired or exhausted job's message delivers no new one).
+_DELIVERY = f"""nextval('job_events_id_seq') AS journal_id, now() AS leased_at,
+    CASE WHEN j.{_state_in(CLAIM.source)} AND j.attempts < j.max_attempts
+         THEN j.attempts + 1 ELSE j.attempts END AS delivers_attempt"""
+
 # Lease a batch of due rows: lock them briefly, push their available_at past the publish
 # timeout, and commit at once. The broker round trip happens with no transaction open; another
 # dispatcher skips these rows until the lease passes, and a crashed dispatcher's rows simply
 # come due again (a duplicate publish, never a lost one).
 LEASE_OUTBOX_BATCH: TextClause = text(
-    """
+    f"""
     WITH due AS (
         SELECT id FROM outbox
         WHERE published_at IS NULL AND available_at <= now()
@@ -684,20 +694,28 @@ LEASE_OUTBOX_BATCH: TextClause = text(
         publish_attempts = o.publish_attempts + 1
     FROM due, jobs j
     WHERE o.id = due.id AND j.id = o.job_id
-    RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent
+    RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent, {_DELIVERY}
     """
 )
 
+# The confirmed rows of a batch, each as LEASE returned it: its `published` entry takes the
+# journal id and the time its lease drew, and the attempt it delivers (see _DELIVERY).
 MARK_PUBLISHED: TextClause = text(
     """
-    WITH done AS (
-        UPDATE outbox SET published_at = now(), last_error = NULL
-        WHERE id = ANY(:ids) AND published_at IS NULL
-        RETURNING id, job_id
+    WITH confirmed AS (
+        SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:journal_ids AS bigint[]),
+                             CAST(:attempts AS integer[]), CAST(:leased_at AS timestamptz[]))
+            AS c(id, journal_id, attempt, leased_at)
+    ), done AS (
+        UPDATE outbox o SET published_at = now(), last_error = NULL
+        FROM confirmed c
+        WHERE o.id = c.id AND o.published_at IS NULL
+        RETURNING o.id, o.job_id, c.journal_id, c.attempt, c.leased_at
     )
-    INSERT INTO job_events (job_id, event, attempt, detail)
-    SELECT d.job_id, 'published', j.attempts, 'outbox ' || d.id
-    FROM done d JOIN jobs j ON j.id = d.job_id
+    INSERT INTO job_events (id, job_id, event, attempt, detail, at)
+    SELECT coalesce(d.journal_id, nextval('job_events_id_seq')), d.job_id, 'published',
+           d.attempt, 'outbox ' || d.id, coalesce(d.leased_at, now())
+    FROM done d
     RETURNING job_id
     """
 )
@@ -924,7 +942,7 @@ def _flow_pick(limited: bool) -> TextClause:
         publish_attempts = o.publish_attempts + 1
     FROM top, jobs j
     WHERE o.id = ANY(ARRAY(SELECT id FROM due)) AND top.id = o.id AND j.id = o.job_id
-    RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent,
+    RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent, {_DELIVERY},
               top.priority, top.turn, top.available_at AS due_at
     """
     )

@@ -44,6 +44,7 @@ SHOWN_FIELDS = (
     "state",
     "attempts",
     "max_attempts",
+    "replayed_attempts",
     "created_at",
     "updated_at",
     "finished_at",
@@ -59,6 +60,7 @@ def render_job(view: dict[str, Any]) -> str:
         f"{field:16} {json_value(value) if isinstance(value, dict) else value}"
         for field in SHOWN_FIELDS
         if (value := view.get(field)) is not None
+        and not (field == "replayed_attempts" and value == 0)  # never replayed: nothing to say
     )
 
 

@@ -48,7 +48,7 @@ _JOB_COLUMNS = """
     j.attempts, j.max_attempts, j.available_at, j.lease_token, j.lease_until,
     j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at, j.run_at,
     j.cancel_requested_at, j.traceparent, j.priority, j.concurrency_key, j.unique_key,
-    j.workflow_id, j.workflow_ref, j.progress
+    j.workflow_id, j.workflow_ref, j.progress, j.replayed_attempts
 """
 
 
@@ -1360,12 +1360,15 @@ HOLD_JOB: TextClause = text(
 
 # --- operations (docs/life-of-a-job.md, "Quarantine and replay") ----------------------------
 
-# A fresh budget: max_attempts = attempts + the type's limit, so attempt numbers stay unique.
+# A fresh run: max_attempts = attempts + the type's limit, so attempt numbers stay unique, and
+# replayed_attempts = attempts, from which the run counts its attempts and its backoff. The
+# journal's entry names the attempts used before (docs/states.md, "Attempts and replays").
 REPLAY_JOB: TextClause = text(
     f"""
     WITH r AS (
         UPDATE jobs
         SET state = '{REPLAY.target}', max_attempts = attempts + :budget, available_at = now(),
+            replayed_attempts = attempts,
             finished_at = NULL, updated_at = now(), type_unknown_since = NULL,
             cancel_requested_at = NULL  -- a cancel asked of an earlier attempt is not the replay's
         WHERE id = :id AND {_guard(REPLAY)}
@@ -1384,7 +1387,10 @@ REPLAY_JOB: TextClause = text(
         SELECT id, available_at, priority, client_id, type FROM r
     ), event AS (
         INSERT INTO job_events (job_id, event, attempt, detail)
-        SELECT id, 'replayed', attempts, :detail FROM r
+        SELECT id, 'replayed', attempts,
+               :detail || ' after ' || attempts || ' attempt(s); a fresh run of '
+               || CAST(:budget AS integer) || ' attempt(s)'
+        FROM r
     ), below AS (
         -- Its dependents that its failure cancelled, directly or not, wait for it again
         -- (RESTORE): each for its parents that have not succeeded, the replayed job among them.

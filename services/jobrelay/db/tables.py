@@ -146,6 +146,9 @@ jobs = Table(
     Column("workflow_ref", Text),
     Column("waiting_for", Integer, nullable=False, server_default=text("0")),
     Column("progress", JSONB),
+    # The attempts used before its latest replay (migration 0015; docs/states.md): the run's
+    # attempt is ``attempts - replayed_attempts``, its budget ``max_attempts - replayed_attempts``.
+    Column("replayed_attempts", Integer, nullable=False, server_default=text("0")),
     UniqueConstraint("client_id", "idempotency_key"),
     CheckConstraint(_in_list("state", JOB_STATES), name="state_known"),
     CheckConstraint(
@@ -155,6 +158,10 @@ jobs = Table(
     CheckConstraint("(lease_token IS NULL) = (lease_until IS NULL)", name="lease_whole"),
     CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="attempts_in_bounds"),
     CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
+    CheckConstraint(
+        "replayed_attempts >= 0 AND replayed_attempts <= attempts",
+        name="replayed_attempts_in_bounds",
+    ),
     CheckConstraint(
         "char_length(idempotency_key) BETWEEN 1 AND 200", name="idempotency_key_length"
     ),
@@ -433,6 +440,10 @@ job_types = Table(
     Column("registered_by", Text, nullable=False),
     _set_at_insert("registered_at"),
     CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
+    CheckConstraint(
+        "replayed_attempts >= 0 AND replayed_attempts <= attempts",
+        name="replayed_attempts_in_bounds",
+    ),
     CheckConstraint(f"priority BETWEEN {PRIORITY_MIN} AND {PRIORITY_MAX}", name="priority_range"),
     CheckConstraint("timeout_seconds > 0", name="timeout_positive"),
 )

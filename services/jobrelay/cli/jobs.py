@@ -94,7 +94,8 @@ def render_listing(listing: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _list_page(args: argparse.Namespace) -> Page:
+def list_page(args: argparse.Namespace) -> Page:
+    """The page ``--limit`` and ``--cursor`` ask for (jobs and workflows alike)."""
     if not 1 <= args.limit <= MAX_LIST_LIMIT:
         raise CliError(f"--limit must be 1 to {MAX_LIST_LIMIT}")
     try:
@@ -105,7 +106,7 @@ def _list_page(args: argparse.Namespace) -> Page:
 
 def cmd_jobs_list(args: argparse.Namespace) -> int:
     settings = settings_from_env()
-    page = _list_page(args)
+    page = list_page(args)
 
     async def work(store: Store) -> int:
         from jobrelay.db.client_store import ClientStore

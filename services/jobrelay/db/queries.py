@@ -1630,6 +1630,25 @@ WORKFLOW_JOBS: TextClause = text(
     """
 )
 
+# Keyset pagination, newest first (ix_workflows_created_at_id), of one client's workflows or
+# (:client_id NULL) everyone's: each with its jobs counted by state (through ix_jobs_workflow_id).
+LIST_WORKFLOWS: TextClause = text(
+    """
+    SELECT w.id, w.client_id, w.on_failure, w.created_at, w.cancelled_at,
+           coalesce((SELECT jsonb_object_agg(s.state, s.n)
+                     FROM (SELECT j.state, count(*) AS n FROM jobs j
+                           WHERE j.workflow_id = w.id GROUP BY j.state) s),
+                    '{}'::jsonb) AS counts
+    FROM workflows w
+    WHERE (CAST(:client_id AS uuid) IS NULL OR w.client_id = :client_id)
+      AND (CAST(:after_created_at AS timestamptz) IS NULL
+           OR (w.created_at, w.id)
+              < (CAST(:after_created_at AS timestamptz), CAST(:after_id AS uuid)))
+    ORDER BY w.created_at DESC, w.id DESC
+    LIMIT :limit
+    """
+)
+
 # The cancel of a workflow, first step: from now on nothing of it is claimed, replayed or
 # queued (``_not_in_cancelled_workflow``, ``_dependents_of``). The first cancel's time is kept.
 MARK_WORKFLOW_CANCELLED: TextClause = text(

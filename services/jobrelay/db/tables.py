@@ -236,6 +236,8 @@ workflows = Table(
     CheckConstraint(
         "char_length(idempotency_key) BETWEEN 1 AND 200", name="idempotency_key_length"
     ),
+    # The listings, newest first (migration 0015; `jobrelay workflows list`, the console).
+    Index("ix_workflows_created_at_id", "created_at", "id"),
 )
 
 # The edges of workflows: ``job_id`` waits for ``parent_id``; read both ways.

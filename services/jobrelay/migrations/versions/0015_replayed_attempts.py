@@ -1,4 +1,4 @@
-"""A replay gives a job a fresh run (docs/states.md, "Attempts and replays").
+"""A replay gives a job a fresh run (docs/states.md, "Attempts and replays"); workflows listed.
 
 - ``jobs.replayed_attempts``: the attempts the job used before its latest replay (0 if never
   replayed). ``attempts`` still counts every claim of the job's life, so attempt numbers stay
@@ -8,6 +8,8 @@
   ``replayed_attempts_in_bounds`` keeps it between 0 and ``attempts``.
 - Jobs replayed before this migration take it from their latest ``replayed`` journal entry
   (its attempt is the job's attempts at the replay).
+- ``ix_workflows_created_at_id``: the workflow listings, newest first (``jobrelay workflows
+  list``, the console's Workflows page).
 
 Adding a column with a constant default rewrites nothing; the backfill reads the journal's
 ``replayed`` entries once.
@@ -40,8 +42,10 @@ WHERE j.id = latest.job_id AND latest.attempt BETWEEN 0 AND j.attempts
         "jobs",
         "replayed_attempts >= 0 AND replayed_attempts <= attempts",
     )
+    op.create_index("ix_workflows_created_at_id", "workflows", ["created_at", "id"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_workflows_created_at_id", table_name="workflows")
     op.drop_constraint("ck_jobs_replayed_attempts_in_bounds", "jobs", type_="check")
     op.drop_column("jobs", "replayed_attempts")

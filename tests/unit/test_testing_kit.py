@@ -500,7 +500,7 @@ def test_assert_enqueued_compares_a_dict_as_the_types_model_reads_it() -> None:
     assert recorder.assert_enqueued("shop.refund", {"order_id": "o-2", "amount_cents": 500})
     assert recorder.assert_enqueued("shop.refund", Refund(order_id="o-1")).key == "r1"
     # The defaults count: a field the dict leaves out is the default, not "anything".
-    with pytest.raises(AssertionError, match="no job of type 'shop.refund' with payload"):
+    with pytest.raises(AssertionError, match=r"no job of type 'shop\.refund' with payload"):
         recorder.assert_enqueued("shop.refund", {"order_id": "o-2"})
     with pytest.raises(AssertionError):
         recorder.assert_enqueued("shop.refund", {"order_id": "o-1", "reason": "duplicate"})

@@ -221,7 +221,7 @@ class Recorder:
 
     def _payload_matches(self, job: RecordedJob, given: Any, wanted: Any) -> bool:
         if job.payload == wanted or isinstance(given, BaseModel):
-            return job.payload == wanted
+            return bool(job.payload == wanted)
         types = self._registries.get(job.id)
         if types is not None and job.type in types:
             # Both as the type's model reads them, so that a field left to its default is the
@@ -231,7 +231,7 @@ class Recorder:
                 expected = as_stored(types.validate_payload(job.type, wanted))
             except InvalidPayload:
                 return False  # no payload the enqueue took looks like this one
-            return as_stored(types.validate_payload(job.type, job.payload)) == expected
+            return bool(as_stored(types.validate_payload(job.type, job.payload)) == expected)
         # No model to fill the defaults in: the keys given must hold the recorded values.
         return isinstance(wanted, dict) and all(
             key in job.payload and job.payload[key] == value for key, value in wanted.items()

@@ -72,3 +72,29 @@ def _before_replay(trace: dict[str, Any]) -> str:
     """After the attempts of a replayed job: how many its earlier runs used."""
     replayed = trace.get("replayed_attempts") or 0
     return f" ({replayed} before its latest replay)" if replayed else ""
+
+
+SHOWN_FIELDS = (
+    "id",
+    "type",
+    "state",
+    "attempts",
+    "max_attempts",
+    "replayed_attempts",
+    "created_at",
+    "updated_at",
+    "finished_at",
+    "last_error_code",
+    "last_error",
+    "result",
+)
+
+
+def render_job(view: dict[str, Any]) -> str:
+    """The job's fields that have a value, one a line."""
+    return "\n".join(
+        f"{field:16} {json_value(value) if isinstance(value, dict) else value}"
+        for field in SHOWN_FIELDS
+        if (value := view.get(field)) is not None
+        and not (field == "replayed_attempts" and value == 0)  # never replayed: nothing to say
+    )

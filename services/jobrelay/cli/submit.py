@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from jobrelay.cli.common import CliError, Subcommands, add_command, print_json
-from jobrelay.cli.jobs import render_job
+from jobrelay.cli.output import render_job
 from jobrelay.client import ApiError, Client, IdempotencyConflict, Job
 from jobrelay.core.durations import parse_duration
 

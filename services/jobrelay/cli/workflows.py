@@ -9,15 +9,16 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from jobrelay.cli.common import (
+    MAX_LIST_LIMIT,
     CliError,
     Subcommands,
     add_command,
     add_group,
+    list_page,
     print_document,
     run_with_store,
     settings_from_env,
 )
-from jobrelay.cli.jobs import MAX_LIST_LIMIT, list_page
 from jobrelay.core.workflows import WorkflowSummary
 
 if TYPE_CHECKING:

@@ -165,3 +165,35 @@ async def test_a_workflow_listing_asked_wrong_says_so_in_one_line(
         assert result.returncode != 0, args
         assert says in result.stderr and "Traceback" not in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+async def test_the_workflows_of_one_state_are_listed_as_their_view_derives_it(
+    settings: Settings, store: Store
+) -> None:
+    """LIST_WORKFLOWS derives a workflow's state in SQL; the view, in Python: the two agree."""
+    diamond = await a_diamond(settings, store)  # its first job quarantined, the rest waiting
+    running = one_job_workflow(settings, "shop", "running")
+    succeeded = one_job_workflow(settings, "shop", "succeeded")
+    cancelled = one_job_workflow(settings, "shop", "cancelled")
+    with psycopg.connect(libpq_url(settings.database_url), autocommit=True) as connection:
+        connection.execute(
+            "UPDATE jobs SET state = 'succeeded', finished_at = now() WHERE workflow_id = %s",
+            (succeeded,),
+        )
+        connection.execute(
+            "UPDATE jobs SET state = 'quarantined', finished_at = now(), "
+            "last_error_code = 'permanent_error' WHERE workflow_id = %s AND workflow_ref = 'a'",
+            (diamond,),
+        )
+    await WorkflowStore(store).cancel(cancelled, detail="by the test")
+    expected = {"running": running, "succeeded": succeeded, "failed": diamond}
+    expected["cancelled"] = cancelled
+
+    for state, workflow_id in expected.items():
+        found = listed(settings, "--state", state)["workflows"]
+        assert [w["id"] for w in found] == [str(workflow_id)], state
+        assert found[0]["state"] == state
+        view = await WorkflowStore(store).view(workflow_id)
+        assert view is not None and view.state.value == state
+    wrong = run_cli(service_env(settings), "workflows", "list", "--state", "lost")
+    assert wrong.returncode == 1 and "invalid choice: 'lost'" in wrong.stderr

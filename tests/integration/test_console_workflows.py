@@ -209,6 +209,14 @@ async def test_the_workflows_page_lists_them_newest_first_each_linked_and_by_cli
     assert "There is no client named nobody." in unknown.text
     bad = await console.get("/ui/workflows", params={"cursor": "nonsense"})
     assert_html_page(bad, 400)
+    assert WORKFLOW_LINK.findall(
+        (await console.get("/ui/workflows", params={"state": "running"})).text
+    ) == [str(newer.id), str(older.id)]
+    assert (
+        WORKFLOW_LINK.findall((await console.get("/ui/workflows", params={"state": "failed"})).text)
+        == []
+    )
+    assert_html_page(await console.get("/ui/workflows", params={"state": "lost"}), 400)
 
 
 async def test_the_workflows_page_goes_through_its_pages_both_ways(

@@ -24,8 +24,8 @@ MAX_FIELD_ERRORS = 10
 TIMEOUT_SECONDS = 30.0
 WAIT_SECONDS = 300.0  # --wait's default --timeout
 
-# How ``--wait`` ends (docs/submitting.md): 0 succeeded; 1 (every CLI error) not submitted or
-# the API lost; argparse's 2 a usage error; then one status per way of not succeeding.
+# How ``--wait`` ends (docs/submitting.md): 0 succeeded; 1 (every CLI error, usage errors too)
+# not submitted or the API lost; then one status per way of not succeeding.
 WAIT_EXIT = {"succeeded": 0, "quarantined": 3, "cancelled": 4}
 EXIT_STILL_RUNNING = 5  # not finished within --timeout: the job goes on
 

@@ -19,13 +19,13 @@ from jobrelay.cli.common import (
     run_with_store,
     settings_from_env,
 )
-from jobrelay.core.workflows import WorkflowSummary
+from jobrelay.core.workflows import WorkflowState, WorkflowSummary
 
 if TYPE_CHECKING:
     from jobrelay.db.store import Store
 
 EXAMPLE = "jobrelay workflows show 0190c3a2-...  (or --json for tools)"
-LIST_EXAMPLE = "jobrelay workflows list --client shop --limit 20"
+LIST_EXAMPLE = "jobrelay workflows list --state failed --client shop --limit 20"
 
 
 def listed_workflow(workflow: WorkflowSummary, client: str) -> dict[str, Any]:
@@ -73,7 +73,10 @@ def cmd_workflows_list(args: argparse.Namespace) -> int:
             if client_id is None:
                 raise CliError(f"no client named {args.client!r} (see: jobrelay clients list)")
         workflows = await WorkflowStore(store).list_workflows(
-            client_id=client_id, limit=page.limit, after=page.after
+            client_id=client_id,
+            limit=page.limit,
+            after=page.after,
+            state=None if args.state is None else WorkflowState(args.state),
         )
         listing = {
             "workflows": [listed_workflow(w, names.get(w.client_id, "?")) for w in workflows],
@@ -137,6 +140,7 @@ def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
         LIST_EXAMPLE,
         json_flag=True,
     )
+    listing.add_argument("--state", choices=[state.value for state in WorkflowState])
     listing.add_argument("--client", metavar="NAME", help="only this client's workflows")
     listing.add_argument(
         "--limit",

@@ -40,7 +40,7 @@ from jobrelay.console.web import (
 from jobrelay.core.errors import InvalidCursor
 from jobrelay.core.pages import Page, decode_cursor
 from jobrelay.core.states import TERMINAL_STATES
-from jobrelay.core.workflows import WorkflowJob, WorkflowView, check_workflow
+from jobrelay.core.workflows import WorkflowJob, WorkflowState, WorkflowView, check_workflow
 from jobrelay.db.client_store import ClientStore
 from jobrelay.db.workflow_store import WorkflowStore
 
@@ -176,13 +176,17 @@ async def _view(request: Request, workflow_id: str) -> WorkflowView:
     return view
 
 
+WORKFLOW_STATES = [state.value for state in WorkflowState]
+
+
 @dataclass(frozen=True)
 class WorkflowFilters:
+    state: str
     client: str
 
     def link(self, **extra: str) -> str:
-        """The listing with this filter (and ``extra``, e.g. a cursor)."""
-        wanted = {"client": self.client, **extra}
+        """The listing with these filters (and ``extra``, e.g. a cursor)."""
+        wanted = {"state": self.state, "client": self.client, **extra}
         query = urllib.parse.urlencode({k: v for k, v in wanted.items() if v})
         return f"{WORKFLOWS_PATH}?{query}" if query else WORKFLOWS_PATH
 
@@ -200,12 +204,19 @@ def _page(cursor: str) -> Page:
 async def workflows_page(
     request: Request,
     operator: OperatorDep,
+    state: Annotated[str, Query(max_length=200)] = "",
     client: Annotated[str, Query(max_length=200)] = "",
     cursor: Annotated[str, Query(max_length=200)] = "",
     trail: Annotated[str, Query(max_length=200 * TRAIL_MAX)] = "",
 ) -> Response:
-    """Every client's workflows (or one client's), newest first, a page at a time."""
-    filters, paging = WorkflowFilters(client.strip()), Paging.of(cursor, trail)
+    """Every client's workflows (or one client's, of one state), newest first, a page at a
+    time."""
+    filters = WorkflowFilters(state.strip(), client.strip())
+    if filters.state and filters.state not in WORKFLOW_STATES:
+        raise PageError(
+            400, "Unknown state", f"A workflow's state is one of {', '.join(WORKFLOW_STATES)}."
+        )
+    paging = Paging.of(cursor, trail)
     page = _page(paging.cursor)
     store = store_of(request)
     clients = await ClientStore(store).list_clients()
@@ -213,12 +224,16 @@ async def workflows_page(
     workflows = []
     if not filters.client or owner is not None:
         workflows = await WorkflowStore(store).list_workflows(
-            client_id=owner.id if owner else None, limit=page.limit, after=page.after
+            client_id=owner.id if owner else None,
+            limit=page.limit,
+            after=page.after,
+            state=WorkflowState(filters.state) if filters.state else None,
         )
     names = {c.id: c.name for c in clients}
     context = {
         "rows": [(w, names.get(w.client_id, "?"), sorted(w.counts.items())) for w in workflows],
         "filters": filters,
+        "states": WORKFLOW_STATES,
         "client_names": [c.name for c in clients],
         "links": paging.links(filters, page.next_cursor(workflows)),
         "unknown_client": bool(filters.client) and owner is None,

@@ -40,7 +40,7 @@ from jobrelay.core.states import (
     Lease,
     Transition,
 )
-from jobrelay.core.workflows import DEPENDENCY_FAILED_CODE, OnFailure
+from jobrelay.core.workflows import DEPENDENCY_FAILED_CODE, OnFailure, WorkflowState
 
 # The columns of the job view, used by every statement that returns a job.
 _JOB_COLUMNS = """
@@ -1631,16 +1631,29 @@ WORKFLOW_JOBS: TextClause = text(
 )
 
 # Keyset pagination, newest first (ix_workflows_created_at_id), of one client's workflows or
-# (:client_id NULL) everyone's: each with its jobs counted by state (through ix_jobs_workflow_id).
+# (:client_id NULL) everyone's, and of one workflow state (:state NULL: any): each with its jobs
+# counted by state (through ix_jobs_workflow_id) and its state, as
+# ``core/workflows.py::workflow_state`` derives it from them (a test holds the two together).
+_CAN_RUN = _state_in(frozenset(JobState) - TERMINAL_STATES - {JobState.WAITING})
 LIST_WORKFLOWS: TextClause = text(
-    """
-    SELECT w.id, w.client_id, w.on_failure, w.created_at, w.cancelled_at,
-           coalesce((SELECT jsonb_object_agg(s.state, s.n)
-                     FROM (SELECT j.state, count(*) AS n FROM jobs j
-                           WHERE j.workflow_id = w.id GROUP BY j.state) s),
-                    '{}'::jsonb) AS counts
+    f"""
+    SELECT w.id, w.client_id, w.on_failure, w.created_at, w.cancelled_at, c.counts, st.state
     FROM workflows w
+    CROSS JOIN LATERAL (
+        SELECT coalesce(jsonb_object_agg(s.state, s.n), '{{}}'::jsonb) AS counts,
+               coalesce(bool_or(s.state <> '{JobState.SUCCEEDED}'), false) AS unsucceeded,
+               coalesce(bool_or(s.{_CAN_RUN}), false) AS can_run
+        FROM (SELECT j.state, count(*) AS n FROM jobs j
+              WHERE j.workflow_id = w.id GROUP BY j.state) s
+    ) c
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN NOT c.unsucceeded THEN '{WorkflowState.SUCCEEDED}'
+                    WHEN w.cancelled_at IS NOT NULL THEN '{WorkflowState.CANCELLED}'
+                    WHEN c.can_run THEN '{WorkflowState.RUNNING}'
+                    ELSE '{WorkflowState.FAILED}' END AS state
+    ) st
     WHERE (CAST(:client_id AS uuid) IS NULL OR w.client_id = :client_id)
+      AND (CAST(:state AS text) IS NULL OR st.state = CAST(:state AS text))
       AND (CAST(:after_created_at AS timestamptz) IS NULL
            OR (w.created_at, w.id)
               < (CAST(:after_created_at AS timestamptz), CAST(:after_id AS uuid)))

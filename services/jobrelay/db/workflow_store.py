@@ -21,6 +21,7 @@ from jobrelay.core.states import JobState
 from jobrelay.core.workflows import (
     OnFailure,
     WorkflowJob,
+    WorkflowState,
     WorkflowStep,
     WorkflowSummary,
     WorkflowView,
@@ -167,11 +168,14 @@ class WorkflowStore:
         client_id: uuid.UUID | None,
         limit: int,
         after: tuple[datetime, uuid.UUID] | None,
+        state: WorkflowState | None = None,
     ) -> list[WorkflowSummary]:
-        """A page of the workflows of ``client_id`` (None: every client's), newest first."""
+        """A page of the workflows of ``client_id`` (None: every client's) in ``state`` (None:
+        any), newest first."""
         rows = await self.store.fetch_all(
             q.LIST_WORKFLOWS,
             client_id=client_id,
+            state=None if state is None else state.value,
             limit=limit,
             after_created_at=after[0] if after else None,
             after_id=after[1] if after else None,

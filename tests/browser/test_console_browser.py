@@ -216,6 +216,7 @@ async def test_on_a_phone_every_page_fits_the_width_and_its_nav_wraps(
             "/ui/",
             "/ui/jobs",
             f"/ui/jobs/{seeded.retried[0]}",
+            "/ui/workflows",
             "/ui/quarantine",
             "/ui/schedules",
             "/ui/clients",

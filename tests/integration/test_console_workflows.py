@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 
+from jobrelay.console.jobs import PAGE_SIZE
 from jobrelay.core.settings import DEFAULT_MAX_ATTEMPTS
 from jobrelay.core.states import JobState
 from jobrelay.core.workflows import OnFailure, WorkflowView, workflow_step
+from jobrelay.db.client_store import ClientStore
 from jobrelay.db.store import Store
 from jobrelay.db.workflow_store import WorkflowStore, WorkflowSubmission
 from jobrelay.handlers.builtin import registry
@@ -29,6 +32,10 @@ from tests.integration.test_console import (
 )
 from tests.support import factories
 from tests.support.consumer_kit import rows
+
+WORKFLOW_LINK = re.compile(r'<a class="mono" href="/ui/workflows/([0-9a-f-]{36})">')
+NEXT_LINK = re.compile(r'<a href="([^"]+)" rel="next">')
+PREVIOUS_LINK = re.compile(r'<a href="([^"]+)" rel="prev">')
 
 # A diamond: "fetch" first, "left" and "right" after it, "merge" after both (4 edges).
 DIAMOND = {"fetch": (), "left": ("fetch",), "right": ("fetch",), "merge": ("left", "right")}
@@ -175,3 +182,56 @@ async def test_a_waiting_job_has_its_badge_and_a_job_outside_a_workflow_no_link(
     assert '<option value="waiting" selected>' in listing.text
     assert f"/ui/jobs/{waiting.id}" in listing.text and f"/ui/jobs/{alone.id}" not in listing.text
     assert "/ui/workflows/" not in (await console.get(f"/ui/jobs/{alone.id}")).text
+
+
+# Issue 37 item 8.3: the console had a page per workflow but no way to find one.
+async def test_the_workflows_page_lists_them_newest_first_each_linked_and_by_client(
+    console: httpx.AsyncClient, store: Store, admin: str
+) -> None:
+    older = await diamond(store)
+    newer = await diamond(store)
+    names = {c.id: c.name for c in await ClientStore(store).list_clients()}
+    await signed_in(console, admin)
+
+    page = await console.get("/ui/workflows")
+
+    assert_html_page(page, 200)
+    links = WORKFLOW_LINK.findall(page.text)
+    assert links == [str(newer.id), str(older.id)]
+    assert 'href="/ui/workflows"' in page.text  # the navigation has it
+    assert page.text.count(">running<") >= 2
+
+    one = await console.get("/ui/workflows", params={"client": names[newer.client_id]})
+    assert WORKFLOW_LINK.findall(one.text) == [str(newer.id)]
+    unknown = await console.get("/ui/workflows", params={"client": "nobody"})
+    assert_html_page(unknown, 200)
+    assert WORKFLOW_LINK.findall(unknown.text) == []
+    assert "There is no client named nobody." in unknown.text
+    bad = await console.get("/ui/workflows", params={"cursor": "nonsense"})
+    assert_html_page(bad, 400)
+    assert WORKFLOW_LINK.findall(
+        (await console.get("/ui/workflows", params={"state": "running"})).text
+    ) == [str(newer.id), str(older.id)]
+    assert (
+        WORKFLOW_LINK.findall((await console.get("/ui/workflows", params={"state": "failed"})).text)
+        == []
+    )
+    assert_html_page(await console.get("/ui/workflows", params={"state": "lost"}), 400)
+
+
+async def test_the_workflows_page_goes_through_its_pages_both_ways(
+    console: httpx.AsyncClient, store: Store, admin: str
+) -> None:
+    made = [await diamond(store) for _ in range(PAGE_SIZE + 1)]
+    await signed_in(console, admin)
+
+    first = await console.get("/ui/workflows")
+    next_link = html.unescape(NEXT_LINK.search(first.text).group(1))  # type: ignore[union-attr]
+    second = await console.get(next_link)
+    back_link = html.unescape(PREVIOUS_LINK.search(second.text).group(1))  # type: ignore[union-attr]
+    back = await console.get(back_link)
+
+    newest_first = [str(w.id) for w in reversed(made)]
+    assert WORKFLOW_LINK.findall(first.text) == newest_first[:PAGE_SIZE]
+    assert WORKFLOW_LINK.findall(second.text) == newest_first[PAGE_SIZE:]
+    assert WORKFLOW_LINK.findall(back.text) == newest_first[:PAGE_SIZE]

@@ -91,6 +91,7 @@ def test_the_check_constraints_make_nonsense_unrepresentable(empty_database: str
         "queued with a lease": "lease_token = gen_random_uuid(), lease_until = now()",
         "attempts above the limit": "attempts = max_attempts + 1",
         "negative attempts": "attempts = -1",
+        "more attempts before a replay than in all": "replayed_attempts = attempts + 1",
         "unknown state": "state = 'lost'",
         "finished but queued": "finished_at = now()",
         "succeeded without finished_at": "state = 'succeeded'",

@@ -83,6 +83,13 @@ def test_another_schema_takes_the_place_of_jobrelay_objects_only() -> None:
     )
 
 
+def test_another_schema_takes_the_place_of_jobrelay_in_a_sequence_named_as_a_regclass() -> None:
+    translate = translator("app_jobs")
+    assert translate is not None
+    assert translate(queries._DELIVERY).count("nextval('app_jobs.job_events_id_seq')") == 1
+    assert translate("SELECT 'jobrelay.job_events_id_seq_x'") == "SELECT 'jobrelay.job_events_id_seq_x'"
+
+
 def test_every_statement_in_another_schema_names_no_default_schema_object() -> None:
     translate = translator("app_jobs")
     assert translate is not None

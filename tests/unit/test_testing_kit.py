@@ -464,3 +464,56 @@ def test_run_all_needs_a_registry_for_jobs_enqueued_without_one() -> None:
         recorder.run_all()
     [(_, verdict)] = recorder.run_all(registry)
     assert verdict.error_code == "gateway_busy"
+
+
+# Issue 37 item 8.5: a dict payload that leaves fields to their defaults did not match the
+# recorded payload of a job enqueued with the model, whose JSON has every field.
+class Refund(BaseModel):
+    order_id: str
+    amount_cents: int = 0
+    reason: str = "requested_by_customer"
+
+
+@registry.job("shop.refund", Refund)
+def refund(context: JobContext, payload: Refund) -> dict[str, Any]:
+    return {}
+
+
+def test_assert_enqueued_compares_a_dict_as_the_types_model_reads_it() -> None:
+    with recording() as recorder:
+        refund.enqueue(Refund(order_id="o-1"), key="r1")
+        jobrelay.enqueue(
+            object(),
+            client="shop",
+            type="shop.refund",
+            payload={"order_id": "o-2", "amount_cents": 500},
+            key="r2",
+            registry=registry,
+        )
+
+    assert recorder.jobs[0].payload == {
+        "order_id": "o-1",
+        "amount_cents": 0,
+        "reason": "requested_by_customer",
+    }
+    assert recorder.assert_enqueued("shop.refund", {"order_id": "o-1"}).key == "r1"
+    assert recorder.assert_enqueued("shop.refund", {"order_id": "o-2", "amount_cents": 500})
+    assert recorder.assert_enqueued("shop.refund", Refund(order_id="o-1")).key == "r1"
+    # The defaults count: a field the dict leaves out is the default, not "anything".
+    with pytest.raises(AssertionError, match=r"no job of type 'shop\.refund' with payload"):
+        recorder.assert_enqueued("shop.refund", {"order_id": "o-2"})
+    with pytest.raises(AssertionError):
+        recorder.assert_enqueued("shop.refund", {"order_id": "o-1", "reason": "duplicate"})
+    with pytest.raises(AssertionError):  # no payload of the model looks like this one
+        recorder.assert_enqueued("shop.refund", {"order_id": "o-1", "amount_cents": "lots"})
+
+
+def test_assert_enqueued_without_the_types_model_compares_the_keys_it_is_given() -> None:
+    recorder = Recorder()
+    recorder.submit("shop.refund", {"order_id": "o-3", "amount_cents": 0}, key="r3")
+
+    assert recorder.assert_enqueued("shop.refund", {"order_id": "o-3"}).key == "r3"
+    with pytest.raises(AssertionError):
+        recorder.assert_enqueued("shop.refund", {"order_id": "o-3", "amount_cents": 7})
+    with pytest.raises(AssertionError):
+        recorder.assert_enqueued("shop.refund", {"order_id": "o-3", "reason": "x"})

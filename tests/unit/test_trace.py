@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from jobrelay.cli.output import render_trace
@@ -10,7 +11,13 @@ from jobrelay.core.failures import describe_failure
 from jobrelay.core.jobs import Job, JournalEntry
 from jobrelay.core.journal import QuarantineMarker
 from jobrelay.core.states import JobEvent, JobState
-from jobrelay.core.trace import JobTrace, StoredResult, is_unclaimed_delivery, trace_document
+from jobrelay.core.trace import (
+    JobTrace,
+    StoredResult,
+    is_unclaimed_delivery,
+    trace_document,
+    why_it_stopped,
+)
 
 AT = datetime(2024, 5, 1, tzinfo=UTC)
 
@@ -116,3 +123,20 @@ def test_the_trace_prints_a_result_as_json_like_jobs_show() -> None:
 
     (line,) = [line for line in shown.splitlines() if line.startswith("  result")]
     assert line.endswith('by attempt 2: {"charged": true, "note": null, "café": "crème"}')
+
+
+# Issue 37 item 8.2: after a replay the trace says which run an attempt is in.
+def test_a_replayed_jobs_why_counts_its_run_beside_its_life() -> None:
+    replayed = replace(a_job(JobState.RUNNING, attempts=4), max_attempts=5, replayed_attempts=2)
+    succeeded = replace(replayed, state=JobState.SUCCEEDED, finished_at=AT)
+
+    assert (replayed.run_attempt, replayed.run_max_attempts) == (2, 3)
+    assert why_it_stopped(replayed, None).startswith(
+        "not stopped: running attempt 2 since its replay (attempt 4 of its life), lease until"
+    )
+    assert why_it_stopped(succeeded, StoredResult({}, 4, AT)) == (
+        "succeeded on attempt 2 of 3 since its replay (attempt 4 of its life)"
+    )
+    never = a_job(JobState.SUCCEEDED)
+    assert why_it_stopped(never, None) == "succeeded on attempt 2 of 2"
+    assert trace_document(JobTrace(succeeded, "shop", [], [], None))["replayed_attempts"] == 2

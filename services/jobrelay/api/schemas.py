@@ -175,6 +175,11 @@ class JobView(BaseModel):
     payload: dict[str, Any]
     attempts: int
     max_attempts: int
+    replayed_attempts: int = Field(
+        0,
+        description="Attempts used before its latest replay (0: never replayed); its run's "
+        "attempt is attempts - replayed_attempts of max_attempts - replayed_attempts",
+    )
     created_at: datetime
     updated_at: datetime
     available_at: datetime
@@ -213,6 +218,7 @@ class JobView(BaseModel):
             payload=job.payload if isinstance(job.payload, dict) else {},
             attempts=job.attempts,
             max_attempts=job.max_attempts,
+            replayed_attempts=job.replayed_attempts,
             created_at=job.created_at,
             updated_at=job.updated_at,
             available_at=job.available_at,
@@ -358,6 +364,9 @@ class TraceView(OpenModel):
     deliveries: TraceDeliveries
     attempts: int
     max_attempts: int
+    replayed_attempts: int = Field(
+        0, description="attempts used before its latest replay; the journal numbers the life's"
+    )
     retries_scheduled: int
     lease_expiries: int
     stale_completions_rejected: int

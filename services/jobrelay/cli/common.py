@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from pydantic import ValidationError
 
-from jobrelay.core.errors import ConfigurationError, JobrelayError, StoreUnavailable
+from jobrelay.core.errors import (
+    ConfigurationError,
+    InvalidCursor,
+    JobrelayError,
+    StoreUnavailable,
+)
+from jobrelay.core.pages import Page, decode_cursor
 from jobrelay.core.settings import Settings
 
 if TYPE_CHECKING:  # the commands import them lazily, so that the others start without them
@@ -227,3 +233,17 @@ def add_seconds_option(
 ) -> None:
     """An option whose value is a number of seconds (``--wait 30``, ``--timeout 2.5``)."""
     parser.add_argument(flag, type=float, default=default, metavar="SECONDS", help=help_text)
+
+
+# The most rows a listing (`jobs list`, `workflows list`) prints on a page.
+MAX_LIST_LIMIT = 1000
+
+
+def list_page(args: argparse.Namespace) -> Page:
+    """The page ``--limit`` and ``--cursor`` ask for (jobs and workflows alike)."""
+    if not 1 <= args.limit <= MAX_LIST_LIMIT:
+        raise CliError(f"--limit must be 1 to {MAX_LIST_LIMIT}")
+    try:
+        return Page(args.limit, decode_cursor(args.cursor) if args.cursor else None)
+    except InvalidCursor:
+        raise CliError(f"--cursor {args.cursor!r} is not one this command printed") from None

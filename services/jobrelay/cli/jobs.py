@@ -8,22 +8,23 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from jobrelay.cli.common import (
+    MAX_LIST_LIMIT,
     CliError,
     Subcommands,
     add_command,
     add_group,
     job_id,
+    list_page,
     print_document,
     progress,
     run_with_operations,
     run_with_store,
     settings_from_env,
 )
-from jobrelay.cli.output import json_value, render_trace
+from jobrelay.cli.output import render_job, render_trace
 from jobrelay.core.durations import parse_duration
-from jobrelay.core.errors import InvalidCursor, JobNotFound, NotCancellable
+from jobrelay.core.errors import JobNotFound, NotCancellable
 from jobrelay.core.jobs import CancelAnswer, Job
-from jobrelay.core.pages import Page, decode_cursor
 from jobrelay.core.states import JobState
 from jobrelay.core.trace import trace_document
 
@@ -38,32 +39,6 @@ EXAMPLES = {
     "cancel": "jobrelay jobs cancel 5b0c9f6e-...",
     "redispatch": "jobrelay jobs redispatch --older-than 15m",
 }
-
-SHOWN_FIELDS = (
-    "id",
-    "type",
-    "state",
-    "attempts",
-    "max_attempts",
-    "created_at",
-    "updated_at",
-    "finished_at",
-    "last_error_code",
-    "last_error",
-    "result",
-)
-
-
-def render_job(view: dict[str, Any]) -> str:
-    """The job's fields that have a value, one a line."""
-    return "\n".join(
-        f"{field:16} {json_value(value) if isinstance(value, dict) else value}"
-        for field in SHOWN_FIELDS
-        if (value := view.get(field)) is not None
-    )
-
-
-MAX_LIST_LIMIT = 1000
 
 
 def listed_job(job: Job, client: str) -> dict[str, Any]:
@@ -93,18 +68,9 @@ def render_listing(listing: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _list_page(args: argparse.Namespace) -> Page:
-    if not 1 <= args.limit <= MAX_LIST_LIMIT:
-        raise CliError(f"--limit must be 1 to {MAX_LIST_LIMIT}")
-    try:
-        return Page(args.limit, decode_cursor(args.cursor) if args.cursor else None)
-    except InvalidCursor:
-        raise CliError(f"--cursor {args.cursor!r} is not one this command printed") from None
-
-
 def cmd_jobs_list(args: argparse.Namespace) -> int:
     settings = settings_from_env()
-    page = _list_page(args)
+    page = list_page(args)
 
     async def work(store: Store) -> int:
         from jobrelay.db.client_store import ClientStore

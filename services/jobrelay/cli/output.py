@@ -39,8 +39,8 @@ def render_trace(trace: dict[str, Any]) -> str:
     lines.append(
         f"  deliveries {deliveries['total']} ({deliveries['claimed']} claimed, "
         f"{deliveries['duplicate']} duplicate{f', {deferred} deferred' if deferred else ''}); "
-        f"attempts {trace['attempts']} of "
-        f"{trace['max_attempts']}; retries {trace['retries_scheduled']}; lease expiries "
+        f"attempts {trace['attempts']} of {trace['max_attempts']}"
+        f"{_before_replay(trace)}; retries {trace['retries_scheduled']}; lease expiries "
         f"{trace['lease_expiries']}; stale completions rejected "
         f"{trace['stale_completions_rejected']}; replays {trace['replays']}"
     )
@@ -66,3 +66,35 @@ def render_trace(trace: dict[str, Any]) -> str:
         lines.append(f"  last failure (attempt {failure['attempt']}, {failure['at']})")
         lines.extend(f"    {line}" for line in failure["error"]["traceback"].rstrip().splitlines())
     return "\n".join(lines)
+
+
+def _before_replay(trace: dict[str, Any]) -> str:
+    """After the attempts of a replayed job: how many its earlier runs used."""
+    replayed = trace.get("replayed_attempts") or 0
+    return f" ({replayed} before its latest replay)" if replayed else ""
+
+
+SHOWN_FIELDS = (
+    "id",
+    "type",
+    "state",
+    "attempts",
+    "max_attempts",
+    "replayed_attempts",
+    "created_at",
+    "updated_at",
+    "finished_at",
+    "last_error_code",
+    "last_error",
+    "result",
+)
+
+
+def render_job(view: dict[str, Any]) -> str:
+    """The job's fields that have a value, one a line."""
+    return "\n".join(
+        f"{field:16} {json_value(value) if isinstance(value, dict) else value}"
+        for field in SHOWN_FIELDS
+        if (value := view.get(field)) is not None
+        and not (field == "replayed_attempts" and value == 0)  # never replayed: nothing to say
+    )

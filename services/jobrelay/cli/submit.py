@@ -1,10 +1,12 @@
-"""``jobrelay submit``: a job through the HTTP API, with ``jobrelay.Client``."""
+"""``jobrelay submit``: a job through the HTTP API, with ``jobrelay.Client``; with ``--wait``,
+then its end: the final view, and an exit status that says how it ended (``WAIT_EXIT``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import sys
 import uuid
 from datetime import datetime
 from typing import Any
@@ -12,6 +14,7 @@ from typing import Any
 import httpx
 
 from jobrelay.cli.common import CliError, Subcommands, add_command, print_json
+from jobrelay.cli.output import render_job
 from jobrelay.client import ApiError, Client, IdempotencyConflict, Job
 from jobrelay.core.durations import parse_duration
 
@@ -19,6 +22,12 @@ EXAMPLE = 'jobrelay submit catalog.export --payload \'{"course": "JavaScript"}\'
 
 MAX_FIELD_ERRORS = 10
 TIMEOUT_SECONDS = 30.0
+WAIT_SECONDS = 300.0  # --wait's default --timeout
+
+# How ``--wait`` ends (docs/submitting.md): 0 succeeded; 1 (every CLI error, usage errors too)
+# not submitted or the API lost; then one status per way of not succeeding.
+WAIT_EXIT = {"succeeded": 0, "quarantined": 3, "cancelled": 4}
+EXIT_STILL_RUNNING = 5  # not finished within --timeout: the job goes on
 
 
 class _StatusRecorder(httpx.BaseTransport):
@@ -50,6 +59,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     key = args.key or str(uuid.uuid4())
     made_key = None if args.key else key
     run_at, delay = _due_time(args)
+    wait_seconds = _wait_seconds(args)
     recorder = _StatusRecorder()
     try:
         # One try: a failure is printed at once, with the key to retry with.
@@ -67,6 +77,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 concurrency_key=args.concurrency_key,
                 unique_key=args.unique_key,
             )
+            accepted = recorder.status == 202
+            if wait_seconds is not None:
+                return _wait_for_end(client, job, key, accepted, wait_seconds, args)
     except ApiError as error:
         raise CliError(_refusal(error, made_key)) from None
     except (httpx.TransportError, httpx.InvalidURL) as error:
@@ -77,8 +90,53 @@ def cmd_submit(args: argparse.Namespace) -> int:
     # too long (one line, like every CLI error).
     except ValueError as error:
         raise CliError(str(error)) from None
-    _show(job, key, accepted=recorder.status == 202, as_json=args.json)
+    _show(job, key, accepted=accepted, as_json=args.json)
     return 0
+
+
+def _wait_seconds(args: argparse.Namespace) -> float | None:
+    """How long ``--wait`` waits (None: no ``--wait``); ``--timeout`` alone is a mistake."""
+    if not args.wait:
+        if args.timeout is not None:
+            raise CliError("--timeout goes with --wait")
+        return None
+    seconds = WAIT_SECONDS if args.timeout is None else args.timeout
+    if not seconds > 0:  # NaN too
+        raise CliError(f"--timeout must be more than 0 seconds, not {args.timeout}")
+    return float(seconds)
+
+
+def _wait_for_end(
+    client: Client, job: Job, key: str, accepted: bool, seconds: float, args: argparse.Namespace
+) -> int:
+    """After the submit line (text only), the job's final view and the status of its end. The
+    wait reads the job as the API's ``?wait=`` wakes it; a lost API is a CLI error naming the
+    job, which goes on (``jobrelay jobs show`` finds it)."""
+    if not args.json:
+        _show(job, key, accepted=accepted, as_json=False)
+    try:
+        final = client.wait(job.id, timeout=seconds)
+    except TimeoutError:
+        final = client.get(job.id)
+        _print_view(final, args.json)
+        print(
+            f"job {job.id} is still {final.state} after {seconds:g} s; it goes on",
+            file=sys.stderr,
+        )
+        return EXIT_STILL_RUNNING
+    except (ApiError, httpx.TransportError) as error:
+        raise CliError(f"job {job.id} was submitted, but waiting for it failed: {error}") from None
+    _print_view(final, args.json)
+    return WAIT_EXIT[final.state]
+
+
+def _print_view(job: Job, as_json: bool) -> None:
+    """The job view as ``jobrelay jobs show`` prints it (``--json``: the API's document)."""
+    view = job.model_dump(mode="json")
+    if as_json:
+        print_json(view)
+    else:
+        print(render_job(view))
 
 
 def _show(job: Job, key: str, *, accepted: bool, as_json: bool) -> None:
@@ -180,3 +238,15 @@ def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
     )
     submit.add_argument("--token", help="bearer token (default: $JOBRELAY_TOKEN)")
     submit.add_argument("--json", action="store_true")
+    submit.add_argument(
+        "--wait",
+        action="store_true",
+        help="then wait for the job to finish and print it; exit 0 succeeded, 3 quarantined, "
+        f"4 cancelled, {EXIT_STILL_RUNNING} not finished within --timeout",
+    )
+    submit.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help=f"how long --wait waits (default {WAIT_SECONDS:g})",
+    )

@@ -9,7 +9,7 @@ import urllib.parse
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Query, Request, Response
 
@@ -51,6 +51,12 @@ CANCELLABLE = frozenset(JobState) - TERMINAL_STATES
 Text = Annotated[str, Query(max_length=200)]
 
 
+class Linked(Protocol):
+    """A listing's filters: ``link`` writes the listing's address with them."""
+
+    def link(self, **extra: str) -> str: ...
+
+
 @dataclass(frozen=True)
 class Filters:
     state: str
@@ -75,7 +81,7 @@ class Paging:
     def of(cls, cursor: str, trail: str) -> Paging:
         return cls(cursor, [step for step in trail.split(",") if step][-TRAIL_MAX:])
 
-    def links(self, filters: Filters, next_cursor: str | None) -> dict[str, str | None]:
+    def links(self, filters: Linked, next_cursor: str | None) -> dict[str, str | None]:
         here = self.cursor or FIRST_PAGE
         forward = None
         if next_cursor is not None:

@@ -1,6 +1,7 @@
-"""One workflow (docs/workflows.md): its graph drawn as inline SVG, its jobs' states and
-progress, and cancelling it. The data is ``WorkflowStore.view`` (any client's: operators see
-them all), the same view as ``GET /v1/workflows/{id}``.
+"""The workflows (docs/workflows.md): their listing, newest first, and one workflow: its graph
+drawn as inline SVG, its jobs' states and progress, and cancelling it. The data is
+``WorkflowStore.list_workflows`` and ``WorkflowStore.view`` (any client's: operators see them
+all), the same view as ``GET /v1/workflows/{id}``.
 
 The drawing is computed here as numbers (``layout``, pure): each job a box in the column of its
 depth, each edge a line from a parent's box to its child's. The template only places them, so
@@ -9,13 +10,22 @@ everything it shows goes through its escaping.
 
 from __future__ import annotations
 
+import urllib.parse
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Annotated
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 
-from jobrelay.console.jobs import JOBS_PATH, Progress, progress_of
+from jobrelay.console.jobs import (
+    JOBS_PATH,
+    PAGE_SIZE,
+    TRAIL_MAX,
+    Paging,
+    Progress,
+    progress_of,
+)
 from jobrelay.console.security import Flash
 from jobrelay.console.web import (
     ActingDep,
@@ -27,8 +37,11 @@ from jobrelay.console.web import (
     render,
     store_of,
 )
+from jobrelay.core.errors import InvalidCursor
+from jobrelay.core.pages import Page, decode_cursor
 from jobrelay.core.states import TERMINAL_STATES
-from jobrelay.core.workflows import WorkflowJob, WorkflowView, check_workflow
+from jobrelay.core.workflows import WorkflowJob, WorkflowState, WorkflowView, check_workflow
+from jobrelay.db.client_store import ClientStore
 from jobrelay.db.workflow_store import WorkflowStore
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
@@ -161,6 +174,71 @@ async def _view(request: Request, workflow_id: str) -> WorkflowView:
     if view is None:
         raise no_such_workflow()
     return view
+
+
+WORKFLOW_STATES = [state.value for state in WorkflowState]
+
+
+@dataclass(frozen=True)
+class WorkflowFilters:
+    state: str
+    client: str
+
+    def link(self, **extra: str) -> str:
+        """The listing with these filters (and ``extra``, e.g. a cursor)."""
+        wanted = {"state": self.state, "client": self.client, **extra}
+        query = urllib.parse.urlencode({k: v for k, v in wanted.items() if v})
+        return f"{WORKFLOWS_PATH}?{query}" if query else WORKFLOWS_PATH
+
+
+def _page(cursor: str) -> Page:
+    try:
+        return Page(PAGE_SIZE, decode_cursor(cursor) if cursor else None)
+    except InvalidCursor:
+        raise PageError(
+            400, "This page link is not valid", "Start again from the newest workflows."
+        ) from None
+
+
+@router.get(WORKFLOWS_PATH)
+async def workflows_page(
+    request: Request,
+    operator: OperatorDep,
+    state: Annotated[str, Query(max_length=200)] = "",
+    client: Annotated[str, Query(max_length=200)] = "",
+    cursor: Annotated[str, Query(max_length=200)] = "",
+    trail: Annotated[str, Query(max_length=200 * TRAIL_MAX)] = "",
+) -> Response:
+    """Every client's workflows (or one client's, of one state), newest first, a page at a
+    time."""
+    filters = WorkflowFilters(state.strip(), client.strip())
+    if filters.state and filters.state not in WORKFLOW_STATES:
+        raise PageError(
+            400, "Unknown state", f"A workflow's state is one of {', '.join(WORKFLOW_STATES)}."
+        )
+    paging = Paging.of(cursor, trail)
+    page = _page(paging.cursor)
+    store = store_of(request)
+    clients = await ClientStore(store).list_clients()
+    owner = next((c for c in clients if c.name == filters.client), None)
+    workflows = []
+    if not filters.client or owner is not None:
+        workflows = await WorkflowStore(store).list_workflows(
+            client_id=owner.id if owner else None,
+            limit=page.limit,
+            after=page.after,
+            state=WorkflowState(filters.state) if filters.state else None,
+        )
+    names = {c.id: c.name for c in clients}
+    context = {
+        "rows": [(w, names.get(w.client_id, "?"), sorted(w.counts.items())) for w in workflows],
+        "filters": filters,
+        "states": WORKFLOW_STATES,
+        "client_names": [c.name for c in clients],
+        "links": paging.links(filters, page.next_cursor(workflows)),
+        "unknown_client": bool(filters.client) and owner is None,
+    }
+    return await render(request, "workflows.html", context, operator=operator)
 
 
 @router.get(WORKFLOWS_PATH + "/{workflow_id}")

@@ -506,8 +506,9 @@ class Worker:
             )
             return await self._conclude(claim, Cancelled(), job.type, run.seconds)
         outcome = decide_outcome(
-            attempt=job.attempts,
-            max_attempts=job.max_attempts,
+            # Within its run: a replayed job's backoff starts again from the first attempt's.
+            attempt=job.run_attempt,
+            max_attempts=job.run_max_attempts,
             result=run.result,
             error=run.error,
             policy=self.policy,

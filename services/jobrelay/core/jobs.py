@@ -68,6 +68,21 @@ class Job:
     progress: dict[str, Any] | None = None
     """What its handler last reported: ``{"fraction", "message", "at"}``; None: nothing."""
 
+    replayed_attempts: int = 0
+    """The attempts it used before its latest replay (0: never replayed). ``attempts`` counts
+    every claim of its life, so attempt numbers stay unique per job; a replay starts a new run,
+    whose attempts and budget are counted from here (docs/states.md)."""
+
+    @property
+    def run_attempt(self) -> int:
+        """The number of its latest attempt within its run (since its latest replay)."""
+        return self.attempts - self.replayed_attempts
+
+    @property
+    def run_max_attempts(self) -> int:
+        """The attempts its run may use (its type's budget once replayed)."""
+        return self.max_attempts - self.replayed_attempts
+
 
 @dataclass(frozen=True)
 class QuarantinedJob:

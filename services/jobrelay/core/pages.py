@@ -6,11 +6,22 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 from jobrelay.core.errors import InvalidCursor
-from jobrelay.core.jobs import Job
+
+
+class Listed(Protocol):
+    """What a page is keyed by: a job, a workflow."""
+
+    @property
+    def created_at(self) -> datetime: ...
+
+    @property
+    def id(self) -> uuid.UUID: ...
 
 
 @dataclass(frozen=True)
@@ -21,10 +32,10 @@ class Page:
     limit: int
     after: tuple[datetime, uuid.UUID] | None
 
-    def next_cursor(self, jobs: list[Job]) -> str | None:
-        if len(jobs) < self.limit:
+    def next_cursor(self, rows: Sequence[Listed]) -> str | None:
+        if len(rows) < self.limit:
             return None
-        last = jobs[-1]
+        last = rows[-1]
         return base64.urlsafe_b64encode(
             f"{last.created_at.isoformat()}|{last.id}".encode()
         ).decode()

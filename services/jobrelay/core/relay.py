@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol
 
 from jobrelay.core.flow import Limit
@@ -37,6 +38,11 @@ class OutboxRow:
     type: str
     publish_attempts: int
     traceparent: str | None = None  # the job's trace context (core/tracecontext.py)
+    # What its `published` journal entry says once confirmed, drawn by the lease so that the
+    # entry reads before the claim it causes (db/queries.py _DELIVERY); None from the fakes.
+    journal_id: int | None = None
+    leased_at: datetime | None = None
+    delivers_attempt: int | None = None
 
 
 @dataclass(frozen=True)
@@ -125,7 +131,9 @@ class OutboxStore(Protocol):
         """Due, unpublished (and not leased) rows per work queue."""
         ...
 
-    async def mark_published(self, ids: Sequence[int]) -> int: ...
+    async def mark_published(self, rows: Sequence[OutboxRow]) -> int:
+        """Record the confirmed rows (as leased) published, each with its journal entry."""
+        ...
 
     async def mark_failed(
         self, ids: Sequence[int], error: str, retry_in_seconds: float

@@ -67,7 +67,7 @@ def why_it_stopped(
     does."""
     if job.state == JobState.SUCCEEDED:
         attempt = result.attempt if result else job.attempts
-        return f"succeeded on attempt {attempt} of {job.max_attempts}"
+        return "succeeded on " + _attempt_words(job, attempt)
     if job.state == JobState.QUARANTINED:
         return f"quarantined: {job.last_error_code or 'unknown'}: {job.last_error or ''}".strip()
     if job.state == JobState.CANCELLED and job.last_error_code == DEPENDENCY_FAILED_CODE:
@@ -83,7 +83,8 @@ def why_it_stopped(
         )
     if job.state == JobState.RUNNING:
         running = (
-            f"not stopped: running attempt {job.attempts}, lease until {moment(job.lease_until)}"
+            f"not stopped: running {_attempt_words(job, job.attempts, budget=False)}, "
+            f"lease until {moment(job.lease_until)}"
         )
         return running + _progress_words(job)
     if deferred:
@@ -101,6 +102,19 @@ def _cancelled_by(events: Sequence[JournalEntry]) -> str | None:
     return next(
         (e.detail for e in events if e.event in asked and (e.detail or "").startswith("by ")),
         None,
+    )
+
+
+def _attempt_words(job: Job, attempt: int, *, budget: bool = True) -> str:
+    """Attempt ``attempt`` (of the job's life) as its run counts it: since its latest replay,
+    with the life's number beside it (docs/states.md, "Attempts and replays"); ``budget``:
+    with the run's budget ("of 3")."""
+    if not job.replayed_attempts:
+        return f"attempt {attempt}" + (f" of {job.max_attempts}" if budget else "")
+    of = f" of {job.run_max_attempts}" if budget else ""
+    return (
+        f"attempt {attempt - job.replayed_attempts}{of} since its replay "
+        f"(attempt {attempt} of its life)"
     )
 
 
@@ -154,6 +168,7 @@ def trace_document(
         },
         "attempts": job.attempts,
         "max_attempts": job.max_attempts,
+        "replayed_attempts": job.replayed_attempts,
         "retries_scheduled": counts[JobEvent.RETRY_SCHEDULED],
         "lease_expiries": counts[JobEvent.LEASE_EXPIRED],
         "stale_completions_rejected": counts[JobEvent.STALE_COMPLETION_REJECTED],

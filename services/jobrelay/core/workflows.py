@@ -253,6 +253,28 @@ class WorkflowView:
         return dict(Counter(job.state.value for job in self.jobs))
 
 
+@dataclass(frozen=True)
+class WorkflowSummary:
+    """One workflow as a listing shows it: its jobs counted by state, not the jobs themselves."""
+
+    id: uuid.UUID
+    client_id: uuid.UUID
+    on_failure: OnFailure
+    created_at: datetime
+    cancelled_at: datetime | None
+    counts: Mapping[str, int]  # its jobs by state (JobState values)
+
+    @property
+    def state(self) -> WorkflowState:
+        return workflow_state(
+            (JobState(state) for state in self.counts), cancelled=self.cancelled_at is not None
+        )
+
+    @property
+    def jobs(self) -> int:
+        return sum(self.counts.values())
+
+
 @dataclass
 class Workflow:
     """A graph of jobs to submit as one (``Client.submit_workflow``, ``enqueue_workflow``)::

@@ -40,7 +40,7 @@ from jobrelay.core.states import (
     Lease,
     Transition,
 )
-from jobrelay.core.workflows import DEPENDENCY_FAILED_CODE, OnFailure
+from jobrelay.core.workflows import DEPENDENCY_FAILED_CODE, OnFailure, WorkflowState
 
 # The columns of the job view, used by every statement that returns a job.
 _JOB_COLUMNS = """
@@ -48,7 +48,7 @@ _JOB_COLUMNS = """
     j.attempts, j.max_attempts, j.available_at, j.lease_token, j.lease_until,
     j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at, j.run_at,
     j.cancel_requested_at, j.traceparent, j.priority, j.concurrency_key, j.unique_key,
-    j.workflow_id, j.workflow_ref, j.progress
+    j.workflow_id, j.workflow_ref, j.progress, j.replayed_attempts
 """
 
 
@@ -683,12 +683,22 @@ LISTENER_PING = "SELECT pg_is_in_recovery() AS in_recovery"
 # compared with the one the connection was told at login.
 SERVER_PID = "SELECT pg_backend_pid() AS pid"
 
+# What each leased row's `published` journal entry will say (MARK_PUBLISHED writes it once the
+# broker confirmed). The journal reads in id order, and a consumer can claim the job before the
+# confirm is recorded: so the entry's id is drawn here, in the lease's transaction, which
+# commits before the message exists, and it is dated by the lease (the database's clock, like
+# every journal entry). It carries the attempt the message delivers: the job's next one while
+# it is due and has one left (a lease-expired or exhausted job's message delivers no new one).
+_DELIVERY = f"""nextval('jobrelay.job_events_id_seq') AS journal_id, now() AS leased_at,
+    CASE WHEN j.{_state_in(CLAIM.source)} AND j.attempts < j.max_attempts
+         THEN j.attempts + 1 ELSE j.attempts END AS delivers_attempt"""
+
 # Lease a batch of due rows: lock them briefly, push their available_at past the publish
 # timeout, and commit at once. The broker round trip happens with no transaction open; another
 # dispatcher skips these rows until the lease passes, and a crashed dispatcher's rows simply
 # come due again (a duplicate publish, never a lost one).
 LEASE_OUTBOX_BATCH: TextClause = text(
-    """
+    f"""
     WITH due AS (
         SELECT id FROM jobrelay.outbox
         WHERE published_at IS NULL AND available_at <= now()
@@ -701,20 +711,28 @@ LEASE_OUTBOX_BATCH: TextClause = text(
         publish_attempts = o.publish_attempts + 1
     FROM due, jobrelay.jobs j
     WHERE o.id = due.id AND j.id = o.job_id
-    RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent
+    RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent, {_DELIVERY}
     """
 )
 
+# The confirmed rows of a batch, each as LEASE returned it: its `published` entry takes the
+# journal id and the time its lease drew, and the attempt it delivers (see _DELIVERY).
 MARK_PUBLISHED: TextClause = text(
     """
-    WITH done AS (
-        UPDATE jobrelay.outbox SET published_at = now(), last_error = NULL
-        WHERE id = ANY(:ids) AND published_at IS NULL
-        RETURNING id, job_id
+    WITH confirmed AS (
+        SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:journal_ids AS bigint[]),
+                             CAST(:attempts AS integer[]), CAST(:leased_at AS timestamptz[]))
+            AS c(id, journal_id, attempt, leased_at)
+    ), done AS (
+        UPDATE jobrelay.outbox o SET published_at = now(), last_error = NULL
+        FROM confirmed c
+        WHERE o.id = c.id AND o.published_at IS NULL
+        RETURNING o.id, o.job_id, c.journal_id, c.attempt, c.leased_at
     )
-    INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
-    SELECT d.job_id, 'published', j.attempts, 'outbox ' || d.id
-    FROM done d JOIN jobrelay.jobs j ON j.id = d.job_id
+    INSERT INTO jobrelay.job_events (id, job_id, event, attempt, detail, at)
+    SELECT coalesce(d.journal_id, nextval('jobrelay.job_events_id_seq')), d.job_id, 'published',
+           d.attempt, 'outbox ' || d.id, coalesce(d.leased_at, now())
+    FROM done d
     RETURNING job_id
     """
 )
@@ -943,7 +961,7 @@ def _flow_pick(limited: bool) -> TextClause:
         publish_attempts = o.publish_attempts + 1
     FROM top, jobrelay.jobs j
     WHERE o.id = ANY(ARRAY(SELECT id FROM due)) AND top.id = o.id AND j.id = o.job_id
-    RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent,
+    RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent, {_DELIVERY},
               top.priority, top.turn, top.available_at AS due_at
     """
     )
@@ -1365,12 +1383,15 @@ HOLD_JOB: TextClause = text(
 
 # --- operations (docs/life-of-a-job.md, "Quarantine and replay") ----------------------------
 
-# A fresh budget: max_attempts = attempts + the type's limit, so attempt numbers stay unique.
+# A fresh run: max_attempts = attempts + the type's limit, so attempt numbers stay unique, and
+# replayed_attempts = attempts, from which the run counts its attempts and its backoff. The
+# journal's entry names the attempts used before (docs/states.md, "Attempts and replays").
 REPLAY_JOB: TextClause = text(
     f"""
     WITH r AS (
         UPDATE jobrelay.jobs
         SET state = '{REPLAY.target}', max_attempts = attempts + :budget, available_at = now(),
+            replayed_attempts = attempts,
             finished_at = NULL, updated_at = now(), type_unknown_since = NULL,
             cancel_requested_at = NULL  -- a cancel asked of an earlier attempt is not the replay's
         WHERE id = :id AND {_guard(REPLAY)}
@@ -1389,7 +1410,10 @@ REPLAY_JOB: TextClause = text(
         SELECT id, available_at, priority, client_id, type FROM r
     ), event AS (
         INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
-        SELECT id, 'replayed', attempts, :detail FROM r
+        SELECT id, 'replayed', attempts,
+               :detail || ' after ' || attempts || ' attempt(s); a fresh run of '
+               || CAST(:budget AS integer) || ' attempt(s)'
+        FROM r
     ), below AS (
         -- Its dependents that its failure cancelled, directly or not, wait for it again
         -- (RESTORE): each for its parents that have not succeeded, the replayed job among them.
@@ -1630,6 +1654,38 @@ WORKFLOW_JOBS: TextClause = text(
                           WHERE d.job_id = j.id ORDER BY p.id), '{}') AS after
     FROM jobrelay.jobs j WHERE j.workflow_id = :id
     ORDER BY j.id
+    """
+)
+
+# Keyset pagination, newest first (ix_workflows_created_at_id), of one client's workflows or
+# (:client_id NULL) everyone's, and of one workflow state (:state NULL: any): each with its jobs
+# counted by state (through ix_jobs_workflow_id) and its state, as
+# ``core/workflows.py::workflow_state`` derives it from them (a test holds the two together).
+_CAN_RUN = _state_in(frozenset(JobState) - TERMINAL_STATES - {JobState.WAITING})
+LIST_WORKFLOWS: TextClause = text(
+    f"""
+    SELECT w.id, w.client_id, w.on_failure, w.created_at, w.cancelled_at, c.counts, st.state
+    FROM jobrelay.workflows w
+    CROSS JOIN LATERAL (
+        SELECT coalesce(jsonb_object_agg(s.state, s.n), '{{}}'::jsonb) AS counts,
+               coalesce(bool_or(s.state <> '{JobState.SUCCEEDED}'), false) AS unsucceeded,
+               coalesce(bool_or(s.{_CAN_RUN}), false) AS can_run
+        FROM (SELECT j.state, count(*) AS n FROM jobrelay.jobs j
+              WHERE j.workflow_id = w.id GROUP BY j.state) s
+    ) c
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN NOT c.unsucceeded THEN '{WorkflowState.SUCCEEDED}'
+                    WHEN w.cancelled_at IS NOT NULL THEN '{WorkflowState.CANCELLED}'
+                    WHEN c.can_run THEN '{WorkflowState.RUNNING}'
+                    ELSE '{WorkflowState.FAILED}' END AS state
+    ) st
+    WHERE (CAST(:client_id AS uuid) IS NULL OR w.client_id = :client_id)
+      AND (CAST(:state AS text) IS NULL OR st.state = CAST(:state AS text))
+      AND (CAST(:after_created_at AS timestamptz) IS NULL
+           OR (w.created_at, w.id)
+              < (CAST(:after_created_at AS timestamptz), CAST(:after_id AS uuid)))
+    ORDER BY w.created_at DESC, w.id DESC
+    LIMIT :limit
     """
 )
 

@@ -63,6 +63,9 @@ def _leased(rows: Sequence[Any], *, in_order: bool = False) -> list[OutboxRow]:
             type=row.type,
             publish_attempts=row.publish_attempts,
             traceparent=row.traceparent,
+            journal_id=row.journal_id,
+            leased_at=row.leased_at,
+            delivers_attempt=row.delivers_attempt,
         )
         for row in rows
     ]
@@ -123,11 +126,17 @@ class RelayStore:
         rows = await self.store.fetch_all(q.QUEUE_BACKLOGS, **route_params(routes))
         return {row.queue: int(row.n) for row in rows}
 
-    async def mark_published(self, ids: Sequence[int]) -> int:
-        if not ids:
+    async def mark_published(self, rows: Sequence[OutboxRow]) -> int:
+        if not rows:
             return 0
-        rows = await self.store.fetch_all(q.MARK_PUBLISHED, ids=list(ids))
-        return len(rows)
+        marked = await self.store.fetch_all(
+            q.MARK_PUBLISHED,
+            ids=[row.id for row in rows],
+            journal_ids=[row.journal_id for row in rows],
+            attempts=[row.delivers_attempt for row in rows],
+            leased_at=[row.leased_at for row in rows],
+        )
+        return len(marked)
 
     async def mark_failed(self, ids: Sequence[int], error: str, retry_in_seconds: float) -> None:
         if not ids:

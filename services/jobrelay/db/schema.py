@@ -27,6 +27,10 @@ from jobrelay.migrations.history import FUNCTIONS_0011
 # The objects statements name: every table of the models and every function of the migrations.
 OBJECTS = frozenset({table.name for table in metadata.tables.values()} | set(FUNCTIONS_0011))
 
+# The sequences statements name, always as a quoted regclass: the journal's ids, drawn when a
+# job is leased for its ``published`` entry (db/queries.py, ``_DELIVERY``).
+SEQUENCES = ("job_events_id_seq",)
+
 Translate = Callable[[str], str]
 
 
@@ -40,10 +44,13 @@ def translator(schema: str) -> Translate | None:
     # not a prefix of a dotted string (``jobrelay.jobs.default``), not quoted (``'jobrelay.jobs'``).
     pattern = re.compile(rf"(?<![\w.'\"$]){DEFAULT_SCHEMA}\.(?=(?:{names})\b(?![.'\"$]))")
     replacement = f"{schema}."
+    # A sequence is named as a regclass literal (``nextval('jobrelay.job_events_id_seq')``).
+    sequences = "|".join(SEQUENCES)
+    sequence_literal = re.compile(rf"'{DEFAULT_SCHEMA}\.(?=(?:{sequences})')")
 
     @functools.lru_cache(maxsize=4096)
     def translate(sql: str) -> str:
-        return pattern.sub(replacement, sql)
+        return sequence_literal.sub(f"'{schema}.", pattern.sub(replacement, sql))
 
     return translate
 

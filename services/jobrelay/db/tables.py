@@ -154,6 +154,9 @@ jobs = Table(
     Column("workflow_ref", Text),
     Column("waiting_for", Integer, nullable=False, server_default=text("0")),
     Column("progress", JSONB),
+    # The attempts used before its latest replay (migration 0015; docs/states.md): the run's
+    # attempt is ``attempts - replayed_attempts``, its budget ``max_attempts - replayed_attempts``.
+    Column("replayed_attempts", Integer, nullable=False, server_default=text("0")),
     UniqueConstraint("client_id", "idempotency_key"),
     CheckConstraint(_in_list("state", JOB_STATES), name="state_known"),
     CheckConstraint(
@@ -163,6 +166,10 @@ jobs = Table(
     CheckConstraint("(lease_token IS NULL) = (lease_until IS NULL)", name="lease_whole"),
     CheckConstraint("attempts >= 0 AND attempts <= max_attempts", name="attempts_in_bounds"),
     CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
+    CheckConstraint(
+        "replayed_attempts >= 0 AND replayed_attempts <= attempts",
+        name="replayed_attempts_in_bounds",
+    ),
     CheckConstraint(
         "char_length(idempotency_key) BETWEEN 1 AND 200", name="idempotency_key_length"
     ),
@@ -237,6 +244,8 @@ workflows = Table(
     CheckConstraint(
         "char_length(idempotency_key) BETWEEN 1 AND 200", name="idempotency_key_length"
     ),
+    # The listings, newest first (migration 0015; `jobrelay workflows list`, the console).
+    Index("ix_workflows_created_at_id", "created_at", "id"),
 )
 
 # The edges of workflows: ``job_id`` waits for ``parent_id``; read both ways.
@@ -444,6 +453,10 @@ job_types = Table(
     # 0013): only a client whose type patterns name it submits it over HTTP.
     Column("api", Boolean, nullable=False, server_default=text("true")),
     CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
+    CheckConstraint(
+        "replayed_attempts >= 0 AND replayed_attempts <= attempts",
+        name="replayed_attempts_in_bounds",
+    ),
     CheckConstraint(f"priority BETWEEN {PRIORITY_MIN} AND {PRIORITY_MAX}", name="priority_range"),
     CheckConstraint("timeout_seconds > 0", name="timeout_positive"),
 )

@@ -12,6 +12,7 @@ import asyncio
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from jobrelay.core.fingerprint import canonical_json
@@ -20,7 +21,9 @@ from jobrelay.core.states import JobState
 from jobrelay.core.workflows import (
     OnFailure,
     WorkflowJob,
+    WorkflowState,
     WorkflowStep,
+    WorkflowSummary,
     WorkflowView,
     check_workflow,
     job_key,
@@ -158,6 +161,36 @@ class WorkflowStore:
                 return None
             jobs = (await connection.execute(q.WORKFLOW_JOBS, {"id": workflow_id})).all()
         return workflow_view(row, jobs)
+
+    async def list_workflows(
+        self,
+        *,
+        client_id: uuid.UUID | None,
+        limit: int,
+        after: tuple[datetime, uuid.UUID] | None,
+        state: WorkflowState | None = None,
+    ) -> list[WorkflowSummary]:
+        """A page of the workflows of ``client_id`` (None: every client's) in ``state`` (None:
+        any), newest first."""
+        rows = await self.store.fetch_all(
+            q.LIST_WORKFLOWS,
+            client_id=client_id,
+            state=None if state is None else state.value,
+            limit=limit,
+            after_created_at=after[0] if after else None,
+            after_id=after[1] if after else None,
+        )
+        return [
+            WorkflowSummary(
+                id=row.id,
+                client_id=row.client_id,
+                on_failure=OnFailure(row.on_failure),
+                created_at=row.created_at,
+                cancelled_at=row.cancelled_at,
+                counts=dict(row.counts),
+            )
+            for row in rows
+        ]
 
     async def cancel(
         self, workflow_id: uuid.UUID, client_id: uuid.UUID | None = None, *, detail: str

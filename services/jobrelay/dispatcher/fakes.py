@@ -103,9 +103,9 @@ class InMemoryOutbox:
                 backlogs[queue] = backlogs.get(queue, 0) + 1
         return backlogs
 
-    async def mark_published(self, ids: Sequence[int]) -> int:
+    async def mark_published(self, rows: Sequence[OutboxRow]) -> int:
         self._check()
-        marked = [self.rows[i] for i in ids if not self.rows[i].published]
+        marked = [self.rows[r.id] for r in rows if not self.rows[r.id].published]
         for row in marked:
             row.published, row.last_error = True, None
         return len(marked)

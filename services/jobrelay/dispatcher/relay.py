@@ -139,7 +139,7 @@ class Relay:
             if self.flow is not None:
                 self.flow.settled(batch.rows)
         result = BatchResult(leased=len(batch.rows))
-        confirmed = [outcome.row.id for outcome in outcomes if outcome.confirmed]
+        confirmed = [outcome.row for outcome in outcomes if outcome.confirmed]
         failures = [outcome for outcome in outcomes if not outcome.confirmed]
         if confirmed:
             await self._mark_published(confirmed)
@@ -155,12 +155,12 @@ class Relay:
             self._log_failures(failures)
         return result
 
-    async def _mark_published(self, ids: Sequence[int]) -> None:
+    async def _mark_published(self, rows: Sequence[OutboxRow]) -> None:
         """Record confirms. A database outage here is retried briefly: once the lease passes,
         the rows would be published a second time."""
         for attempt in range(self.config.mark_retries + 1):
             try:
-                await self.store.mark_published(ids)
+                await self.store.mark_published(rows)
                 return
             except StoreUnavailable:
                 if attempt == self.config.mark_retries:

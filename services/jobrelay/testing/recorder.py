@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 import jobrelay
+from jobrelay.core.errors import InvalidPayload
 from jobrelay.core.ids import new_id
 from jobrelay.core.jobs import Flow, JobRequest
 from jobrelay.core.registry import (
@@ -197,12 +198,16 @@ class Recorder:
     def assert_enqueued(
         self, type: str, payload: BaseModel | Mapping[str, Any] | None = None, **fields: Any
     ) -> RecordedJob:
-        """The first job of ``type`` with ``payload`` (a model or a dict, compared as JSON;
-        any payload when None) and the given fields (``key=``, ``priority=``, ``run_at=``...);
-        ``AssertionError`` listing what was recorded when there is none."""
+        """The first job of ``type`` with ``payload`` (any payload when None) and the given
+        fields (``key=``, ``priority=``, ``run_at=``...); ``AssertionError`` listing what was
+        recorded when there is none.
+
+        ``payload`` is compared as the job was stored: a model as its JSON; a dict through the
+        type's model when the job was enqueued with a registry that has it (so a field left to
+        its default matches the default the enqueue filled in), else on the keys it gives."""
         wanted = None if payload is None else as_stored(payload)
         for job in self.of_type(type):
-            if wanted is not None and job.payload != wanted:
+            if wanted is not None and not self._payload_matches(job, payload, wanted):
                 continue
             if all(getattr(job, name) == value for name, value in fields.items()):
                 return job
@@ -212,6 +217,24 @@ class Recorder:
             + (f" with payload {wanted!r}" if wanted is not None else "")
             + (f" and {asked}" if asked else "")
             + f" was enqueued; recorded: {self._listing()}"
+        )
+
+    def _payload_matches(self, job: RecordedJob, given: Any, wanted: Any) -> bool:
+        if job.payload == wanted or isinstance(given, BaseModel):
+            return bool(job.payload == wanted)
+        types = self._registries.get(job.id)
+        if types is not None and job.type in types:
+            # Both as the type's model reads them, so that a field left to its default is the
+            # default, whether the enqueue was given a model (its JSON has every field) or a
+            # dict (stored as given).
+            try:
+                expected = as_stored(types.validate_payload(job.type, wanted))
+            except InvalidPayload:
+                return False  # no payload the enqueue took looks like this one
+            return bool(as_stored(types.validate_payload(job.type, job.payload)) == expected)
+        # No model to fill the defaults in: the keys given must hold the recorded values.
+        return isinstance(wanted, dict) and all(
+            key in job.payload and job.payload[key] == value for key, value in wanted.items()
         )
 
     def assert_nothing_enqueued(self) -> None:

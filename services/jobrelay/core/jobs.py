@@ -68,6 +68,10 @@ class Job:
     progress: dict[str, Any] | None = None
     """What its handler last reported: ``{"fraction", "message", "at"}``; None: nothing."""
 
+    no_consumer: bool | None = None
+    """Waiting, and no running consumer serves its type (docs/job-types.md, "Where a job
+    goes"); read by the single job's view only, None elsewhere."""
+
 
 @dataclass(frozen=True)
 class QuarantinedJob:

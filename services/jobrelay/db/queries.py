@@ -469,10 +469,17 @@ DATABASE_NOW: TextClause = text("SELECT clock_timestamp() AS now")
 
 # --- reading jobs ---------------------------------------------------------------------------
 
+# A live job of a type that no consumer serves now (docs/job-types.md, "Where a job goes"): one
+# primary-key read of job_types.
+_NO_CONSUMER = """
+    (j.state IN ('queued', 'retrying') AND NOT EXISTS (
+        SELECT 1 FROM job_types t WHERE t.name = j.type AND t.served_until > now()))
+"""
+
 # :client_id NULL means "any client" (operators and the CLI); the API always passes its caller.
 JOB_BY_ID: TextClause = text(
     f"""
-    SELECT {_JOB_COLUMNS}, r.result
+    SELECT {_JOB_COLUMNS}, r.result, {_NO_CONSUMER} AS no_consumer
     FROM jobs j LEFT JOIN job_results r ON r.job_id = j.id
     WHERE j.id = :id AND (CAST(:client_id AS uuid) IS NULL OR j.client_id = :client_id)
     """
@@ -627,6 +634,11 @@ _STRANDED = """
         AND (o.published_at IS NULL
              OR o.published_at >= now() - make_interval(secs => :older_than_seconds)))
 """
+
+# The types of the stranded jobs: the dispatcher reads the queues of these only.
+STRANDED_TYPES: TextClause = text(
+    f"SELECT DISTINCT j.type FROM jobs j WHERE {_STRANDED} ORDER BY 1 LIMIT :limit"
+)
 
 PUBLISHED_NEVER_CLAIMED: TextClause = text(f"SELECT count(*) AS n FROM jobs j WHERE {_STRANDED}")
 
@@ -1832,6 +1844,27 @@ _JOB_TYPE_COLUMNS = """
 # Every type of a consumer's registry in one statement, one array per column, in name order
 # (two consumers registering the same types lock their rows in the same order). The last
 # writer wins each row; no row is ever deleted here. One notification for the whole set.
+# A consumer consuming the queues of :names says so until :seconds from now (the latest of its
+# peers' wins); rows locked in name order, so that consumers of overlapping types never deadlock.
+MARK_TYPES_SERVED: TextClause = text(
+    """
+    UPDATE job_types t
+    SET served_until = greatest(t.served_until, now() + make_interval(secs => :seconds))
+    FROM (SELECT name FROM job_types WHERE name = ANY(CAST(:names AS text[]))
+          ORDER BY name FOR UPDATE) AS locked
+    WHERE t.name = locked.name
+    """
+)
+
+# Live jobs of the types no consumer serves now, by type: what `jobrelay stats` and the console
+# show as no_consumer.
+NO_CONSUMER_BY_TYPE: TextClause = text(
+    f"""
+    SELECT j.type, count(*) AS n FROM jobs j
+    WHERE {_NO_CONSUMER} GROUP BY 1 ORDER BY 2 DESC, 1
+    """
+)
+
 REGISTER_JOB_TYPES: TextClause = text(
     f"""
     WITH registered AS (

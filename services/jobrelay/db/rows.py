@@ -54,6 +54,7 @@ def job_from_row(row: Any) -> Job:
         workflow_id=data.get("workflow_id"),
         workflow_ref=data.get("workflow_ref"),
         progress=data.get("progress"),
+        no_consumer=data.get("no_consumer"),
     )
 
 

@@ -432,6 +432,8 @@ job_types = Table(
     Column("description", Text, nullable=False, server_default=text("''")),
     Column("registered_by", Text, nullable=False),
     _set_at_insert("registered_at"),
+    # Until when a consumer that runs it is known to consume its queue (MARK_TYPES_SERVED).
+    Column("served_until", DateTime(timezone=True)),
     CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
     CheckConstraint(f"priority BETWEEN {PRIORITY_MIN} AND {PRIORITY_MAX}", name="priority_range"),
     CheckConstraint("timeout_seconds > 0", name="timeout_positive"),

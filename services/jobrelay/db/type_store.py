@@ -8,6 +8,7 @@ the list is empty, with a warning, so that services of this version run against 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Sequence
@@ -59,6 +60,14 @@ class PgTypeStore:
                 await self.store.fetch_all(q.REGISTER_JOB_TYPES, **register_params(types))
         except TypesNotMigrated:
             return
+
+    async def mark_served(self, names: Sequence[str], *, seconds: float) -> None:
+        """A consumer consumes the queues of ``names``: they are served for ``seconds``."""
+        if not names:
+            return
+        with contextlib.suppress(TypesNotMigrated):
+            async with self._migrated():
+                await self.store.fetch_all(q.MARK_TYPES_SERVED, names=list(names), seconds=seconds)
 
     async def registered_types(self) -> list[RegisteredType]:
         try:

@@ -185,11 +185,11 @@ class Consumer:
         return 0
 
     async def _keep_served(self, types: PgTypeStore, stop: asyncio.Event) -> None:
-        """While consuming (the channel open), its types are served: say so, again and again.
-        A database outage skips a round (the types may then show no_consumer for a while)."""
+        """Once subscribed, while its channel is open, its types are served: say so, again and
+        again. A database outage skips a round (the types may then show no_consumer a while)."""
         while not stop.is_set():
             channel = self.channel
-            if self.consuming and channel is not None and not channel.is_closed:
+            if channel is not None and not channel.is_closed:
                 try:
                     await types.mark_served(self.own_types, seconds=SERVED_FOR_SECONDS)
                 except StoreUnavailable as error:

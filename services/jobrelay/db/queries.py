@@ -945,8 +945,9 @@ def _flow_pick(limited: bool) -> TextClause:
 LEASE_FLOW_PICK: TextClause = _flow_pick(limited=False)
 LEASE_FLOW_PICK_LIMITED: TextClause = _flow_pick(limited=True)
 
-# The operators' controls the dispatcher obeys, read every couple of seconds: the paused queues
-# and the runtime limits (one row each; ``kind`` tells which).
+# The operators' controls the dispatcher obeys, read every couple of seconds: the paused queues,
+# the runtime limits, and the types a running consumer serves (one row each; ``kind`` tells
+# which).
 FLOW_CONTROLS: TextClause = text(
     """
     SELECT 'paused' AS kind, name, NULL::integer AS concurrency, NULL::integer AS rate_count,
@@ -954,6 +955,8 @@ FLOW_CONTROLS: TextClause = text(
     FROM queues WHERE paused_at IS NOT NULL
     UNION ALL
     SELECT 'limit', type, concurrency, rate_count, rate_period_seconds, per_key FROM type_limits
+    UNION ALL
+    SELECT 'served', name, NULL, NULL, NULL, false FROM job_types WHERE served_until > now()
     """
 )
 

@@ -5,14 +5,13 @@ Per queue at most ``JOBRELAY_RELAY_WINDOW`` messages are published and not yet c
 stay in the outbox, due but unpublished. "Published, not yet claimed" is measured as the
 broker's ready count of the queue (a passive declare before each fill, ``broker/depth.py``) plus
 this dispatcher's rows still being published. A queue's messages are in the shared queue of
-before and in the queues of its types (``jobrelay.type.<type>``): of these, the types this
-dispatcher published since it started are counted, each while its queue has a consumer. A type
-with no consumer waits in its own queue, outside the window: it holds no other type back.
-While a queue's window is full, the count is read
-again every ``WINDOW_RECHECK_SECONDS``, so a claim frees room at once without a notification per
-claim. What fills the room is the flow pick (``queries.LEASE_FLOW_PICK``): priority order,
-clients in turn, nothing for a paused queue, keys at their concurrency limit and types over their
-rate skipped. The paused queues and the runtime limits are read every
+before and in the queues of its types (``jobrelay.type.<type>``): the types a running consumer
+serves (``job_types.served_until``) are counted. A type nobody runs waits in its own queue,
+outside the window, so it holds no other type back. While a queue's window is full, the count is
+read again every ``WINDOW_RECHECK_SECONDS``, so a claim frees room at once without a
+notification per claim. What fills the room is the flow pick (``queries.LEASE_FLOW_PICK``):
+priority order, clients in turn, nothing for a paused queue, keys at their concurrency limit and
+types over their rate skipped. The paused queues and the runtime limits are read every
 ``CONTROLS_REFRESH_SECONDS``, so a change takes effect within seconds with no restart.
 
 With no window (0), no pause and no limit, a fill is the plain ``lease_batch`` of before.
@@ -113,7 +112,6 @@ class Flow:
     controls: FlowControls = field(default_factory=FlowControls)
     recheck_in: float | None = None  # None: nothing held back by the last fill
     _in_flight: dict[str, int] = field(default_factory=dict)
-    _types: set[str] = field(default_factory=set)  # published since start: their queues exist
     _refreshed_at: float | None = None
     _registered: bool = False
 
@@ -142,7 +140,6 @@ class Flow:
         for row in rows:
             queue = self.queue_of(row.type)
             self._in_flight[queue] = self._in_flight.get(queue, 0) + 1
-            self._types.add(row.type)
         return rows
 
     def settled(self, rows: Sequence[OutboxRow]) -> None:
@@ -181,17 +178,17 @@ class Flow:
         return rows
 
     async def _ready(self) -> dict[str, int]:
-        """Ready messages per queue: its shared queue's, plus its types' with a consumer."""
+        """Ready messages per queue: its shared queue's, plus its served types' queues'."""
         if self.depths is None:
             return {}
-        types = sorted(self._types)
+        types = sorted(self.controls.served)
         found: dict[str, QueueDepth] = await self.depths.depths(
             [*self.queues, *(type_queue_name(job_type) for job_type in types)]
         )
         ready = {queue: found[queue].ready for queue in self.queues if queue in found}
         for job_type in types:
             depth = found.get(type_queue_name(job_type))
-            if depth is not None and depth.consumers:
+            if depth is not None:
                 queue = self.queue_of(job_type)
                 ready[queue] = ready.get(queue, 0) + depth.ready
         return ready

@@ -21,6 +21,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import aiormq.abc
@@ -267,7 +268,7 @@ class Consumer:
             group_size=settings.quorum_group_size,
         )
         return [
-            (queue, await queue.consume(self._on_message, no_ack=False))
+            (queue, await queue.consume(partial(self._on_message, queue.name), no_ack=False))
             for queue in [shared, *own.values()]
         ]
 
@@ -294,12 +295,13 @@ class Consumer:
                     await queue.cancel(tag)
         await self._drain()
 
-    async def _on_message(self, message: AbstractIncomingMessage) -> None:
+    async def _on_message(self, queue: str, message: AbstractIncomingMessage) -> None:
+        """A delivery from ``queue`` (the one a quarantine copy names as where it died)."""
         # Our own task, not aio-pika's: a broker reconnect must not cancel a running handler.
         assert self.worker is not None
         by_hand = not quarantine.broker_can_dead_letter(message)
         wrapper = quarantine.DeadLetterByHand if by_hand else quarantine.LateDeadLetter
-        settled_by: Delivery = wrapper(message, self.queue_name, self._underlay_channel)
+        settled_by: Delivery = wrapper(message, queue, self._underlay_channel)
         # Registered on arrival, in the broker's order: acks then go out in groups.
         delivery = GroupAcked(message, self.acks.groups_for(message), settled_by)
         traceparent = traceparent_of(message.headers)

@@ -11,13 +11,14 @@ from jobrelay.consumer.early_ack import EarlyAck
 from jobrelay.consumer.metrics import ConsumerMetrics
 from jobrelay.consumer.service import Consumer
 from jobrelay.core.registry import JobContext, Registry
-from jobrelay.core.relay import FlowControls
+from jobrelay.core.relay import FlowControls, QueueDepth
 from jobrelay.core.settings import Settings
 from jobrelay.core.topology import (
     QUEUE_NAME_MAX_BYTES,
     type_queue_name,
     work_queue_name,
 )
+from jobrelay.db.flow_store import with_type_queues
 from jobrelay.dispatcher.fakes import FakeDepths, InMemoryOutbox
 from jobrelay.dispatcher.window import Flow
 from tests.support.consumer_kit import StandInDelivery
@@ -86,3 +87,17 @@ async def test_a_long_jobs_early_ack_frees_its_slot() -> None:
         await asyncio.sleep(0.01)
     await early.disarm()
     assert early.sent and freed == ["slot"]
+
+
+def test_queues_list_adds_each_types_ready_messages_to_its_named_queue() -> None:
+    depths = {
+        "default": QueueDepth(ready=1, consumers=2),
+        "slow": QueueDepth(ready=0, consumers=1),
+        type_queue_name("a"): QueueDepth(ready=3, consumers=2),
+        type_queue_name("b"): QueueDepth(ready=5, consumers=1),
+    }
+    types = {"a": type_queue_name("a"), "b": type_queue_name("b")}
+    assert with_type_queues(depths, types, {"b": "slow"}) == {
+        "default": QueueDepth(ready=4, consumers=2),
+        "slow": QueueDepth(ready=5, consumers=1),
+    }

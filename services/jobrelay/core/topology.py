@@ -20,6 +20,7 @@ node (the broker's default) or on ``JOBRELAY_QUORUM_GROUP_SIZE`` nodes (docs/clu
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 JOBS_EXCHANGE = "jobrelay.jobs"
@@ -52,7 +53,7 @@ def type_queue_name(job_type: str) -> str:
     return f"{TYPE_QUEUE_PREFIX}sha256.{hashlib.sha256(job_type.encode()).hexdigest()}"
 
 
-def queue_of(job_type: str, type_queues: dict[str, str]) -> str:
+def queue_of(job_type: str, type_queues: Mapping[str, str]) -> str:
     """The logical work queue of ``job_type`` (the unit of ``--queue``, pauses and the relay
     window; JOBRELAY_TYPE_QUEUES, else ``default``), as its broker name."""
     queue = type_queues.get(job_type)

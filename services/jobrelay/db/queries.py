@@ -1847,6 +1847,9 @@ _JOB_TYPE_COLUMNS = """
 # Every type of a consumer's registry in one statement, one array per column, in name order
 # (two consumers registering the same types lock their rows in the same order). The last
 # writer wins each row; no row is ever deleted here. One notification for the whole set.
+# Every registered type's name: the queues `jobrelay queues list` reads beside the named ones.
+JOB_TYPE_NAMES: TextClause = text("SELECT name FROM job_types ORDER BY name")
+
 # A consumer consuming the queues of :names says so until :seconds from now (the latest of its
 # peers' wins); rows locked in name order, so that consumers of overlapping types never deadlock.
 MARK_TYPES_SERVED: TextClause = text(

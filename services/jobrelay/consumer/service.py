@@ -132,6 +132,7 @@ class Consumer:
         self.worker: Worker | None = None
         self.channel: AbstractChannel | None = None  # robust: the same object across reconnects
         self.consuming = False
+        self.stopping = False  # set once: deliveries waiting for a slot are not begun then
         # Several queues each deliver up to the prefetch: the slots keep ``concurrency``.
         self.slots = asyncio.Semaphore(concurrency)
 
@@ -289,6 +290,7 @@ class Consumer:
         await stop.wait()
         log.info("stopping: no new deliveries", extra={"event": "consumer_stopping"})
         self.consuming = False
+        self.stopping = True
         with contextlib.suppress(Exception):
             async with asyncio.timeout(5):
                 for queue, tag in subscriptions:
@@ -323,6 +325,8 @@ class Consumer:
                 self.slots.release()
 
         try:
+            if self.stopping:
+                return  # not begun: given back when the connection closes
             await self.worker.handle(delivery, traceparent=traceparent, on_acked_early=free)
         finally:
             free()

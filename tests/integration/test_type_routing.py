@@ -13,6 +13,7 @@ from typing import Any
 import aio_pika
 import pytest
 from pydantic import BaseModel
+from sqlalchemy import text
 
 from jobrelay.core.message import CONTENT_TYPE, Envelope
 from jobrelay.core.registry import JobContext, Registry
@@ -20,6 +21,7 @@ from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobState
 from jobrelay.core.topology import DEFAULT_QUEUE
 from jobrelay.db.store import Store
+from jobrelay.db.type_store import PgTypeStore
 from tests.conftest import MakeSettings
 from tests.support.consumer_kit import (
     broker,
@@ -163,3 +165,16 @@ async def publish_to_shared_queue(settings: Settings, jobs: list[tuple[uuid.UUID
                 ),
                 routing_key=DEFAULT_QUEUE,
             )
+
+
+async def test_a_database_not_yet_at_revision_0014_is_said_once_and_is_not_fatal_to_the_consumer(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    await store.fetch_all(text("ALTER TABLE job_types DROP COLUMN served_until"))
+    types = PgTypeStore(store)
+
+    await types.mark_served(["routing.x"], seconds=30)
+    await types.mark_served(["routing.x"], seconds=30)
+
+    said = [r for r in caplog.records if "served_until" in r.getMessage()]
+    assert len(said) == 1 and "jobrelay migrate" in said[0].getMessage()

@@ -1,7 +1,9 @@
-"""The Django example (``examples/django_app``) through the real system: Django's own server
-(``manage.py runserver``), a dispatcher and a consumer with ``DJANGO_SETTINGS_MODULE`` set, all
-run as processes from the example's folder. An order made by ``POST /orders`` is confirmed by
-its task; an order whose transaction fails after the enqueue leaves no order and no job."""
+"""The Django example (``examples/django_app``) through the real system, as its README runs it:
+Django's own server (``manage.py runserver``), a dispatcher, ``make run``'s consumer (no Django)
+and a consumer with ``DJANGO_SETTINGS_MODULE`` set, all run as processes from the example's
+folder. Orders made by ``POST /orders`` one at a time are each confirmed by their task, which
+only the Django consumer receives (never deferred by the other); an order whose transaction
+fails after the enqueue leaves no order and no job."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ from tests.support.system import eventually
 
 EXAMPLE = ROOT / "examples" / "django_app"
 TASK_TYPE = "orders.tasks.confirm_order"
+ORDERS = ["tea", "scones", "jam", "cream"]
 
 
 @contextmanager
@@ -50,6 +54,7 @@ async def test_the_django_example_confirms_its_orders_and_rolls_back_a_declined_
     cfg = make_settings()
     await make_client(store, "orders")  # the example's ORDERS_CLIENT
     env = service_env(cfg, DJANGO_SETTINGS_MODULE="django_app.settings")
+    plain_env = service_env(cfg)  # make run's consumer: the built-in types only
     migrated = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "manage.py", "migrate", "--no-input"],
@@ -66,10 +71,11 @@ async def test_the_django_example_confirms_its_orders_and_rolls_back_a_declined_
     logs.mkdir()
     with ExitStack() as stack:
         services = {
-            name: stack.enter_context(running(args, env, logs / f"{name}.log", cwd=EXAMPLE))
-            for name, args in (
-                ("dispatcher", ["dispatcher"]),
-                ("consumer", ["consumer", "--concurrency", "2"]),
+            name: stack.enter_context(running(args, given, logs / f"{name}.log", cwd=EXAMPLE))
+            for name, args, given in (
+                ("dispatcher", ["dispatcher"], env),
+                ("plain consumer", ["consumer", "--concurrency", "2"], plain_env),
+                ("consumer", ["consumer", "--concurrency", "2"], env),
             )
         }
         server = stack.enter_context(django_server(env, port, logs / "django.log"))
@@ -83,34 +89,40 @@ async def test_the_django_example_confirms_its_orders_and_rolls_back_a_declined_
                     return False
 
             await eventually(answers, within=60, what="Django's server")
-            made = await web.post("/orders", json={"item": "tea"})
-            assert made.status_code == 201, made.text
-            order_id, task_id = made.json()["order_id"], made.json()["task_id"]
 
-            async def confirmed() -> dict[str, Any] | None:
+            async def confirmed(order_id: int) -> dict[str, Any] | None:
                 for name, service in services.items():
                     assert service.alive(), f"{name} died:\n{service.output()}"
                 order = (await web.get(f"/orders/{order_id}")).json()
                 return order if order["confirmed"] else None
 
-            await eventually(confirmed, within=60, what="the order to be confirmed")
-            task = (await web.get(f"/tasks/{task_id}")).json()
-            assert task == {
-                "id": task_id,
-                "status": "SUCCESSFUL",
-                "attempts": 1,
-                "return_value": {"order_id": order_id, "confirmed": True},
-            }
+            for item in ORDERS:  # one at a time: each could land on either consumer before
+                made = await web.post("/orders", json={"item": item})
+                assert made.status_code == 201, made.text
+                order_id, task_id = made.json()["order_id"], made.json()["task_id"]
+                # A deferral would put it back for 30-60 s: it would not be confirmed in time.
+                await eventually(
+                    partial(confirmed, order_id), within=20, what="the order to be confirmed"
+                )
+                task = (await web.get(f"/tasks/{task_id}")).json()
+                assert task == {
+                    "id": task_id,
+                    "status": "SUCCESSFUL",
+                    "attempts": 1,
+                    "return_value": {"order_id": order_id, "confirmed": True},
+                }
 
             declined = await web.post("/orders", json={"item": "cake", "decline_payment": True})
             assert declined.status_code == 402, declined.text
 
         assert "orders.tasks.confirm_order" in services["consumer"].output()  # its job types
-    # Only the first order and its job: the declined one's rolled back with its task's job (and
-    # so its outbox row, which references the job).
-    assert await scalar(store, "SELECT count(*) FROM orders_order") == 1
-    assert await scalar(store, "SELECT count(*) FROM jobrelay.jobs") == 1
-    assert await scalar(store, "SELECT type FROM jobrelay.jobs") == TASK_TYPE
+    # Only the orders made and their jobs: the declined one's rolled back with its task's job
+    # (and so its outbox row, which references the job).
+    assert await scalar(store, "SELECT count(*) FROM orders_order") == len(ORDERS)
+    assert await scalar(store, "SELECT count(*) FROM jobrelay.jobs") == len(ORDERS)
+    assert await scalar(store, "SELECT DISTINCT type FROM jobrelay.jobs") == TASK_TYPE
+    deferrals = "SELECT count(*) FROM jobrelay.job_events WHERE event = 'deferred'"
+    assert await scalar(store, deferrals) == 0  # the plain consumer never received one
 
 
 def test_a_consumer_whose_django_settings_cannot_load_says_why_and_exits_2(

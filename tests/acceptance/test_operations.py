@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from jobrelay.core.message import Envelope
-from jobrelay.core.topology import DEFAULT_QUEUE, JOBS_EXCHANGE, QUARANTINE_QUEUE
+from jobrelay.core.topology import JOBS_EXCHANGE, QUARANTINE_QUEUE, type_queue_name
 from jobrelay.db.store import Store
 from tests.conftest import auth
 from tests.support.queues import queue_depth
@@ -21,6 +21,7 @@ from tests.support.system import System, eventually, return_until_dead_lettered
 FAILS_ONCE = {"type": "demo.fail", "payload": {"mode": "transient", "times": 1}}
 FAILS_PERMANENTLY_ONCE = {"type": "demo.fail", "payload": {"mode": "permanent", "times": 1}}
 SLEEPS_NOT = {"type": "demo.sleep", "payload": {"seconds": 0}}
+SLEEP_QUEUE = type_queue_name("demo.sleep")  # where the dispatcher publishes its jobs
 
 
 async def publish_duplicate(amqp_url: str, job_id: str, job_type: str) -> None:
@@ -87,7 +88,7 @@ async def test_a_poison_job_is_quarantined_listed_and_replayed_to_success(system
         assert entry["job_id"] == job_id and entry["reason"] == "permanent_error"
         assert entry["attempts"] == 1
         assert [m["reason"] for m in entry["messages"]] == ["rejected"]
-        assert [m["queue"] for m in entry["messages"]] == [DEFAULT_QUEUE]
+        assert [m["queue"] for m in entry["messages"]] == [type_queue_name("demo.fail")]
         readable = system.cli("quarantine", "list")
         assert job_id in readable.stdout and "permanent_error" in readable.stdout
         async with system.admin_api() as admin_api:
@@ -118,8 +119,8 @@ async def test_a_message_dead_lettered_by_the_delivery_limit_is_reconciled_and_r
     system.configure(delivery_limit=1)
     with system.running("relay", consumers=0):
         job_id = await system.submit(SLEEPS_NOT)
-        await system.wait_for_depth(1, what="the message")
-    await return_until_dead_lettered(system.amqp_url)
+        await system.wait_for_depth(1, SLEEP_QUEUE, what="the message")
+    await return_until_dead_lettered(system.amqp_url, 1, SLEEP_QUEUE)
     await system.wait_for_depth(1, QUARANTINE_QUEUE, what="the dead-lettered message")
     assert await system.state_of(job_id) == "queued"
 
@@ -141,8 +142,8 @@ async def test_a_message_dead_lettered_by_the_delivery_limit_is_reconciled_and_r
 async def test_redispatch_publishes_again_a_job_whose_message_was_lost(system: System) -> None:
     with system.running("relay", consumers=0):
         job_id = await system.submit(SLEEPS_NOT)
-        await system.wait_for_depth(1, what="the message")
-        await _purge(system.amqp_url, DEFAULT_QUEUE)  # the broker "lost" it
+        await system.wait_for_depth(1, SLEEP_QUEUE, what="the message")
+        await _purge(system.amqp_url, SLEEP_QUEUE)  # the broker "lost" it
 
         stats = system.cli_json("stats")
         assert stats["jobs_by_state"]["queued"] == 1

@@ -24,7 +24,12 @@ from jobrelay.core.jobs import JobRequest
 from jobrelay.core.message import Envelope
 from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobState
-from jobrelay.core.topology import DEFAULT_QUEUE, QUARANTINE_EXCHANGE, QUARANTINE_QUEUE
+from jobrelay.core.topology import (
+    DEFAULT_QUEUE,
+    QUARANTINE_EXCHANGE,
+    QUARANTINE_QUEUE,
+    type_queue_name,
+)
 from jobrelay.db.store import Store
 from jobrelay.operations import Operations
 from tests.conftest import auth
@@ -44,6 +49,7 @@ ALWAYS_PERMANENT: dict[str, object] = {
     "payload": {"mode": "permanent", "times": 1000},
 }
 SLEEPS_NOT: dict[str, object] = {"type": "demo.sleep", "payload": {"seconds": 0}}
+SLEEP_QUEUE = type_queue_name("demo.sleep")  # where the dispatcher publishes its jobs
 UNREACHABLE_BROKER = "amqp://guest:guest@127.0.0.1:1/"
 
 
@@ -203,8 +209,8 @@ async def test_finding7_reading_the_quarantine_writes_nothing_the_dispatcher_rec
     with system.running("relay", consumers=0):
         first = await submit(system, SLEEPS_NOT)
         second = await submit(system, SLEEPS_NOT)
-        await system.wait_for_depth(2, what="the messages")
-    await return_until_dead_lettered(system.amqp_url, 2)
+        await system.wait_for_depth(2, SLEEP_QUEUE, what="the messages")
+    await return_until_dead_lettered(system.amqp_url, 2, SLEEP_QUEUE)
     await system.wait_for_depth(2, QUARANTINE_QUEUE, what="their deaths")
 
     # A GET is a read: the jobs stay queued, their messages are shown as not quarantined.
@@ -227,8 +233,8 @@ async def test_finding7_reading_the_quarantine_writes_nothing_the_dispatcher_rec
     # Without anyone asking, the dispatcher's maintenance does the same.
     with system.running("again", consumers=0):
         third = await submit(system, SLEEPS_NOT)
-        await system.wait_for_depth(1, what="its message")
-        await return_until_dead_lettered(system.amqp_url, 1)
+        await system.wait_for_depth(1, SLEEP_QUEUE, what="its message")
+        await return_until_dead_lettered(system.amqp_url, 1, SLEEP_QUEUE)
         await system.wait_for("quarantined", third, what="the dispatcher's reconciliation")
     job = await store.get_job(third)
     assert job is not None and job.last_error_code == "delivery_limit"

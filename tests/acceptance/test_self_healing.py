@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 from jobrelay.core.settings import Settings
-from jobrelay.core.topology import DEFAULT_QUEUE, work_queue_name
+from jobrelay.core.topology import type_queue_name, work_queue_name
 from jobrelay.db.store import Store
 from tests.conftest import MakeSettings
 from tests.support.consumer_kit import (
@@ -32,6 +32,9 @@ from tests.support.system import eventually, running_system
 
 HANDLERS = "tests.support.consumer_kit:registry"
 JOBS = 5
+# Each type's own queue, where the dispatcher publishes its jobs.
+COUNT_QUEUE = type_queue_name("test.count")
+SLEEP_QUEUE = type_queue_name("demo.sleep")
 
 
 async def test_finding6_the_dispatcher_publishes_lost_messages_again_and_each_job_runs_once(
@@ -42,27 +45,27 @@ async def test_finding6_the_dispatcher_publishes_lost_messages_again_and_each_jo
     client = await new_client(store)
     ids = [await submit(store, client, "test.count", {"tag": str(n)}) for n in range(JOBS)]
     with running_system(system, tmp_path / "relay", consumers=0):
-        await eventually(lambda: _depth_is(system, JOBS), what="the published messages")
+        await eventually(
+            lambda: _depth_is(system, JOBS, COUNT_QUEUE), what="the published messages"
+        )
         # Published long ago and unclaimed, but their messages are there: nothing to heal.
         await asyncio.sleep(3.0)
         assert await _redispatched(store, ids) == [0] * JOBS
-        assert await work_queue_count(system) == JOBS
+        assert await work_queue_count(system, COUNT_QUEUE) == JOBS
 
-        await _purge(system)  # the broker "lost" them after their confirms
+        await _purge(system, COUNT_QUEUE)  # the broker "lost" them after their confirms
 
         await eventually(
             lambda: _all_redispatched(store, ids), within=20, what="the jobs published again"
         )
-        await eventually(lambda: _depth_is(system, JOBS), what="their new messages")
+        await eventually(lambda: _depth_is(system, JOBS, COUNT_QUEUE), what="their new messages")
         # The queue holds them again: it is never doubled, however long they wait.
         await asyncio.sleep(3.0)
-        assert await work_queue_count(system) == JOBS
+        assert await work_queue_count(system, COUNT_QUEUE) == JOBS
         assert await _redispatched(store, ids) == [1] * JOBS
         metrics = _scrape(port)
         stats = await store.stats()
-    assert f'jobrelay_dispatcher_redispatched_total{{queue="{DEFAULT_QUEUE}"}} {JOBS}.0' in (
-        metrics
-    )
+    assert f'jobrelay_dispatcher_redispatched_total{{queue="{COUNT_QUEUE}"}} {JOBS}.0' in (metrics)
     assert stats.redispatched_last_hour == JOBS
     detail = next(e for e in await store.job_events(ids[0]) if e.event == "redispatched").detail
     assert detail and "work queue was empty" in detail
@@ -128,22 +131,22 @@ def _scrape(port: int) -> str:
 async def test_finding6_only_the_emptied_queue_is_healed_and_a_backlog_is_never_doubled(
     store: Store, make_settings: MakeSettings, tmp_path: Path
 ) -> None:
-    # test.count has its own queue; demo.sleep goes to the default one. Both hold a backlog of
-    # jobs published long ago and never claimed; only the own queue loses its messages.
-    system = make_settings(redispatch_after_seconds=1.0, type_queues="test.count=slow")
+    # test.count and demo.sleep each have their own queue. Both hold a backlog of jobs published
+    # long ago and never claimed; only test.count's queue loses its messages.
+    system = make_settings(redispatch_after_seconds=1.0)
     client = await new_client(store)
     counted = [await submit(store, client, "test.count", {"tag": str(n)}) for n in range(3)]
     sleeping = [await submit(store, client, "demo.sleep", {"seconds": 0}) for _ in range(4)]
     with running_system(system, tmp_path, consumers=0):
-        await eventually(lambda: _depth_is(system, 3, "slow"), what="the slow queue's messages")
-        await eventually(lambda: _depth_is(system, 4), what="the default queue's messages")
-        await _purge(system, "slow")
+        await eventually(lambda: _depth_is(system, 3, COUNT_QUEUE), what="test.count's messages")
+        await eventually(lambda: _depth_is(system, 4, SLEEP_QUEUE), what="demo.sleep's messages")
+        await _purge(system, COUNT_QUEUE)
         await eventually(
-            lambda: _all_redispatched(store, counted), within=20, what="the slow jobs again"
+            lambda: _all_redispatched(store, counted), within=20, what="the test.count jobs again"
         )
-        await eventually(lambda: _depth_is(system, 3, "slow"), what="their new messages")
+        await eventually(lambda: _depth_is(system, 3, COUNT_QUEUE), what="their new messages")
         await asyncio.sleep(3.0)
-        assert await work_queue_count(system, "slow") == 3
-        assert await work_queue_count(system) == 4
+        assert await work_queue_count(system, COUNT_QUEUE) == 3
+        assert await work_queue_count(system, SLEEP_QUEUE) == 4
     assert await _redispatched(store, counted) == [1, 1, 1]
     assert await _redispatched(store, sleeping) == [0, 0, 0, 0]

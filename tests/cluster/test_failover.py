@@ -15,7 +15,7 @@ import pytest
 
 from chaos import checks
 from jobrelay.core.settings import Settings
-from jobrelay.core.topology import DEFAULT_QUEUE, QUARANTINE_QUEUE
+from jobrelay.core.topology import DEFAULT_QUEUE, QUARANTINE_QUEUE, type_queue_name
 from tests.cluster.cluster_kit import Cluster
 from tests.conftest import api_client
 from tests.support.processes import Service
@@ -123,8 +123,8 @@ async def test_jobs_keep_flowing_while_the_services_node_is(
         # A publish the frozen node took in without confirming it may arrive now: a duplicate
         # message, which the consumer must settle without running the job again.
         await eventually(
-            lambda: depth_is(node_url(cluster_settings, 2), 0, DEFAULT_QUEUE),
-            what="the work queue drained",
+            lambda: depth_is(node_url(cluster_settings, 2), 0, type_queue_name(EXPORT)),
+            what="the exports' queue drained",
         )
         assert all(service.alive() for service in services)
     for service in services:

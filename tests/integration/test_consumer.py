@@ -24,7 +24,7 @@ from jobrelay.core.jobs import Quarantine, RetryLater, Succeeded
 from jobrelay.core.message import Envelope
 from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.settings import Settings
-from jobrelay.core.topology import DEFAULT_QUEUE
+from jobrelay.core.topology import DEFAULT_QUEUE, type_queue_name
 from jobrelay.db import tables
 from jobrelay.db.execution_store import Claimed, Finish, PgExecutionStore, Refusal, Refused
 from jobrelay.db.store import Store
@@ -340,7 +340,8 @@ async def test_a_transient_error_three_times_is_retried_with_growing_delays_then
     [message] = quarantined
     assert json.loads(message.body)["job_id"] == str(job_id)
     death = x_death(message)
-    assert death["reason"] == "rejected" and death["queue"] == DEFAULT_QUEUE
+    # Published by the dispatcher: in its type's own queue.
+    assert death["reason"] == "rejected" and death["queue"] == type_queue_name("demo.fail")
 
 
 async def test_a_permanent_error_is_quarantined_after_one_attempt(

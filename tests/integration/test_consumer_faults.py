@@ -13,6 +13,7 @@ import pytest
 
 from jobrelay.core.errors import StoreUnavailable
 from jobrelay.core.settings import Settings
+from jobrelay.core.topology import type_queue_name
 from jobrelay.db.store import Store
 from tests.conftest import MakeSettings
 from tests.support import faults
@@ -232,4 +233,4 @@ async def test_sigterm_lets_in_flight_jobs_finish_and_gives_the_rest_back(
     )
     assert (row[0].state, row[0].attempts, row[0].lease_token) == ("queued", 1, None)
     assert (await events(store, long))[-1] == ("lease_expired", 1)
-    assert await work_queue_count(cfg) == 1
+    assert await work_queue_count(cfg, type_queue_name("demo.sleep")) == 1

@@ -13,6 +13,7 @@ from sqlalchemy import text
 
 from jobrelay.core.relay import QueueFigures
 from jobrelay.core.states import JobState
+from jobrelay.core.topology import type_queue_name
 from jobrelay.db.queue_store import queue_figures
 from jobrelay.db.store import Store
 from jobrelay.dispatcher.service import Dispatcher
@@ -22,6 +23,20 @@ from tests.support.outbox import count_published, drain, running_dispatcher
 from tests.support.waiting import eventually
 
 WINDOW = 50
+# due_jobs' type, and its queue.
+SLEEP_QUEUE = type_queue_name("demo.sleep")
+
+
+async def served(store: Store, job_type: str = "demo.sleep") -> None:
+    """``job_type`` served by a running consumer, as one says it (job_types.served_until): the
+    window counts the messages in its queue. A type nobody serves waits outside the window."""
+    await store.fetch_all(
+        text(
+            "INSERT INTO jobrelay.job_types (name, payload_schema, timeout_seconds, registered_by, "
+            "served_until) VALUES (:name, '{}', 30, 'test', now() + interval '1 hour')"
+        ),
+        name=job_type,
+    )
 
 
 async def due_jobs(store: Store, n: int, **values: Any) -> list[uuid.UUID]:
@@ -58,6 +73,7 @@ async def test_the_window_publishes_at_most_its_size_and_a_drain_lets_the_rest_t
     make_settings: MakeSettings, store: Store
 ) -> None:
     settings = make_settings(relay_window=WINDOW)
+    await served(store)
     await due_jobs(store, 1000)
     async with running_dispatcher(settings) as dispatcher:
         await eventually(lambda: _published(store, WINDOW), what="the window filled")
@@ -67,7 +83,7 @@ async def test_the_window_publishes_at_most_its_size_and_a_drain_lets_the_rest_t
             what="the held backlog in the metric",
         )
         assert gauge(dispatcher, "jobrelay_relay_window_in_use") == WINDOW
-        messages = await drain(settings.amqp_url, idle=3.0)
+        messages = await drain(settings.amqp_url, SLEEP_QUEUE, idle=3.0)
         assert len(messages) == 1000
         assert await count_published(store) == 1000
         await eventually(
@@ -80,11 +96,12 @@ async def test_a_high_priority_job_behind_a_low_priority_backlog_is_published_wi
     make_settings: MakeSettings, store: Store
 ) -> None:
     settings = make_settings(relay_window=WINDOW)
+    await served(store)
     await due_jobs(store, 2000, priority=-5)
     async with running_dispatcher(settings):
         await eventually(lambda: _published(store, WINDOW), what="the window filled")
         [urgent] = await due_jobs(store, 1, priority=10)
-        messages = await drain(settings.amqp_url, idle=3.0)
+        messages = await drain(settings.amqp_url, SLEEP_QUEUE, idle=3.0)
     order = [m.correlation_id for m in messages]
     assert len(order) == 2001
     # Published at the first fill after it arrived: behind what the window already held.
@@ -95,11 +112,12 @@ async def test_a_clients_backlog_does_not_delay_another_clients_job_by_more_than
     make_settings: MakeSettings, store: Store
 ) -> None:
     settings = make_settings(relay_window=WINDOW)
+    await served(store)
     await due_jobs(store, 5000)
     async with running_dispatcher(settings):
         await eventually(lambda: _published(store, WINDOW), what="the window filled")
         [bob] = await due_jobs(store, 1)  # another client, due after all of the first's
-        messages = await drain(settings.amqp_url, idle=3.0)
+        messages = await drain(settings.amqp_url, SLEEP_QUEUE, idle=3.0)
     order = [m.correlation_id for m in messages]
     assert len(order) == 5001
     # What the window held when it came, then at most 2 x window / 2 clients publishes.
@@ -110,11 +128,12 @@ async def test_clients_take_turns_from_the_first_fill(
     make_settings: MakeSettings, store: Store
 ) -> None:
     settings = make_settings(relay_window=WINDOW)
+    await served(store)
     await due_jobs(store, 3000)
     [bob] = await due_jobs(store, 1)
     async with running_dispatcher(settings):
         await eventually(lambda: _published(store, WINDOW), what="the window filled")
-        messages = await drain(settings.amqp_url, idle=0.5)
+        messages = await drain(settings.amqp_url, SLEEP_QUEUE, idle=0.5)
     order = [m.correlation_id for m in messages]
     assert str(bob) in order[:WINDOW], "the second client's one job is in the first window"
 
@@ -175,12 +194,13 @@ async def test_two_dispatchers_in_flow_never_lease_a_row_twice(
     make_settings: MakeSettings, store: Store
 ) -> None:
     settings = make_settings(relay_window=WINDOW, dispatch_batch_size=20)
+    await served(store)
     clients = [(await factories.client(store)).id for _ in range(3)]
     for index, client_id in enumerate(clients):
         await due_jobs(store, 200, client_id=client_id, priority=index)
     async with running_dispatcher(settings), running_dispatcher(settings):
         await eventually(lambda: _at_least(store, 1), what="the topology declared")
-        messages = await drain(settings.amqp_url, idle=3.0)
+        messages = await drain(settings.amqp_url, SLEEP_QUEUE, idle=3.0)
     assert len(messages) == 600
     assert len({m.message_id for m in messages}) == 600
     attempts = await store.fetch_one(text("SELECT max(publish_attempts) AS n FROM jobrelay.outbox"))

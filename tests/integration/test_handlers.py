@@ -27,6 +27,7 @@ from sqlalchemy import func
 from jobrelay.core.masking import Masker
 from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.settings import Settings
+from jobrelay.core.topology import type_queue_name
 from jobrelay.db.engine import libpq_url
 from jobrelay.db.quarantine_store import QuarantineStore
 from jobrelay.db.store import Store
@@ -43,11 +44,11 @@ from tests.support.consumer_kit import (
     running_consumer,
     submit,
     wait_state,
-    work_queue_count,
     worker,
 )
 from tests.support.factories import job_row, results_of, set_job
 from tests.support.processes import run_cli, service_env
+from tests.support.queues import depth_is, queue_depth
 from tests.support.relay import running_relay
 from tests.support.servers import Servers
 from tests.support.waiting import eventually
@@ -376,22 +377,25 @@ async def test_a_type_unknown_past_the_patience_is_quarantined(
 async def test_during_a_rolling_deploy_a_job_waits_for_a_consumer_that_knows_its_type(
     make_settings: MakeSettings, store: Store
 ) -> None:
+    """It waits in its type's own queue, which only consumers that run the type take: no
+    consumer of the old release receives it, so it is never deferred (the shared queue's
+    deferral is for messages published before the upgrade: test_type_routing.py)."""
     cfg = make_settings()
     job_id = await submit(store, await new_client(store), "handlers.plain", {})
+    own_queue = type_queue_name("handlers.plain")
     async with running_relay(cfg, store):
         async with running_consumer(cfg, builtin.registry):  # the old release only
             await eventually(
-                lambda: _deferred_twice(store, job_id), what="the job to be deferred twice"
+                lambda: depth_is(cfg.amqp_url, 1, own_queue), what="the job's message waiting"
             )
+            row = await job_row(store, job_id)
+            assert (row.state, row.attempts) == ("queued", 0)
         async with running_consumer(cfg, known):  # the new release
             await wait_state(store, job_id, "succeeded")
     assert (await job_row(store, job_id)).attempts == 1
-    assert await work_queue_count(cfg) == 0
+    assert "deferred" not in [e for e, _ in await events(store, job_id)]
+    assert await queue_depth(cfg.amqp_url, own_queue) == 0
     assert await quarantined_messages(cfg) == []
-
-
-async def _deferred_twice(store: Store, job_id: uuid.UUID) -> bool:
-    return [e for e, _ in await events(store, job_id)].count("deferred") >= 2
 
 
 async def test_an_unknown_type_is_still_refused_by_an_api_that_does_not_know_it(

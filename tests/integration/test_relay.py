@@ -41,6 +41,8 @@ PUBLISH_TIMEOUT = 2.0
 # A relay window wider than a test's rows, for those that publish thousands with no consumer
 # (the flow pick still leases every batch).
 WIDE_WINDOW = 1_000_000
+# insert_jobs' type, and the queue the dispatcher routes it to.
+SLEEP_QUEUE = names.type_queue_name("demo.sleep")
 
 
 async def all_published(store: Store) -> bool:
@@ -60,7 +62,7 @@ async def test_rows_become_persistent_messages_with_the_exact_body_and_propertie
         await asyncio.sleep(3 * settings.poll_interval_seconds)
     assert dispatcher.metrics.published._value.get() == 3
 
-    messages = await drain(settings.amqp_url)
+    messages = await drain(settings.amqp_url, names.type_queue_name("catalog.export"))
     assert len(messages) == 3
     by_outbox_id = {int(m.message_id or 0): m for m in messages}
     assert set(by_outbox_id) == {outbox_id for outbox_id, _ in due}
@@ -112,7 +114,7 @@ async def test_unroutable_rows_stay_unpublished_with_the_error_and_drain_after_r
     await insert_jobs(store, 1)
     async with running_dispatcher(settings) as dispatcher:
         await eventually(lambda: all_published(store), what="the first row (topology declared)")
-        await _bind_default_queue(settings.amqp_url, bound=False)
+        await _bind_sleep_queues(settings.amqp_url, bound=False)
 
         rows = await insert_jobs(store, 20)
         await eventually(
@@ -120,10 +122,10 @@ async def test_unroutable_rows_stay_unpublished_with_the_error_and_drain_after_r
             what="every new row to record an unroutable error",
         )
         assert await count_unpublished(store) == 20
-        assert await queue_depth(settings.amqp_url) == 1  # only the first message
+        assert await queue_depth(settings.amqp_url, SLEEP_QUEUE) == 1  # only the first message
         assert dispatcher.metrics.failures.labels(reason="unroutable")._value.get() >= 20
 
-        await _bind_default_queue(settings.amqp_url, bound=True)
+        await _bind_sleep_queues(settings.amqp_url, bound=True)
         await eventually(lambda: all_published(store), within=15, what="the rows to drain")
 
     published = await store.fetch_all(
@@ -131,7 +133,7 @@ async def test_unroutable_rows_stay_unpublished_with_the_error_and_drain_after_r
         ids=[r[0] for r in rows],
     )
     assert all(row.publish_attempts >= 2 and row.last_error is None for row in published)
-    messages = await drain(settings.amqp_url)
+    messages = await drain(settings.amqp_url, SLEEP_QUEUE)
     assert {m.message_id for m in messages} >= {str(outbox_id) for outbox_id, _ in rows}
 
 
@@ -144,15 +146,20 @@ async def _all_failed_with(store: Store, ids: list[int], reason: str) -> bool:
     )
 
 
-async def _bind_default_queue(amqp_url: str, *, bound: bool) -> None:
+async def _bind_sleep_queues(amqp_url: str, *, bound: bool) -> None:
+    """Bind or unbind both queues a demo.sleep message may go to: its own and, through the
+    alternate exchange, the default queue."""
     connection = await aio_pika.connect(amqp_url)
     async with connection:
         channel = await connection.channel()
-        queue = await channel.declare_queue(names.DEFAULT_QUEUE, passive=True)
+        default = await channel.declare_queue(names.DEFAULT_QUEUE, passive=True)
+        own = await channel.declare_queue(SLEEP_QUEUE, passive=True)
         if bound:
-            await queue.bind(names.UNROUTED_EXCHANGE)
+            await default.bind(names.UNROUTED_EXCHANGE)
+            await own.bind(names.JOBS_EXCHANGE, routing_key="demo.sleep")
         else:
-            await queue.unbind(names.UNROUTED_EXCHANGE)
+            await default.unbind(names.UNROUTED_EXCHANGE)
+            await own.unbind(names.JOBS_EXCHANGE, routing_key="demo.sleep")
 
 
 async def test_two_dispatchers_publish_every_row_exactly_once(
@@ -169,7 +176,7 @@ async def test_two_dispatchers_publish_every_row_exactly_once(
     second_count = second.metrics.published._value.get()
     assert first_count + second_count == 2000
     assert first_count > 0 and second_count > 0, "both dispatchers must have taken part"
-    messages = await drain(settings.amqp_url)
+    messages = await drain(settings.amqp_url, SLEEP_QUEUE)
     ids = [m.message_id for m in messages]
     assert len(ids) == 2000
     assert set(ids) == {str(outbox_id) for outbox_id, _ in rows}
@@ -199,7 +206,7 @@ async def test_a_lower_outbox_id_committing_after_a_higher_one_is_published_too(
             )
             await asyncio.sleep(0.5)  # the relay has moved on past the higher id
         await eventually(lambda: _is_published(store, low_id), what="the lower id to be published")
-    messages = await drain(settings.amqp_url)
+    messages = await drain(settings.amqp_url, SLEEP_QUEUE)
     assert sorted(int(m.message_id or 0) for m in messages) == [low_id, high_id]
 
 
@@ -304,7 +311,7 @@ async def test_an_expired_lease_is_rescued_exactly_once_with_two_dispatchers_run
     assert len(per_job) == 300
     for row in per_job:
         assert (row.state, row.expired_events, row.outbox_rows) == ("queued", 1, 2), row
-    messages = await drain(settings.amqp_url)
+    messages = await drain(settings.amqp_url, SLEEP_QUEUE)
     assert len(messages) == 600
 
 

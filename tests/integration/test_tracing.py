@@ -167,14 +167,14 @@ async def received_headers(amqp_url: str) -> dict[str, Any]:
     connection = await aio_pika.connect(amqp_url)
     async with connection:
         channel = await connection.channel()
-        queue = await channel.declare_queue(names.DEFAULT_QUEUE, passive=True)
+        queue = await channel.declare_queue(names.type_queue_name("demo.sleep"), passive=True)
         message = None
         for _ in range(200):
             message = await queue.get(no_ack=True, fail=False)
             if message is not None:
                 break
             await asyncio.sleep(0.05)
-        assert message is not None, "no message reached the default queue"
+        assert message is not None, "no message reached demo.sleep's queue"
         return dict(message.headers or {})
 
 

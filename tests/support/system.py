@@ -70,13 +70,16 @@ async def submit_job(api: httpx.AsyncClient, token: str, body: Mapping[str, obje
     return str(response.json()["id"])
 
 
-async def return_until_dead_lettered(amqp_url: str, count: int = 1) -> None:
-    """Take each message of the work queue and return it (nack, requeue) until the broker's
-    delivery limit drops it into the quarantine queue."""
+async def return_until_dead_lettered(
+    amqp_url: str, count: int = 1, queue_name: str = DEFAULT_QUEUE
+) -> None:
+    """Take each message of the work queue ``queue_name`` (a type's own queue, where the
+    dispatcher publishes) and return it (nack, requeue) until the broker's delivery limit drops
+    it into the quarantine queue."""
     connection = await aio_pika.connect(amqp_url)
     async with connection:
         channel = await connection.channel()
-        queue = await channel.declare_queue(DEFAULT_QUEUE, passive=True)
+        queue = await channel.declare_queue(queue_name, passive=True)
         for _ in range(10 * count):
             message = await queue.get(no_ack=False, fail=False)
             if message is None:

@@ -135,6 +135,7 @@ def publisher_on(channel: UnderlayChannel) -> tuple[Publisher, Closable]:
     publisher._connection, publisher._channel = connection, Closable()  # type: ignore[assignment]
     publisher._exchange = Exchange()  # type: ignore[assignment]
     publisher._underlay = channel  # type: ignore[assignment]
+    publisher._type_queues = {"demo.sleep"}  # its queue declared: only the publish is tried
     return publisher, connection
 
 

@@ -211,6 +211,7 @@ def test_a_view_with_every_field_set_matches_the_schema_as_the_api_writes_it() -
         unique_key="nightly",
         workflow_id=uuid.uuid4(),
         progress=ProgressView(fraction=0.5, message=None, at=at),
+        no_consumer=False,
         links=JobLinks(self=f"/v1/jobs/{uuid.uuid4()}", events=f"/v1/jobs/{uuid.uuid4()}/events"),
     )
     deduplicated = DeduplicatedJobView(**dict(view), deduplicated=True)

@@ -205,6 +205,11 @@ class JobView(BaseModel):
     progress: ProgressView | None = Field(
         None, description="What its handler last reported (context.progress)"
     )
+    no_consumer: bool | None = Field(
+        None,
+        description="Waiting, and no running consumer runs its type: it runs once one starts "
+        "(docs/job-types.md); null where not read (lists)",
+    )
     links: JobLinks
 
     @classmethod
@@ -234,6 +239,7 @@ class JobView(BaseModel):
             unique_key=job.unique_key,
             workflow_id=job.workflow_id,
             progress=progress_view(job.progress),
+            no_consumer=job.no_consumer,
             links=JobLinks(self=location, events=f"{location}/events"),
         )
 
@@ -426,6 +432,11 @@ class StatsView(OpenModel):
         default_factory=list,
         description="work queues paused by an operator: their jobs are accepted and wait in the "
         "outbox (GET /v1/admin/queues has their backlog)",
+    )
+    no_consumer: dict[str, int] = Field(
+        default_factory=dict,
+        description="waiting jobs of the types no running consumer runs, by type: they run once "
+        "a consumer for their type starts",
     )
 
 

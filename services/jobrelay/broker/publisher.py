@@ -28,7 +28,7 @@ from opentelemetry.trace import Span
 from jobrelay import tracing
 from jobrelay.broker.blocking import BlockWatch
 from jobrelay.broker.connection import connect_broker, unavailable
-from jobrelay.broker.topology import declare_topology
+from jobrelay.broker.topology import declare_topology, declare_type_queues
 from jobrelay.core.message import CONTENT_TYPE, Envelope, trace_headers
 from jobrelay.core.relay import (
     CHANNEL_ERROR,
@@ -135,6 +135,9 @@ class Publisher:
         self._channel: AbstractChannel | None = None
         self._exchange: AbstractExchange | None = None
         self._underlay: aiormq.abc.AbstractChannel | None = None  # the publishes go on it
+        # The types whose queue this connection declared: one declaration per type and
+        # connection, never one per publish.
+        self._type_queues: set[str] = set()
         self._blocks = BlockWatch()
 
     @property
@@ -194,6 +197,13 @@ class Publisher:
         exchange, channel, connection = self._exchange, self._underlay, self._connection
         if exchange is None or channel is None or not self.ready:
             return [PublishOutcome(row, CONNECTION_LOST, "not connected") for row in rows]
+        try:
+            await self._declare_type_queues(rows)
+        except Exception as error:
+            reason = classify(error)
+            if self._connection is connection:
+                await self._forget()
+            return [PublishOutcome(row, *reason) for row in rows]
         if tracing.enabled():
             publishes = self._start_traced(channel, exchange.name, rows)
         else:
@@ -216,6 +226,21 @@ class Publisher:
             await self._forget()
         return outcomes
 
+    async def _declare_type_queues(self, rows: Sequence[OutboxRow]) -> None:
+        """Each new type's queue and binding before its first publish (the broker would
+        otherwise route it to the shared default queue, where any consumer may get it)."""
+        new = sorted({row.type for row in rows} - self._type_queues)
+        if not new or self._channel is None:
+            return
+        async with asyncio.timeout(self.connect_timeout):
+            await declare_type_queues(
+                self._channel,
+                new,
+                delivery_limit=self.delivery_limit,
+                group_size=self.group_size,
+            )
+        self._type_queues.update(new)
+
     @staticmethod
     def _start_traced(
         channel: aiormq.abc.AbstractChannel, exchange: str, rows: Sequence[OutboxRow]
@@ -236,6 +261,7 @@ class Publisher:
     async def _forget(self) -> None:
         connection = self._connection
         self._connection = self._channel = self._exchange = self._underlay = None
+        self._type_queues = set()
         if connection is not None and not connection.is_closed:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(connection.close(), self.connect_timeout)

@@ -12,6 +12,7 @@ service that lacks it) is taken as it is, with a warning, instead of failing eve
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 import aio_pika
@@ -75,6 +76,29 @@ async def declare_topology(
         for job_type in job_types:
             await queue.bind(jobs, routing_key=job_type)
     return jobs
+
+
+async def declare_type_queues(
+    channel: AbstractChannel,
+    job_types: Iterable[str],
+    *,
+    delivery_limit: int,
+    group_size: int | None = None,
+) -> dict[str, AbstractQueue]:
+    """The queue of each of ``job_types`` (a work queue like the others: quorum, dead-lettered
+    to the quarantine, the same delivery limit), bound on ``jobrelay.jobs`` by the type's exact
+    name. Idempotent: the dispatcher and every consumer that runs the type declare it."""
+    jobs = await channel.get_exchange(names.JOBS_EXCHANGE, ensure=False)
+    queues: dict[str, AbstractQueue] = {}
+    for job_type in job_types:
+        queue = await declare_quorum_queue(
+            channel,
+            names.type_queue_name(job_type),
+            names.work_queue_arguments(delivery_limit, group_size),
+        )
+        await queue.bind(jobs, routing_key=job_type)
+        queues[job_type] = queue
+    return queues
 
 
 async def declare_work_queue(

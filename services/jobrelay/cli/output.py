@@ -78,6 +78,7 @@ SHOWN_FIELDS = (
     "id",
     "type",
     "state",
+    "no_consumer",
     "attempts",
     "max_attempts",
     "replayed_attempts",
@@ -91,10 +92,11 @@ SHOWN_FIELDS = (
 
 
 def render_job(view: dict[str, Any]) -> str:
-    """The job's fields that have a value, one a line."""
+    """The job's fields that have a value, one a line (``replayed_attempts`` once replayed,
+    ``no_consumer`` only when true)."""
     return "\n".join(
         f"{field:16} {json_value(value) if isinstance(value, dict) else value}"
         for field in SHOWN_FIELDS
-        if (value := view.get(field)) is not None
+        if (value := view.get(field)) is not None and value is not False
         and not (field == "replayed_attempts" and value == 0)  # never replayed: nothing to say
     )

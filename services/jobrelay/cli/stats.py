@@ -42,6 +42,7 @@ def render_stats(stats: dict[str, Any]) -> str:
             f"never_claimed {stats['published_never_claimed']}",
             f"redispatched {stats['redispatched_last_hour']} in the last hour (lost messages)",
             f"paused       {_paused(stats['paused_queues']) or '-'}",
+            f"no_consumer  {_by_type(stats['no_consumer']) or '-'}",
             *(
                 f"BROKER BLOCKS PUBLISHING since {block['since']}: {block['reason']} "
                 f"(dispatcher {block['dispatcher']}; the outbox keeps every job)"
@@ -49,6 +50,11 @@ def render_stats(stats: dict[str, Any]) -> str:
             ),
         ]
     )
+
+
+def _by_type(counts: dict[str, int]) -> str:
+    """Waiting jobs by type, as ``shop.charge=3, mail.send=1``."""
+    return ", ".join(f"{job_type}={n}" for job_type, n in counts.items())
 
 
 def cmd_stats(args: argparse.Namespace) -> int:

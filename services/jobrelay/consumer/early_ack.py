@@ -15,6 +15,7 @@ import contextlib
 import logging
 import re
 import time
+from collections.abc import Callable
 
 from jobrelay.consumer.metrics import ConsumerMetrics
 from jobrelay.core.execution import Delivery
@@ -68,12 +69,14 @@ class EarlyAck:
         metrics: ConsumerMetrics,
         *,
         arrived: float | None = None,
+        on_sent: Callable[[], None] | None = None,
     ) -> None:
         self.delivery = delivery
         self.after_seconds = after_seconds
         self.metrics = metrics
         self.due = (arrived if arrived is not None else time.monotonic()) + after_seconds
         self.sent = False
+        self.on_sent = on_sent  # the consumer frees the job's slot then
         self.extra: dict[str, object] = {}
         self._timer: asyncio.Task[None] | None = None
 
@@ -97,6 +100,8 @@ class EarlyAck:
     async def _ack_when_due(self) -> None:
         await asyncio.sleep(max(0.0, self.due - time.monotonic()))
         self.sent = True  # before the first await of the ack: a cancel cannot split the two
+        if self.on_sent is not None:
+            self.on_sent()
         log.info(
             "still running after %gs: message acked, the lease alone holds the job",
             self.after_seconds,

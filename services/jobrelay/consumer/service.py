@@ -1,6 +1,12 @@
 """``jobrelay consumer``: wire settings, the registry, PostgreSQL and RabbitMQ, and run workers.
 
-Manual ack, prefetch = concurrency, one task per delivery. A job still running after
+It takes the queue of each type it runs (``jobrelay.type.<type>``, those of its ``--queue``) and
+the shared work queue of before (a rolling upgrade's messages: what it does not run there it
+defers), and says which types it serves in ``job_types.served_until`` while it consumes
+(docs/job-types.md, "Where a job goes").
+
+Manual ack, prefetch = concurrency per queue taken, at most ``concurrency`` deliveries processed
+at a time (the others wait, unclaimed, for a slot), one task per delivery. A job still running after
 ``long_job_ack_seconds`` has its message acked early and stops counting toward the prefetch:
 the broker sends one more message, so a consumer runs up to ``concurrency`` jobs that are not
 long, plus its long ones (docs/long-jobs.md). SIGTERM stops taking deliveries, lets in-flight
@@ -15,6 +21,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import aiormq.abc
@@ -29,7 +36,12 @@ from aio_pika.exceptions import ChannelInvalidStateError
 from jobrelay.broker import quarantine
 from jobrelay.broker.acks import AckRouter, GroupAcked
 from jobrelay.broker.connection import cause_of, connect_broker_robust
-from jobrelay.broker.topology import declare_topology, declare_work_queue, is_refusal
+from jobrelay.broker.topology import (
+    declare_topology,
+    declare_type_queues,
+    declare_work_queue,
+    is_refusal,
+)
 from jobrelay.consumer.early_ack import broker_ack_timeout, early_ack_within
 from jobrelay.consumer.limits import RuntimeLimits
 from jobrelay.consumer.metrics import ConsumerMetrics
@@ -40,7 +52,7 @@ from jobrelay.core.message import traceparent_of
 from jobrelay.core.registry import Registry
 from jobrelay.core.retry import backoff_ceiling
 from jobrelay.core.settings import Settings, mask_url, parse_type_queues
-from jobrelay.core.topology import queue_short_name, work_queue_name
+from jobrelay.core.topology import queue_of, queue_short_name, work_queue_name
 from jobrelay.core.type_catalog import TypeStore, registrable_types
 from jobrelay.db import queries as q
 from jobrelay.db.execution_store import PgExecutionStore
@@ -53,6 +65,11 @@ log = logging.getLogger("jobrelay.consumer")
 
 CONNECT_BACKOFF_START = 0.5
 CONNECT_BACKOFF_CAP = 10.0
+# While it consumes, a consumer says every SERVED_REFRESH_SECONDS that its types are served for
+# SERVED_FOR_SECONDS: a consumer gone shows its types no_consumer within that (unless another
+# serves them).
+SERVED_REFRESH_SECONDS = 10.0
+SERVED_FOR_SECONDS = 30.0
 
 
 async def run_consumer(
@@ -116,6 +133,18 @@ class Consumer:
         self.worker: Worker | None = None
         self.channel: AbstractChannel | None = None  # robust: the same object across reconnects
         self.consuming = False
+        self.stopping = False  # set once: deliveries waiting for a slot are not begun then
+        # Several queues each deliver up to the prefetch: the slots keep ``concurrency``.
+        self.slots = asyncio.Semaphore(concurrency)
+
+    @property
+    def own_types(self) -> list[str]:
+        """The types whose queues it takes: those it runs that route to its ``--queue``."""
+        return sorted(
+            job_type
+            for job_type in self.registry.types
+            if queue_of(job_type, self.type_queues) == self.queue_name
+        )
 
     async def run(self, stop: asyncio.Event) -> int:
         settings = self.settings
@@ -141,10 +170,14 @@ class Consumer:
             subscribed = await self._subscribe(stop)
             if subscribed is None:
                 return 0 if stop.is_set() else 1
-            connection, queue, tag = subscribed
+            connection, subscriptions = subscribed
+            served = asyncio.create_task(self._keep_served(PgTypeStore(store), stop))
             try:
-                await self._consume_until(stop, queue, tag)
+                await self._consume_until(stop, subscriptions)
             finally:
+                served.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await served
                 await _close(connection)  # unacked deliveries go back to the queue
         finally:
             limits_read.cancel()
@@ -155,9 +188,23 @@ class Consumer:
         log.info("stopped", extra={"event": "consumer_stopped"})
         return 0
 
+    async def _keep_served(self, types: PgTypeStore, stop: asyncio.Event) -> None:
+        """Once subscribed, while its channel is open, its types are served: say so, again and
+        again. A database outage skips a round (the types may then show no_consumer a while)."""
+        while not stop.is_set():
+            channel = self.channel
+            if channel is not None and not channel.is_closed:
+                try:
+                    await types.mark_served(self.own_types, seconds=SERVED_FOR_SECONDS)
+                except StoreUnavailable as error:
+                    log.warning(
+                        "types not marked served (%s)", error, extra={"event": "store_unavailable"}
+                    )
+            await stopped_within(stop, SERVED_REFRESH_SECONDS)
+
     async def _subscribe(
         self, stop: asyncio.Event
-    ) -> tuple[AbstractRobustConnection, AbstractQueue, str] | None:
+    ) -> tuple[AbstractRobustConnection, list[tuple[AbstractQueue, str]]] | None:
         """Connect (robustly: later drops reconnect by themselves), declare the topology and
         start consuming, again with a doubling pause while the broker is unreachable or goes
         away in between; None once stopped, or when the broker refuses the setup."""
@@ -168,8 +215,7 @@ class Consumer:
                 connection = await connect_broker_robust(
                     self.settings.amqp_url, seconds=10, name="jobrelay-consumer"
                 )
-                queue, tag = await self._declare_and_consume(connection)
-                return connection, queue, tag
+                return connection, await self._declare_and_consume(connection)
             except Exception as error:
                 if connection is not None:
                     await _close(connection)
@@ -201,7 +247,9 @@ class Consumer:
 
     async def _declare_and_consume(
         self, connection: AbstractRobustConnection
-    ) -> tuple[AbstractQueue, str]:
+    ) -> list[tuple[AbstractQueue, str]]:
+        """Declare the topology and its types' queues, then consume the shared queue and each
+        type's queue (a queue and its consumer tag each)."""
         settings = self.settings
         channel = await connection.channel()
         self.channel = channel
@@ -214,10 +262,19 @@ class Consumer:
             type_queues=self.type_queues,
             group_size=settings.quorum_group_size,
         )
-        queue = await declare_work_queue(
+        shared = await declare_work_queue(
             channel, self.queue_name, settings.delivery_limit, settings.quorum_group_size
         )
-        return queue, await queue.consume(self._on_message, no_ack=False)
+        own = await declare_type_queues(
+            channel,
+            self.own_types,
+            delivery_limit=settings.delivery_limit,
+            group_size=settings.quorum_group_size,
+        )
+        return [
+            (queue, await queue.consume(partial(self._on_message, queue.name), no_ack=False))
+            for queue in [shared, *own.values()]
+        ]
 
     def _on_channel_closed(self, _channel: object, error: BaseException | None) -> None:
         """The broker closed the channel because a delivery stayed unacked past its
@@ -248,7 +305,9 @@ class Consumer:
             },
         )
 
-    async def _consume_until(self, stop: asyncio.Event, queue: AbstractQueue, tag: str) -> None:
+    async def _consume_until(
+        self, stop: asyncio.Event, subscriptions: list[tuple[AbstractQueue, str]]
+    ) -> None:
         self.consuming = True
         log.info(
             "consuming",
@@ -257,28 +316,52 @@ class Consumer:
                 "queue": self.queue_name,
                 "concurrency": self.concurrency,
                 "types": ",".join(sorted(self.registry.types)),
+                "type_queues": len(subscriptions) - 1,
             },
         )
         await stop.wait()
         log.info("stopping: no new deliveries", extra={"event": "consumer_stopping"})
         self.consuming = False
+        self.stopping = True
         with contextlib.suppress(Exception):
             async with asyncio.timeout(5):
-                await queue.cancel(tag)
+                for queue, tag in subscriptions:
+                    await queue.cancel(tag)
         await self._drain()
 
-    async def _on_message(self, message: AbstractIncomingMessage) -> None:
+    async def _on_message(self, queue: str, message: AbstractIncomingMessage) -> None:
+        """A delivery from ``queue`` (the one a quarantine copy names as where it died)."""
         # Our own task, not aio-pika's: a broker reconnect must not cancel a running handler.
         assert self.worker is not None
         by_hand = not quarantine.broker_can_dead_letter(message)
         wrapper = quarantine.DeadLetterByHand if by_hand else quarantine.LateDeadLetter
-        settled_by: Delivery = wrapper(message, self.queue_name, self._underlay_channel)
+        settled_by: Delivery = wrapper(message, queue, self._underlay_channel)
         # Registered on arrival, in the broker's order: acks then go out in groups.
         delivery = GroupAcked(message, self.acks.groups_for(message), settled_by)
         traceparent = traceparent_of(message.headers)
-        task = asyncio.create_task(self.worker.handle(delivery, traceparent=traceparent))
+        task = asyncio.create_task(self._in_slot(delivery, traceparent))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+    async def _in_slot(self, delivery: Delivery, traceparent: str | None) -> None:
+        """Handle a delivery once one of the ``concurrency`` slots is free. A long job's slot
+        is freed when its message is acked early, as its prefetch place is (docs/long-jobs.md)."""
+        assert self.worker is not None
+        await self.slots.acquire()
+        freed = False
+
+        def free() -> None:
+            nonlocal freed
+            if not freed:
+                freed = True
+                self.slots.release()
+
+        try:
+            if self.stopping:
+                return  # not begun: given back when the connection closes
+            await self.worker.handle(delivery, traceparent=traceparent, on_acked_early=free)
+        finally:
+            free()
 
     async def _underlay_channel(self) -> aiormq.abc.AbstractChannel:
         """The consumer's channel as it is now (a long job's late quarantine copy goes on it:

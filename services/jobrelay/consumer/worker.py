@@ -189,14 +189,21 @@ class Worker:
 
     # --- the one place a delivery is settled ------------------------------------------------
 
-    async def handle(self, delivery: Delivery, *, traceparent: str | None = None) -> Verdict:
+    async def handle(
+        self,
+        delivery: Delivery,
+        *,
+        traceparent: str | None = None,
+        on_acked_early: Callable[[], None] | None = None,
+    ) -> Verdict:
         """Process one delivery and settle it with the broker. Never raises but on cancel.
         ``traceparent``: the message's trace context (its header), which the execution
-        continues (``jobrelay/tracing.py``)."""
+        continues (``jobrelay/tracing.py``); ``on_acked_early``: called when a long job's
+        message is acked before its outcome."""
         self.metrics.in_flight.inc()
         verdict = INTERRUPTED
         execution = tracing.executing(traceparent)
-        early = EarlyAck(delivery, self.long_job_ack_seconds, self.metrics)
+        early = EarlyAck(delivery, self.long_job_ack_seconds, self.metrics, on_sent=on_acked_early)
         try:
             verdict = await self.process(
                 delivery.body, redelivered=bool(delivery.redelivered), early=early

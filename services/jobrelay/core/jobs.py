@@ -68,6 +68,10 @@ class Job:
     progress: dict[str, Any] | None = None
     """What its handler last reported: ``{"fraction", "message", "at"}``; None: nothing."""
 
+    no_consumer: bool | None = None
+    """Waiting, and no running consumer serves its type (docs/job-types.md, "Where a job
+    goes"); read by the single job's view only, None elsewhere."""
+
     replayed_attempts: int = 0
     """The attempts it used before its latest replay (0: never replayed). ``attempts`` counts
     every claim of its life, so attempt numbers stay unique per job; a replay starts a new run,

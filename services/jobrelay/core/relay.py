@@ -67,10 +67,12 @@ class FlowRules:
 @dataclass(frozen=True)
 class FlowControls:
     """The operators' controls as the database holds them now: the paused queues and the
-    runtime limits (``type_limits``)."""
+    runtime limits (``type_limits``); and the types a running consumer serves
+    (``job_types.served_until``), whose queues the relay window counts."""
 
     paused: frozenset[str] = frozenset()
     runtime_limits: Mapping[str, Limit] = field(default_factory=dict)
+    served: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

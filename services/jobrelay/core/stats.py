@@ -63,6 +63,8 @@ class SystemStats:
     redispatched_last_hour: int
     broker_blocks: list[BrokerBlock] = field(default_factory=list)
     paused_queues: list[PausedQueue] = field(default_factory=list)
+    # Waiting jobs of the types no running consumer runs, by type (docs/job-types.md).
+    no_consumer: dict[str, int] = field(default_factory=dict)
 
     def as_document(self) -> dict[str, Any]:
         next_due = self.retrying.next_due_at
@@ -91,6 +93,7 @@ class SystemStats:
                 {"name": p.name, "since": p.since.isoformat(), "by": p.by}
                 for p in self.paused_queues
             ],
+            "no_consumer": self.no_consumer,
         }
 
 

@@ -1,12 +1,17 @@
 """Broker names and queue arguments, as pure functions (docs/life-of-a-job.md).
 
 Routing: the dispatcher publishes to the topic exchange ``jobrelay.jobs`` with the job type as
-routing key. A type configured to run on its own queue is bound there by its exact name; every
-other type falls through to the exchange's alternate exchange ``jobrelay.jobs.unrouted`` (fanout),
-which feeds ``jobrelay.jobs.default``. So the default queue takes all types except the routed
-ones, and a type without a handler anywhere still lands somewhere visible instead of being
-dropped. Only when the default queue's binding is missing is a message unroutable, and then the
-broker returns it and the dispatcher records the error (``mandatory`` + ``on_return_raises``).
+routing key. Every type has a quorum queue of its own, ``jobrelay.type.<type>``, bound by the
+type's exact name: the dispatcher declares it before its first publish of the type, and every
+consumer declares and takes the queues of the types it runs, so a consumer only ever receives
+jobs it can run, and a job of a type nobody runs waits in its own queue, harming no other.
+
+The queues of before stay as the safety net of a rolling upgrade: a type bound to none of the
+above falls through to the exchange's alternate exchange ``jobrelay.jobs.unrouted`` (fanout),
+which feeds ``jobrelay.jobs.default``, and JOBRELAY_TYPE_QUEUES' named queues keep their
+bindings; consumers still take them and defer what they do not run (docs/job-types.md). Only
+when the default queue's binding is missing is a message unroutable, and then the broker returns
+it and the dispatcher records the error (``mandatory`` + ``on_return_raises``).
 
 The work queues and the quarantine are quorum queues: on a cluster each has a replica on every
 node (the broker's default) or on ``JOBRELAY_QUORUM_GROUP_SIZE`` nodes (docs/cluster.md).
@@ -14,6 +19,8 @@ node (the broker's default) or on ``JOBRELAY_QUORUM_GROUP_SIZE`` nodes (docs/clu
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 JOBS_EXCHANGE = "jobrelay.jobs"
@@ -21,6 +28,9 @@ UNROUTED_EXCHANGE = "jobrelay.jobs.unrouted"
 QUARANTINE_EXCHANGE = "jobrelay.quarantine"
 QUARANTINE_QUEUE = "jobrelay.quarantine"
 DEFAULT_QUEUE = "jobrelay.jobs.default"
+TYPE_QUEUE_PREFIX = "jobrelay.type."
+# A queue name is at most 255 bytes; a longer type's queue is named by a digest of the type.
+QUEUE_NAME_MAX_BYTES = 255
 DEFAULT_QUEUE_NAME = "default"  # its short name, as ``--queue`` and the ``queues`` table say it
 # How many nodes hold a replica of a new quorum queue. Set only at creation: RabbitMQ refuses a
 # redeclaration with another value (or with none, or one where there was none).
@@ -28,12 +38,24 @@ GROUP_SIZE_ARGUMENT = "x-quorum-initial-group-size"
 
 
 def work_queue_name(name: str) -> str:
-    """``default`` → ``jobrelay.jobs.default``; a full ``jobrelay.jobs.*`` name is kept."""
-    return name if name.startswith(f"{JOBS_EXCHANGE}.") else f"{JOBS_EXCHANGE}.{name}"
+    """``default`` → ``jobrelay.jobs.default``; a full ``jobrelay.jobs.*`` name, or a type's
+    queue (``jobrelay.type.*``), is kept."""
+    if name.startswith((f"{JOBS_EXCHANGE}.", TYPE_QUEUE_PREFIX)):
+        return name
+    return f"{JOBS_EXCHANGE}.{name}"
 
 
-def queue_of(job_type: str, type_queues: dict[str, str]) -> str:
-    """The work queue a job of ``job_type`` is routed to (see the module's docstring)."""
+def type_queue_name(job_type: str) -> str:
+    """The queue of one job type: ``shop.charge`` → ``jobrelay.type.shop.charge``."""
+    name = f"{TYPE_QUEUE_PREFIX}{job_type}"
+    if len(name.encode()) <= QUEUE_NAME_MAX_BYTES:
+        return name
+    return f"{TYPE_QUEUE_PREFIX}sha256.{hashlib.sha256(job_type.encode()).hexdigest()}"
+
+
+def queue_of(job_type: str, type_queues: Mapping[str, str]) -> str:
+    """The logical work queue of ``job_type`` (the unit of ``--queue``, pauses and the relay
+    window; JOBRELAY_TYPE_QUEUES, else ``default``), as its broker name."""
     queue = type_queues.get(job_type)
     return work_queue_name(queue) if queue else DEFAULT_QUEUE
 

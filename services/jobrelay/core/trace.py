@@ -87,6 +87,11 @@ def why_it_stopped(
             f"lease until {moment(job.lease_until)}"
         )
         return running + _progress_words(job)
+    if job.no_consumer:
+        return (
+            "not stopped: queued, no_consumer: no running consumer runs its type "
+            f"{job.type}; it runs once one starts"
+        )
     if deferred:
         return (
             "not stopped: deferred, the consumer that received it did not know its type; "

@@ -21,7 +21,7 @@ from jobrelay.core.flow import Limit, LimitInForce, limit_in_force
 from jobrelay.core.queues import QueuesReport, QueueState
 from jobrelay.core.registry import Registry
 from jobrelay.core.relay import QueueDepth
-from jobrelay.core.topology import queue_short_name
+from jobrelay.core.topology import queue_of, queue_short_name, type_queue_name
 from jobrelay.core.type_catalog import RegisteredType
 from jobrelay.db import queries as q
 from jobrelay.db.relay_store import route_params
@@ -82,11 +82,14 @@ class FlowStore:
         """Every queue with the database's figures and the broker's; a broker that does not
         answer leaves its figures unknown, never the whole report."""
         states = await self.queue_states(type_queues)
+        # A queue's messages are also in the queues of its types (docs/job-types.md).
+        names = await self._all(q.JOB_TYPE_NAMES)
+        types = {row.name: type_queue_name(row.name) for row in names}
         try:
-            depths = await read_depths([state.name for state in states])
+            depths = await read_depths([*(state.name for state in states), *types.values()])
         except BrokerUnavailable:
             return QueuesReport(states, None)
-        return QueuesReport(states, depths)
+        return QueuesReport(states, with_type_queues(depths, types, type_queues))
 
     async def pause_queue(self, name: str, *, by: str) -> bool:
         """Pause ``name`` (its first pause's time and operator are kept); False: no such queue.
@@ -166,3 +169,19 @@ class FlowStore:
 
 def _by_queue(rows: Iterable[Any]) -> dict[str, int]:
     return {row.queue: int(row.n) for row in rows}
+
+
+def with_type_queues(
+    depths: Mapping[str, QueueDepth], types: Mapping[str, str], type_queues: Mapping[str, str]
+) -> dict[str, QueueDepth]:
+    """Each named queue's figures with its types' queues' ready messages added (``types``: a
+    registered type → its queue). Consumers are the shared queue's: every consumer takes it."""
+    merged = {name: depth for name, depth in depths.items() if name not in types.values()}
+    for job_type, queue in types.items():
+        own = depths.get(queue)
+        if own is None:
+            continue
+        name = queue_short_name(queue_of(job_type, type_queues))
+        shared = merged.get(name, QueueDepth(ready=0, consumers=0))
+        merged[name] = QueueDepth(ready=shared.ready + own.ready, consumers=shared.consumers)
+    return merged

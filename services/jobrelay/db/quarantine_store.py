@@ -119,6 +119,13 @@ class QuarantineStore:
         )
         return [row.job_id for row in rows]
 
+    async def stranded_types(self, *, older_than_seconds: float, limit: int) -> list[str]:
+        """The types that have stranded jobs (``queries.STRANDED_TYPES``)."""
+        rows = await self.store.fetch_all(
+            q.STRANDED_TYPES, older_than_seconds=older_than_seconds, limit=limit
+        )
+        return [row.type for row in rows]
+
     async def heal_lost_messages(
         self,
         *,

@@ -480,10 +480,17 @@ DATABASE_NOW: TextClause = text("SELECT clock_timestamp() AS now")
 
 # --- reading jobs ---------------------------------------------------------------------------
 
+# A live job of a type that no consumer serves now (docs/job-types.md, "Where a job goes"): one
+# primary-key read of job_types.
+_NO_CONSUMER = """
+    (j.state IN ('queued', 'retrying') AND NOT EXISTS (
+        SELECT 1 FROM jobrelay.job_types t WHERE t.name = j.type AND t.served_until > now()))
+"""
+
 # :client_id NULL means "any client" (operators and the CLI); the API always passes its caller.
 JOB_BY_ID: TextClause = text(
     f"""
-    SELECT {_JOB_COLUMNS}, r.result
+    SELECT {_JOB_COLUMNS}, r.result, {_NO_CONSUMER} AS no_consumer
     FROM jobrelay.jobs j LEFT JOIN jobrelay.job_results r ON r.job_id = j.id
     WHERE j.id = :id AND (CAST(:client_id AS uuid) IS NULL OR j.client_id = :client_id)
     """
@@ -639,9 +646,12 @@ _STRANDED = """
              OR o.published_at >= now() - make_interval(secs => :older_than_seconds)))
 """
 
-PUBLISHED_NEVER_CLAIMED: TextClause = text(
-    f"SELECT count(*) AS n FROM jobrelay.jobs j WHERE {_STRANDED}"
+# The types of the stranded jobs: the dispatcher reads the queues of these only.
+STRANDED_TYPES: TextClause = text(
+    f"SELECT DISTINCT j.type FROM jobrelay.jobs j WHERE {_STRANDED} ORDER BY 1 LIMIT :limit"
 )
+
+PUBLISHED_NEVER_CLAIMED: TextClause = text(f"SELECT count(*) AS n FROM jobrelay.jobs j WHERE {_STRANDED}")
 
 # The console's chart (docs/console.md): jobs that finished succeeded or quarantined in each of
 # the last 60 minutes, the current one included, one row per minute (zeros too). Read through
@@ -970,16 +980,18 @@ def _flow_pick(limited: bool) -> TextClause:
 LEASE_FLOW_PICK: TextClause = _flow_pick(limited=False)
 LEASE_FLOW_PICK_LIMITED: TextClause = _flow_pick(limited=True)
 
-# The operators' controls the dispatcher obeys, read every couple of seconds: the paused queues
-# and the runtime limits (one row each; ``kind`` tells which).
+# The operators' controls the dispatcher obeys, read every couple of seconds: the paused queues,
+# the runtime limits, and the types a running consumer serves (one row each; ``kind`` tells
+# which).
 FLOW_CONTROLS: TextClause = text(
     """
     SELECT 'paused' AS kind, name, NULL::integer AS concurrency, NULL::integer AS rate_count,
            NULL::integer AS rate_period_seconds, false AS per_key
     FROM jobrelay.queues WHERE paused_at IS NOT NULL
     UNION ALL
-    SELECT 'limit', type, concurrency, rate_count, rate_period_seconds, per_key
-    FROM jobrelay.type_limits
+    SELECT 'limit', type, concurrency, rate_count, rate_period_seconds, per_key FROM jobrelay.type_limits
+    UNION ALL
+    SELECT 'served', name, NULL, NULL, NULL, false FROM jobrelay.job_types WHERE served_until > now()
     """
 )
 
@@ -1925,6 +1937,30 @@ _JOB_TYPE_COLUMNS = """
 # Every type of a consumer's registry in one statement, one array per column, in name order
 # (two consumers registering the same types lock their rows in the same order). The last
 # writer wins each row; no row is ever deleted here. One notification for the whole set.
+# Every registered type's name: the queues `jobrelay queues list` reads beside the named ones.
+JOB_TYPE_NAMES: TextClause = text("SELECT name FROM jobrelay.job_types ORDER BY name")
+
+# A consumer consuming the queues of :names says so until :seconds from now (the latest of its
+# peers' wins); rows locked in name order, so that consumers of overlapping types never deadlock.
+MARK_TYPES_SERVED: TextClause = text(
+    """
+    UPDATE jobrelay.job_types t
+    SET served_until = greatest(t.served_until, now() + make_interval(secs => :seconds))
+    FROM (SELECT name FROM jobrelay.job_types WHERE name = ANY(CAST(:names AS text[]))
+          ORDER BY name FOR UPDATE) AS locked
+    WHERE t.name = locked.name
+    """
+)
+
+# Live jobs of the types no consumer serves now, by type: what `jobrelay stats` and the console
+# show as no_consumer.
+NO_CONSUMER_BY_TYPE: TextClause = text(
+    f"""
+    SELECT j.type, count(*) AS n FROM jobrelay.jobs j
+    WHERE {_NO_CONSUMER} GROUP BY 1 ORDER BY 2 DESC, 1
+    """
+)
+
 REGISTER_JOB_TYPES: TextClause = text(
     f"""
     WITH registered AS (

@@ -111,13 +111,16 @@ class RelayStore:
 
     async def flow_controls(self) -> FlowControls:
         paused: set[str] = set()
+        served: set[str] = set()
         runtime: dict[str, Limit] = {}
         for row in await self.store.fetch_all(q.FLOW_CONTROLS):
             if row.kind == "paused":
                 paused.add(row.name)
-                continue
-            runtime[row.name] = limit_from_row(row)
-        return FlowControls(frozenset(paused), runtime)
+            elif row.kind == "served":
+                served.add(row.name)
+            else:
+                runtime[row.name] = limit_from_row(row)
+        return FlowControls(frozenset(paused), runtime, frozenset(served))
 
     async def register_queues(self, names: Sequence[str]) -> None:
         await self.store.fetch_all(q.REGISTER_QUEUES, names=sorted(set(names)))

@@ -55,6 +55,7 @@ def job_from_row(row: Any) -> Job:
         workflow_ref=data.get("workflow_ref"),
         progress=data.get("progress"),
         replayed_attempts=data.get("replayed_attempts") or 0,
+        no_consumer=data.get("no_consumer"),
     )
 
 

@@ -352,6 +352,7 @@ class Store:
                 )
             ).all()
             paused = (await connection.execute(q.PAUSED_QUEUE_ROWS)).all()
+            no_consumer = (await connection.execute(q.NO_CONSUMER_BY_TYPE)).all()
         oldest = backlog.oldest_due_seconds
         return SystemStats(
             jobs_by_state={row.state: row.n for row in by_state},
@@ -365,6 +366,7 @@ class Store:
             published_never_claimed=never_claimed,
             published_never_claimed_after_seconds=never_claimed_after_seconds,
             redispatched_last_hour=redispatched,
+            no_consumer={row.type: row.n for row in no_consumer},
             broker_blocks=[BrokerBlock(row.dispatcher, row.reason, row.since) for row in blocks],
             paused_queues=[PausedQueue(row.name, row.paused_at, row.paused_by) for row in paused],
         )

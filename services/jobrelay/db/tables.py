@@ -452,6 +452,8 @@ job_types = Table(
     # False: closed to HTTP by default (a Django task, a type declared api=False; migration
     # 0013): only a client whose type patterns name it submits it over HTTP.
     Column("api", Boolean, nullable=False, server_default=text("true")),
+    # Until when a consumer that runs it is known to consume its queue (MARK_TYPES_SERVED).
+    Column("served_until", DateTime(timezone=True)),
     CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
     CheckConstraint(
         "replayed_attempts >= 0 AND replayed_attempts <= attempts",

@@ -8,13 +8,14 @@ the list is empty, with a warning, so that services of this version run against 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from psycopg.errors import UndefinedTable
+from psycopg.errors import UndefinedColumn, UndefinedTable
 from sqlalchemy.exc import ProgrammingError
 
 from jobrelay.core.flow import Limit
@@ -34,6 +35,7 @@ class PgTypeStore:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._warned = False  # the missing table is said once, not at every read
+        self._warned_served = False
 
     @asynccontextmanager
     async def _migrated(self) -> AsyncIterator[None]:
@@ -59,6 +61,27 @@ class PgTypeStore:
                 await self.store.fetch_all(q.REGISTER_JOB_TYPES, **register_params(types))
         except TypesNotMigrated:
             return
+
+    async def mark_served(self, names: Sequence[str], *, seconds: float) -> None:
+        """A consumer consumes the queues of ``names``: they are served for ``seconds``."""
+        if not names:
+            return
+        try:
+            with contextlib.suppress(TypesNotMigrated):
+                async with self._migrated():
+                    await self.store.fetch_all(
+                        q.MARK_TYPES_SERVED, names=list(names), seconds=seconds
+                    )
+        except (UndefinedColumn, ProgrammingError) as error:
+            if not isinstance(getattr(error, "orig", error), UndefinedColumn):
+                raise
+            if not self._warned_served:
+                self._warned_served = True
+                log.warning(
+                    "the database has no job_types.served_until yet (revision 0014): run "
+                    "jobrelay migrate; until then the job views show no_consumer",
+                    extra={"event": "job_types_not_migrated"},
+                )
 
     async def registered_types(self) -> list[RegisteredType]:
         try:

@@ -16,7 +16,9 @@
    whose data was lost, a purged queue); its job then stays ``queued`` for good. The dispatcher
    publishes such a job again when its message is *provably missing*:
 
-   - the work queue the job is routed to was just seen holding no ready message, and
+   - the queues the job's message may be in were just seen holding no ready message: its
+     type's own queue and the shared work queue of before (a message published by an older
+     dispatcher), and
    - the job is due, every one of its outbox rows was published (confirmed) more than
      ``JOBRELAY_REDISPATCH_AFTER_SECONDS`` ago, and no consumer has claimed it since
      (``queued``/``retrying``; ``jobrelay.db.queries._STRANDED``).
@@ -56,10 +58,11 @@ import aiormq.exceptions
 from aio_pika.abc import AbstractChannel, AbstractConnection
 
 from jobrelay.broker.connection import cause_of, connect_broker
+from jobrelay.broker.topology import declare_type_queues
 from jobrelay.core.errors import BrokerUnavailable
 from jobrelay.core.retry import backoff
 from jobrelay.core.settings import Settings
-from jobrelay.core.topology import DEFAULT_QUEUE, QUARANTINE_QUEUE, typed_queue_bindings
+from jobrelay.core.topology import QUARANTINE_QUEUE, queue_of, type_queue_name
 from jobrelay.db.quarantine_store import QuarantineStore
 from jobrelay.db.store import Store
 from jobrelay.dispatcher.metrics import DispatcherMetrics
@@ -71,6 +74,8 @@ FULL_SWEEP_SECONDS = 60.0
 # A sweep that saw a message missing within its grace runs again this long after the grace.
 RESTORE_SLACK_SECONDS = 1.0
 HEAL_BATCH = 1000
+# At most this many types with stranded jobs are looked at per round (a queue read each).
+HEAL_TYPES = 100
 MAX_AUTOMATIC_REDISPATCHES = 3
 
 # What a lost or refused broker connection raises somewhere in aio-pika or aiormq.
@@ -98,6 +103,8 @@ class Housekeeper:
         self.keeper = QuarantineStore(store)
         self.amqp_url = settings.amqp_url
         self.heal_after = settings.redispatch_after_seconds
+        self.delivery_limit = settings.delivery_limit
+        self.group_size = settings.quorum_group_size
         self.metrics = metrics
         self.type_queues = dict(type_queues or {})
         self.clock = clock
@@ -218,26 +225,22 @@ class Housekeeper:
     # --- lost messages ------------------------------------------------------------------------
 
     async def heal(self, channel: AbstractChannel) -> int:
-        """Publish again the jobs whose messages are provably missing (module docstring)."""
+        """Publish again the jobs whose messages are provably missing (module docstring): of
+        each type with stranded jobs, when both queues its message may be in are empty, its
+        own queue and the shared queue of before (a message published before the upgrade)."""
         if self.heal_after <= 0:
             return 0
-        default_empty = await _ready(channel, DEFAULT_QUEUE) == 0
-        empty_queues = [DEFAULT_QUEUE] if default_empty else []
-        empty_own_types: list[str] = []
-        for queue, job_types in typed_queue_bindings(self.type_queues).items():
-            if queue == DEFAULT_QUEUE:
-                if default_empty:
-                    empty_own_types += job_types
-            elif await _ready(channel, queue) == 0:
-                empty_queues.append(queue)
-                empty_own_types += job_types
-        if not empty_queues:
+        stranded = await self.keeper.stranded_types(
+            older_than_seconds=self.heal_after, limit=HEAL_TYPES
+        )
+        empty = await self._empty_types(channel, stranded)
+        if not empty:
             return 0
         healed = await self.keeper.heal_lost_messages(
             older_than_seconds=self.heal_after,
-            default_empty=default_empty,
-            own_types=sorted(self.type_queues),
-            empty_own_types=sorted(set(empty_own_types)),
+            default_empty=False,
+            own_types=[],
+            empty_own_types=empty,
             cap=MAX_AUTOMATIC_REDISPATCHES,
             limit=HEAL_BATCH,
             detail=(
@@ -247,15 +250,35 @@ class Housekeeper:
         )
         if not healed:
             return 0
-        routes = typed_queue_bindings(self.type_queues)
         for job in healed:
-            queue = next((q for q, types in routes.items() if job.type in types), DEFAULT_QUEUE)
-            self.metrics.redispatched.labels(queue=queue).inc()
+            self.metrics.redispatched.labels(queue=type_queue_name(job.type)).inc()
             log.warning(
                 "message lost: job published again",
                 extra={"event": "redispatched", "job_id": str(job.job_id), "type": job.type},
             )
         return len(healed)
+
+    async def _empty_types(self, channel: AbstractChannel, job_types: list[str]) -> list[str]:
+        """The types among ``job_types`` whose own queue and shared queue hold no ready
+        message. A type's queue is declared, not read passively: a type whose messages all
+        went to the shared queue before the upgrade has none yet."""
+        shared_empty: dict[str, bool] = {}
+        empty: list[str] = []
+        for job_type in job_types:
+            shared = queue_of(job_type, self.type_queues)
+            if shared not in shared_empty:
+                shared_empty[shared] = await _ready(channel, shared) == 0
+            if not shared_empty[shared]:
+                continue
+            own = await declare_type_queues(
+                channel,
+                [job_type],
+                delivery_limit=self.delivery_limit,
+                group_size=self.group_size,
+            )
+            if not own[job_type].declaration_result.message_count:
+                empty.append(job_type)
+        return sorted(empty)
 
 
 async def _ready(channel: AbstractChannel, queue: str) -> int | None:

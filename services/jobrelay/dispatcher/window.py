@@ -4,11 +4,14 @@ next, per work queue.
 Per queue at most ``JOBRELAY_RELAY_WINDOW`` messages are published and not yet claimed; the rest
 stay in the outbox, due but unpublished. "Published, not yet claimed" is measured as the
 broker's ready count of the queue (a passive declare before each fill, ``broker/depth.py``) plus
-this dispatcher's rows still being published. While a queue's window is full, the count is read
-again every ``WINDOW_RECHECK_SECONDS``, so a claim frees room at once without a notification per
-claim. What fills the room is the flow pick (``queries.LEASE_FLOW_PICK``): priority order,
-clients in turn, nothing for a paused queue, keys at their concurrency limit and types over their
-rate skipped. The paused queues and the runtime limits are read every
+this dispatcher's rows still being published. A queue's messages are in the shared queue of
+before and in the queues of its types (``jobrelay.type.<type>``): the types a running consumer
+serves (``job_types.served_until``) are counted. A type nobody runs waits in its own queue,
+outside the window, so it holds no other type back. While a queue's window is full, the count is
+read again every ``WINDOW_RECHECK_SECONDS``, so a claim frees room at once without a
+notification per claim. What fills the room is the flow pick (``queries.LEASE_FLOW_PICK``):
+priority order, clients in turn, nothing for a paused queue, keys at their concurrency limit and
+types over their rate skipped. The paused queues and the runtime limits are read every
 ``CONTROLS_REFRESH_SECONDS``, so a change takes effect within seconds with no restart.
 
 With no window (0), no pause and no limit, a fill is the plain ``lease_batch`` of before.
@@ -32,7 +35,7 @@ from jobrelay.core.relay import (
     QueueDepths,
     QueuePick,
 )
-from jobrelay.core.topology import DEFAULT_QUEUE_NAME, queue_short_name
+from jobrelay.core.topology import DEFAULT_QUEUE_NAME, queue_short_name, type_queue_name
 from jobrelay.dispatcher.metrics import DispatcherMetrics
 
 log = logging.getLogger(__name__)
@@ -175,10 +178,20 @@ class Flow:
         return rows
 
     async def _ready(self) -> dict[str, int]:
+        """Ready messages per queue: its shared queue's, plus its served types' queues'."""
         if self.depths is None:
             return {}
-        found: dict[str, QueueDepth] = await self.depths.depths(self.queues)
-        return {queue: depth.ready for queue, depth in found.items()}
+        types = sorted(self.controls.served)
+        found: dict[str, QueueDepth] = await self.depths.depths(
+            [*self.queues, *(type_queue_name(job_type) for job_type in types)]
+        )
+        ready = {queue: found[queue].ready for queue in self.queues if queue in found}
+        for job_type in types:
+            depth = found.get(type_queue_name(job_type))
+            if depth is not None:
+                queue = self.queue_of(job_type)
+                ready[queue] = ready.get(queue, 0) + depth.ready
+        return ready
 
     async def refresh(self, *, force: bool = False) -> None:
         """Every CONTROLS_REFRESH_SECONDS: register the queues (once), read the paused queues

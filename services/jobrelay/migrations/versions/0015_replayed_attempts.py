@@ -15,7 +15,7 @@ Adding a column with a constant default rewrites nothing; the backfill reads the
 ``replayed`` entries once.
 
 Revision ID: 0015
-Revises: 0013
+Revises: 0014
 Create Date: 2026-12-05
 """
 
@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0015"
-down_revision = "0013"  # no branch labels, no dependencies
+down_revision = "0014"  # no branch labels, no dependencies
 
 
 def upgrade() -> None:

@@ -177,7 +177,8 @@ async def test_the_workflows_of_one_state_are_listed_as_their_view_derives_it(
     cancelled = one_job_workflow(settings, "shop", "cancelled")
     with psycopg.connect(libpq_url(settings.database_url), autocommit=True) as connection:
         connection.execute(
-            "UPDATE jobrelay.jobs SET state = 'succeeded', finished_at = now() WHERE workflow_id = %s",
+            "UPDATE jobrelay.jobs SET state = 'succeeded', finished_at = now() "
+            "WHERE workflow_id = %s",
             (succeeded,),
         )
         connection.execute(

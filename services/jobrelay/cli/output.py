@@ -97,6 +97,7 @@ def render_job(view: dict[str, Any]) -> str:
     return "\n".join(
         f"{field:16} {json_value(value) if isinstance(value, dict) else value}"
         for field in SHOWN_FIELDS
-        if (value := view.get(field)) is not None and value is not False
+        if (value := view.get(field)) is not None
+        and value is not False
         and not (field == "replayed_attempts" and value == 0)  # never replayed: nothing to say
     )

@@ -123,7 +123,6 @@ def cmd_consumer(args: argparse.Namespace) -> int:
     from jobrelay import tracing
     from jobrelay.consumer.service import run_consumer
     from jobrelay.core.masking import Masker
-    from jobrelay.db.pooler import settle_pool_mode
     from jobrelay.logs import configure_logging
 
     settings = settings_from_env()
@@ -132,7 +131,7 @@ def cmd_consumer(args: argparse.Namespace) -> int:
     if concurrency < 1:
         raise CliError("--concurrency must be at least 1")
     configure_logging("consumer", settings.log_level, Masker.from_settings(settings))
-    settings = settle_pool_mode(settings)
+    # The pool mode is settled by run_consumer, once its job types are known to be there.
     tracing.setup("consumer")  # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set
     return eventloop.run(
         run_consumer(settings, queue=args.queue, concurrency=concurrency, handlers=args.handlers)

@@ -56,6 +56,7 @@ from jobrelay.core.topology import queue_of, queue_short_name, work_queue_name
 from jobrelay.core.type_catalog import TypeStore, registrable_types
 from jobrelay.db import queries as q
 from jobrelay.db.execution_store import PgExecutionStore
+from jobrelay.db.pooler import settle_pool_mode
 from jobrelay.db.store import Store
 from jobrelay.db.type_store import PgTypeStore
 from jobrelay.eventloop import stopped_within
@@ -88,6 +89,8 @@ async def run_consumer(
     except (ConfigurationError, ValueError) as error:
         log.error("cannot start: %s", error, extra={"event": "configuration_error"})
         return 2
+    # After the checks above: a consumer that cannot start says only why, not the probe's word.
+    settings = await asyncio.to_thread(settle_pool_mode, settings)
     log.info(
         "job types: %s",
         ", ".join(sorted(registry.types)),

@@ -651,7 +651,9 @@ STRANDED_TYPES: TextClause = text(
     f"SELECT DISTINCT j.type FROM jobrelay.jobs j WHERE {_STRANDED} ORDER BY 1 LIMIT :limit"
 )
 
-PUBLISHED_NEVER_CLAIMED: TextClause = text(f"SELECT count(*) AS n FROM jobrelay.jobs j WHERE {_STRANDED}")
+PUBLISHED_NEVER_CLAIMED: TextClause = text(
+    f"SELECT count(*) AS n FROM jobrelay.jobs j WHERE {_STRANDED}"
+)
 
 # The console's chart (docs/console.md): jobs that finished succeeded or quarantined in each of
 # the last 60 minutes, the current one included, one row per minute (zeros too). Read through
@@ -989,9 +991,11 @@ FLOW_CONTROLS: TextClause = text(
            NULL::integer AS rate_period_seconds, false AS per_key
     FROM jobrelay.queues WHERE paused_at IS NOT NULL
     UNION ALL
-    SELECT 'limit', type, concurrency, rate_count, rate_period_seconds, per_key FROM jobrelay.type_limits
+    SELECT 'limit', type, concurrency, rate_count, rate_period_seconds, per_key
+    FROM jobrelay.type_limits
     UNION ALL
-    SELECT 'served', name, NULL, NULL, NULL, false FROM jobrelay.job_types WHERE served_until > now()
+    SELECT 'served', name, NULL, NULL, NULL, false
+    FROM jobrelay.job_types WHERE served_until > now()
     """
 )
 

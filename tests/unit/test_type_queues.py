@@ -15,6 +15,7 @@ from jobrelay.core.relay import FlowControls, QueueDepth
 from jobrelay.core.settings import Settings
 from jobrelay.core.topology import (
     QUEUE_NAME_MAX_BYTES,
+    has_own_queue,
     type_queue_name,
     work_queue_name,
 )
@@ -29,6 +30,12 @@ def test_a_type_has_a_queue_of_its_own_and_a_too_long_name_a_digest() -> None:
     long = type_queue_name("é" * 200)  # 400 bytes: no queue may be named so
     assert len(long.encode()) <= QUEUE_NAME_MAX_BYTES and long.startswith("jobrelay.type.sha256.")
     assert long == type_queue_name("é" * 200) != type_queue_name("é" * 199 + "e")
+
+
+def test_a_type_named_with_a_wildcard_of_the_topic_binding_has_no_queue_of_its_own() -> None:
+    # Bound by its name, `shop.*` would take every `shop.x` type's messages too.
+    assert has_own_queue("shop.charge") and has_own_queue("shop:charge-v2")
+    assert not has_own_queue("shop.*") and not has_own_queue("#") and not has_own_queue("a#b")
 
 
 def test_a_type_queue_name_is_kept_as_a_work_queue_name() -> None:

@@ -87,10 +87,11 @@ async def declare_type_queues(
 ) -> dict[str, AbstractQueue]:
     """The queue of each of ``job_types`` (a work queue like the others: quorum, dead-lettered
     to the quarantine, the same delivery limit), bound on ``jobrelay.jobs`` by the type's exact
-    name. Idempotent: the dispatcher and every consumer that runs the type declare it."""
+    name. Idempotent: the dispatcher and every consumer that runs the type declare it. A type
+    named with a wildcard of the binding (``names.has_own_queue``) gets none."""
     jobs = await channel.get_exchange(names.JOBS_EXCHANGE, ensure=False)
     queues: dict[str, AbstractQueue] = {}
-    for job_type in job_types:
+    for job_type in filter(names.has_own_queue, job_types):
         queue = await declare_quorum_queue(
             channel,
             names.type_queue_name(job_type),

@@ -53,6 +53,13 @@ def type_queue_name(job_type: str) -> str:
     return f"{TYPE_QUEUE_PREFIX}sha256.{hashlib.sha256(job_type.encode()).hexdigest()}"
 
 
+def has_own_queue(job_type: str) -> bool:
+    """Whether ``job_type`` gets a queue of its own. A topic binding reads ``*`` and ``#`` as
+    wildcards, so a type named with them would take the messages of other types: its jobs go
+    to the shared queue of before instead, whose consumers defer what they do not run."""
+    return "*" not in job_type and "#" not in job_type
+
+
 def queue_of(job_type: str, type_queues: Mapping[str, str]) -> str:
     """The logical work queue of ``job_type`` (the unit of ``--queue``, pauses and the relay
     window; JOBRELAY_TYPE_QUEUES, else ``default``), as its broker name."""

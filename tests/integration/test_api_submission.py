@@ -10,7 +10,6 @@ import pytest
 from sqlalchemy import text
 
 from jobrelay.core.settings import Settings
-from jobrelay.db import tables
 from jobrelay.db.store import Store
 from tests.conftest import api_client, auth
 from tests.support import factories
@@ -21,7 +20,7 @@ MD = {"type": "catalog.export", "payload": {"course": "Markdown"}}
 
 async def count(store: Store, table: str, job_id: str | None = None) -> int:
     """Rows of ``table``, or only those of one job."""
-    chosen = tables.metadata.tables[table]
+    chosen = factories.table_named(table)
     column = chosen.c.id if table == "jobs" else chosen.c.job_id
     return await factories.count(store, chosen, *([column == job_id] if job_id else []))
 
@@ -101,7 +100,7 @@ async def test_a_failure_between_the_writes_leaves_no_job_no_outbox_row_no_event
         )
         await connection.execute(
             text(
-                "CREATE TRIGGER fail_event BEFORE INSERT ON job_events "
+                "CREATE TRIGGER fail_event BEFORE INSERT ON jobrelay.job_events "
                 "FOR EACH ROW EXECUTE FUNCTION fail_event()"
             )
         )

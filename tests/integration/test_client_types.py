@@ -20,7 +20,6 @@ from jobrelay.core.fingerprint import token_hash
 from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.settings import Settings
 from jobrelay.core.type_catalog import RegisteredType
-from jobrelay.db import tables
 from jobrelay.db.client_store import ClientStore
 from jobrelay.db.store import Store
 from jobrelay.db.type_store import PgTypeStore
@@ -42,7 +41,7 @@ class Wipe(BaseModel):
 
 def api_registry() -> Registry:
     """The built-in types and one closed to HTTP."""
-    registry = load_registry("")
+    registry = load_registry("", builtins=True)
 
     @registry.job(CLOSED, Wipe, api=False)
     async def wipe(context: JobContext, payload: Wipe) -> dict[str, Any]:
@@ -82,7 +81,7 @@ async def client_with_types(store: Store, name: str, *patterns: str, admin: bool
 async def written(store: Store) -> dict[str, int]:
     """How many rows each table a submission writes holds."""
     names = ("jobs", "outbox", "job_events", "workflows")
-    return {name: await factories.count(store, tables.metadata.tables[name]) for name in names}
+    return {name: await factories.count(store, factories.table_named(name)) for name in names}
 
 
 NOTHING = {"jobs": 0, "outbox": 0, "job_events": 0, "workflows": 0}
@@ -220,7 +219,7 @@ async def test_the_sql_function_is_bound_by_explicit_patterns_only(
     store: Store, database_url: str, alice: str
 ) -> None:
     await client_with_types(store, "shop", "shop.*", "mail.send_?")
-    call = "SELECT jobrelay_enqueue(%s, %s, '{}'::jsonb, %s)"
+    call = "SELECT jobrelay.jobrelay_enqueue(%s, %s, '{}'::jsonb, %s)"
     with psycopg.connect(jobrelay.libpq_url(database_url), autocommit=True) as connection:
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="type_not_allowed"):
             connection.execute(call, ["shop", OPEN, "k-1"])

@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import text
 
 from jobrelay.core.settings import Settings
+from jobrelay.core.topology import type_queue_name
 from jobrelay.db.store import Store
 from jobrelay.db.tables import outbox
 from tests.conftest import MakeSettings
@@ -32,6 +33,9 @@ pytestmark = pytest.mark.slow
 # Publishes time out in a second and rows go out in small batches: the faults land mid-run.
 # The relay window wider than any test's rows: these publish thousands with no consumer (the
 # flow pick still leases every batch).
+# The queue of the jobs' type (insert_jobs makes demo.sleep jobs), where their messages go.
+SLEEP_QUEUE = type_queue_name("demo.sleep")
+
 RELAY = {"publish_timeout_seconds": 1.0, "dispatch_batch_size": 50, "relay_window": 1_000_000}
 
 
@@ -75,7 +79,7 @@ async def test_broker_connections_closed_and_app_restarted_while_5000_rows_are_r
         output = process.output()
     assert "broker_unavailable" in output or "connection_lost" in output
 
-    messages = await drain(settings.amqp_url)
+    messages = await drain(settings.amqp_url, SLEEP_QUEUE)
     delivered = {m.correlation_id for m in messages}
     assert len(jobs) == 5000
     assert delivered == {str(job_id) for _, job_id in jobs}, "every job has a message"
@@ -94,7 +98,9 @@ async def test_a_dispatcher_killed_after_publish_before_published_at_commits_pub
         async with store.transaction() as blocker:
             await blocker.execute(text("LOCK TABLE jobrelay.job_events IN SHARE MODE"))
             [(outbox_id, job_id)] = await insert_jobs(store, 1)
-            await eventually(lambda: depth_is(settings.amqp_url, 2), what="the message confirmed")
+            await eventually(
+                lambda: depth_is(settings.amqp_url, 2, SLEEP_QUEUE), what="the message confirmed"
+            )
             await eventually(
                 lambda: _marking_waits_on_lock(store), what="the dispatcher stuck marking"
             )
@@ -118,7 +124,7 @@ async def test_a_dispatcher_killed_after_publish_before_published_at_commits_pub
         assert_alive(second)
     row = await factories.outbox_row(store, outbox_id)
     assert row.published_at is not None and row.publish_attempts == 2
-    messages = await drain(settings.amqp_url)
+    messages = await drain(settings.amqp_url, SLEEP_QUEUE)
     copies = [m for m in messages if m.message_id == str(outbox_id)]
     assert len(copies) == 2, "a duplicate message, nothing lost"
     assert {m.correlation_id for m in copies} == {str(job_id)}
@@ -155,7 +161,7 @@ async def test_a_database_restart_while_relaying_is_waited_out(
         assert_alive(process)
         output = process.output()
     assert "listener_lost" in output  # the restart was seen, and waited out
-    messages = await drain(settings.amqp_url)
+    messages = await drain(settings.amqp_url, SLEEP_QUEUE)
     assert {m.correlation_id for m in messages} == {str(job_id) for _, job_id in jobs}
 
 

@@ -29,7 +29,6 @@ from jobrelay.core.jobs import Job
 from jobrelay.core.registry import JobType, Registry
 from jobrelay.core.states import JobState
 from jobrelay.core.trace import OutboxEntry
-from jobrelay.db import tables
 from jobrelay.db.client_store import ClientStore
 from jobrelay.db.engine import libpq_url
 from jobrelay.db.store import Store
@@ -113,7 +112,7 @@ async def transaction(kind: str, database_url: str) -> AsyncIterator[Tx]:
 
 
 async def rows(store: Store, table: str) -> int:
-    return await factories.count(store, tables.metadata.tables[table])
+    return await factories.count(store, factories.table_named(table))
 
 
 async def everything(store: Store) -> dict[str, int]:

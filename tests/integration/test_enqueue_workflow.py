@@ -16,7 +16,6 @@ from jobrelay.core.errors import UnknownJobType
 from jobrelay.core.limits import DEFAULT_MAX_ATTEMPTS
 from jobrelay.core.registry import JobType, Registry
 from jobrelay.core.workflows import InvalidWorkflow, WorkflowState
-from jobrelay.db import tables
 from jobrelay.db.engine import libpq_url
 from jobrelay.db.store import Store
 from jobrelay.db.workflow_store import WorkflowStore
@@ -43,7 +42,7 @@ def connection(database_url: str) -> Iterator[psycopg.Connection[object]]:
 
 async def counts(store: Store) -> dict[str, int]:
     return {
-        name: await factories.count(store, tables.metadata.tables[name])
+        name: await factories.count(store, factories.table_named(name))
         for name in ("workflows", "jobs", "outbox")
     }
 

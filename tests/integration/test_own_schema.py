@@ -17,7 +17,6 @@ from typing import Any, Literal
 
 import psycopg
 import pytest
-
 from alembic.script import ScriptDirectory
 
 import jobrelay

@@ -224,6 +224,11 @@ async def results_of(db: Database, job_id: uuid.UUID) -> list[tuple[Any, int]]:
         return [(row.result, row.attempt) for row in await opened.execute(statement)]
 
 
+def table_named(name: str) -> Table:
+    """The model of jobrelay's table ``name`` (the metadata keys them by their schema)."""
+    return tables.metadata.tables[f"{tables.metadata.schema}.{name}"]
+
+
 async def count(db: Database, table: Table, *where: ColumnElement[bool]) -> int:
     """How many rows of ``table`` match ``where``."""
     async with connection(db) as opened:

@@ -37,6 +37,9 @@ INSTALL_LINES = {
     "pip install '/path/to/jobrelay[django]'": "tried by hand",
     # What `make install` runs (the CI installs with it).
     "pip install --require-hashes -r requirements/dev.txt": "make install",
+    # containers.md's Django consumer image: the project's own requirements (Django and what
+    # its tasks need) into the image's venv, which holds jobrelay already; nothing of jobrelay's.
+    "pip install -r /app/requirements.txt": "the user's own requirements",
 }
 
 

@@ -138,12 +138,15 @@ def test_jobrelay_migrate_works_from_a_foreign_folder_with_its_own_alembic_ini(
     assert done.returncode == 0, done.stderr
     with psycopg.connect(libpq_url(empty_database)) as connection:
         tables = {
-            name
-            for (name,) in connection.execute(
-                "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+            (schema, name)
+            for schema, name in connection.execute(
+                "SELECT schemaname, tablename FROM pg_tables "
+                "WHERE schemaname IN ('public', 'jobrelay')"
             )
         }
-    assert {"jobs", "outbox", "job_events", "job_results", "clients"} <= tables
+    jobrelay = {"jobs", "outbox", "job_events", "job_results", "clients", "alembic_version"}
+    assert {("jobrelay", name) for name in jobrelay} <= tables
+    assert not {name for schema, name in tables if schema == "public"}  # nothing of it in public
 
 
 def test_jobrelay_migrate_gives_up_on_an_unreachable_database_after_its_wait(

@@ -230,18 +230,20 @@ async def test_a_workflows_jobs_match_the_job_schema_while_they_wait(
 
 @asynccontextmanager
 async def capture(amqp_url: str) -> AsyncIterator[aio_pika.abc.AbstractQueue]:
-    """A queue of our own bound to the exchange that feeds the default work queue (the jobs
-    exchange's alternate, a fanout): it gets a copy of every message the dispatcher publishes
-    for the consumer. Bound to the jobs exchange itself it would take the messages away from
-    the alternate, hence from the consumer."""
+    """A queue of our own bound to the jobs exchange by ``#``: it gets a copy of every message
+    the dispatcher publishes, and each type's own queue (which the dispatcher declares before
+    its first publish of the type) still gets the one its consumer takes."""
     connection = await aio_pika.connect(amqp_url)
     async with connection:
         channel = await connection.channel()
-        unrouted = await channel.declare_exchange(
-            names.UNROUTED_EXCHANGE, aio_pika.ExchangeType.FANOUT, durable=True
+        jobs = await channel.declare_exchange(
+            names.JOBS_EXCHANGE,
+            aio_pika.ExchangeType.TOPIC,
+            durable=True,
+            arguments=names.jobs_exchange_arguments(),  # as the services declare it
         )
         queue = await channel.declare_queue(CAPTURE_QUEUE, durable=True)
-        await queue.bind(unrouted)
+        await queue.bind(jobs, routing_key="#")
         yield queue
 
 

@@ -35,6 +35,7 @@ from typing import Any
 
 import pytest
 
+from jobrelay.core.topology import DEFAULT_QUEUE, TYPE_QUEUE_PREFIX
 from tests.containers.docker_kit import (
     ROOT,
     Compose,
@@ -447,7 +448,9 @@ def assert_published_on_loopback(compose: Compose) -> None:
 
 
 def work_queue_depth(compose: Compose) -> int | None:
-    """Messages in the work queue (ready and unacknowledged), from the queue itself."""
+    """Messages in the work queues (ready and unacknowledged), from the queues themselves: the
+    shared one and every type's own (docs/job-types.md, "Where a job goes"); None before the
+    shared one exists."""
     container = compose.container("rabbitmq")
     listing = docker(
         "exec",
@@ -461,11 +464,12 @@ def work_queue_depth(compose: Compose) -> int | None:
         timeout=60,
         check=False,
     )
-    for line in listing.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == "jobrelay.jobs.default" and parts[1].isdigit():
-            return int(parts[1])
-    return None
+    depths = {
+        name: int(count)
+        for name, count in (line.split() for line in listing.splitlines() if len(line.split()) == 2)
+        if count.isdigit() and (name == DEFAULT_QUEUE or name.startswith(TYPE_QUEUE_PREFIX))
+    }
+    return sum(depths.values()) if DEFAULT_QUEUE in depths else None
 
 
 def stable_work_queue(compose: Compose, within: float) -> int:

@@ -44,9 +44,14 @@ ENV_DIRECT = "JOBRELAY_DIRECT_DATABASE_URL"
 class PgBouncer:
     """One PgBouncer process of this run: its directory, port and pid."""
 
-    def __init__(self, lay: Layout, pg_port: int) -> None:
+    def __init__(
+        self, lay: Layout, pg_port: int, *, user: str = USER, password: str = PASSWORD
+    ) -> None:
+        """``user`` and ``password``: the server's superuser, by default ours; another for a
+        PostgreSQL this script did not start (a test's container)."""
         self.dir = lay.base / f"pgbouncer-{os.getpid()}"
         self.pg_port = pg_port
+        self.user, self.password = user, password
         self.port = next(p for p in free_ports(2) if p != pg_port)
         self.config = self.dir / "pgbouncer.ini"
         self.pidfile = self.dir / "pgbouncer.pid"
@@ -56,7 +61,7 @@ class PgBouncer:
         ensure_package(PGBOUNCER_BIN, "pgbouncer")
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
-        (self.dir / "userlist.txt").write_text(f'"{USER}" "{PASSWORD}"\n')
+        (self.dir / "userlist.txt").write_text(f'"{self.user}" "{self.password}"\n')
         self.config.write_text(self._config())
         self.logfile.touch()
         give_to_pg_user(self.dir, *self.dir.iterdir())
@@ -95,7 +100,7 @@ unix_socket_dir =
 auth_type = scram-sha-256
 auth_file = {self.dir / "userlist.txt"}
 ; other roles (a test's own) are looked up in pg_shadow as jobrelay, a superuser
-auth_user = {USER}
+auth_user = {self.user}
 max_client_conn = {MAX_CLIENT_CONN}
 default_pool_size = {DEFAULT_POOL_SIZE}
 max_db_connections = {MAX_DB_CONNECTIONS}
@@ -120,10 +125,8 @@ pidfile = {self.pidfile}
 
     def _ready(self) -> bool:
         probe = [str(pg_bindir() / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port)]
-        return (
-            run([*probe, "-U", USER, "-d", "jobrelay", "-q", "-t", "2"], check=False).returncode
-            == 0
-        )
+        asked = [*probe, "-U", self.user, "-d", "jobrelay", "-q", "-t", "2"]
+        return run(asked, check=False).returncode == 0
 
 
 def started(

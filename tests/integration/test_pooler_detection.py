@@ -10,9 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
+import tempfile
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import httpx
 import pytest
@@ -33,9 +39,10 @@ def pooled_database_url(servers: Servers, direct_database_url: str) -> Iterator[
     if servers.pooler_url is not None:
         yield servers.through_pooler(direct_database_url)
         return
-    if servers.servers_dir is None:
-        pytest.fail("a PgBouncer is started here only in front of scripts/servers.py's servers")
     local = servers_script()
+    if servers.servers_dir is None:  # a container's PostgreSQL: a PgBouncer of ours before it
+        yield from pgbouncer_before(local, direct_database_url)
+        return
     lay = local.common.layout()
     bouncer, env = local.pgbouncer.started(
         lay, local.common.load_state(lay), {"JOBRELAY_DATABASE_URL": direct_database_url}
@@ -44,6 +51,27 @@ def pooled_database_url(servers: Servers, direct_database_url: str) -> Iterator[
         yield env["JOBRELAY_DATABASE_URL"]
     finally:
         bouncer.stop()
+
+
+def pgbouncer_before(local: Any, direct_database_url: str) -> Iterator[str]:
+    """A PgBouncer started here in front of a PostgreSQL scripts/servers.py did not start (the
+    containers tier's), with that server's superuser; its folder readable by the postgres OS
+    user PgBouncer runs as."""
+    address = urllib.parse.urlsplit(direct_database_url)
+    base = Path(tempfile.mkdtemp(prefix="jobrelay-pgbouncer-"))
+    base.chmod(0o755)
+    bouncer = local.pgbouncer.PgBouncer(
+        SimpleNamespace(base=base),
+        address.port,
+        user=urllib.parse.unquote(address.username or ""),
+        password=urllib.parse.unquote(address.password or ""),
+    )
+    try:
+        bouncer.start()
+        yield direct_database_url.replace(f":{address.port}/", f":{bouncer.port}/", 1)
+    finally:
+        bouncer.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_a_direct_connection_keeps_session_mode_and_says_nothing(

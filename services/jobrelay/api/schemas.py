@@ -244,6 +244,16 @@ class JobView(BaseModel):
         )
 
 
+# The 202 of a cancel, the owner's (POST /v1/jobs/{id}/cancel) and an operator's
+# (POST /v1/admin/jobs/{id}/cancel): a running job's cancel is a request its consumer carries out.
+CANCEL_REQUESTED: dict[str, Any] = {
+    "model": JobView,
+    "description": "The job is running: its cancel is requested (asked again, the same "
+    "answer). Its consumer stops the handler and the job ends `cancelled`, unless the "
+    "attempt finished first",
+}
+
+
 class DeduplicatedJobView(JobView):
     """The answer to a unique submission while a job of the same type and unique key is
     queued, running or retrying: that job, and no new one (docs/flow-control.md)."""

@@ -19,6 +19,7 @@ from jobrelay.api.deps import (
 )
 from jobrelay.api.openapi import problem_responses
 from jobrelay.api.schemas import (
+    CANCEL_REQUESTED,
     ClientList,
     ClientView,
     JobTypeList,
@@ -99,12 +100,7 @@ async def admin_replay(job_id: uuid.UUID, admin: AdminDep, ops: OpsDep) -> dict[
     response_model=JobView,
     responses={
         200: {"description": "Cancelled: the job was queued, retrying or waiting"},
-        202: {
-            "model": JobView,
-            "description": "The job is running: its cancel is requested (asked again, the same "
-            "answer). Its consumer stops the handler and the job ends `cancelled`, unless the "
-            "attempt finished first",
-        },
+        202: CANCEL_REQUESTED,
         **problem_responses(404, 409, 413, 422),
     },
     summary="Cancel any client's job, as its owner's cancel does; the journal says an operator did",

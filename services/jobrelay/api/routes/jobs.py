@@ -32,6 +32,7 @@ from jobrelay.api.problems import (
     validation_errors,
 )
 from jobrelay.api.schemas import (
+    CANCEL_REQUESTED,
     NO_NUL,
     BatchAnswer,
     BatchItem,
@@ -395,12 +396,7 @@ async def job_trace(job: OwnJobDep, store: StoreDep) -> dict[str, Any]:
     response_model=JobView,
     responses={
         200: {"description": "Cancelled: the job was queued or retrying"},
-        202: {
-            "model": JobView,
-            "description": "The job is running: its cancel is requested (asked again, the same "
-            "answer). Its consumer stops the handler and the job ends `cancelled`, unless the "
-            "attempt finished first",
-        },
+        202: CANCEL_REQUESTED,
         **problem_responses(404, 409, 413, 422),
     },
     summary="Cancel a job: at once when queued or retrying, by request when running",

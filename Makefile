@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 # scripts/servers.py needs only the standard library: `make down` works before any venv exists.
 SCRIPT_PYTHON = $(if $(wildcard $(PYTHON)),$(PYTHON),python3)
 
-.PHONY: install environment lock dist test-latest run test test-local test-side-by-side test-pgbouncer test-python313 test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster chaos chaos-cluster chaos-failover clean
+.PHONY: install environment lock dist test-latest run test test-local test-local-integration test-local-others test-side-by-side test-pgbouncer test-python313 test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster chaos chaos-cluster chaos-failover clean
 
 ## install: exactly the locked versions (requirements/dev.txt), then jobrelay itself, editable
 ## (into the active virtual environment, else into .venv, made when missing)
@@ -69,12 +69,28 @@ test-latest: environment
 run: environment
 	PYTHON=$(PYTHON) bash scripts/run.sh
 
-## test: every tier. The suite against throwaway local servers; then the PgBouncer and the
-## Python 3.13 tiers side by side; then the container tiers (the real compose.yaml, and the
-## integration tier on testcontainers) where a Docker engine answers or CI is set
-## (scripts/ci-docker.sh installs and starts one); elsewhere they are announced as not run,
-## never passed silently.
-test: test-local test-side-by-side test-docker
+## test: every tier, two at a time (make -j2 --output-sync: each one's output printed whole when
+## it ends), the longest first so that no long one starts last: the container tiers (the real
+## compose.yaml, and the integration tier on testcontainers) where a Docker engine answers or CI
+## is set (scripts/ci-docker.sh installs and starts one), elsewhere announced as not run, never
+## passed silently; the suite but its integration tier; Python 3.13; PgBouncer; the integration
+## tier. Each has servers of its own. The integration tier waits on its servers more than it
+## computes, so two at a time on 2 cores take about half the time of one after the other.
+TEST_LANES = test-docker test-local-others test-python313 test-pgbouncer test-local-integration
+test: environment
+	@echo "make: $(TEST_LANES), two at a time; each one's output follows when it ends"
+	@$(MAKE) --no-print-directory -j2 --output-sync=target $(TEST_LANES)
+
+## test-local-integration and test-local-others: test-local in two halves, for `make test`
+test-local-integration: environment
+	JOBRELAY_SERVERS_DIR=$(abspath .local/servers-integration) \
+		$(PYTHON) scripts/servers.py run -- $(PYTHON) -m pytest -p no:cacheprovider \
+		tests/integration $(PYTEST_ARGS)
+
+test-local-others: environment
+	JOBRELAY_SERVERS_DIR=$(abspath .local/servers-others) \
+		$(PYTHON) scripts/servers.py run -- $(PYTHON) -m pytest -p no:cacheprovider \
+		--ignore=tests/containers --ignore=tests/integration $(PYTEST_ARGS)
 
 ## test-side-by-side: test-pgbouncer and test-python313 at once. The integration tier waits on
 ## its servers more than it computes: on 2 cores the two take about 8 minutes together, where
@@ -118,7 +134,7 @@ $(PY313_VENV)/.jobrelay-installed: requirements/dev.txt pyproject.toml
 
 test-docker: environment
 	@if [ -n "$$CI" ] || docker info >/dev/null 2>&1; then \
-		$(MAKE) --no-print-directory compose-test test-containers; \
+		$(MAKE) --no-print-directory -j1 compose-test test-containers; \
 	else \
 		echo "make test: NOT RUN: the container tiers (compose-test, test-containers) need a Docker engine: run scripts/ci-docker.sh as root, then make test-docker"; \
 	fi

@@ -27,10 +27,10 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 
+from jobrelay.core.bounds import FLOW_KEY_MAX, IDEMPOTENCY_KEY_MAX
 from jobrelay.core.errors import ConfigurationError, InvalidPayload, UnknownJobType
 from jobrelay.core.flow import Limit, Rate, check_priority, parse_rate
 from jobrelay.core.jobs import Flow, is_valid_flow_key, is_valid_idempotency_key
-from jobrelay.core.limits import FLOW_KEY_MAX, IDEMPOTENCY_KEY_MAX
 from jobrelay.core.schedules import Schedule, check_every
 
 

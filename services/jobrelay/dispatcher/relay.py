@@ -12,10 +12,10 @@ confirms, the next is leased and published; then the first one's outcome is reco
 is still marked published only after its own confirm, and ``stop()`` lets both finish.
 
 What is leased is the flow's choice (``jobrelay.dispatcher.window``): the relay window per work
-queue, then priority, clients in turn, pauses and limits. Without a ``Flow`` every due row is
+queue, then priority, clients in turn, pauses and limits. Without a ``RelayWindow`` every due row is
 leased oldest first.
 
-Maintenance (rescue of expired job leases, retention, the backlog gauge, the housekeeping) is
+Maintenance (rescue of expired job leases, retention, the backlog gauge, the healing) is
 ``jobrelay.dispatcher.maintenance``, which the dispatcher runs beside this loop.
 """
 
@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from jobrelay.core.errors import BrokerUnavailable, StoreUnavailable
 from jobrelay.core.relay import MessagePublisher, OutboxRow, OutboxStore, PublishOutcome
 from jobrelay.core.retry import backoff
-from jobrelay.core.tracecontext import trace_id_of
+from jobrelay.core.telemetry_context import trace_id_of
 from jobrelay.dispatcher.metrics import DispatcherMetrics
-from jobrelay.dispatcher.window import Flow
+from jobrelay.dispatcher.window import RelayWindow
 from jobrelay.eventloop import stopped_within
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class Relay:
         *,
         rng: random.Random | None = None,
         name: str = "dispatcher",
-        flow: Flow | None = None,
+        flow: RelayWindow | None = None,
     ) -> None:
         self.flow = flow
         self.name = name  # how the stats name this dispatcher (host:pid)

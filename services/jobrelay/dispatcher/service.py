@@ -59,7 +59,7 @@ def maintenance_config(settings: Settings) -> MaintenanceConfig:
 
 
 class Dispatcher:
-    """One dispatcher: the relay loop with its flow (window, priorities, pauses and the
+    """One dispatcher: the relay loop with its relay window (priorities, pauses and the
     registry's limits), its listener, its maintenance and the scheduler of the registry's
     periodic schedules (``registry``: JOBRELAY_HANDLERS when None). ``run()`` returns after
     ``stop()``."""
@@ -91,7 +91,7 @@ class Dispatcher:
         self.healer = Healer(self.store, settings, self.metrics, type_queues=type_queues)
         self.registry = registry if registry is not None else registry_for(settings)
         self.depths = BrokerDepths(settings.amqp_url)
-        self.flow = RelayWindow(
+        self.window = RelayWindow(
             RelayStore(self.store),
             self.depths,
             settings.relay_window,
@@ -105,7 +105,7 @@ class Dispatcher:
             relay_config(settings),
             self.metrics,
             name=f"{socket.gethostname()}:{os.getpid()}",
-            flow=self.flow,
+            window=self.window,
         )
         self.maintenance = Maintenance(
             RelayStore(self.store),

@@ -37,7 +37,7 @@ _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
     "color_message",  # uvicorn's copy of msg with terminal colours
 }
 
-# The trace id (32 hex digits) of the job this context handles: set by ``jobrelay/tracing.py``
+# The trace id (32 hex digits) of the job this context handles: set by ``jobrelay/telemetry.py``
 # around an accept, and a delivery's processing (whether spans are exported or not), so that
 # every line logged meanwhile, a handler's too, says which trace it belongs to.
 current_trace_id: ContextVar[str | None] = ContextVar("jobrelay_trace_id", default=None)

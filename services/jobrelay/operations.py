@@ -394,7 +394,7 @@ class Operations:
         """New outbox rows (and `redispatched` events) for jobs published long ago and never
         claimed. A duplicate message is harmless (the claim is guarded); a lost one is not.
         The dispatcher does the same by itself for queues it sees empty
-        (``jobrelay.dispatcher.housekeeping``)."""
+        (``jobrelay.dispatcher.healing``)."""
         total = 0
         while True:
             batch = await self.keeper.redispatch_stranded(

@@ -51,20 +51,20 @@ from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
 from sqlalchemy.ext.asyncio import AsyncSession, async_scoped_session
 from sqlalchemy.orm import Session, scoped_session
 
-from jobrelay import tracing
-from jobrelay.core.clients import matches_any
-from jobrelay.core.fingerprint import canonical_json
-from jobrelay.core.jobs import Flow, Job, JobRequest, is_valid_idempotency_key
-from jobrelay.core.jsonvalues import unstorable_json
-from jobrelay.core.limits import (
+from jobrelay import telemetry
+from jobrelay.core.bounds import (
     DEFAULT_MAX_ATTEMPTS,
     IDEMPOTENCY_KEY_MAX,
     MAX_ATTEMPTS_MAX,
     TYPE_NAME_MAX,
 )
+from jobrelay.core.clients import matches_any
+from jobrelay.core.fingerprint import canonical_json
+from jobrelay.core.jobs import Flow, Job, JobRequest, is_valid_idempotency_key
+from jobrelay.core.jsonvalues import unstorable_json
 from jobrelay.core.registry import Registry
 from jobrelay.core.settings import DEFAULT_SCHEMA, libpq_url, validate_schema_name
-from jobrelay.core.tracecontext import valid_traceparent
+from jobrelay.core.telemetry_context import valid_traceparent
 from jobrelay.core.workflows import OnFailure, Workflow, WorkflowStep, workflow_step
 from jobrelay.db import queries as q
 from jobrelay.db.accept import Step, Steps, Submission, accept_steps, drive, drive_async
@@ -389,7 +389,7 @@ def _workflow_step(job: dict[str, Any], registry: Registry | None) -> WorkflowSt
 def _trace_context(traceparent: str | None) -> str | None:
     """The given ``traceparent``, checked; else the caller's current span's, if any."""
     if traceparent is None:
-        return tracing.current_traceparent()
+        return telemetry.current_traceparent()
     checked = valid_traceparent(traceparent) if isinstance(traceparent, str) else None
     if checked is None:
         raise ValueError(

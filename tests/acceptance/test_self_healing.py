@@ -3,7 +3,7 @@ tests' names; docs/failure-points.md).
 
 A broker that lost its data, or a purged queue, leaves jobs `queued` with nothing left to
 deliver them. The dispatcher publishes such a job again once its message is provably missing
-(``jobrelay.dispatcher.housekeeping``): its work queue is empty while the job, published long
+(``jobrelay.dispatcher.healing``): its work queue is empty while the job, published long
 enough ago, was never claimed. A queue that still holds messages is never added to.
 """
 

@@ -60,7 +60,7 @@ def test_a_services_log_with_the_broker_down_has_no_library_lines_and_names_the_
         running(["dispatcher"], env, logs["dispatcher"]),
         running(["consumer"], env, logs["consumer"]),
     ):
-        time.sleep(6)  # several connection attempts of each, the housekeeping's too
+        time.sleep(6)  # several connection attempts of each, the healing's too
     for name, path in logs.items():
         lines = [json.loads(line) for line in path.read_text().splitlines()]
         assert lines, name

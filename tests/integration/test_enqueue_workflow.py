@@ -12,8 +12,8 @@ import pytest
 from pydantic import BaseModel
 
 import jobrelay
+from jobrelay.core.bounds import DEFAULT_MAX_ATTEMPTS
 from jobrelay.core.errors import UnknownJobType
-from jobrelay.core.limits import DEFAULT_MAX_ATTEMPTS
 from jobrelay.core.registry import JobType, Registry
 from jobrelay.core.workflows import InvalidWorkflow, WorkflowState
 from jobrelay.db.engine import libpq_url

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from alembic import command
 
-from jobrelay.core import limits
+from jobrelay.core import bounds
 from jobrelay.db.engine import libpq_url
 from jobrelay.migrations import history
 from tests.support import databases
@@ -108,12 +108,12 @@ def test_0011_has_the_sql_defaults_read_the_registered_types_and_its_downgrade_n
 
 
 def test_the_limits_frozen_into_jobrelay_enqueue_are_the_live_ones() -> None:
-    """A change to core/limits.py needs a revision that replaces jobrelay_enqueue (and a new
+    """A change to core/bounds.py needs a revision that replaces jobrelay_enqueue (and a new
     frozen copy in history.py): until then the SQL path would accept what the API refuses."""
-    assert history.IDEMPOTENCY_KEY_MAX_0010 == limits.IDEMPOTENCY_KEY_MAX
-    assert history.TYPE_NAME_MAX_0010 == limits.TYPE_NAME_MAX
-    assert history.PRIORITY_RANGE_0010 == (limits.PRIORITY_MIN, limits.PRIORITY_MAX)
-    assert history.DEFAULT_MAX_ATTEMPTS_0010 == limits.DEFAULT_MAX_ATTEMPTS
+    assert history.IDEMPOTENCY_KEY_MAX_0010 == bounds.IDEMPOTENCY_KEY_MAX
+    assert history.TYPE_NAME_MAX_0010 == bounds.TYPE_NAME_MAX
+    assert history.PRIORITY_RANGE_0010 == (bounds.PRIORITY_MIN, bounds.PRIORITY_MAX)
+    assert history.DEFAULT_MAX_ATTEMPTS_0010 == bounds.DEFAULT_MAX_ATTEMPTS
     assert sys.int_info.default_max_str_digits == history.PYTHON_INT_DIGITS_MAX_0010
 
 

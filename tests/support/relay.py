@@ -1,7 +1,7 @@
 """The product's relay (``jobrelay.dispatcher.relay``) and maintenance
 (``jobrelay.dispatcher.maintenance``) on the real ``RelayStore`` and ``Publisher``, in the test's
 event loop: for consumer tests that need due outbox rows published and expired leases rescued.
-Unlike ``running_dispatcher`` (``tests.support.outbox``) it has no listener and no housekeeping
+Unlike ``running_dispatcher`` (``tests.support.outbox``) it has no listener and no healing
 (lost messages, the quarantine sweep), and it polls often. ``one_batch``: what the relay loop
 does for each batch, once."""
 

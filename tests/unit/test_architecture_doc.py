@@ -2,7 +2,9 @@
 imported, the source is read with ``ast``):
 
 1. every path a row of the module table names (``core/``, ``transactional.py``, and the
-   ``states.py`` of its description) exists, and every module of the package belongs to one row;
+   ``states.py`` of its description) exists, every module of the package belongs to one row,
+   and that row names it (``routes/flow.py`` in the ``api/`` row's description): a module
+   added without its line in the table fails here;
 2. every ``module.py::Name`` that a page of docs/ or the README names is defined in that module
    (a class's member: ``Store.fetch_all``);
 3. the "may import (from jobrelay)" column of each row is exactly what that row's modules import
@@ -118,6 +120,39 @@ def _row_of(module: str, rows: Iterable[Row]) -> Row | None:
 
 def modules_in_no_row(modules: Iterable[str], rows: list[Row]) -> list[str]:
     return sorted(module for module in modules if _row_of(module, rows) is None)
+
+
+def _names_file(row: Row, path: str) -> bool:
+    """Whether ``row`` names the file ``path`` (under the package): as one of its own paths, or
+    in its description, from the row's folder (``routes/flow.py`` in the ``api/`` row) or from
+    the package (``api/routes/flow.py``, ``jobrelay/api/routes/flow.py``). A folder's
+    ``__init__.py`` is named with its folder (``routes/``; ``api/`` by the row's own path)."""
+    folder, _, name = path.rpartition("/")
+    wanted = f"{folder}/" if name == "__init__.py" and folder else path
+    if wanted in row.paths:
+        return True
+    row_folders = [own for own in row.paths if own.endswith("/")]
+    for named in (token.removeprefix("jobrelay/") for token in row.described):
+        if named == wanted or any(f"{own}{named}" == wanted for own in row_folders):
+            return True
+    return False
+
+
+def files_no_row_names(rows: list[Row], source: Path = SOURCE) -> list[str]:
+    """Each ``.py`` file of the package that the row it belongs to does not name by its path:
+    a folder's row must name every module in it, so that a module added without a word in
+    docs/architecture.md fails here."""
+    problems = []
+    for file in sorted(source.rglob("*.py")):
+        path = file.relative_to(source).as_posix()
+        row = next((row for row in rows if _row_covers(row, path)), None)
+        if row is None or not _names_file(row, path):
+            problems.append(path)
+    return problems
+
+
+def _row_covers(row: Row, path: str) -> bool:
+    return any(path == own or (own.endswith("/") and path.startswith(own)) for own in row.paths)
 
 
 # --- check 2: module.py::Name -------------------------------------------------------------------
@@ -243,6 +278,10 @@ def test_every_module_of_the_package_has_a_row_of_the_module_table() -> None:
     assert modules_in_no_row(sources(), _rows()) == []
 
 
+def test_every_module_of_the_package_is_named_by_its_row() -> None:
+    assert files_no_row_names(_rows()) == []
+
+
 def test_every_module_and_name_the_docs_name_exists() -> None:
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     assert "::" in ARCHITECTURE.read_text(encoding="utf-8")
@@ -299,6 +338,34 @@ def test_a_missing_path_and_a_module_in_no_row_are_caught(tmp_path: Path) -> Non
     assert missing_paths(rows, source, root) == ["core/: gone.py", "cli.py: cli.py"]
     modules = ["jobrelay.core.states", "jobrelay.db", "jobrelay.cli", "jobrelay.api.app"]
     assert modules_in_no_row(modules, rows) == ["jobrelay.api.app"]
+
+
+def test_a_module_its_row_does_not_name_is_caught(tmp_path: Path) -> None:
+    source = tmp_path / "jobrelay"
+    for path in (
+        "__init__.py",
+        "cli.py",
+        "core/__init__.py",
+        "core/states.py",
+        "core/gone_unnamed.py",
+        "core/sub/__init__.py",
+        "core/sub/inner.py",
+        "db/__init__.py",
+        "db/store.py",
+        "db/sql/__init__.py",
+        "db/sql/loader.py",
+        "loose.py",
+    ):
+        (source / path).parent.mkdir(parents=True, exist_ok=True)
+        (source / path).write_text("")
+    doc = MADE_UP_DOC.replace("`db/store.py::Store`", "`sub/`, `core/sub/inner.py`")
+    assert files_no_row_names(table_rows(doc), source) == [
+        "__init__.py",
+        "core/gone_unnamed.py",
+        "db/sql/__init__.py",
+        "db/sql/loader.py",
+        "loose.py",
+    ]
 
 
 def test_an_unknown_module_or_name_is_caught(tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from jobrelay.core.bounds import FLOW_KEY_MAX, PRIORITY_MAX, PRIORITY_MIN
 from jobrelay.core.flow import Limit, LimitInForce, Rate, limit_key, parse_rate
-from jobrelay.core.limits import FLOW_KEY_MAX, PRIORITY_MAX, PRIORITY_MIN
 from jobrelay.core.registry import Registry
 
 

@@ -1,5 +1,5 @@
 """The JSON Schemas of docs/schemas/ against the code's own data: the pydantic models of the API,
-the limits of core/limits.py, the states of core/states.py and the message the publisher builds.
+the limits of core/bounds.py, the states of core/states.py and the message the publisher builds.
 What the API really answers and the dispatcher really publishes: the integration test
 tests/integration/test_published_schemas.py."""
 
@@ -27,7 +27,7 @@ from jobrelay.api.schemas import (
     SubmitJob,
 )
 from jobrelay.broker.publisher import build_message
-from jobrelay.core import limits
+from jobrelay.core import bounds
 from jobrelay.core.errors import (
     IdempotencyConflict,
     InvalidPayload,
@@ -122,14 +122,14 @@ def test_the_submissions_limits_are_those_of_core_limits() -> None:
     properties = schema("submission.schema.json")["properties"]
     flow_key = schema("submission.schema.json")["$defs"]["flow_key"]
 
-    assert properties["type"]["maxLength"] == limits.TYPE_NAME_MAX
-    assert properties["max_attempts"]["maximum"] == limits.MAX_ATTEMPTS_MAX
-    assert properties["delay_seconds"]["maximum"] == limits.MAX_DELAY_SECONDS
+    assert properties["type"]["maxLength"] == bounds.TYPE_NAME_MAX
+    assert properties["max_attempts"]["maximum"] == bounds.MAX_ATTEMPTS_MAX
+    assert properties["delay_seconds"]["maximum"] == bounds.MAX_DELAY_SECONDS
     assert (properties["priority"]["minimum"], properties["priority"]["maximum"]) == (
-        limits.PRIORITY_MIN,
-        limits.PRIORITY_MAX,
+        bounds.PRIORITY_MIN,
+        bounds.PRIORITY_MAX,
     )
-    assert flow_key["maxLength"] == limits.FLOW_KEY_MAX
+    assert flow_key["maxLength"] == bounds.FLOW_KEY_MAX
 
 
 def test_a_batch_item_is_a_submission_with_its_key() -> None:
@@ -145,7 +145,7 @@ def test_a_batch_item_is_a_submission_with_its_key() -> None:
     ]
     assert item["not"] == single["not"] and item["additionalProperties"] is False
     assert {k: batch["$defs"][k] for k in single["$defs"]} == single["$defs"]
-    assert item["properties"]["idempotency_key"]["maxLength"] == limits.IDEMPOTENCY_KEY_MAX
+    assert item["properties"]["idempotency_key"]["maxLength"] == bounds.IDEMPOTENCY_KEY_MAX
     assert batch["properties"]["jobs"]["maxItems"] == MAX_BATCH_JOBS
 
 
@@ -179,8 +179,8 @@ def test_the_job_views_parts_have_their_models_fields() -> None:
 
     assert set(properties["progress"]["required"]) == fields(ProgressView)
     assert set(properties["links"]["required"]) == fields(JobLinks)
-    assert properties["priority"]["minimum"] == limits.PRIORITY_MIN
-    assert properties["priority"]["maximum"] == limits.PRIORITY_MAX
+    assert properties["priority"]["minimum"] == bounds.PRIORITY_MIN
+    assert properties["priority"]["maximum"] == bounds.PRIORITY_MAX
 
 
 def test_a_view_with_every_field_set_matches_the_schema_as_the_api_writes_it() -> None:

@@ -8,7 +8,7 @@ from jobrelay.dispatcher.fakes import FakeDepths, InMemoryOutbox
 from jobrelay.dispatcher.window import (
     HELD_RECHECK_SECONDS,
     WINDOW_RECHECK_SECONDS,
-    Flow,
+    RelayWindow,
     plan_fill,
     short_routes,
 )
@@ -63,7 +63,7 @@ async def test_a_full_window_holds_the_backlog_and_rechecks_soon() -> None:
     for _ in range(10):
         outbox.add()
     depths = FakeDepths({"default": 4})
-    flow = Flow(outbox, depths, window=5)
+    flow = RelayWindow(outbox, depths, window=5)
     rows = await flow.lease(200, 20.0)
     assert len(rows) == 1 and flow.recheck_in is None
     depths.ready["default"] = 4  # the one just published is still in flight: counted
@@ -82,6 +82,6 @@ async def test_a_full_window_holds_the_backlog_and_rechecks_soon() -> None:
 async def test_a_paused_queue_is_held_and_rechecked_without_a_busy_loop() -> None:
     outbox = InMemoryOutbox(controls=FlowControls(paused=frozenset({"default"})))
     outbox.add()
-    flow = Flow(outbox, FakeDepths(), window=0)
+    flow = RelayWindow(outbox, FakeDepths(), window=0)
     assert await flow.lease(200, 20.0) == []
     assert flow.recheck_in == HELD_RECHECK_SECONDS

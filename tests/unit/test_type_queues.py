@@ -21,7 +21,7 @@ from jobrelay.core.topology import (
 )
 from jobrelay.db.flow_store import with_type_queues
 from jobrelay.dispatcher.fakes import FakeDepths, InMemoryOutbox
-from jobrelay.dispatcher.window import Flow
+from jobrelay.dispatcher.window import RelayWindow
 from tests.support.consumer_kit import StandInDelivery
 
 
@@ -74,7 +74,7 @@ async def test_the_window_counts_the_queues_of_served_types_only() -> None:
     depths = FakeDepths(
         {"default": 1, type_queue_name("a"): 2, type_queue_name("nobody runs it"): 400}
     )
-    flow = Flow(outbox, depths, window=5)
+    flow = RelayWindow(outbox, depths, window=5)
     await flow.refresh(force=True)
     assert await flow._ready() == {"default": 3}  # 1 shared + 2 of a; the other held nothing
 

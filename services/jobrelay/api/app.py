@@ -15,9 +15,9 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from jobrelay import console, tracing
+from jobrelay import console, telemetry
 from jobrelay.api import openapi, problems
-from jobrelay.api.limits import BodyLimitMiddleware
+from jobrelay.api.body_size import BodySizeMiddleware
 from jobrelay.api.metrics import ApiMetrics, RequestMetricsMiddleware
 from jobrelay.api.notifications import ApiNotifications
 from jobrelay.api.routes import admin, flow, health, jobs, workflows
@@ -41,7 +41,7 @@ log = logging.getLogger("jobrelay.api")
 
 def _without_fastapi_spans() -> dict[str, Any]:
     """FastAPI's own spans stay off (every request's: probes, scrapes, the console): a job's
-    trace has one API span, ``jobrelay.accept``, the server span (``tracing.py``). Only the
+    trace has one API span, ``jobrelay.accept``, the server span (``telemetry.py``). Only the
     FastAPI versions that trace by themselves take the ``telemetry`` argument."""
     if "telemetry" in inspect.signature(FastAPI.__init__).parameters:
         return {"telemetry": {"tracing": False}}
@@ -102,7 +102,7 @@ def create_app(
             await app.state.store.close()
             # Here, not at exit: uvicorn ends a process it stopped on SIGTERM by that signal,
             # and atexit handlers do not run then.
-            await asyncio.to_thread(tracing.shutdown)
+            await asyncio.to_thread(telemetry.shutdown)
 
     app = FastAPI(
         title="jobrelay",
@@ -126,7 +126,7 @@ def create_app(
         app.state.types = RegisteredTypes(PgTypeStore(store), registry)
     problems.install(app)
     app.add_middleware(
-        BodyLimitMiddleware,
+        BodySizeMiddleware,
         max_body_bytes=settings.max_body_bytes,
         per_path={BATCH_PATH: settings.max_batch_bytes, WORKFLOWS_PATH: settings.max_batch_bytes},
     )

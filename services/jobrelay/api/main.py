@@ -16,7 +16,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
-from jobrelay import tracing
+from jobrelay import telemetry
 from jobrelay.api.app import create_app
 from jobrelay.api.multiprocess import metrics_dir_from_env
 from jobrelay.core.masking import Masker
@@ -29,7 +29,7 @@ def build_app() -> FastAPI:
     settings = Settings()
     configure_logging("api", settings.log_level, Masker.from_settings(settings))
     settings = settle_pool_mode(settings)  # `jobrelay api` settled it for its workers already
-    tracing.setup("api")  # each worker exports its own spans (OTEL_EXPORTER_OTLP_ENDPOINT)
+    telemetry.setup("api")  # each worker exports its own spans (OTEL_EXPORTER_OTLP_ENDPOINT)
     # The directory `jobrelay api` made for its workers' metrics (api/multiprocess.py).
     app = create_app(settings, metrics_dir=metrics_dir_from_env())
     if profile_dir := os.environ.get("JOBRELAY_BENCH_CPU_PROFILE"):

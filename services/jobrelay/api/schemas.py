@@ -8,12 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from jobrelay.core.clients import ClientListing
-from jobrelay.core.errors import InvalidSchedule
-from jobrelay.core.flow import Limit
-from jobrelay.core.jobs import Flow, Job, JobRequest
-from jobrelay.core.jsonvalues import unstorable_json
-from jobrelay.core.limits import (
+from jobrelay.core.bounds import (
     FLOW_KEY_MAX,
     IDEMPOTENCY_KEY_MAX,
     MAX_ATTEMPTS_MAX,
@@ -22,6 +17,11 @@ from jobrelay.core.limits import (
     PRIORITY_MIN,
     TYPE_NAME_MAX,
 )
+from jobrelay.core.clients import ClientListing
+from jobrelay.core.errors import InvalidSchedule
+from jobrelay.core.flow import Limit
+from jobrelay.core.jobs import Flow, Job, JobRequest
+from jobrelay.core.jsonvalues import unstorable_json
 from jobrelay.core.runtime_limits import CONCURRENCY_MAX, check_rate, runtime_limit
 from jobrelay.core.states import JobState
 from jobrelay.core.workflows import OnFailure, WorkflowState, WorkflowView

@@ -1,7 +1,7 @@
 """Open a broker connection, with every failure as ``BrokerUnavailable`` (passwords masked).
 
 The one place that calls ``aio_pika``'s connections: the publisher, the dispatcher's
-housekeeping, the consumer, operations, ``/readyz`` and the healthcheck all connect through
+healing, the consumer, operations, ``/readyz`` and the healthcheck all connect through
 ``connect_broker`` or ``connect_broker_robust``, so a refused connection reads the same
 everywhere: ``broker unavailable at <masked URL>: connection refused`` (``cause_of`` puts the
 driver's error in words; the drivers' own log lines are debug lines, ``jobrelay/logs.py``).
@@ -13,7 +13,7 @@ leader on the node the declaring connection is on, so services that start togeth
 same node as their queues' leaders. A robust connection that loses its node reconnects to the
 next one of the list (``FailoverConnection``), wrapping around, so a node that just went away is
 the last one tried again. A plain connection is reopened by its owner (the publisher, the
-housekeeping), through ``connect_broker`` again.
+healing), through ``connect_broker`` again.
 
 Nothing else changes in a move: a publish whose confirm did not come leaves its outbox row
 unpublished, and a delivery whose ack was lost with the old connection comes again (a duplicate:

@@ -25,7 +25,7 @@ import aiormq.exceptions
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
 from opentelemetry.trace import Span
 
-from jobrelay import tracing
+from jobrelay import telemetry
 from jobrelay.broker.blocking import BlockWatch
 from jobrelay.broker.connection import connect_broker, unavailable
 from jobrelay.broker.topology import declare_topology, declare_type_queues
@@ -204,7 +204,7 @@ class Publisher:
             if self._connection is connection:
                 await self._forget()
             return [PublishOutcome(row, *reason) for row in rows]
-        if tracing.enabled():
+        if telemetry.enabled():
             publishes = self._start_traced(channel, exchange.name, rows)
         else:
             # One deadline for the batch, not one per publish: a timer (and, on Python 3.11, a
@@ -249,7 +249,7 @@ class Publisher:
         answer to that message (its confirm, a nack or return, or the batch giving up on it)."""
         publishes: list[asyncio.Future[Any]] = []
         for row in rows:
-            span, traceparent = tracing.publish_span(row)
+            span, traceparent = telemetry.publish_span(row)
             publish = asyncio.ensure_future(_publish(channel, exchange, row, traceparent))
             publish.add_done_callback(partial(_end_span, span))
             publishes.append(publish)
@@ -269,10 +269,10 @@ class Publisher:
 
 def _end_span(span: Span, publish: asyncio.Future[Any]) -> None:
     if publish.cancelled():  # no confirm within the publish timeout, or the relay stopping
-        tracing.end_publish_span(span, (TIMEOUT, "no confirm before the publish was given up"))
+        telemetry.end_publish_span(span, (TIMEOUT, "no confirm before the publish was given up"))
         return
     error = publish.exception()
-    tracing.end_publish_span(span, None if error is None else classify(error))
+    telemetry.end_publish_span(span, None if error is None else classify(error))
 
 
 def _outcome(

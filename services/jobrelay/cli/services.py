@@ -96,17 +96,17 @@ def cmd_api(args: argparse.Namespace) -> int:
                 access_log=False,
             )
         return 0
-    from jobrelay import tracing
+    from jobrelay import telemetry
     from jobrelay.api.app import create_app
 
-    tracing.setup("api")  # the workers above set it up each for itself (api/main.py)
+    telemetry.setup("api")  # the workers above set it up each for itself (api/main.py)
     app = create_app(settings, registry=registry)
     uvicorn.run(app, host=host, port=port, log_config=None, access_log=False)
     return 0
 
 
 def cmd_dispatcher(args: argparse.Namespace) -> int:
-    from jobrelay import tracing
+    from jobrelay import telemetry
     from jobrelay.core.masking import Masker
     from jobrelay.db.pooler import settle_pool_mode
     from jobrelay.dispatcher.service import run_dispatcher
@@ -115,12 +115,12 @@ def cmd_dispatcher(args: argparse.Namespace) -> int:
     settings = settings_from_env()
     configure_logging("dispatcher", settings.log_level, Masker.from_settings(settings))
     settings = settle_pool_mode(settings)
-    tracing.setup("dispatcher")  # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set
+    telemetry.setup("dispatcher")  # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set
     return eventloop.run(run_dispatcher(settings, handlers=args.handlers))
 
 
 def cmd_consumer(args: argparse.Namespace) -> int:
-    from jobrelay import tracing
+    from jobrelay import telemetry
     from jobrelay.consumer.service import run_consumer
     from jobrelay.core.masking import Masker
     from jobrelay.logs import configure_logging
@@ -132,7 +132,7 @@ def cmd_consumer(args: argparse.Namespace) -> int:
         raise CliError("--concurrency must be at least 1")
     configure_logging("consumer", settings.log_level, Masker.from_settings(settings))
     # The pool mode is settled by run_consumer, once its job types are known to be there.
-    tracing.setup("consumer")  # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set
+    telemetry.setup("consumer")  # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set
     return eventloop.run(
         run_consumer(settings, queue=args.queue, concurrency=concurrency, handlers=args.handlers)
     )

@@ -18,7 +18,7 @@ from jobrelay.console.web import (
     render,
     store_of,
 )
-from jobrelay.core.limits import TYPE_NAME_MAX
+from jobrelay.core.bounds import TYPE_NAME_MAX
 from jobrelay.core.registry import Registry
 from jobrelay.core.runtime_limits import limit_document, limit_line, runtime_limit
 from jobrelay.db.flow_store import FlowStore

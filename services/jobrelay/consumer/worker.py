@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from jobrelay import tracing
+from jobrelay import telemetry
 from jobrelay.consumer.early_ack import EarlyAck
 from jobrelay.consumer.handler_call import call_handler, job_context, refusal_failure
 from jobrelay.consumer.lease import (
@@ -198,11 +198,11 @@ class Worker:
     ) -> Verdict:
         """Process one delivery and settle it with the broker. Never raises but on cancel.
         ``traceparent``: the message's trace context (its header), which the execution
-        continues (``jobrelay/tracing.py``); ``on_acked_early``: called when a long job's
+        continues (``jobrelay/telemetry.py``); ``on_acked_early``: called when a long job's
         message is acked before its outcome."""
         self.metrics.in_flight.inc()
         verdict = INTERRUPTED
-        execution = tracing.executing(traceparent)
+        execution = telemetry.executing(traceparent)
         early = EarlyAck(delivery, self.long_job_ack_seconds, self.metrics, on_sent=on_acked_early)
         try:
             verdict = await self.process(
@@ -465,7 +465,7 @@ class Worker:
     ) -> Verdict:
         job = claim.job
         extra = {"job_id": str(job.id), "attempt": job.attempts, "type": job.type}
-        tracing.execution_claimed(job)  # from here on the handler's trace is the job's
+        telemetry.execution_claimed(job)  # from here on the handler's trace is the job's
         log.info("claimed", extra={**extra, "event": "claimed"})
         if early is not None:
             early.arm(dict(extra))  # the claim committed: the lease may hold the job alone
@@ -567,7 +567,7 @@ class Worker:
         else:
             summary = outcome.failure.summary() if outcome.failure else outcome.error
             context = _outcome_context(outcome, finish)
-            tracing.execution_failed(context.get("reason", verdict.outcome), summary)
+            telemetry.execution_failed(context.get("reason", verdict.outcome), summary)
             # The traceback goes with the line (the formatter masks it and cuts it to size).
             log.warning(
                 "attempt failed: %s",

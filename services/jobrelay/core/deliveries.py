@@ -1,5 +1,5 @@
 """How one delivery ended, as the consumer settles it: the label of its metrics
-(``consumer/metrics.py``) and the ``jobrelay.outcome`` of its execution span (``tracing.py``)."""
+(``consumer/metrics.py``) and the ``jobrelay.outcome`` of its execution span (``telemetry.py``)."""
 
 from __future__ import annotations
 

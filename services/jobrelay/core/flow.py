@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from jobrelay.core.limits import PRIORITY_MAX, PRIORITY_MIN
+from jobrelay.core.bounds import PRIORITY_MAX, PRIORITY_MIN
 
 # "/s" and "/m": the periods a rate may name, in seconds (``type_limits.rate_period_seconds``).
 RATE_PERIODS = {"s": 1, "m": 60}

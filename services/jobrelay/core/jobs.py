@@ -10,11 +10,11 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from jobrelay.core.bounds import FLOW_KEY_MAX, IDEMPOTENCY_KEY_MAX, MAX_DELAY_SECONDS
 from jobrelay.core.errors import HandlerError, PermanentError
 from jobrelay.core.failures import MESSAGE_MAX_BYTES, Failure, cut_head, describe_failure
 from jobrelay.core.flow import check_priority
 from jobrelay.core.journal import QuarantineMarker
-from jobrelay.core.limits import FLOW_KEY_MAX, IDEMPOTENCY_KEY_MAX, MAX_DELAY_SECONDS
 from jobrelay.core.retry import RetryPolicy
 from jobrelay.core.states import JobState
 
@@ -48,7 +48,7 @@ class Job:
     """A cancel asked while it ran: its consumer cancels the handler."""
 
     traceparent: str | None = None
-    """The W3C trace context of its accept (core/tracecontext.py); None: not traced."""
+    """The W3C trace context of its accept (core/telemetry_context.py); None: not traced."""
 
     priority: int = 0
     """Higher runs first (docs/flow-control.md)."""

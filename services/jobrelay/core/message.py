@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jobrelay.core.tracecontext import valid_traceparent
+from jobrelay.core.telemetry_context import valid_traceparent
 
 MESSAGE_VERSION = 1
 CONTENT_TYPE = "application/json"

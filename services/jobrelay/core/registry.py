@@ -3,7 +3,9 @@
 The API uses it to validate submissions; the consumer uses it to run handlers. A user's own
 registries are loaded with ``--handlers module:registry`` or JOBRELAY_HANDLERS
 (``jobrelay.handlers.loading``). A handler is an ``async def`` or a plain ``def``; the consumer
-runs a plain one in a thread pool.
+runs a plain one in a new daemon thread of its own for each call, no pool
+(``consumer/handler_call.py``): at most ``JOBRELAY_CONSUMER_CONCURRENCY`` of them wait on
+handlers at once, and one a timeout, a lost lease or a shutdown gave up on runs on to its end.
 
 ``@registry.job(...)`` returns a ``JobDefinition``: the handler still, callable as before, that
 also enqueues jobs of its type (``charge.enqueue(Charge(...))``). The core sends nothing
@@ -27,10 +29,10 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 
+from jobrelay.core.bounds import FLOW_KEY_MAX, IDEMPOTENCY_KEY_MAX
 from jobrelay.core.errors import ConfigurationError, InvalidPayload, UnknownJobType
 from jobrelay.core.flow import Limit, Rate, check_priority, parse_rate
 from jobrelay.core.jobs import Flow, is_valid_flow_key, is_valid_idempotency_key
-from jobrelay.core.limits import FLOW_KEY_MAX, IDEMPOTENCY_KEY_MAX
 from jobrelay.core.schedules import Schedule, check_every
 
 

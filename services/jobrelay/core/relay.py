@@ -37,7 +37,7 @@ class OutboxRow:
     job_id: uuid.UUID
     type: str
     publish_attempts: int
-    traceparent: str | None = None  # the job's trace context (core/tracecontext.py)
+    traceparent: str | None = None  # the job's trace context (core/telemetry_context.py)
     # What its `published` journal entry says once confirmed, drawn by the lease so that the
     # entry reads before the claim it causes (db/queries.py _DELIVERY); None from the fakes.
     journal_id: int | None = None

@@ -23,8 +23,8 @@ from typing import Any
 
 from croniter import CroniterBadDateError, croniter
 
+from jobrelay.core.bounds import MAX_ATTEMPTS_MAX
 from jobrelay.core.flow import check_priority
-from jobrelay.core.limits import MAX_ATTEMPTS_MAX
 
 SCHEDULER_CLIENT = "jobrelay-scheduler"
 """The built-in client that owns the jobs of schedules (migration 0005 creates it)."""

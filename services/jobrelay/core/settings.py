@@ -11,7 +11,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from jobrelay.core import database_url as db_urls
-from jobrelay.core.limits import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_MAX
+from jobrelay.core.bounds import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_MAX
 
 # The schema every statement of db/queries.py names literally (``FROM jobrelay.jobs``); another
 # ``JOBRELAY_DATABASE_SCHEMA`` is put in its place where statements run (db/schema.py).
@@ -62,7 +62,7 @@ class Settings(BaseSettings):
     retention_hours: float = Field(168.0, gt=0)
     # Quarantined jobs wait for an operator: kept until replayed, unless this is set.
     quarantine_retention_hours: float | None = Field(None, gt=0)
-    # Self-healing of lost messages (``jobrelay.dispatcher.housekeeping``): a job published
+    # Self-healing of lost messages (``jobrelay.dispatcher.healing``): a job published
     # this long ago and never claimed, whose work queue is empty, is published again; 0 = off.
     redispatch_after_seconds: float = Field(300.0, ge=0)
 

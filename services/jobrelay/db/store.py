@@ -173,7 +173,7 @@ class Store:
     async def accept_job(
         self, client_id: uuid.UUID, request: JobRequest, *, traceparent: str | None = None
     ) -> AcceptResult:
-        """``traceparent``: the W3C trace context stored with a new job (core/tracecontext.py).
+        """``traceparent``: the W3C trace context stored with a new job (core/telemetry_context.py).
         Not part of the request: a key's job keeps the one it was made with."""
         return await self._accept(client_id, Submission.of(request, traceparent))
 

@@ -29,7 +29,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
-from jobrelay.core.limits import FLOW_KEY_MAX, PRIORITY_MAX, PRIORITY_MIN
+from jobrelay.core.bounds import FLOW_KEY_MAX, PRIORITY_MAX, PRIORITY_MIN
 from jobrelay.core.settings import DEFAULT_SCHEMA
 from jobrelay.core.states import TERMINAL_STATES, JobEvent, JobState
 from jobrelay.core.workflows import OnFailure

@@ -3,7 +3,7 @@ delays relaying), the listener and the scheduler (``jobrelay.dispatcher.service`
 
 Every ``interval``: rescue of expired job leases (docs/life-of-a-job.md), folding the job count
 deltas the stats read, the backlog gauge, retention (every ``retention_interval``) and the
-housekeeping of ``jobrelay.dispatcher.housekeeping`` (lost messages and the quarantine queue).
+healing of ``jobrelay.dispatcher.healing`` (lost messages and the quarantine queue).
 Outages of either server skip a round; nothing here stops the dispatcher.
 """
 
@@ -25,8 +25,8 @@ log = logging.getLogger(__name__)
 
 # One batch of a retention statement: (limit) -> rows deleted.
 DeleteBatch = Callable[[int], Awaitable[int]]
-# One round of housekeeping; returns how many new outbox rows it wrote (the relay wakes then).
-Housekeeping = Callable[[], Awaitable[int]]
+# One round of healing; returns how many new outbox rows it wrote (the relay wakes then).
+Healing = Callable[[], Awaitable[int]]
 
 
 @dataclass(frozen=True)
@@ -49,14 +49,14 @@ class Maintenance:
         config: MaintenanceConfig,
         metrics: DispatcherMetrics | None = None,
         *,
-        housekeeping: Housekeeping | None = None,
+        healing: Healing | None = None,
         wake: Callable[[], None] = lambda: None,
         stopping: asyncio.Event | None = None,
     ) -> None:
         self.store = store
         self.config = config
         self.metrics = metrics or DispatcherMetrics()
-        self.housekeeping = housekeeping
+        self.healing = healing
         self.wake = wake
         self.stopping = stopping or asyncio.Event()
 
@@ -78,20 +78,20 @@ class Maintenance:
                 log.warning("maintenance skipped: %s", error, extra={"event": "outage"})
             except Exception:
                 log.exception("maintenance failed", extra={"event": "maintenance_failed"})
-            await self._housekeep()
+            await self._heal_round()
             await stopped_within(self.stopping, self.config.interval)
 
-    async def _housekeep(self) -> None:
+    async def _heal_round(self) -> None:
         """Guarded on its own: its failures never stop rescues and retention, nor theirs it."""
-        if self.housekeeping is None:
+        if self.healing is None:
             return
         try:
-            if await self.housekeeping():
+            if await self.healing():
                 self.wake()  # lost messages got new outbox rows, due now
         except StoreUnavailable as error:
-            log.warning("housekeeping skipped: %s", error, extra={"event": "outage"})
+            log.warning("healing skipped: %s", error, extra={"event": "outage"})
         except Exception:
-            log.exception("housekeeping failed", extra={"event": "maintenance_failed"})
+            log.exception("healing failed", extra={"event": "maintenance_failed"})
 
     async def rescue_expired_leases(self) -> int:
         """Expired `running` jobs back to `queued` with a new outbox row, once per expiry."""

@@ -11,11 +11,11 @@ How it keeps the broker busy: at most two batches are in flight. While one batch
 confirms, the next is leased and published; then the first one's outcome is recorded. Every row
 is still marked published only after its own confirm, and ``stop()`` lets both finish.
 
-What is leased is the flow's choice (``jobrelay.dispatcher.window``): the relay window per work
-queue, then priority, clients in turn, pauses and limits. Without a ``Flow`` every due row is
-leased oldest first.
+What is leased is the window's choice (``jobrelay.dispatcher.window``): the relay window per
+work queue, then priority, clients in turn, pauses and limits. Without a ``RelayWindow`` every
+due row is leased oldest first.
 
-Maintenance (rescue of expired job leases, retention, the backlog gauge, the housekeeping) is
+Maintenance (rescue of expired job leases, retention, the backlog gauge, the healing) is
 ``jobrelay.dispatcher.maintenance``, which the dispatcher runs beside this loop.
 """
 
@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from jobrelay.core.errors import BrokerUnavailable, StoreUnavailable
 from jobrelay.core.relay import MessagePublisher, OutboxRow, OutboxStore, PublishOutcome
 from jobrelay.core.retry import backoff
-from jobrelay.core.tracecontext import trace_id_of
+from jobrelay.core.telemetry_context import trace_id_of
 from jobrelay.dispatcher.metrics import DispatcherMetrics
-from jobrelay.dispatcher.window import Flow
+from jobrelay.dispatcher.window import RelayWindow
 from jobrelay.eventloop import stopped_within
 
 log = logging.getLogger(__name__)
@@ -91,9 +91,9 @@ class Relay:
         *,
         rng: random.Random | None = None,
         name: str = "dispatcher",
-        flow: Flow | None = None,
+        window: RelayWindow | None = None,
     ) -> None:
-        self.flow = flow
+        self.window = window
         self.name = name  # how the stats name this dispatcher (host:pid)
         self.store = store
         self.publisher = publisher
@@ -119,10 +119,10 @@ class Relay:
     async def start_batch(self) -> InFlight | None:
         """Lease a batch and start publishing it; None when nothing is due."""
         await self.publisher.connect()  # no lease is taken while the broker is unreachable
-        if self.flow is None:
+        if self.window is None:
             rows = await self.store.lease_batch(self.config.batch_size, self.config.lease_seconds)
         else:
-            rows = await self.flow.lease(self.config.batch_size, self.config.lease_seconds)
+            rows = await self.window.lease(self.config.batch_size, self.config.lease_seconds)
         if not rows:
             return None
         self.metrics.batch_size.observe(len(rows))
@@ -136,8 +136,8 @@ class Relay:
         try:
             outcomes = await batch.confirms
         finally:
-            if self.flow is not None:
-                self.flow.settled(batch.rows)
+            if self.window is not None:
+                self.window.settled(batch.rows)
         result = BatchResult(leased=len(batch.rows))
         confirmed = [outcome.row for outcome in outcomes if outcome.confirmed]
         failures = [outcome for outcome in outcomes if not outcome.confirmed]
@@ -308,7 +308,7 @@ class Relay:
             due_in = await self.store.next_due_in()
         except StoreUnavailable:
             due_in = None
-        held_for = None if self.flow is None else self.flow.recheck_in
+        held_for = None if self.window is None else self.window.recheck_in
         if held_for is not None:
             timeout = min(timeout, held_for)
         if due_in is not None and (due_in > 0 or held_for is None):

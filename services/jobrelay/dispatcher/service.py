@@ -19,12 +19,12 @@ from jobrelay.db.listener import Listener, listen_url_for
 from jobrelay.db.relay_store import RelayStore
 from jobrelay.db.schedule_store import ScheduleStore
 from jobrelay.db.store import Store
-from jobrelay.dispatcher.housekeeping import Housekeeper
+from jobrelay.dispatcher.healing import Healer
 from jobrelay.dispatcher.maintenance import Maintenance, MaintenanceConfig
 from jobrelay.dispatcher.metrics import DispatcherMetrics
 from jobrelay.dispatcher.relay import Relay, RelayConfig
 from jobrelay.dispatcher.scheduler import Scheduler, scheduler_config
-from jobrelay.dispatcher.window import Flow, short_routes
+from jobrelay.dispatcher.window import RelayWindow, short_routes
 from jobrelay.handlers.loading import registry_for
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def maintenance_config(settings: Settings) -> MaintenanceConfig:
 
 
 class Dispatcher:
-    """One dispatcher: the relay loop with its flow (window, priorities, pauses and the
+    """One dispatcher: the relay loop with its relay window (priorities, pauses and the
     registry's limits), its listener, its maintenance and the scheduler of the registry's
     periodic schedules (``registry``: JOBRELAY_HANDLERS when None). ``run()`` returns after
     ``stop()``."""
@@ -88,10 +88,10 @@ class Dispatcher:
             type_queues=type_queues,
             group_size=settings.quorum_group_size,
         )
-        self.housekeeper = Housekeeper(self.store, settings, self.metrics, type_queues=type_queues)
+        self.healer = Healer(self.store, settings, self.metrics, type_queues=type_queues)
         self.registry = registry if registry is not None else registry_for(settings)
         self.depths = BrokerDepths(settings.amqp_url)
-        self.flow = Flow(
+        self.window = RelayWindow(
             RelayStore(self.store),
             self.depths,
             settings.relay_window,
@@ -105,13 +105,13 @@ class Dispatcher:
             relay_config(settings),
             self.metrics,
             name=f"{socket.gethostname()}:{os.getpid()}",
-            flow=self.flow,
+            window=self.window,
         )
         self.maintenance = Maintenance(
             RelayStore(self.store),
             maintenance_config(settings),
             self.metrics,
-            housekeeping=self.housekeeper.run_once,
+            healing=self.healer.run_once,
             wake=self.relay.wake,
             stopping=self.relay.stopping,
         )
@@ -147,7 +147,7 @@ class Dispatcher:
             for task in beside:
                 task.cancel()
             await asyncio.gather(*beside, return_exceptions=True)
-            await self.housekeeper.close()
+            await self.healer.close()
             await self.depths.close()
             await self.publisher.close()
             await self.store.close()

@@ -98,9 +98,9 @@ def plan_fill(
 
 
 @dataclass
-class Flow:
-    """The dispatcher's scheduler: decides each fill (``lease``) and how soon a held backlog is
-    tried again (``recheck_in``)."""
+class RelayWindow:
+    """The relay window of every work queue: decides each fill (``lease``: what the window has
+    room for, by the flow pick) and how soon a held backlog is tried again (``recheck_in``)."""
 
     store: OutboxStore
     depths: QueueDepths | None

@@ -34,8 +34,8 @@ from sqlalchemy import TextClause
 from sqlalchemy.dialects.postgresql import psycopg as sa_psycopg
 from typing_extensions import ParamSpec
 
+from jobrelay.core.bounds import MAX_ATTEMPTS_MAX, TYPE_NAME_MAX
 from jobrelay.core.jobs import Job
-from jobrelay.core.limits import MAX_ATTEMPTS_MAX, TYPE_NAME_MAX
 from jobrelay.core.settings import DEFAULT_SCHEMA, parse_type_queues, validate_schema_name
 from jobrelay.db import queries as q
 from jobrelay.db.schema import in_schema

@@ -151,8 +151,8 @@ def job_type_of(task: Task[Any, Any], timeout_seconds: float = 300.0) -> JobType
 
 
 def handler_of(task: Task[Any, Any]) -> Handler:
-    """The consumer's handler of ``task``: a plain one for a plain function (run in the
-    consumer's thread pool), an async one for an ``async def``."""
+    """The consumer's handler of ``task``: a plain one for a plain function (run in a daemon
+    thread of its own, as every plain handler), an async one for an ``async def``."""
     if iscoroutinefunction(task.func):
 
         async def run_async(context: JobContext, payload: DjangoTaskPayload) -> dict[str, Any]:

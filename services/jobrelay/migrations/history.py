@@ -38,7 +38,7 @@ LIVE_STATES_0009 = (*LIVE_STATES_0003, "waiting")
 EVENTS_0009 = (*EVENTS_0007, "parents_succeeded", "restored")
 ON_FAILURE_0009 = ("cancel_dependents", "continue")
 
-# The submission limits revision 0010 wrote into jobrelay_enqueue's body, as core/limits.py had
+# The submission bounds revision 0010 wrote into jobrelay_enqueue's body, as core/bounds.py had
 # them then (tests/migration/test_sql_enqueue_migration.py compares them with the live ones: a
 # change there needs a new revision that replaces the function).
 IDEMPOTENCY_KEY_MAX_0010 = 200

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from jobrelay.consumer.handler_call import handler_logger
-from jobrelay.core.limits import DEFAULT_MAX_ATTEMPTS
+from jobrelay.core.bounds import DEFAULT_MAX_ATTEMPTS
 from jobrelay.core.registry import JobContext, JobDefinition
 
 

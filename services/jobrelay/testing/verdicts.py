@@ -13,12 +13,12 @@ from typing import Any, overload
 from pydantic import BaseModel
 
 from jobrelay.consumer.handler_call import call_handler, refusal_failure
+from jobrelay.core.bounds import DEFAULT_MAX_ATTEMPTS
 from jobrelay.core.errors import InvalidPayload, PermanentError
 from jobrelay.core.failures import Failure
 from jobrelay.core.fingerprint import canonical_json
 from jobrelay.core.jobs import Outcome, Quarantine, RetryLater, Succeeded, decide_outcome
 from jobrelay.core.jsonvalues import unstorable_json
-from jobrelay.core.limits import DEFAULT_MAX_ATTEMPTS
 from jobrelay.core.masking import Masker
 from jobrelay.core.registry import JobContext, JobDefinition, JobType, Registry, payload_document
 from jobrelay.core.retry import RetryPolicy

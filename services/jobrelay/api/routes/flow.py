@@ -13,8 +13,8 @@ from jobrelay.api.deps import ADMIN_PROBLEMS, AdminDep, StoreDep
 from jobrelay.api.openapi import PROBLEM_CONTENT, problem_responses
 from jobrelay.api.schemas import NO_NUL, LimitList, LimitView, QueueList, QueueView, SetLimit
 from jobrelay.broker.health import BrokerProbe
+from jobrelay.core.bounds import TYPE_NAME_MAX
 from jobrelay.core.errors import JobTypeNotFound, QueueNotFound
-from jobrelay.core.limits import TYPE_NAME_MAX
 from jobrelay.core.queues import QUEUE_NAME_MAX, QueuesReport
 from jobrelay.core.registry import Registry
 from jobrelay.core.runtime_limits import limit_document

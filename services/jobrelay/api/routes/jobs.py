@@ -12,7 +12,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from pydantic import ValidationError
 from starlette.convertors import Convertor, register_url_convertor
 
-from jobrelay import tracing
+from jobrelay import telemetry
 from jobrelay.api import openapi
 from jobrelay.api.deps import (
     CALLER,
@@ -132,7 +132,7 @@ async def submit_job(
     ],
 ) -> Response:
     # The span of the accept (tracing on), or the submitter's trace context passed on (off).
-    with tracing.accepting(request.headers, SUBMIT_PATH) as accept:
+    with telemetry.accepting(request.headers, SUBMIT_PATH) as accept:
         types = await catalog_for(request, (body.type,))
         check_allowed(client, types, (body.type,))
         asked = job_request(request, idempotency_key, body, types)
@@ -222,7 +222,7 @@ async def submit_batch(body: SubmitBatch, request: Request, client: ClientDep) -
     answers: list[BatchResult | None] = []
     asked: list[tuple[int, JobRequest]] = []
     # One span for the request; its new jobs share its trace context.
-    with tracing.accepting(request.headers, BATCH_PATH) as accept:
+    with telemetry.accepting(request.headers, BATCH_PATH) as accept:
         # One lookup for the whole batch: at most one read of the registered types.
         named = _named_types(body.jobs)
         types = await catalog_for(request, named)

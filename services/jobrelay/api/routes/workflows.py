@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Request, Response
 
-from jobrelay import tracing
+from jobrelay import telemetry
 from jobrelay.api import openapi
 from jobrelay.api.deps import LOCATION_HEADER, V1_PROBLEMS, ClientDep, StoreDep
 from jobrelay.api.openapi import problem_responses
@@ -61,7 +61,7 @@ async def submit_workflow(
 ) -> Response:
     if not is_valid_idempotency_key(idempotency_key):
         raise IdempotencyKeyInvalid()
-    with tracing.accepting(request.headers, SUBMIT_PATH) as accept:
+    with telemetry.accepting(request.headers, SUBMIT_PATH) as accept:
         named = {job.type for job in body.jobs}
         types = await catalog_for(request, named)
         check_allowed(client, types, named)

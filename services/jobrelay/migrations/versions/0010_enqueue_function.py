@@ -21,7 +21,7 @@ Functions, each the SQL twin of a piece of the Python accept (``db/accept.py``):
   ``unknown_client``, ``idempotency_conflict``).
 
 A frozen copy, as every migration is: the limits written into the body are those of
-``history.py`` (``*_0010``), not the live ``core/limits.py``; a change of either the accept or the
+``history.py`` (``*_0010``), not the live ``core/bounds.py``; a change of either the accept or the
 limits comes with a new revision that replaces the function.
 
 Revision ID: 0010

@@ -1,6 +1,6 @@
 """Tracing (docs/observability.md): the W3C ``traceparent`` checked as plain text
-(``core/tracecontext.py``), its header in the message format (``core/message.py``), and the
-spans of ``jobrelay/tracing.py`` on an SDK provider with an in-memory exporter (no collector)."""
+(``core/telemetry_context.py``), its header in the message format (``core/message.py``), and the
+spans of ``jobrelay/telemetry.py`` on an SDK provider with an in-memory exporter (no collector)."""
 
 from __future__ import annotations
 
@@ -20,14 +20,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from jobrelay import tracing
+from jobrelay import telemetry
 from jobrelay.broker.publisher import _end_span, build_message
 from jobrelay.consumer.fakes import InMemoryExecutionStore
 from jobrelay.core.errors import IdempotencyConflict, StoreUnavailable
 from jobrelay.core.message import TRACEPARENT_HEADER, Envelope, trace_headers, traceparent_of
 from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.relay import TIMEOUT, OutboxRow
-from jobrelay.core.tracecontext import (
+from jobrelay.core.telemetry_context import (
     TraceParent,
     parse_traceparent,
     trace_id_of,
@@ -151,21 +151,21 @@ def test_the_published_message_carries_the_jobs_trace_context() -> None:
 def test_spans_are_exported_only_when_an_otlp_endpoint_is_set(
     environ: dict[str, str], on: bool
 ) -> None:
-    assert tracing.export_configured(environ) is on
+    assert telemetry.export_configured(environ) is on
 
 
 def test_without_an_endpoint_setup_installs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in tracing.ENDPOINT_VARIABLES:
+    for name in telemetry.ENDPOINT_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    assert tracing.setup("api") is False
-    assert not tracing.enabled()
+    assert telemetry.setup("api") is False
+    assert not telemetry.enabled()
 
 
 def test_the_endpoint_is_logged_without_credentials_path_or_query() -> None:
     environ = {"OTEL_EXPORTER_OTLP_ENDPOINT": "https://user:s3cret@otel.example:4318/x?token=t"}
-    assert tracing._endpoint_for_log(environ) == "https://otel.example:4318"
+    assert telemetry._endpoint_for_log(environ) == "https://otel.example:4318"
     traces = {**environ, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://traces:4318/v1/traces"}
-    assert tracing._endpoint_for_log(traces) == "http://traces:4318"
+    assert telemetry._endpoint_for_log(traces) == "http://traces:4318"
 
 
 @pytest.mark.parametrize("endpoint", ["collector:4318", "grpc://collector:4317", "http://:4318"])
@@ -175,8 +175,8 @@ def test_an_endpoint_that_is_not_an_http_url_leaves_tracing_off(
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
     with caplog.at_level(logging.WARNING, logger="jobrelay.tracing"):
-        assert tracing.setup("consumer") is False
-    assert not tracing.enabled()
+        assert telemetry.setup("consumer") is False
+    assert not telemetry.enabled()
     assert "OTEL_EXPORTER_OTLP_ENDPOINT is not an http:// or https:// URL" in caplog.text
 
 
@@ -184,8 +184,8 @@ def test_export_failures_are_logged_once_per_interval_with_the_count_held_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [1000.0]
-    monkeypatch.setattr(tracing.time, "monotonic", lambda: now[0])
-    rarely = tracing._Rarely(300.0)
+    monkeypatch.setattr(telemetry.time, "monotonic", lambda: now[0])
+    rarely = telemetry._Rarely(300.0)
 
     def record(name: str = "opentelemetry.exporter") -> logging.LogRecord:
         return logging.LogRecord(name, logging.ERROR, __file__, 1, "export failed", None, None)
@@ -238,11 +238,11 @@ def test_a_line_logged_while_a_job_is_traced_carries_its_trace_id() -> None:
 def provider() -> Iterator[TracerProvider]:
     """Tracing on, with spans exported to an in-memory exporter as they end."""
     provider = TracerProvider()
-    tracing.activate(provider)
+    telemetry.activate(provider)
     try:
         yield provider
     finally:
-        tracing.deactivate()
+        telemetry.deactivate()
         provider.shutdown()
 
 
@@ -265,8 +265,8 @@ def context_of(span: ReadableSpan) -> str:
 
 
 def test_with_tracing_off_the_accept_passes_the_submitters_context_on() -> None:
-    assert not tracing.enabled()
-    with tracing.accepting({"traceparent": SUBMITTED}, "/v1/jobs") as accept:
+    assert not telemetry.enabled()
+    with telemetry.accepting({"traceparent": SUBMITTED}, "/v1/jobs") as accept:
         assert current_trace_id.get() == TRACE_ID
         accept.accepted(uuid.uuid4(), "demo.sleep", "alice", "created")
     assert accept.traceparent == SUBMITTED
@@ -275,7 +275,7 @@ def test_with_tracing_off_the_accept_passes_the_submitters_context_on() -> None:
 
 
 def test_with_tracing_off_a_malformed_traceparent_is_not_stored() -> None:
-    with tracing.accepting({"traceparent": "00-nope"}, "/v1/jobs") as accept:
+    with telemetry.accepting({"traceparent": "00-nope"}, "/v1/jobs") as accept:
         assert current_trace_id.get() is None
     assert accept.traceparent is None
 
@@ -283,10 +283,10 @@ def test_with_tracing_off_a_malformed_traceparent_is_not_stored() -> None:
 def test_the_accept_span_continues_the_submitters_trace(spans: InMemorySpanExporter) -> None:
     job_id = uuid.uuid4()
     headers = {"traceparent": SUBMITTED, "tracestate": "vendor=value"}
-    with tracing.accepting(headers, "/v1/jobs") as accept:
+    with telemetry.accepting(headers, "/v1/jobs") as accept:
         assert current_trace_id.get() == TRACE_ID
         accept.accepted(job_id, "demo.sleep", "alice", "created")
-    span = named(spans, tracing.ACCEPT_SPAN)
+    span = named(spans, telemetry.ACCEPT_SPAN)
     assert span.kind is SpanKind.SERVER
     assert span.parent is not None and f"{span.parent.span_id:016x}" == SPAN_ID
     assert span.context is not None and f"{span.context.trace_id:032x}" == TRACE_ID
@@ -304,18 +304,18 @@ def test_the_accept_span_continues_the_submitters_trace(spans: InMemorySpanExpor
 def test_without_a_valid_traceparent_the_accept_starts_a_new_trace(
     spans: InMemorySpanExporter, headers: dict[str, str]
 ) -> None:
-    with tracing.accepting(headers, "/v1/jobs") as accept:
+    with telemetry.accepting(headers, "/v1/jobs") as accept:
         pass
-    span = named(spans, tracing.ACCEPT_SPAN)
+    span = named(spans, telemetry.ACCEPT_SPAN)
     assert span.parent is None
     assert accept.traceparent == context_of(span)
     assert trace_id_of(accept.traceparent) != TRACE_ID
 
 
 def test_a_rejected_request_is_no_error_of_the_service(spans: InMemorySpanExporter) -> None:
-    with pytest.raises(IdempotencyConflict), tracing.accepting({}, "/v1/jobs"):
+    with pytest.raises(IdempotencyConflict), telemetry.accepting({}, "/v1/jobs"):
         raise IdempotencyConflict("the key was used for another request")
-    span = named(spans, tracing.ACCEPT_SPAN)
+    span = named(spans, telemetry.ACCEPT_SPAN)
     assert span.attributes is not None
     assert span.attributes["error.type"] == "idempotency_conflict"
     assert span.status.status_code is StatusCode.UNSET
@@ -324,18 +324,18 @@ def test_a_rejected_request_is_no_error_of_the_service(spans: InMemorySpanExport
 def test_an_accept_that_fails_ends_its_span_with_error_status(
     spans: InMemorySpanExporter,
 ) -> None:
-    with pytest.raises(StoreUnavailable), tracing.accepting({}, "/v1/jobs"):
+    with pytest.raises(StoreUnavailable), telemetry.accepting({}, "/v1/jobs"):
         raise StoreUnavailable("database unavailable")
-    span = named(spans, tracing.ACCEPT_SPAN)
+    span = named(spans, telemetry.ACCEPT_SPAN)
     assert span.status.status_code is StatusCode.ERROR
     assert span.attributes is not None
     assert span.attributes["error.type"] == "database_unavailable"
 
 
 def test_a_batch_span_counts_its_outcomes(spans: InMemorySpanExporter) -> None:
-    with tracing.accepting({"traceparent": SUBMITTED}, "/v1/jobs/batch") as accept:
+    with telemetry.accepting({"traceparent": SUBMITTED}, "/v1/jobs/batch") as accept:
         accept.batch("alice", 4, iter(["created", "created", "existing"]), invalid=1)
-    attributes = named(spans, tracing.ACCEPT_SPAN).attributes
+    attributes = named(spans, telemetry.ACCEPT_SPAN).attributes
     assert attributes is not None
     assert attributes["messaging.batch.message_count"] == 4
     assert attributes["jobrelay.outcome.created"] == 2
@@ -347,9 +347,9 @@ def test_a_publish_span_is_a_child_of_the_jobs_context_and_its_message_carries_i
     spans: InMemorySpanExporter,
 ) -> None:
     row = OutboxRow(7, uuid.uuid4(), "demo.sleep", 2, traceparent=SUBMITTED)
-    span, traceparent = tracing.publish_span(row)
-    tracing.end_publish_span(span, None)
-    finished = named(spans, tracing.PUBLISH_SPAN)
+    span, traceparent = telemetry.publish_span(row)
+    telemetry.end_publish_span(span, None)
+    finished = named(spans, telemetry.PUBLISH_SPAN)
     assert finished.kind is SpanKind.PRODUCER
     assert finished.parent is not None and f"{finished.parent.span_id:016x}" == SPAN_ID
     assert traceparent == context_of(finished)
@@ -362,11 +362,11 @@ def test_a_publish_span_is_a_child_of_the_jobs_context_and_its_message_carries_i
 async def test_a_publish_given_up_ends_its_span_with_error_status(
     spans: InMemorySpanExporter,
 ) -> None:
-    span, _ = tracing.publish_span(OutboxRow(8, uuid.uuid4(), "demo.sleep", 1))
+    span, _ = telemetry.publish_span(OutboxRow(8, uuid.uuid4(), "demo.sleep", 1))
     publish: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     publish.cancel()
     _end_span(span, publish)
-    finished = named(spans, tracing.PUBLISH_SPAN)
+    finished = named(spans, telemetry.PUBLISH_SPAN)
     assert finished.parent is None  # a job without a trace context: a trace of its own
     assert finished.status.status_code is StatusCode.ERROR
     assert finished.attributes is not None
@@ -422,7 +422,7 @@ async def test_the_execute_span_continues_the_messages_context_around_the_handle
         registry, tmp_path, "t.traced", header=SUBMITTED, stored=f"00-{'a' * 32}-{'b' * 16}-01"
     )
     assert outcome == "succeeded"
-    span = named(spans, tracing.EXECUTE_SPAN)
+    span = named(spans, telemetry.EXECUTE_SPAN)
     assert span.kind is SpanKind.CONSUMER
     assert span.parent is not None and f"{span.parent.span_id:016x}" == SPAN_ID
     assert span.context is not None and f"{span.context.trace_id:032x}" == TRACE_ID
@@ -439,7 +439,7 @@ async def test_a_handlers_own_spans_nest_under_the_execute_span(
     spans: InMemorySpanExporter, registry: Registry, tmp_path: Path
 ) -> None:
     await execute(registry, tmp_path, "t.traced", header=SUBMITTED, stored=None)
-    execute_span = named(spans, tracing.EXECUTE_SPAN)
+    execute_span = named(spans, telemetry.EXECUTE_SPAN)
     own = named(spans, "handler.work")
     assert execute_span.context is not None and own.parent is not None
     assert own.parent.span_id == execute_span.context.span_id
@@ -451,7 +451,7 @@ async def test_without_a_header_the_execution_continues_the_jobs_stored_context(
 ) -> None:
     outcome, lines = await execute(registry, tmp_path, "t.traced", header=None, stored=SUBMITTED)
     assert outcome == "succeeded"
-    span = named(spans, tracing.EXECUTE_SPAN)
+    span = named(spans, telemetry.EXECUTE_SPAN)
     assert span.parent is not None and f"{span.parent.span_id:016x}" == SPAN_ID
     claimed = next(line for line in lines if line["msg"] == "claimed")
     assert claimed["trace_id"] == TRACE_ID
@@ -462,7 +462,7 @@ async def test_a_failed_attempt_ends_the_execute_span_with_error_status(
 ) -> None:
     outcome, _ = await execute(registry, tmp_path, "t.flaky", header=SUBMITTED, stored=None)
     assert outcome == "retried"
-    span = named(spans, tracing.EXECUTE_SPAN)
+    span = named(spans, telemetry.EXECUTE_SPAN)
     assert span.status.status_code is StatusCode.ERROR
     assert span.status.description is not None and "flaky" in span.status.description
     assert span.attributes is not None
@@ -476,7 +476,7 @@ async def test_a_delivery_that_claims_nothing_still_ends_one_span(
     worker = unit_worker(InMemoryExecutionStore(Clock()), registry, Clock(), tmp_path)
     verdict = await worker.handle(FakeDelivery(b"not json"), traceparent=SUBMITTED)
     assert verdict.outcome == "malformed"
-    span = named(spans, tracing.EXECUTE_SPAN)
+    span = named(spans, telemetry.EXECUTE_SPAN)
     assert span.parent is not None and f"{span.parent.span_id:016x}" == SPAN_ID
     assert span.status.status_code is StatusCode.ERROR
     assert current_trace_id.get() is None  # nothing of the delivery is left in this context
@@ -492,7 +492,7 @@ async def test_with_tracing_off_the_consumers_lines_still_carry_the_trace_id(
         context.logger.info("working")
         return {}
 
-    assert not tracing.enabled()
+    assert not telemetry.enabled()
     outcome, lines = await execute(registry, tmp_path, "t.quiet", header=SUBMITTED, stored=None)
     assert outcome == "succeeded"
     assert lines and {line.get("trace_id") for line in lines} == {TRACE_ID}

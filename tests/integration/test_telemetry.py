@@ -1,7 +1,7 @@
 """The trace context of a job on real PostgreSQL and RabbitMQ, the API and the dispatcher in
 process (docs/observability.md): what ``jobs.traceparent`` stores for each way a job is made,
 and the ``traceparent`` header of its message. The three services as processes, exporting to a
-collector: ``tests/acceptance/test_tracing.py``."""
+collector: ``tests/acceptance/test_telemetry.py``."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import jobrelay
-from jobrelay import tracing
+from jobrelay import telemetry
 from jobrelay.core import topology as names
 from jobrelay.core.jobs import Job
 from jobrelay.core.message import traceparent_of
@@ -103,11 +103,11 @@ def spans() -> Iterator[InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.activate(provider)
+    telemetry.activate(provider)
     try:
         yield exporter
     finally:
-        tracing.deactivate()
+        telemetry.deactivate()
         provider.shutdown()
 
 
@@ -116,7 +116,7 @@ async def test_with_tracing_on_the_job_stores_the_accept_spans_context(
 ) -> None:
     response = await submit(api, alice, SUBMITTED)
     assert response.status_code == 202, response.text
-    [accept] = [span for span in spans.get_finished_spans() if span.name == tracing.ACCEPT_SPAN]
+    [accept] = [span for span in spans.get_finished_spans() if span.name == telemetry.ACCEPT_SPAN]
     assert accept.context is not None and accept.parent is not None
     assert f"{accept.parent.span_id:016x}" == SUBMITTED[36:52]
     expected = f"00-{TRACE_ID}-{accept.context.span_id:016x}-01"

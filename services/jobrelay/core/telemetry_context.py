@@ -2,7 +2,7 @@
 
 A job keeps the ``traceparent`` of the span that accepted it (or of its submitter, when tracing
 is off) in ``jobs.traceparent``, and its messages carry it in a header of the same name
-(``core/message.py``). Here it is only checked and written back: ``jobrelay/tracing.py`` turns
+(``core/message.py``). Here it is only checked and written back: ``jobrelay/telemetry.py`` turns
 it into OpenTelemetry spans. Pure: no I/O library, no OpenTelemetry.
 
 The rules are those of https://www.w3.org/TR/trace-context/#traceparent-header: lowercase hex

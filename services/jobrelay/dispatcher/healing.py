@@ -1,4 +1,4 @@
-"""The dispatcher's housekeeping beside relaying (run by ``dispatcher/maintenance.py``):
+"""The dispatcher's healing beside relaying (run by ``dispatcher/maintenance.py``):
 
 1. **The quarantine queue** (docs/invariants.md, invariant 8): messages the broker
    dead-lettered on its own (``x-delivery-limit``) make their jobs quarantined
@@ -89,7 +89,7 @@ BROKER_ERRORS = (
 )
 
 
-class Housekeeper:
+class Healer:
     def __init__(
         self,
         store: Store,
@@ -136,7 +136,7 @@ class Housekeeper:
             await self.close()
             if not self._broker_down:
                 log.warning(
-                    "housekeeping skipped: broker unreachable (%s)",
+                    "healing skipped: broker unreachable (%s)",
                     cause_of(error),
                     extra={"event": "outage"},
                 )
@@ -161,7 +161,7 @@ class Housekeeper:
         if self._connection is not None and not self._connection.is_closed:
             return self._connection
         self._connection = await connect_broker(
-            self.amqp_url, seconds=5, name="jobrelay-dispatcher-housekeeping"
+            self.amqp_url, seconds=5, name="jobrelay-dispatcher-healing"
         )
         return self._connection
 

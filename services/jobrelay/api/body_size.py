@@ -1,5 +1,6 @@
-"""A pure ASGI middleware that refuses bodies over the limit with 413 before the app reads them;
-a path may have its own limit (the batch submission's is larger)."""
+"""A pure ASGI middleware that refuses bodies over the maximum size (``JOBRELAY_MAX_BODY_BYTES``)
+with 413 before the app reads them; a path may have its own maximum (the batch submission's,
+``JOBRELAY_MAX_BATCH_BYTES``, is larger)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from jobrelay.api.problems import PROBLEM_CONTENT_TYPE, PROBLEM_TYPE_BASE
 
 
-class BodyLimitMiddleware:
+class BodySizeMiddleware:
     def __init__(
         self, app: ASGIApp, max_body_bytes: int, per_path: dict[str, int] | None = None
     ) -> None:

@@ -1,4 +1,4 @@
-"""The dispatcher's maintenance runs the housekeeping hook (lost messages, the quarantine) every
+"""The dispatcher's maintenance runs the healing hook (lost messages, the quarantine) every
 round, wakes the relay when it wrote outbox rows, and survives its failures."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from jobrelay.dispatcher.relay import Relay, RelayConfig
 CONFIG = RelayConfig(poll_interval=30)
 
 
-async def test_housekeeping_runs_every_round_survives_failures_and_wakes_the_relay() -> None:
+async def test_healing_runs_every_round_survives_failures_and_wakes_the_relay() -> None:
     calls: list[str] = []
     answers: list[int | Exception] = [
         StoreUnavailable("database unavailable (fake)"),
@@ -23,7 +23,7 @@ async def test_housekeeping_runs_every_round_survives_failures_and_wakes_the_rel
         2,
     ]
 
-    async def housekeeping() -> int:
+    async def healing() -> int:
         answer = answers[len(calls)] if len(calls) < len(answers) else 0
         calls.append(type(answer).__name__)
         if isinstance(answer, Exception):
@@ -36,7 +36,7 @@ async def test_housekeeping_runs_every_round_survives_failures_and_wakes_the_rel
         Maintenance(
             outbox,
             MaintenanceConfig(interval=0.01),
-            housekeeping=housekeeping,
+            healing=healing,
             wake=relay.wake,
             stopping=relay.stopping,
         ).run()

@@ -6,7 +6,7 @@ is set. Then ``setup(service)``, called once by each service process, installs t
 ``TracerProvider`` with a ``BatchSpanProcessor`` and the OTLP/HTTP (protobuf) exporter, and
 flushes it when the process exits. Off, nothing is installed and no span object is ever made:
 what remains is checking a submitted ``traceparent`` and carrying it on as text
-(``core/tracecontext.py``), so that a system downstream that traces still joins the submitter's
+(``core/telemetry_context.py``), so that a system downstream that traces still joins the submitter's
 trace, and the ``trace_id`` of the log lines of a job (``logs.current_trace_id``).
 
 A job's trace, one span per process:
@@ -60,18 +60,19 @@ from jobrelay.core.deliveries import DeliveryOutcome
 from jobrelay.core.errors import RequestError
 from jobrelay.core.jobs import Job
 from jobrelay.core.relay import OutboxRow
-from jobrelay.core.topology import JOBS_EXCHANGE
-from jobrelay.core.tracecontext import (
+from jobrelay.core.telemetry_context import (
     TraceParent,
     parse_traceparent,
     trace_id_of,
     valid_traceparent,
 )
+from jobrelay.core.topology import JOBS_EXCHANGE
 from jobrelay.logs import current_trace_id
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
+# The logger keeps its name from before the module was renamed: operators filter log lines on it.
 log = logging.getLogger("jobrelay.tracing")
 
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")

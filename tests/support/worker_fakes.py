@@ -1,6 +1,6 @@
 """What the worker's unit tests share: a hand-driven clock, a delivery that records how it was
 settled, an empty payload model and a worker with fast timings (the in-memory store is
-``jobrelay.consumer.fakes``)."""
+``tests/support/consumer_fakes.py``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Cancelling a running job (docs/submitting.md, "Cancelling"), driven on the in-memory store
-(``consumer/fakes.py``): the heartbeat carries the request to the handler, the job ends
-`cancelled` by the fenced ``cancel_running`` transition, and a completion racing the cancel
-makes exactly one outcome."""
+(``tests/support/consumer_fakes.py``): the heartbeat carries the request to the handler, the
+job ends `cancelled` by the fenced ``cancel_running`` transition, and a completion racing the
+cancel makes exactly one outcome."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from jobrelay.consumer.fakes import InMemoryExecutionStore
 from jobrelay.consumer.worker import Verdict, Worker
 from jobrelay.core.execution import Claimed, Finish, LeaseTerms, Renewal
 from jobrelay.core.jobs import Cancelled, Job, Succeeded
 from jobrelay.core.message import Envelope
 from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.states import JobEvent, JobState
+from tests.support.consumer_fakes import InMemoryExecutionStore
 from tests.support.worker_fakes import NOW, Clock, Empty, FakeDelivery, unit_worker
 
 

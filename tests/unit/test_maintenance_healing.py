@@ -7,9 +7,9 @@ import asyncio
 import random
 
 from jobrelay.core.errors import StoreUnavailable
-from jobrelay.dispatcher.fakes import FakePublisher, InMemoryOutbox
 from jobrelay.dispatcher.maintenance import Maintenance, MaintenanceConfig
 from jobrelay.dispatcher.relay import Relay, RelayConfig
+from tests.support.dispatcher_fakes import FakePublisher, InMemoryOutbox
 
 CONFIG = RelayConfig(poll_interval=30)
 

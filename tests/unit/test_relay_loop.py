@@ -7,8 +7,8 @@ import random
 from collections.abc import Callable, Sequence
 
 from jobrelay.core.relay import UNROUTABLE, OutboxRow, PublishOutcome
-from jobrelay.dispatcher.fakes import FakePublisher, InMemoryOutbox
 from jobrelay.dispatcher.relay import Relay, RelayConfig, publish_retry_delay
+from tests.support.dispatcher_fakes import FakePublisher, InMemoryOutbox
 from tests.support.relay import one_batch
 
 CONFIG = RelayConfig(batch_size=3, lease_seconds=10, poll_interval=0.01, maintenance_interval=0.01)

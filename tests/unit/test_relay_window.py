@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from jobrelay.core.flow import Limit, Rate, limits_in_force
 from jobrelay.core.relay import FlowControls, QueuePick
-from jobrelay.dispatcher.fakes import FakeDepths, InMemoryOutbox
 from jobrelay.dispatcher.window import (
     HELD_RECHECK_SECONDS,
     WINDOW_RECHECK_SECONDS,
@@ -12,6 +11,7 @@ from jobrelay.dispatcher.window import (
     plan_fill,
     short_routes,
 )
+from tests.support.dispatcher_fakes import FakeDepths, InMemoryOutbox
 
 
 def test_room_is_the_window_less_what_is_ready_and_in_flight_at_most_a_batch() -> None:

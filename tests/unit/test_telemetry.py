@@ -22,7 +22,6 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from jobrelay import telemetry
 from jobrelay.broker.publisher import _end_span, build_message
-from jobrelay.consumer.fakes import InMemoryExecutionStore
 from jobrelay.core.errors import IdempotencyConflict, StoreUnavailable
 from jobrelay.core.message import TRACEPARENT_HEADER, Envelope, trace_headers, traceparent_of
 from jobrelay.core.registry import JobContext, Registry
@@ -34,6 +33,7 @@ from jobrelay.core.telemetry_context import (
     valid_traceparent,
 )
 from jobrelay.logs import JsonFormatter, current_trace_id
+from tests.support.consumer_fakes import InMemoryExecutionStore
 from tests.support.worker_fakes import Clock, Empty, FakeDelivery, unit_worker
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -20,9 +20,9 @@ from jobrelay.core.topology import (
     work_queue_name,
 )
 from jobrelay.db.flow_store import with_type_queues
-from jobrelay.dispatcher.fakes import FakeDepths, InMemoryOutbox
 from jobrelay.dispatcher.window import RelayWindow
 from tests.support.consumer_kit import StandInDelivery
+from tests.support.dispatcher_fakes import FakeDepths, InMemoryOutbox
 
 
 def test_a_type_has_a_queue_of_its_own_and_a_too_long_name_a_digest() -> None:

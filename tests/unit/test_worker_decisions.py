@@ -1,5 +1,6 @@
-"""The worker's decisions, driven end to end on the in-memory store (``consumer/fakes.py``) and
-a delivery that records how it was settled. No servers, no sleeping beyond milliseconds."""
+"""The worker's decisions, driven end to end on the in-memory store
+(``tests/support/consumer_fakes.py``) and a delivery that records how it was settled. No
+servers, no sleeping beyond milliseconds."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from jobrelay.consumer.fakes import InMemoryExecutionStore
 from jobrelay.consumer.worker import Disposition, Verdict, Worker
 from jobrelay.core.errors import PermanentError
 from jobrelay.core.execution import Claimed, Finish, LeaseTerms, Renewal
@@ -20,6 +20,7 @@ from jobrelay.core.jobs import Job, Succeeded
 from jobrelay.core.message import Envelope
 from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.states import JobEvent, JobState
+from tests.support.consumer_fakes import InMemoryExecutionStore
 from tests.support.worker_fakes import NOW, Clock, Empty, FakeDelivery, unit_worker
 
 

@@ -1,7 +1,9 @@
-"""The worker's flow control decisions on the in-memory store (``consumer/fakes.py``): a job of
-a paused queue, or of a type (or key) at its limit, is held — acked, put back due later with its
-attempts untouched, its handler not run — and claimed once its queue is resumed or a slot or
-token is free. The store keeps the same rules as PostgreSQL (tests/integration/test_flow_claim.py).
+"""The worker's flow control decisions on the in-memory store
+(``tests/support/consumer_fakes.py``): a job of a paused queue, or of a type (or key) at its
+limit, is held — acked, put back due later with its attempts untouched, its handler not run —
+and claimed once its queue is resumed or a slot or token is free. The store keeps the same
+rules as PostgreSQL (tests/integration/test_flow_claim.py,
+tests/integration/test_execution_store_contract.py).
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from jobrelay.consumer.fakes import InMemoryExecutionStore
 from jobrelay.consumer.worker import Disposition, Worker
 from jobrelay.core.deliveries import DeliveryOutcome
 from jobrelay.core.execution import HOLD_AT_LIMIT_SECONDS, Claimed, LeaseTerms
@@ -22,6 +23,7 @@ from jobrelay.core.flow import Limit, Rate
 from jobrelay.core.message import Envelope
 from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.states import JobEvent, JobState
+from tests.support.consumer_fakes import InMemoryExecutionStore
 from tests.support.worker_fakes import Clock, Empty, FakeDelivery, unit_worker
 
 

@@ -8,13 +8,13 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobrelay.consumer.fakes import InMemoryExecutionStore
 from jobrelay.consumer.worker import Verdict, Worker
 from jobrelay.core.errors import PermanentError
 from jobrelay.core.jobs import Job
 from jobrelay.core.message import Envelope
 from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.states import RESCUE, JobEvent, JobState
+from tests.support.consumer_fakes import InMemoryExecutionStore
 from tests.support.waiting import eventually
 from tests.support.worker_fakes import Clock, Empty, FakeDelivery, unit_worker
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from jobrelay.consumer.fakes import InMemoryExecutionStore
 from jobrelay.core.message import Envelope
 from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.states import JobState
+from tests.support.consumer_fakes import InMemoryExecutionStore
 from tests.support.worker_fakes import Clock, Empty, FakeDelivery, unit_worker
 
 _cycle: dict[str, Any] = {}

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from jobrelay.consumer.fakes import InMemoryExecutionStore
 from jobrelay.consumer.worker import Worker
 from jobrelay.core.message import Envelope
 from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.states import JobEvent, JobState
+from tests.support.consumer_fakes import InMemoryExecutionStore
 from tests.support.worker_fakes import Clock, Empty, FakeDelivery, unit_worker
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from jobrelay.consumer.fakes import InMemoryExecutionStore
 from jobrelay.consumer.handler_call import job_context
 from jobrelay.consumer.progress import ProgressReporter
 from jobrelay.core.execution import Claimed, LeaseTerms
@@ -25,6 +24,7 @@ from jobrelay.core.workflows import (
     workflow_fingerprint,
     workflow_state,
 )
+from tests.support.consumer_fakes import InMemoryExecutionStore
 
 
 def test_the_order_puts_every_job_after_the_jobs_it_waits_for() -> None:

@@ -2,8 +2,10 @@
 store's values a claim, a deferral and a final write answer with, and the ``ExecutionStore``
 protocol.
 
-``db/execution_store.py`` implements it on PostgreSQL; ``consumer/fakes.py`` in memory, for
-the worker's unit tests. Both follow the transitions of ``core/states.py``.
+``db/execution_store.py`` implements it on PostgreSQL; the tests' in-memory store
+(``tests/support/consumer_fakes.py``) for the worker's unit tests. Both follow the transitions
+of ``core/states.py``, and ``tests/integration/test_execution_store_contract.py`` runs the same
+scenarios on both.
 """
 
 from __future__ import annotations

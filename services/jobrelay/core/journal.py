@@ -5,8 +5,8 @@ claimed). A few are the reason a job was quarantined without an attempt of its o
 trace counts those as deliveries that ended without a claim. They are named here, once, for
 their writers: ``db/queries.py`` (``QUARANTINE_EXHAUSTED``, ``DEFER_UNKNOWN_TYPE``,
 ``QUARANTINE_DELIVERY_LIMITED``), ``core/jobs.py::decide_outcome`` (the reason code of a
-failed last attempt, which is also its journal detail) and ``consumer/fakes.py``; their reader
-is ``core/trace.py::is_unclaimed_delivery``.
+failed last attempt, which is also its journal detail) and the tests' in-memory store
+(``tests/support/consumer_fakes.py``); their reader is ``core/trace.py::is_unclaimed_delivery``.
 """
 
 from __future__ import annotations

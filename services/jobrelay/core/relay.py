@@ -3,8 +3,8 @@ library.
 
 The relay loop (``jobrelay.dispatcher.relay``) depends on these;
 ``jobrelay.db.relay_store.RelayStore`` and ``jobrelay.broker.publisher.Publisher`` implement them
-on PostgreSQL and RabbitMQ, and ``jobrelay.dispatcher.fakes`` in memory for unit tests of the
-loop's decisions. Adapters import this module, never a service.
+on PostgreSQL and RabbitMQ, and the tests' ``tests/support/dispatcher_fakes.py`` in memory for
+unit tests of the loop's decisions. Adapters import this module, never a service.
 """
 
 from __future__ import annotations

@@ -57,8 +57,8 @@ class Lease(StrEnum):
 @dataclass(frozen=True)
 class Transition:
     """One named move of a job, written once: ``db/queries.py`` guards its statements on these
-    fields (``STATE_WRITES`` there says which statement makes which move), and the in-memory
-    store of ``consumer/fakes.py`` follows the same rules."""
+    fields (``STATE_WRITES`` there says which statement makes which move), and the tests'
+    in-memory store (``tests/support/consumer_fakes.py``) follows the same rules."""
 
     name: str
     source: frozenset[JobState]

@@ -8,8 +8,12 @@ lease token, and journaled with the transition's events. Its clock is injected; 
 
 Flow control follows the rules of ``db/execution_store.py``: no job of a queue in
 ``paused_queues`` is claimed, a type's limit in force (``runtime_limits``, else the claim's
-``ClaimRules.code_limit``) is kept exactly (``concurrency_keys`` holds the jobs' keys), and a
+``ClaimRules.code_limit``) is kept exactly (per ``Job.concurrency_key`` when per key), and a
 job that may not start is held.
+
+It is held to ``PgExecutionStore`` by ``tests/integration/test_execution_store_contract.py``:
+the same scenarios on both, PostgreSQL the truth. Workflows are not modelled (a job's parents'
+results are whatever a test puts in ``parents``; no claim looks at a cancelled workflow).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from jobrelay.core.execution import (
     Refused,
     Renewal,
     already_done,
+    outcome_name,
 )
 from jobrelay.core.flow import Limit, limit_key
 from jobrelay.core.jobs import (
@@ -64,6 +69,7 @@ from jobrelay.core.states import (
     QUARANTINE,
     RECLAIM,
     RELEASE,
+    RESCUE,
     RETRY,
     UNKNOWN_TYPE,
     JobEvent,
@@ -71,6 +77,9 @@ from jobrelay.core.states import (
     Transition,
 )
 from jobrelay.core.trace import StoredResult
+
+# The error of a job quarantined for want of attempts, as PgExecutionStore writes it.
+_EXHAUSTED_TEXT = "no attempts left: earlier attempts crashed or lost their lease"
 
 
 def _utc_now() -> datetime:
@@ -85,7 +94,6 @@ class InMemoryExecutionStore:
         self.queue = queue
         self.paused_queues: set[str] = set()
         self.runtime_limits: dict[str, Limit] = {}
-        self.concurrency_keys: dict[uuid.UUID, str | None] = {}
         self.rate_buckets: dict[tuple[str, str], datetime] = {}
         self.jobs: dict[uuid.UUID, Job] = {}
         self.results: dict[uuid.UUID, StoredResult] = {}
@@ -113,9 +121,10 @@ class InMemoryExecutionStore:
         payload = {} if payload is None else payload
         request = JobRequest(f"key-{len(self.jobs)}", job_type, payload, max_attempts)
         accepted = request.as_new_job(uuid.uuid4(), uuid.uuid4(), at=self.clock())
-        job = dataclasses.replace(accepted, state=state, attempts=attempts)
+        job = dataclasses.replace(
+            accepted, state=state, attempts=attempts, concurrency_key=concurrency_key
+        )
         self.jobs[job.id] = job
-        self.concurrency_keys[job.id] = concurrency_key
         return job
 
     def take_over(self, job_id: uuid.UUID) -> uuid.UUID:
@@ -182,7 +191,7 @@ class InMemoryExecutionStore:
         if job.state is JobState.RUNNING and job.lease_token == lease_token:
             return Claimed(job, lease_token, reclaimed=False)  # our own earlier claim
         if job.attempts >= job.max_attempts and self._allows(EXHAUST, job, None):
-            self._quarantine(job, EXHAUST, QuarantineMarker.ATTEMPTS_EXHAUSTED, "no attempts left")
+            self._quarantine(job, EXHAUST, QuarantineMarker.ATTEMPTS_EXHAUSTED, _EXHAUSTED_TEXT)
             return Refused(Refusal.EXHAUSTED, job)
         self._record(job, JobEvent.DUPLICATE_DELIVERY, job.attempts, f"job {job.state}")
         return Refused(Refusal.DUPLICATE, job)
@@ -200,14 +209,19 @@ class InMemoryExecutionStore:
             since = known_since or now
             self.unknown_since[job_id] = since
             patience = timedelta(seconds=put_back.patience_seconds)
+            name = put_back.job_type[:100]
             if known_since is not None and known_since <= now - patience:
-                self._quarantine(
-                    job, UNKNOWN_TYPE, QuarantineMarker.UNKNOWN_JOB_TYPE, "type stayed unknown"
-                )
+                over = f"{put_back.patience_seconds:g}s"
+                error = f"job type {name!r} stayed unknown to the consumers for over {over}"
+                self._quarantine(job, UNKNOWN_TYPE, QuarantineMarker.UNKNOWN_JOB_TYPE, error)
                 return Deferred(True, job.available_at, since)
             due = self._later(put_back.delay_seconds)
             self._move(
-                job, DEFER, available_at=due, last_error_code=QuarantineMarker.UNKNOWN_JOB_TYPE
+                job,
+                DEFER,
+                available_at=due,
+                last_error_code=QuarantineMarker.UNKNOWN_JOB_TYPE,
+                last_error=f"no consumer that knows job type {name!r} has received it yet",
             )
             self.outbox.append((job_id, due))
             return Deferred(False, due, since)
@@ -231,13 +245,16 @@ class InMemoryExecutionStore:
         self, job_id: uuid.UUID, *, lease_token: uuid.UUID, attempt: int, outcome: Outcome
     ) -> Finish:
         self._reach()
-        job = self.jobs[job_id]
+        job = self.jobs.get(job_id)
+        if job is None:
+            return Finish.STALE  # as FINISH_JOBS: no row moved, and no journal to write to
         written = self._written(job, lease_token, outcome)
         if written is not None:
             return written
         if self._already_done(job, attempt, outcome):
             return Finish.ALREADY
-        self._record(job, JobEvent.STALE_COMPLETION_REJECTED, attempt, "lease no longer held")
+        detail = f"{outcome_name(outcome)} by attempt {attempt} rejected: lease no longer held"
+        self._record(job, JobEvent.STALE_COMPLETION_REJECTED, attempt, detail)
         return Finish.STALE
 
     async def release(self, job_id: uuid.UUID, *, lease_token: uuid.UUID, detail: str) -> bool:
@@ -245,8 +262,8 @@ class InMemoryExecutionStore:
         job = self.jobs.get(job_id)
         if job is None or not self._allows(RELEASE, job, lease_token):
             return False
+        # No outbox row, as RELEASE_LEASE: the consumer requeues the message it holds.
         self._move(job, RELEASE, available_at=self.clock(), detail=detail)
-        self.outbox.append((job_id, self.clock()))
         return True
 
     async def parent_results(self, job_id: uuid.UUID) -> dict[str, Any]:
@@ -261,6 +278,7 @@ class InMemoryExecutionStore:
                 JobState.RUNNING,
                 report.lease_token,
             ):
+                self.jobs[job.id] = dataclasses.replace(job, progress=report.as_json())
                 self.progress[report.job_id].append(report)
 
     # --- flow control: the checks of a claim --------------------------------------------------
@@ -275,14 +293,13 @@ class InMemoryExecutionStore:
             limit = rules.code_limit
         if limit is None:
             return None
-        key = limit_key(limit, self.concurrency_keys.get(job.id))
+        key = limit_key(limit, job.concurrency_key)
         of_key = f" for key {key[:100]!r}" if limit.per_key else ""
-        if (
-            limit.concurrency is not None
-            and self._running(job.type, limit, key) >= limit.concurrency
-        ):
-            detail = f"concurrency limit {limit.concurrency} reached{of_key}"
-            return self._hold(job, HoldReason.CONCURRENCY, rules.hold_seconds, detail)
+        if limit.concurrency is not None:
+            self._rescue_slot(job, limit, key)
+            if self._running(job.type, limit, key) >= limit.concurrency:
+                detail = f"concurrency limit {limit.concurrency} reached{of_key}"
+                return self._hold(job, HoldReason.CONCURRENCY, rules.hold_seconds, detail)
         if limit.rate is not None:
             now = self.clock()
             allowed_from = self.rate_buckets.get((job.type, key), now)
@@ -291,6 +308,22 @@ class InMemoryExecutionStore:
                 return self._hold(job, HoldReason.RATE, wait, f"rate {limit.rate} reached{of_key}")
             self.rate_buckets[(job.type, key)] = now + timedelta(seconds=limit.rate.interval)
         return None
+
+    def _rescue_slot(self, job: Job, limit: Limit, key: str) -> None:
+        """Queue again the other jobs of the slot whose lease expired, before the count, as the
+        exact claim's RESCUE_EXPIRED_LEASES does (a new outbox row each)."""
+        in_slot = [
+            other
+            for other in self.jobs.values()
+            if other.id != job.id
+            and other.type == job.type
+            and limit_key(limit, other.concurrency_key) == key
+        ]
+        for other in in_slot:
+            if self._allows(RESCUE, other, None):
+                detail = "lease expired; its concurrency slot freed for a claim"
+                self._move(other, RESCUE, available_at=self.clock(), detail=detail)
+                self.outbox.append((other.id, self.clock()))
 
     def _running(self, job_type: str, limit: Limit, key: str) -> int:
         """The slots in use: running jobs of the type (and key) under a live lease."""
@@ -302,7 +335,7 @@ class InMemoryExecutionStore:
             and other.state is JobState.RUNNING
             and other.lease_until is not None
             and other.lease_until > now
-            and limit_key(limit, self.concurrency_keys.get(other.id)) == key
+            and limit_key(limit, other.concurrency_key) == key
         )
 
     def _hold(self, job: Job, reason: HoldReason, delay: float, detail: str) -> Held:

@@ -1,6 +1,7 @@
 """``ApiContext``: everything the API's routes, dependencies and problem handlers (and the
 console's pages) read, as one typed value, built by one wiring (``wire``), held by the app as
-``app.state.context`` (``hold``) and read through ``context_of``: one attribute read a request.
+``app.state.context`` (``hold``) and read through ``context_of``, typed, for the cost of an
+attribute read.
 
 It exists once the app can serve: ``create_app``'s lifespan wires it at startup, on the store
 it opens (``api/app.py``); given a store (tests, benchmarks), ``create_app`` wires it at once,
@@ -31,6 +32,8 @@ from jobrelay.db.type_store import PgTypeStore
 
 @dataclass(frozen=True, slots=True)
 class ApiContext:
+    """Frozen: no reader can swap a part for the others (``wire`` builds it whole)."""
+
     settings: Settings
     # The job types whose handlers this process loads (JOBRELAY_HANDLERS).
     registry: Registry

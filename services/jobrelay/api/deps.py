@@ -1,5 +1,6 @@
 """What the routes share: their dependencies (the store, the caller's client, an admin, the
-operations) and the responses several of them declare."""
+operations) and the responses several of them declare. The app's context they are made from is
+read through ``api/context.py``'s ``context_of`` (which ``auth.py``, imported here, uses too)."""
 
 from __future__ import annotations
 

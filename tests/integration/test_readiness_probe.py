@@ -34,7 +34,7 @@ async def api_app(settings: Any, store: Store) -> AsyncIterator[tuple[Any, httpx
         async with httpx.AsyncClient(transport=transport, base_url="http://jobrelay.test") as http:
             yield app, http
     finally:
-        await app.state.broker_probe.close()
+        await app.state.context.broker_probe.close()
 
 
 def probe_connections(servers: Servers, amqp_url: str) -> list[str]:
@@ -72,7 +72,7 @@ async def test_many_probes_share_one_broker_connection(
         await asyncio.sleep(1.5)  # long enough for the management API to list new ones
         assert probe_connections(servers, settings.amqp_url) == first, "the same one connection"
 
-        await app.state.broker_probe.close()  # as at shutdown
+        await app.state.context.broker_probe.close()  # as at shutdown
         await eventually(
             lambda: _none_listed(servers, settings.amqp_url), within=15, what="it closed"
         )

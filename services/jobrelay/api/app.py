@@ -1,6 +1,6 @@
-"""The FastAPI application: ``create_app`` wires settings, the store, the registry, the
-metrics, the middleware and the routers (``api/routes/``); the routes are thin, the store and
-the registry do the work."""
+"""The FastAPI application: ``create_app`` builds it from the settings: the context its routes
+read (``api/context.py``: the store, the registry, the metrics...), the middleware and the
+routers (``api/routes/``); the routes are thin, the store and the registry do the work."""
 
 from __future__ import annotations
 
@@ -8,32 +8,27 @@ import asyncio
 import contextlib
 import inspect
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
 
 from jobrelay import console, telemetry
-from jobrelay.api import openapi, problems
+from jobrelay.api import context, openapi, problems
 from jobrelay.api.body_size import BodySizeMiddleware
+from jobrelay.api.context import ApiContext
 from jobrelay.api.metrics import ApiMetrics, RequestMetricsMiddleware
 from jobrelay.api.notifications import ApiNotifications
 from jobrelay.api.routes import admin, flow, health, jobs, workflows
 from jobrelay.api.routes.jobs import BATCH_PATH
 from jobrelay.api.routes.workflows import SUBMIT_PATH as WORKFLOWS_PATH
 from jobrelay.api.shedding import SheddingMiddleware
-from jobrelay.api.waiting import FinishWaiters
-from jobrelay.auth import Authenticator
-from jobrelay.broker.health import BrokerProbe
-from jobrelay.core.clients import RateLimit
 from jobrelay.core.registry import Registry
 from jobrelay.core.settings import Settings
-from jobrelay.core.type_catalog import RegisteredTypes
 from jobrelay.db.listener import listen_url_for
 from jobrelay.db.store import Store
-from jobrelay.db.type_store import PgTypeStore
 from jobrelay.handlers.loading import registry_for
 
 log = logging.getLogger("jobrelay.api")
@@ -55,55 +50,25 @@ def create_app(
     registry: Registry | None = None,
     metrics_dir: Path | None = None,
 ) -> FastAPI:
+    """The API's app. Without ``store`` (production) its lifespan opens one at startup and
+    wires the app's context on it (``api/context.py``); with ``store`` (tests, benchmarks) the
+    context is wired at once on that store, whose owner closes it, and nothing listens."""
     # The job types whose handlers this process loads (JOBRELAY_HANDLERS); submissions of
-    # the others are validated against the schemas the consumers registered (app.state.types).
+    # the others are validated against the schemas the consumers registered (ApiContext.types).
     registry = registry or registry_for(settings)
     log.info(
         "job types: %s",
         ", ".join(sorted(registry.types)),
         extra={"event": "job_types", "types": ",".join(sorted(registry.types))},
     )
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if store is not None:  # injected (tests): its owner closes it
-            yield
-            await app.state.broker_probe.close()
-            return
-        app.state.store = Store.connect(
-            settings.database_url,
-            pool_size=settings.db_pool_size,
-            pool_timeout=settings.db_pool_timeout_seconds,
-            application_name="jobrelay-api",
-            pool_mode=settings.pool_mode,
-            schema=settings.database_schema,
-        )
-        app.state.auth = Authenticator(app.state.store)
-        app.state.types = types = RegisteredTypes(PgTypeStore(app.state.store), registry)
-        # Token lookups are cached, and ?wait requests wait, while this listens (one
-        # connection: api/notifications.py); behind a transaction pooler with no direct URL
-        # nothing listens: every token is looked up and waiters poll.
-        listen_url = listen_url_for(settings, "API")
-        # The registered job types are read again on a registration's NOTIFY, on a miss
-        # (at most once a second) and every 30 s (core/type_catalog.py).
-        notifications = ApiNotifications(app.state.auth, app.state.waiters, types)
-        tasks = [asyncio.create_task(types.keep_fresh())]
-        if listen_url is not None:
-            tasks.append(asyncio.create_task(notifications.listen(listen_url)))
-        try:
-            yield
-        finally:
-            for task in tasks:
-                task.cancel()
-                # Cancelled, or ended by a bug: either way the cache was no longer trusted.
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-            await app.state.broker_probe.close()
-            await app.state.store.close()
-            # Here, not at exit: uvicorn ends a process it stopped on SIGTERM by that signal,
-            # and atexit handlers do not run then.
-            await asyncio.to_thread(telemetry.shutdown)
-
+    # metrics_dir: shared with the other workers (api/multiprocess.py).
+    metrics = ApiMetrics(metrics_dir)
+    if store is None:
+        injected = None
+        lifespan = _serving(settings, registry, metrics)
+    else:
+        injected = context.wire(settings, registry, store, metrics)
+        lifespan = _on_injected_store(injected)
     app = FastAPI(
         title="jobrelay",
         version="1",
@@ -112,18 +77,8 @@ def create_app(
         lifespan=lifespan,
         **_without_fastapi_spans(),
     )
-    app.state.settings = settings
-    app.state.registry = registry
-    app.state.broker_probe = BrokerProbe(settings.amqp_url)  # /readyz's broker connection
-    # metrics_dir: shared with the other workers (api/multiprocess.py).
-    app.state.metrics = metrics = ApiMetrics(metrics_dir)
-    app.state.waiters = FinishWaiters()
-    # Every client's submission limit unless its row sets its own (docs/overload.md).
-    app.state.rate_limit = RateLimit.of(settings.rate_limit_per_second, settings.rate_limit_burst)
-    if store is not None:
-        app.state.store = store
-        app.state.auth = Authenticator(store)
-        app.state.types = RegisteredTypes(PgTypeStore(store), registry)
+    if injected is not None:
+        context.hold(app, injected)
     problems.install(app)
     app.add_middleware(
         BodySizeMiddleware,
@@ -141,6 +96,64 @@ def create_app(
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
     for routes in (jobs, workflows, admin, flow, health):
         app.include_router(routes.router)
-    console.install(app, settings)  # /ui/: the operator console and its assets (docs/console.md)
+    console.install(app)  # /ui/: the operator console and its assets (docs/console.md)
     openapi.install(app, registry)
     return app
+
+
+Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
+
+
+def _serving(settings: Settings, registry: Registry, metrics: ApiMetrics) -> Lifespan:
+    """Production's lifespan: the store opened, the context wired on it, the registered types
+    kept fresh and the notifications listened to, until shutdown closes them all."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = Store.connect(
+            settings.database_url,
+            pool_size=settings.db_pool_size,
+            pool_timeout=settings.db_pool_timeout_seconds,
+            application_name="jobrelay-api",
+            pool_mode=settings.pool_mode,
+            schema=settings.database_schema,
+        )
+        wired = context.wire(settings, registry, store, metrics)
+        context.hold(app, wired)
+        # Token lookups are cached, and ?wait requests wait, while this listens (one
+        # connection: api/notifications.py); behind a transaction pooler with no direct URL
+        # nothing listens: every token is looked up and waiters poll.
+        listen_url = listen_url_for(settings, "API")
+        # The registered job types are read again on a registration's NOTIFY, on a miss
+        # (at most once a second) and every 30 s (core/type_catalog.py).
+        notifications = ApiNotifications(wired.auth, wired.waiters, wired.types)
+        tasks = [asyncio.create_task(wired.types.keep_fresh())]
+        if listen_url is not None:
+            tasks.append(asyncio.create_task(notifications.listen(listen_url)))
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+                # Cancelled, or ended by a bug: either way the cache was no longer trusted.
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            await wired.broker_probe.close()
+            await store.close()
+            # Here, not at exit: uvicorn ends a process it stopped on SIGTERM by that signal,
+            # and atexit handlers do not run then.
+            await asyncio.to_thread(telemetry.shutdown)
+
+    return lifespan
+
+
+def _on_injected_store(injected: ApiContext) -> Lifespan:
+    """The lifespan on an injected store: its owner closes it; the app closes its broker
+    connection."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await injected.broker_probe.close()
+
+    return lifespan

@@ -8,7 +8,7 @@ from fastapi import Request
 from fastapi.security import HTTPBearer
 from fastapi.security.base import SecurityBase
 
-from jobrelay.auth import Authenticator
+from jobrelay.api.context import context_of
 from jobrelay.core.clients import Client
 
 
@@ -35,7 +35,7 @@ class BearerClient(SecurityBase):
     async def __call__(self, request: Request) -> Client:
         credentials = await self._bearer(request)
         token = credentials.credentials if credentials else None
-        auth: Authenticator = request.app.state.auth
+        auth = context_of(request).auth
         if self.admin:
             return await auth.admin_for_token(token)
         return await auth.client_for_token(token)

@@ -1,5 +1,6 @@
 """What the routes share: their dependencies (the store, the caller's client, an admin, the
-operations) and the responses several of them declare."""
+operations) and the responses several of them declare. The app's context they are made from is
+read through ``api/context.py``'s ``context_of`` (which ``auth.py``, imported here, uses too)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Annotated
 from fastapi import Depends, Query, Request
 
 from jobrelay.api.auth import BearerClient
+from jobrelay.api.context import context_of
 from jobrelay.api.openapi import problem_responses
 from jobrelay.api.schemas import NO_NUL
 from jobrelay.core.clients import Client
@@ -31,14 +33,12 @@ LOCATION_HEADER = {
 
 
 async def _store(request: Request) -> Store:
-    store: Store = request.app.state.store
-    return store
+    return context_of(request).store
 
 
 async def _operations(request: Request) -> Operations:
-    return Operations(
-        request.app.state.store, request.app.state.settings, request.app.state.registry
-    )
+    context = context_of(request)
+    return Operations(context.store, context.settings, context.registry)
 
 
 StoreDep = Annotated[Store, Depends(_store)]

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jobrelay.api import routing
+from jobrelay.api.context import context_of
 from jobrelay.core.errors import (
     BrokerUnavailable,
     Forbidden,
@@ -155,7 +156,7 @@ async def on_request_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestError)
     headers = None
     if isinstance(error, RateLimited):
-        request.app.state.metrics.shed("rate_limited").inc()
+        context_of(request).metrics.shed("rate_limited").inc()
         headers = retry_after(error.retry_after_seconds)
     return problem(
         status_of(error), error.code, error.title, error.detail, headers=headers, **error.extra
@@ -195,7 +196,7 @@ async def on_http_error(request: Request, error: Exception) -> JSONResponse:
 
 async def on_store_unavailable(request: Request, error: Exception) -> JSONResponse:
     log.warning("database unavailable: %s", error)
-    request.app.state.metrics.shed("database_unavailable").inc()
+    context_of(request).metrics.shed("database_unavailable").inc()
     return problem(
         503,
         "database_unavailable",

@@ -10,9 +10,10 @@ from dataclasses import replace
 
 from fastapi import Request
 
+from jobrelay.api.context import context_of
 from jobrelay.api.metrics import ApiMetrics
 from jobrelay.api.schemas import SubmitJob
-from jobrelay.core.clients import Client, RateLimit, may_submit
+from jobrelay.core.clients import Client, may_submit
 from jobrelay.core.errors import (
     IdempotencyConflict,
     IdempotencyKeyInvalid,
@@ -20,17 +21,15 @@ from jobrelay.core.errors import (
     TypeNotAllowed,
 )
 from jobrelay.core.jobs import JobRequest, is_valid_idempotency_key
-from jobrelay.core.settings import Settings
-from jobrelay.core.type_catalog import PayloadTypes, RegisteredTypes, TypeCatalog
+from jobrelay.core.type_catalog import PayloadTypes, TypeCatalog
 from jobrelay.db.client_store import ClientStore
-from jobrelay.db.store import AcceptResult, Store
+from jobrelay.db.store import AcceptResult
 
 
 async def catalog_for(request: Request, names: Iterable[str]) -> TypeCatalog:
     """The types submissions of ``names`` are checked against: from memory, read again only
     when one of them is neither loaded nor known yet (``RegisteredTypes.catalog_for``)."""
-    types: RegisteredTypes = request.app.state.types
-    return await types.catalog_for(names)
+    return await context_of(request).types.catalog_for(names)
 
 
 def check_allowed(client: Client, types: TypeCatalog, names: Iterable[str]) -> None:
@@ -59,7 +58,7 @@ def job_request(
     if not is_valid_idempotency_key(idempotency_key):
         raise IdempotencyKeyInvalid()
     payload = types.validate_payload(body.type, body.payload)
-    settings: Settings = request.app.state.settings
+    settings = context_of(request).settings
     max_attempts = body.max_attempts or types.max_attempts_for(body.type, settings.max_attempts)
     asked = body.as_request(idempotency_key, max_attempts)
     return replace(asked, defaults=types.flow_defaults(body.type, payload, asked.flow))
@@ -68,11 +67,11 @@ def job_request(
 async def take_rate_limit(request: Request, client: Client, count: int = 1) -> None:
     """Count ``count`` submissions against the client's limit; ``RateLimited`` past it. Called
     before anything is written: a limited submission leaves no trace."""
-    limit: RateLimit | None = client.rate_limit or request.app.state.rate_limit
+    context = context_of(request)
+    limit = client.rate_limit or context.rate_limit
     if limit is None or count == 0:
         return
-    store: Store = request.app.state.store
-    wait = await ClientStore(store).take_rate_token(client.id, limit, count)
+    wait = await ClientStore(context.store).take_rate_token(client.id, limit, count)
     if wait is not None:
         raise RateLimited(wait, limit.describe())
 

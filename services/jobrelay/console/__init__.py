@@ -2,6 +2,7 @@
 over the same store, operations and CLI code paths as ``/v1/admin`` and ``jobrelay``.
 
 - ``security.py``: the signed session cookie, CSRF tokens, flash messages, safe redirects (pure);
+- ``context.py``: what the console reads of the app (``ConsoleContext``), one typed value;
 - ``keys.py``: the signing key (``JOBRELAY_CONSOLE_SECRET`` or the database's ``console_keys``);
 - ``web.py``: templates, the signed-in operator, the CSRF check, HTML error pages;
 - ``charts.py``: the inline SVG's geometry (pure);
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from jobrelay.broker.health import BrokerProbe
 from jobrelay.console import (
     clients,
     jobs,
@@ -29,20 +29,14 @@ from jobrelay.console import (
     signin,
     workflows,
 )
-from jobrelay.console.broker import BrokerCheck
-from jobrelay.console.keys import ConsoleKey
 from jobrelay.console.web import STATIC_DIR, STATIC_PATH, ConsoleAssets
-from jobrelay.core.settings import Settings
 
 __all__ = ["install"]
 
 
-def install(app: FastAPI, settings: Settings) -> None:
-    """Serve the console's assets and pages from ``app``."""
-    app.state.console_key = ConsoleKey(settings.console_secret)
-    # The API's kept broker connection, as /readyz's (api/app.py sets it before this).
-    probe: BrokerProbe = app.state.broker_probe
-    app.state.console_broker = BrokerCheck(probe.check)
+def install(app: FastAPI) -> None:
+    """Serve the console's assets and pages from ``app``, whose context provides what they
+    read (``context.py``)."""
     # Before the pages: the catch-all of signin.fallback would otherwise answer for them.
     app.mount(STATIC_PATH, ConsoleAssets(directory=STATIC_DIR), name="console-static")
     pages = (signin, overview, jobs, workflows, quarantine, schedules, queues, limits, clients)

@@ -16,8 +16,6 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from fastapi import Request
-
 from jobrelay.core.errors import BrokerUnavailable
 
 CHECK_SECONDS = 1.0
@@ -75,8 +73,3 @@ class BrokerCheck:
 def _drop_answer(probe: asyncio.Future[None]) -> None:
     if not probe.cancelled():
         probe.exception()  # retrieved: an answer nobody waited for is no "never retrieved" log
-
-
-def broker_check(request: Request) -> BrokerCheck:
-    check: BrokerCheck = request.app.state.console_broker
-    return check

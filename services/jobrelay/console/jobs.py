@@ -13,8 +13,8 @@ from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Query, Request, Response
 
-from jobrelay.console.broker import broker_check
 from jobrelay.console.charts import timeline
+from jobrelay.console.context import context_of
 from jobrelay.console.security import Flash
 from jobrelay.console.web import (
     ActingDep,
@@ -231,7 +231,7 @@ async def job_page(request: Request, operator: OperatorDep, job_id: str) -> Resp
         "progress": progress_of(job.progress),
         "cancellable": job.state in CANCELLABLE and job.cancel_requested_at is None,
         "replayable": replayable,
-        "broker_down": replayable and not await broker_check(request).reachable(),
+        "broker_down": replayable and not await context_of(request).console_broker.reachable(),
     }
     return await render(request, "job.html", context, operator=operator)
 

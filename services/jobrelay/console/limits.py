@@ -9,6 +9,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Form, Request, Response
 
+from jobrelay.console.context import context_of
 from jobrelay.console.security import Flash
 from jobrelay.console.web import (
     ActingDep,
@@ -31,7 +32,7 @@ Optional = Annotated[str, Form(max_length=50)]
 
 
 def registry_of(request: Request) -> Registry:
-    registry: Registry = request.app.state.registry
+    registry = context_of(request).registry
     return registry
 
 

@@ -9,8 +9,9 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from jobrelay.console.broker import BrokerCheck, broker_check
+from jobrelay.console.broker import BrokerCheck
 from jobrelay.console.charts import minute_chart
+from jobrelay.console.context import context_of
 from jobrelay.console.web import ConsoleRoute, OperatorDep, render, store_of
 from jobrelay.core.states import JobState
 from jobrelay.db.store import Store
@@ -38,14 +39,14 @@ async def overview_context(store: Store, broker: BrokerCheck) -> dict[str, Any]:
 
 @router.get("/ui/")
 async def overview(request: Request, operator: OperatorDep) -> Response:
-    context = await overview_context(store_of(request), broker_check(request))
+    context = await overview_context(store_of(request), context_of(request).console_broker)
     return await render(request, "overview.html", context, operator=operator)
 
 
 @router.get(LIVE_PATH)
 async def overview_live(request: Request, operator: OperatorDep) -> Response:
     """The overview's body alone, for the page's refresh script."""
-    context = await overview_context(store_of(request), broker_check(request))
+    context = await overview_context(store_of(request), context_of(request).console_broker)
     response = await render(
         request, "overview_body.html", context, operator=operator, fragment=True
     )

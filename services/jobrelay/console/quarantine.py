@@ -12,7 +12,7 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Form, Query, Request, Response
 
-from jobrelay.console.broker import broker_check
+from jobrelay.console.context import context_of
 from jobrelay.console.security import Flash, safe_next
 from jobrelay.console.web import (
     ActingDep,
@@ -96,14 +96,14 @@ def _learned(request: Request, report: dict[str, Any]) -> bool:
     """Whether the report found the broker unreachable (the check learns it either way: the
     report connected, or tried to); a busy queue is a broker that answered."""
     down: bool = report["broker"] == "unavailable"
-    broker_check(request).learned(reachable=not down)
+    context_of(request).console_broker.learned(reachable=not down)
     return down
 
 
 async def _if_reachable(request: Request, action: Callable[[], Awaitable[T]]) -> T | None:
     """The action's answer, or None when the broker is unreachable: known before (the action
     does not run) or met by the action (which then changed nothing)."""
-    check = broker_check(request)
+    check = context_of(request).console_broker
     if await check.reachable():
         try:
             return await action()

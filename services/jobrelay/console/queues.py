@@ -8,7 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Form, Request, Response
 
-from jobrelay.broker.health import BrokerProbe
+from jobrelay.console.context import context_of
 from jobrelay.console.security import Flash
 from jobrelay.console.web import (
     ActingDep,
@@ -31,7 +31,7 @@ Name = Annotated[str, Form(max_length=QUEUE_NAME_MAX)]
 
 @router.get(QUEUES_PATH)
 async def queues_page(request: Request, operator: OperatorDep) -> Response:
-    probe: BrokerProbe = request.app.state.broker_probe
+    probe = context_of(request).broker_probe
     routes = parse_type_queues(settings_of(request).type_queues)
     report = await FlowStore(store_of(request)).queues_report(routes, probe.queue_depths)
     context = {"report": report, "queues": report.as_document()["queues"]}

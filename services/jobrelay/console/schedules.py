@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
+from jobrelay.console.context import context_of
 from jobrelay.console.web import ConsoleRoute, OperatorDep, PageError, render, store_of
-from jobrelay.core.registry import Registry
 from jobrelay.core.schedules import SCHEDULER_CLIENT
 from jobrelay.db.schedule_store import ScheduleStore
 from jobrelay.operations import schedule_document
@@ -16,7 +16,7 @@ router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
 @router.get("/ui/schedules")
 async def schedules_page(request: Request, operator: OperatorDep) -> Response:
-    registry: Registry = request.app.state.registry
+    registry = context_of(request).registry
     store = ScheduleStore(store_of(request))
     now = await store.now()
     client_id = await store.scheduler_client_id()

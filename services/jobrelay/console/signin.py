@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request, Response
 from fastapi.responses import RedirectResponse
 
-from jobrelay.auth import Authenticator
+from jobrelay.console.context import context_of
 from jobrelay.console.security import Flash, Session, safe_next, sign_session
 from jobrelay.console.web import (
     SIGNIN_PATH,
@@ -46,7 +46,7 @@ async def signin(
 ) -> Response:
     """An enabled admin client's token opens a session; anything else gets the same refusal,
     which says nothing about why (unknown, disabled or not an admin)."""
-    auth: Authenticator = request.app.state.auth
+    auth = context_of(request).auth
     try:
         client = await auth.admin_for_token(token.strip())
     except (Unauthorized, Forbidden):

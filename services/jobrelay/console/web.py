@@ -28,7 +28,8 @@ from starlette.exceptions import HTTPException
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
-from jobrelay.console.keys import ConsoleKey, ConsoleNotReady
+from jobrelay.console.context import context_of
+from jobrelay.console.keys import ConsoleNotReady
 from jobrelay.console.security import (
     Flash,
     Session,
@@ -227,22 +228,21 @@ class Operator:
 
 
 def store_of(request: Request) -> Store:
-    store: Store = request.app.state.store
-    return store
+    return context_of(request).store
 
 
 def settings_of(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings
+    return context_of(request).settings
 
 
 def operations_of(request: Request) -> Operations:
-    return Operations(store_of(request), settings_of(request), request.app.state.registry)
+    context = context_of(request)
+    return Operations(context.store, context.settings, context.registry)
 
 
 async def console_key(request: Request) -> bytes:
-    keys: ConsoleKey = request.app.state.console_key
-    return await keys.get(store_of(request))
+    context = context_of(request)
+    return await context.console_key.get(context.store)
 
 
 async def admin_client(store: Store, client_id: uuid.UUID) -> ClientListing | None:

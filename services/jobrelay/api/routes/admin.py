@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic.errors import PydanticUserError
 
 from jobrelay.api import openapi
+from jobrelay.api.context import context_of
 from jobrelay.api.deps import (
     ADMIN_PROBLEMS,
     JOB_PROBLEMS,
@@ -36,7 +37,7 @@ from jobrelay.core.errors import JobNotFound, NotReplayable
 from jobrelay.core.flow import Limit
 from jobrelay.core.jobs import CancelAnswer
 from jobrelay.core.trace import trace_document
-from jobrelay.core.type_catalog import RegisteredTypes, TypeCatalog
+from jobrelay.core.type_catalog import TypeCatalog
 from jobrelay.db.client_store import ClientStore
 from jobrelay.operations import cancel_any_job
 
@@ -149,7 +150,7 @@ async def admin_trace(job_id: uuid.UUID, admin: AdminDep, store: StoreDep) -> di
     "consumers registered (docs/job-types.md)",
 )
 async def list_job_types(request: Request, admin: AdminDep) -> JobTypeList:
-    types: RegisteredTypes = request.app.state.types
+    types = context_of(request).types
     catalog = await types.reload()  # the database's rows as they are now, for the operator
     return JobTypeList(types=[type_view(catalog, name) for name in catalog.names()])
 

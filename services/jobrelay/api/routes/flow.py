@@ -9,16 +9,16 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Request, Response
 
 from jobrelay.api import openapi
+from jobrelay.api.context import context_of
 from jobrelay.api.deps import ADMIN_PROBLEMS, AdminDep, StoreDep
 from jobrelay.api.openapi import PROBLEM_CONTENT, problem_responses
 from jobrelay.api.schemas import NO_NUL, LimitList, LimitView, QueueList, QueueView, SetLimit
-from jobrelay.broker.health import BrokerProbe
 from jobrelay.core.bounds import TYPE_NAME_MAX
 from jobrelay.core.errors import JobTypeNotFound, QueueNotFound
 from jobrelay.core.queues import QUEUE_NAME_MAX, QueuesReport
 from jobrelay.core.registry import Registry
 from jobrelay.core.runtime_limits import limit_document
-from jobrelay.core.settings import Settings, parse_type_queues
+from jobrelay.core.settings import parse_type_queues
 from jobrelay.db.flow_store import FlowStore
 
 router = APIRouter(route_class=openapi.JsonBodyRoute, responses=ADMIN_PROBLEMS, tags=["admin"])
@@ -42,10 +42,10 @@ TYPE_NOT_FOUND: dict[int | str, dict[str, Any]] = {
 
 
 async def queues_report(request: Request, store: StoreDep) -> QueuesReport:
-    settings: Settings = request.app.state.settings
-    probe: BrokerProbe = request.app.state.broker_probe  # the API's kept connection
-    flow = FlowStore(store)
-    return await flow.queues_report(parse_type_queues(settings.type_queues), probe.queue_depths)
+    context = context_of(request)
+    probe = context.broker_probe  # the API's kept connection
+    routes = parse_type_queues(context.settings.type_queues)
+    return await FlowStore(store).queues_report(routes, probe.queue_depths)
 
 
 async def queue_view(request: Request, store: StoreDep, name: str) -> dict[str, Any]:
@@ -61,8 +61,7 @@ def unknown_type(job_type: str) -> str:
 
 
 def registry_of(request: Request) -> Registry:
-    registry: Registry = request.app.state.registry
-    return registry
+    return context_of(request).registry
 
 
 @router.get(

@@ -9,9 +9,8 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from jobrelay.api import openapi
-from jobrelay.api.metrics import ApiMetrics
+from jobrelay.api.context import context_of
 from jobrelay.api.schemas import Health
-from jobrelay.broker.health import BrokerProbe
 from jobrelay.core.errors import BrokerUnavailable, StoreUnavailable
 
 router = APIRouter(route_class=openapi.JsonBodyRoute, tags=["health"])
@@ -32,10 +31,11 @@ async def healthz() -> Health:
     summary="The database and the broker are reachable",
 )
 async def readyz(request: Request) -> Any:
-    probe: BrokerProbe = request.app.state.broker_probe  # one connection (broker/health.py)
+    context = context_of(request)
+    probe = context.broker_probe  # one connection (broker/health.py)
     checks: dict[str, str] = {}
     try:
-        await request.app.state.store.ping()
+        await context.store.ping()
         checks["database"] = "ok"
     except StoreUnavailable:
         checks["database"] = "unavailable"
@@ -57,7 +57,8 @@ async def readyz(request: Request) -> Any:
     responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
 )
 async def metrics(request: Request) -> Response:
-    owned: ApiMetrics = request.app.state.metrics
+    context = context_of(request)
+    owned = context.metrics
     # The system's counts, read at most every few seconds by this worker (never an error).
-    await owned.stats.refresh(request.app.state.store)
+    await owned.stats.refresh(context.store)
     return Response(owned.exposition(), media_type=CONTENT_TYPE_LATEST)

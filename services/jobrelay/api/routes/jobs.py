@@ -14,6 +14,7 @@ from starlette.convertors import Convertor, register_url_convertor
 
 from jobrelay import telemetry
 from jobrelay.api import openapi
+from jobrelay.api.context import context_of
 from jobrelay.api.deps import (
     CALLER,
     JOB_PROBLEMS,
@@ -57,7 +58,7 @@ from jobrelay.api.submission import (
     job_request,
     take_rate_limit,
 )
-from jobrelay.api.waiting import MAX_WAIT_SECONDS, FinishWaiters, TooManyWaiters
+from jobrelay.api.waiting import MAX_WAIT_SECONDS, TooManyWaiters
 from jobrelay.core.errors import (
     IdempotencyConflict,
     JobNotFound,
@@ -67,7 +68,7 @@ from jobrelay.core.errors import (
 from jobrelay.core.jobs import CancelAnswer, JobRequest
 from jobrelay.core.states import JobState
 from jobrelay.core.trace import trace_document
-from jobrelay.db.store import AcceptResult, Store
+from jobrelay.db.store import AcceptResult
 
 log = logging.getLogger("jobrelay.api")
 
@@ -137,12 +138,12 @@ async def submit_job(
         check_allowed(client, types, (body.type,))
         asked = job_request(request, idempotency_key, body, types)
         await take_rate_limit(request, client)
-        # From the app's state rather than a StoreDep: one dependency fewer to solve on the
+        # From the app's context rather than a StoreDep: one dependency fewer to solve on the
         # hot path.
-        store: Store = request.app.state.store
-        accepted = await store.accept_job(client.id, asked, traceparent=accept.traceparent)
+        context = context_of(request)
+        accepted = await context.store.accept_job(client.id, asked, traceparent=accept.traceparent)
         accept.accepted(accepted.job.id, body.type, client.name, accept_outcome(accepted))
-        count_outcome(request.app.state.metrics, body.type, accepted)
+        count_outcome(context.metrics, body.type, accepted)
         if log.isEnabledFor(logging.INFO):  # the line's context is not built for nothing
             log.info(_ACCEPT_LOG[accept_outcome(accepted)], extra=_accept_log_extra(accepted))
     # Serialized once here rather than re-validated through response_model: this is the
@@ -239,7 +240,7 @@ async def submit_batch(body: SubmitBatch, request: Request, client: ClientDep) -
                     BatchResult(status=status_of(error), error=request_error_document(error))
                 )
         await take_rate_limit(request, client, count=len(asked))
-        store: Store = request.app.state.store
+        store = context_of(request).store
         accepted = (
             await store.accept_jobs(
                 client.id, [job for _, job in asked], traceparent=accept.traceparent
@@ -276,7 +277,7 @@ def _item_problem(status: int, code: str, error: ValidationError) -> BatchResult
 
 def _item_answer(request: Request, job: JobRequest, accepted: AcceptResult) -> BatchResult:
     try:
-        count_outcome(request.app.state.metrics, job.type, accepted)
+        count_outcome(context_of(request).metrics, job.type, accepted)
     except IdempotencyConflict as error:
         return _request_problem(error)
     view = submitted_view(accepted.job, deduplicated=accepted.deduplicated)
@@ -348,7 +349,7 @@ async def get_job(
     ] = None,
 ) -> Any:
     if wait is not None:
-        waiters: FinishWaiters = request.app.state.waiters
+        waiters = context_of(request).waiters
         try:
             job = await waiters.wait(
                 job, wait, lambda: store.get_job(job.id, client_id=job.client_id)

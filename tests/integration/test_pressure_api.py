@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -120,9 +119,9 @@ async def test_newcomers_that_would_wait_past_the_bound_are_shed_and_write_nothi
         for n in range(5):  # handling times measured: the estimate has something to go on
             assert (await api.post("/v1/jobs", json=JOB, headers=auth(token, f"m{n}"))).is_success
         async with slots_held(api, token, database_url):
-            started = time.monotonic()
-            newcomers = await asyncio.gather(*(submit(api, token, f"shed-{n}") for n in range(20)))
-            assert time.monotonic() - started < 5
+            # Answered while both slots are held (until the block ends): none had a turn.
+            arrivals = asyncio.gather(*(submit(api, token, f"shed-{n}") for n in range(20)))
+            newcomers = await asyncio.wait_for(arrivals, 60)
             for answer in newcomers:
                 assert_shed(answer)
             # Probes and scrapers are never shed.
@@ -146,13 +145,12 @@ async def test_a_waiter_whose_turn_does_not_come_within_the_bound_is_shed_then(
     token = await make_client(store, "patient")
     bound = bounded(settings, admitted=2, max_queue_seconds=0.3)
     async with api_client(bound, store) as api, slots_held(api, token, database_url):
-        started = time.monotonic()
         waiter = submit(api, token, "waiter")
-        await until_gauge(api, "jobrelay_api_requests_waiting", 1)
-        answer = await waiter
-        waited = time.monotonic() - started
+        await until_gauge(api, "jobrelay_api_requests_waiting", 1)  # it queued, not shed at once
+        # Answered while both slots are held (until the block ends): its deadline, not a turn,
+        # ended its wait.
+        answer = await asyncio.wait_for(waiter, 60)
         assert_shed(answer)
-        assert 0.3 <= waited < 3, waited
         assert await jobs_with_key(store, "waiter") == 0
         await until_gauge(api, "jobrelay_api_requests_waiting", 0)
 
@@ -163,9 +161,8 @@ async def test_with_no_wait_allowed_a_worker_sheds_as_soon_as_its_slots_are_busy
     token = await make_client(store, "eager")
     bound = bounded(settings, admitted=2, max_queue_seconds=0)
     async with api_client(bound, store) as api, slots_held(api, token, database_url):
-        started = time.monotonic()
-        shed = await api.post("/v1/jobs", json=JOB, headers=auth(token, "shed"))
-        assert time.monotonic() - started < 1
+        # Answered while both slots are held (until the block ends), with no wait allowed.
+        shed = await asyncio.wait_for(submit(api, token, "shed"), 60)
         assert_shed(shed)
         assert shed.headers["Retry-After"] in {"1", "2"}
         assert await jobs_with_key(store, "shed") == 0
@@ -198,13 +195,13 @@ async def test_no_pooled_connection_in_time_is_503_database_unavailable(
             async with accepts_held(database_url):
                 holding = submit(api, token, "holds-the-connection")
                 await asyncio.sleep(0.2)
-                started = time.monotonic()
-                refused = await api.post("/v1/jobs", json=JOB, headers=auth(token, "no-conn"))
-                waited = time.monotonic() - started
+                refused = await asyncio.wait_for(submit(api, token, "no-conn"), 60)
+                # The one connection is still taken (its accept waits on the lock until the
+                # block ends): the pool's timeout answered, not the lock's release.
+                assert not holding.done()
             assert refused.status_code == 503, refused.text
             assert refused.json()["code"] == "database_unavailable"
             assert refused.headers["Retry-After"] == "2"
-            assert waited < 5, "answered after the pool timeout, not after the lock"
             assert (await holding).status_code == 202
             assert (await api.post("/v1/jobs", json=JOB, headers=auth(token, "no-conn"))).is_success
             assert await jobs_with_key(one_connection, "no-conn") == 1
@@ -258,33 +255,28 @@ async def test_the_settings_limit_applies_unless_a_client_has_its_own(
 async def test_the_limit_is_shared_by_every_worker_of_the_api(
     make_settings: Settings, store: Store, tmp_path: Path
 ) -> None:
-    """Two worker processes, one limit: the count accepted is what one limiter allows, about
-    half of what two independent ones would."""
+    """Two worker processes, one limit: the count accepted is what one limiter allows, half of
+    what two independent ones would. The rate earns one more submission in 1000 s, far past
+    the test's end, so the burst alone is admitted: exactly 5 (two limiters would take 10)."""
     settings = make_settings(
-        api_workers=2, rate_limit_per_second=10.0, rate_limit_burst=5, api_max_concurrency=0
+        api_workers=2, rate_limit_per_second=0.001, rate_limit_burst=5, api_max_concurrency=0
     )
     token = await make_client(store, "shared")
     with running_api(settings, tmp_path) as (_, _, base):
         accepted = 0
-        deadline = time.monotonic() + 2.0
-        started = time.monotonic()
 
         async def hammer(number: int) -> None:
             nonlocal accepted
             # A connection each: the kernel spreads them over both workers.
             async with httpx.AsyncClient(base_url=base) as http:
-                sent = 0
-                while time.monotonic() < deadline:
+                for sent in range(4):
                     key = f"{number}-{sent}"
                     answer = await http.post("/v1/jobs", json=JOB, headers=auth(token, key))
                     assert answer.status_code in (202, 429), answer.text
                     accepted += answer.status_code == 202
-                    sent += 1
 
         await asyncio.gather(*(hammer(n) for n in range(16)))
-        elapsed = time.monotonic() - started
-    # The generic cell rate algorithm admits at most the burst plus the rate over the window.
-    assert 5 <= accepted <= 5 + 10 * elapsed + 1, (accepted, elapsed)
+    assert accepted == 5
     assert await factories.count(store, tables.jobs) == accepted
 
 

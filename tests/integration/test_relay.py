@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import urllib.parse
 import uuid
 from datetime import timedelta
@@ -36,6 +35,8 @@ from tests.support.outbox import (
 from tests.support.queues import queue_depth
 from tests.support.relay import store_maintenance
 
+# A poll interval no test waits out: a row published within a test's wait was woken otherwise.
+HOUR = 3600.0
 # A short publish deadline, so that a publish that fails is retried within the test.
 PUBLISH_TIMEOUT = 2.0
 # A relay window wider than a test's rows, for those that publish thousands with no consumer
@@ -217,11 +218,15 @@ async def _is_published(store: Store, outbox_id: int) -> bool:
 async def test_new_rows_are_published_within_one_poll_interval_when_the_listener_is_killed(
     make_settings: MakeSettings, store: Store, direct_database_url: str
 ) -> None:
+    """The poll is an hour away, so only the listener can wake the relay within the waits
+    below (each far under the hour): a logical bound, not a measure of speed. Its loss and its
+    reconnection wake the relay (rows committed meanwhile sent no NOTIFY it heard), and once
+    back a NOTIFY does. (Within one poll interval, as the name says, which three docs cite.)"""
     # The LISTEN connection is what this test kills: behind PgBouncer it takes
     # JOBRELAY_LISTEN_DATABASE_URL, the server itself (docs/pgbouncer.md).
     settings = make_settings(
         publish_timeout_seconds=PUBLISH_TIMEOUT,
-        poll_interval_seconds=1.0,
+        poll_interval_seconds=HOUR,
         listen_database_url=direct_database_url,
     )
     async with running_dispatcher(settings) as dispatcher:
@@ -240,16 +245,12 @@ async def test_new_rows_are_published_within_one_poll_interval_when_the_listener
         )
         assert killed and all(row.ok for row in killed)
         await insert_jobs(store, 5)
-        started = time.monotonic()
-        await eventually(lambda: all_published(store), within=5, what="rows after the kill")
-        assert time.monotonic() - started <= settings.poll_interval_seconds + 0.5
+        await eventually(lambda: all_published(store), within=60, what="rows after the kill")
         # The listener comes back, and wakes the relay at once again.
         await eventually(lambda: _listener_backends(store), what="the listener to reconnect")
         assert dispatcher.metrics.listener_connected._value.get() == 1
         await insert_jobs(store, 1)
-        started = time.monotonic()
-        await eventually(lambda: all_published(store), interval=0.01, what="a notified row")
-        assert time.monotonic() - started < 0.5
+        await eventually(lambda: all_published(store), within=60, what="a notified row")
 
 
 async def _listener_backends(store: Store) -> int:
@@ -373,23 +374,24 @@ async def test_publishes_the_broker_never_confirms_time_out_together_and_leave_n
     amqp_url: str,
 ) -> None:
     """One deadline covers the batch: through a proxy that swallows every byte, each publish
-    ends as a timeout after ``publish_timeout`` (none hangs, none outlives the batch)."""
+    ends as a timeout after ``publish_timeout`` (none hangs, none outlives the batch). Forty
+    deadlines one after another would take 80 s: a batch ended within the 30 s wait below (and
+    15 times one deadline) had one deadline for all, a logical bound rather than a speed."""
     url = urllib.parse.urlsplit(amqp_url)
     proxy = Proxy("broker", url.hostname or "127.0.0.1", url.port or 5672)
     port = proxy.start()
     publisher = Publisher(
         url._replace(netloc=f"{url.username}:{url.password}@127.0.0.1:{port}").geturl(),
-        publish_timeout=0.5,
+        publish_timeout=2.0,
         delivery_limit=50,
     )
     try:
         await publisher.connect()
-        rows = [OutboxRow(n, uuid.uuid4(), "demo.sleep", 0) for n in range(20)]
+        rows = [OutboxRow(n, uuid.uuid4(), "demo.sleep", 0) for n in range(40)]
         assert all(o.confirmed for o in await publisher.publish_batch(rows[:2]))
         proxy.set_mode(Mode.BLACKHOLE)
-        started = time.monotonic()
-        outcomes = await publisher.publish_batch(rows)
-        assert time.monotonic() - started < 3
+        # The proxy never answers, so only a publish deadline can end the batch.
+        outcomes = await asyncio.wait_for(publisher.publish_batch(rows), 30)
         assert [o.reason for o in outcomes] == [TIMEOUT] * len(rows)
         assert [o.row for o in outcomes] == rows
         leftovers = [

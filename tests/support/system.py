@@ -135,13 +135,15 @@ class System:
         job = await self.store.get_job(uuid.UUID(str(job_id)))
         return job.state.value if job else None
 
-    async def wait_for(self, state: str, *job_ids: str | uuid.UUID, what: str) -> None:
-        """Until every one of the jobs is in ``state``."""
+    async def wait_for(
+        self, state: str, *job_ids: str | uuid.UUID, what: str, within: float = 30.0
+    ) -> None:
+        """Until every one of the jobs is in ``state`` (fails after ``within`` seconds)."""
 
         async def reached() -> bool:
             return {await self.state_of(job_id) for job_id in job_ids} == {state}
 
-        await eventually(reached, what=what)
+        await eventually(reached, within=within, what=what)
 
     async def wait_for_depth(self, expected: int, queue: str = DEFAULT_QUEUE, *, what: str) -> None:
         """Until the queue holds exactly ``expected`` messages."""

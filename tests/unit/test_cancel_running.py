@@ -110,9 +110,10 @@ async def cancel_while_running(
 ) -> tuple[FakeDelivery, Verdict]:
     delivery = delivery_for(job)
     handling = asyncio.create_task(worker.handle(delivery))
-    await asyncio.wait_for(setup.started.wait(), 2)
+    await asyncio.wait_for(setup.started.wait(), 30)
     assert setup.store.request_cancel(job.id)
-    verdict = await asyncio.wait_for(handling, 2)  # the handler would sleep 30 s
+    # The handler would sleep 30 s: a verdict within half of that is the cancel's.
+    verdict = await asyncio.wait_for(handling, 15)
     return delivery, verdict
 
 

@@ -10,8 +10,12 @@ from jobrelay.core.relay import UNROUTABLE, OutboxRow, PublishOutcome
 from jobrelay.dispatcher.relay import Relay, RelayConfig, publish_retry_delay
 from tests.support.dispatcher_fakes import FakePublisher, InMemoryOutbox
 from tests.support.relay import one_batch
+from tests.support.waiting import eventually
 
 CONFIG = RelayConfig(batch_size=3, lease_seconds=10, poll_interval=0.01, maintenance_interval=0.01)
+# How long a stopped relay may take to return from run(): generous on a loaded machine, and
+# under the 30 s (or longer) intervals some tests set, so a stop that waited one out fails.
+STOPPED_WITHIN = 10.0
 
 
 def make_relay(outbox: InMemoryOutbox, publisher: FakePublisher) -> Relay:
@@ -57,16 +61,12 @@ async def test_nothing_is_leased_while_the_broker_is_unreachable() -> None:
     row = outbox.add()
     relay = make_relay(outbox, publisher)
     task = asyncio.create_task(relay.run())
-    await asyncio.sleep(0.3)
+    await _until(lambda: publisher.connects >= 2)  # it keeps trying
     assert row.publish_attempts == 0 and not row.published
-    assert publisher.connects >= 2, "it keeps trying"
     publisher.reachable = True
-    for _ in range(150):
-        if row.published:
-            break
-        await asyncio.sleep(0.02)
+    await _until(lambda: row.published)
     relay.stop()
-    await asyncio.wait_for(task, 2)
+    await asyncio.wait_for(task, STOPPED_WITHIN)
     assert row.published and row.publish_attempts == 1
 
 
@@ -80,12 +80,9 @@ async def test_the_loop_survives_a_database_outage_and_drains_full_batches_witho
     await asyncio.sleep(0.2)
     assert not task.done()
     outbox.unavailable = False
-    for _ in range(100):
-        if all(row.published for row in rows):
-            break
-        await asyncio.sleep(0.02)
+    await _until(lambda: all(row.published for row in rows))
     relay.stop()
-    await asyncio.wait_for(task, 2)
+    await asyncio.wait_for(task, STOPPED_WITHIN)
     assert all(row.published for row in rows)
     assert relay.metrics.published._value.get() == 10
 
@@ -95,7 +92,7 @@ async def test_stop_returns_from_run_while_it_waits_for_work() -> None:
     task = asyncio.create_task(relay.run())
     await asyncio.sleep(0.05)
     relay.stop()
-    await asyncio.wait_for(task, 1)
+    await asyncio.wait_for(task, STOPPED_WITHIN)
 
 
 class GatedPublisher(FakePublisher):
@@ -115,11 +112,10 @@ class GatedPublisher(FakePublisher):
 
 
 async def _until(condition: Callable[[], bool]) -> None:
-    for _ in range(200):
-        if condition():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("condition not reached")
+    async def holds() -> bool:
+        return condition()
+
+    await eventually(holds, within=10, interval=0.005)
 
 
 async def test_the_next_batch_is_leased_while_the_previous_one_waits_for_its_confirms() -> None:
@@ -139,7 +135,7 @@ async def test_the_next_batch_is_leased_while_the_previous_one_waits_for_its_con
     relay.stop()  # the batches in flight still finish
     publisher.gates[1].set()
     publisher.gates[2].set()
-    await asyncio.wait_for(task, 2)
+    await asyncio.wait_for(task, STOPPED_WITHIN)
     assert all(row.published for row in rows) and len(publisher.batches) == 3
 
 
@@ -156,7 +152,7 @@ async def test_a_failure_in_one_of_two_batches_in_flight_leaves_only_its_rows_un
     publisher.gates[0].set()
     await _until(lambda: rows[4].last_error is not None)
     relay.stop()
-    await asyncio.wait_for(task, 2)
+    await asyncio.wait_for(task, STOPPED_WITHIN)
     assert [row.published for row in rows] == [True, True, True, False, False]
     assert all(row.last_error == "unroutable: fake" for row in rows[3:])
 
@@ -179,7 +175,7 @@ async def test_while_the_broker_blocks_publishing_nothing_is_leased_and_the_bloc
     assert relay.metrics.broker_blocked._value.get() == 0
     assert relay.metrics.broker_blocks._value.get() == 1
     relay.stop()
-    await asyncio.wait_for(task, 1)
+    await asyncio.wait_for(task, STOPPED_WITHIN)
 
 
 async def test_stop_returns_from_run_while_the_broker_blocks_publishing() -> None:
@@ -191,23 +187,27 @@ async def test_stop_returns_from_run_while_the_broker_blocks_publishing() -> Non
     task = asyncio.create_task(relay.run())
     await _until(lambda: bool(outbox.broker_blocks))
     relay.stop()
-    await asyncio.wait_for(task, 1)
+    await asyncio.wait_for(task, STOPPED_WITHIN)
     assert outbox.broker_blocks == {}  # a stopped dispatcher leaves no block behind
 
 
 async def test_the_loop_wakes_when_the_next_row_comes_due_not_at_the_poll() -> None:
-    """A delayed job's row is published at its due time, with no NOTIFY and a long poll."""
+    """A delayed job's row is published at its due time, with no NOTIFY and a poll an hour
+    away: published within the wait below (far under the hour), only the due time can have
+    woken the loop. A logical bound, not a measure of speed."""
     outbox, publisher = InMemoryOutbox(), FakePublisher()
-    relay = Relay(outbox, publisher, RelayConfig(poll_interval=30, maintenance_interval=30))
+    relay = Relay(outbox, publisher, RelayConfig(poll_interval=3600, maintenance_interval=3600))
     loop = asyncio.get_running_loop()
     outbox.now = loop.time()
     row = outbox.add(due_in=0.2)
     task = asyncio.create_task(relay.run())
+
+    async def published() -> bool:
+        outbox.now = loop.time()  # the fake outbox's clock follows the loop's
+        return row.published
+
     try:
-        while not row.published:
-            outbox.now = loop.time()  # the fake outbox's clock follows the loop's
-            await asyncio.sleep(0.01)
-            assert loop.time() < row.due_at + 1, "not published near its due time"
+        await eventually(published, within=60, interval=0.01, what="the row at its due time")
     finally:
         relay.stop()
-        await asyncio.wait_for(task, 1)
+        await asyncio.wait_for(task, STOPPED_WITHIN)

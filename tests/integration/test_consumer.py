@@ -18,7 +18,8 @@ import pytest
 from pydantic import BaseModel
 
 from jobrelay.consumer.metrics import ConsumerMetrics
-from jobrelay.consumer.worker import Disposition, Worker
+from jobrelay.consumer.verdict import Disposition
+from jobrelay.consumer.worker import Worker
 from jobrelay.core.execution import LeaseTerms
 from jobrelay.core.jobs import Quarantine, RetryLater, Succeeded
 from jobrelay.core.message import Envelope

@@ -174,9 +174,12 @@ class Worker:
             self.metrics.in_flight.dec()
         return verdict
 
-    async def process(self, body: bytes, *, redelivered: bool, early: EarlyAck) -> Verdict:
+    async def process(
+        self, body: bytes, *, redelivered: bool = False, early: EarlyAck | None = None
+    ) -> Verdict:
         """Decide what becomes of one message: its job claimed (``consumer/claims.py``), run
-        and its outcome stored, or why nothing ran."""
+        and its outcome stored, or why nothing ran. ``early``: its ack ahead of the outcome,
+        armed once the claim committed (``handle``'s)."""
         try:
             envelope = Envelope.decode(body)
         except MalformedMessage as error:
@@ -191,14 +194,17 @@ class Worker:
         claim, lease_deadline = taken
         return await self._attempt(claim, lease_deadline, early)
 
-    async def _attempt(self, claim: Claimed, lease_deadline: float, early: EarlyAck) -> Verdict:
+    async def _attempt(
+        self, claim: Claimed, lease_deadline: float, early: EarlyAck | None
+    ) -> Verdict:
         """Run a claimed job and decide its outcome, then store it in one call (``_conclude``);
         a lost lease, or parents' results that could not be read, store nothing."""
         job = claim.job
         extra = {"job_id": str(job.id), "attempt": job.attempts, "type": job.type}
         tracing.execution_claimed(job)  # from here on the handler's trace is the job's
         log.info("claimed", extra={**extra, "event": "claimed"})
-        early.arm(dict(extra))  # the claim committed: the lease may hold the job alone
+        if early is not None:
+            early.arm(dict(extra))  # the claim committed: the lease may hold the job alone
         if job.cancel_requested_at is not None:
             # Asked of an earlier attempt that ended before it could carry it out (its consumer
             # crashed or stopped): the handler does not run again.
@@ -280,7 +286,7 @@ class Worker:
         job_type: JobType,
         payload: BaseModel,
         lease_deadline: float,
-        early: EarlyAck,
+        early: EarlyAck | None,
     ) -> HeldRun:
         """The handler under the lease's heartbeat (``consumer/lease.py``)."""
         job = claim.job
@@ -307,8 +313,9 @@ class Worker:
             # Shutdown past its grace period: the handler is stopped; the job is given back,
             # for its requeued message to claim at once. A message acked early is not
             # requeued: its lease is left to expire, and the dispatcher rescues the job.
-            await _shielded(early.disarm())  # no early ack after the release
-            if not early.sent:
+            if early is not None:
+                await _shielded(early.disarm())  # no early ack after the release
+            if early is None or not early.sent:
                 await _shielded(self.lease.release(claim))
             raise
 

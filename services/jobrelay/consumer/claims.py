@@ -72,9 +72,14 @@ class Claims:
         try:
             asked = time.monotonic()
             answer = await self._ask(job_id, job_type)
-            if isinstance(answer, Refused) and answer.reason is Refusal.OTHER_TYPE and answer.job:
+            if (
+                isinstance(answer, Refused)
+                and answer.reason is Refusal.OTHER_TYPE
+                and answer.job is not None
+            ):
                 # The message named another type than the job's (nothing was done): ask again
-                # as the job's own type, which this consumer runs or defers.
+                # as the job's own type, which this consumer runs or defers. Once is enough: a
+                # job's type never changes.
                 job_type, asked = answer.job.type, time.monotonic()
                 answer = await self._ask(job_id, job_type)
         except StoreUnavailable:

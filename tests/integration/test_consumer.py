@@ -18,7 +18,8 @@ import pytest
 from pydantic import BaseModel
 
 from jobrelay.consumer.metrics import ConsumerMetrics
-from jobrelay.consumer.worker import Disposition, Worker
+from jobrelay.consumer.verdict import Disposition
+from jobrelay.consumer.worker import Worker
 from jobrelay.core.execution import LeaseTerms
 from jobrelay.core.jobs import Quarantine, RetryLater, Succeeded
 from jobrelay.core.message import Envelope
@@ -181,9 +182,14 @@ def holding_registry(release_a: asyncio.Event) -> Registry:
 
 
 class PausedHeartbeatWorker(Worker):
-    async def _heartbeat(self, claim: Claimed, deadline: float) -> str:
-        await asyncio.Event().wait()
-        raise AssertionError("unreachable")
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lease.heartbeat = _never_beats  # type: ignore[method-assign]
+
+
+async def _never_beats(claim: Claimed, deadline: float) -> str:
+    await asyncio.Event().wait()
+    raise AssertionError("unreachable")
 
 
 async def test_a_stale_worker_cannot_complete_a_job_another_worker_reclaimed(

@@ -13,7 +13,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from jobrelay.consumer.metrics import ConsumerMetrics
-from jobrelay.consumer.worker import Backoff, Worker
+from jobrelay.consumer.patience import Backoff
+from jobrelay.consumer.worker import Worker
 from jobrelay.core.execution import ExecutionStore
 from jobrelay.core.registry import Registry
 from jobrelay.core.settings import Settings

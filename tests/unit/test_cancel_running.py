@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from jobrelay.consumer.worker import Verdict, Worker
+from jobrelay.consumer.verdict import Verdict
+from jobrelay.consumer.worker import Worker
 from jobrelay.core.execution import Claimed, Finish, LeaseTerms, Renewal
 from jobrelay.core.jobs import Cancelled, Job, Succeeded
 from jobrelay.core.message import Envelope

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from jobrelay.consumer.worker import Disposition, Verdict, Worker
+from jobrelay.consumer.verdict import Disposition, Verdict
+from jobrelay.consumer.worker import Worker
 from jobrelay.core.errors import PermanentError
 from jobrelay.core.execution import Claimed, Finish, LeaseTerms, Renewal
 from jobrelay.core.jobs import Job, Succeeded

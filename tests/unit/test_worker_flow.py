@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from jobrelay.consumer.worker import Disposition, Worker
+from jobrelay.consumer.verdict import Disposition
+from jobrelay.consumer.worker import Worker
 from jobrelay.core.deliveries import DeliveryOutcome
 from jobrelay.core.execution import HOLD_AT_LIMIT_SECONDS, Claimed, LeaseTerms
 from jobrelay.core.flow import Limit, Rate
@@ -115,7 +116,7 @@ async def test_a_job_whose_key_is_at_its_code_limit_is_held_for_a_jittered_momen
     waiting = store.add("t.one_per_key", {"key": "a"}, concurrency_key="a")
     other_key = store.add("t.one_per_key", {"key": "b"}, concurrency_key="b")
     worker = make_worker(store, registry, clock, tmp_path)
-    rules = worker._claim_rules("t.one_per_key")
+    rules = worker.claims.rules_for("t.one_per_key")
     assert isinstance(await store.claim(running.id, LeaseTerms.fresh(30), rules=rules), Claimed)
 
     _, verdict = await deliver(worker, waiting.id, "t.one_per_key")
@@ -139,7 +140,7 @@ async def test_a_slot_held_by_an_expired_lease_is_free(
     dead = store.add("t.one_per_key", {"key": "a"}, concurrency_key="a")
     waiting = store.add("t.one_per_key", {"key": "a"}, concurrency_key="a")
     worker = make_worker(store, registry, clock, tmp_path)
-    rules = worker._claim_rules("t.one_per_key")
+    rules = worker.claims.rules_for("t.one_per_key")
     assert isinstance(await store.claim(dead.id, LeaseTerms.fresh(5), rules=rules), Claimed)
     clock.now += timedelta(seconds=6)  # its consumer died: the lease ran out
     _, verdict = await deliver(worker, waiting.id, "t.one_per_key")
@@ -153,9 +154,9 @@ async def test_a_runtime_limit_holds_a_type_the_code_leaves_free(
     store.runtime_limits.update(runtime)
     first, second = store.add("t.free"), store.add("t.free")
     worker = make_worker(store, registry, clock, tmp_path, runtime)
-    assert worker._claim_rules("t.free").limited
+    assert worker.claims.rules_for("t.free").limited
     assert isinstance(
-        await store.claim(first.id, LeaseTerms.fresh(30), rules=worker._claim_rules("t.free")),
+        await store.claim(first.id, LeaseTerms.fresh(30), rules=worker.claims.rules_for("t.free")),
         Claimed,
     )
     _, verdict = await deliver(worker, second.id, "t.free")
@@ -182,8 +183,8 @@ def test_only_a_type_with_a_limit_in_force_is_claimed_alone(
 ) -> None:
     runtime: dict[str, Limit] = {}
     worker = make_worker(store, registry, clock, tmp_path, runtime)
-    assert not worker._claim_rules("t.free").limited
-    assert worker._claim_rules("t.one_per_key").limited
-    assert worker._claim_rules("t.two_per_second").code_limit == Limit(rate=Rate(2, 1))
+    assert not worker.claims.rules_for("t.free").limited
+    assert worker.claims.rules_for("t.one_per_key").limited
+    assert worker.claims.rules_for("t.two_per_second").code_limit == Limit(rate=Rate(2, 1))
     runtime["t.free"] = Limit()  # a runtime row, even one that lifts every limit
-    assert worker._claim_rules("t.free").limited
+    assert worker.claims.rules_for("t.free").limited

@@ -8,7 +8,8 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobrelay.consumer.worker import Verdict, Worker
+from jobrelay.consumer.verdict import Verdict
+from jobrelay.consumer.worker import Worker
 from jobrelay.core.errors import PermanentError
 from jobrelay.core.jobs import Job
 from jobrelay.core.message import Envelope

@@ -5,7 +5,8 @@ broker's ``consumer_timeout`` (30 minutes by default, node-wide on 3.10): every 
 the channel goes back and the long job's own ack fails. Once the claim has committed, the lease
 already decides who runs the job (a redelivery under a live lease is a duplicate; an expired
 lease is rescued by the dispatcher), so a job still running ``long_job_ack_seconds`` after its
-delivery arrived has its message acked, and its lease alone holds it from then on.
+delivery arrived has its message acked, and its lease alone holds it from then on. Its
+outcome is settled here too (``EarlyAck.settle``): the broker has no message of it left to ack.
 """
 
 from __future__ import annotations
@@ -15,14 +16,18 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from jobrelay.consumer.metrics import ConsumerMetrics
+from jobrelay.consumer.patience import Backoff
+from jobrelay.consumer.verdict import Disposition, Verdict
 from jobrelay.core.execution import Delivery
 
 log = logging.getLogger("jobrelay.consumer")
 
 ACK_TIMEOUT_SECONDS = 10.0
+# Tries at the quarantine copy of a long job's message acked early (a reconnect in between).
+LATE_DEAD_LETTER_TRIES = 4
 
 # RabbitMQ's reason when it closes a channel over a delivery held past its consumer_timeout
 # (3.10: "PRECONDITION_FAILED - delivery acknowledgement on channel 1 timed out. Timeout value
@@ -119,3 +124,41 @@ class EarlyAck:
                 type(error).__name__,
                 extra={**self.extra, "event": "settle_failed", "outcome": "long_job_acked"},
             )
+
+    async def settle(self, verdict: Verdict, backoff: Backoff) -> None:
+        """Settle the delivery, its message acked early (docs/long-jobs.md): an ack is done; a
+        quarantine still needs its message in the quarantine queue; a requeue has no message to
+        put back, and needs none: the job comes back through its lease, which expires unrenewed
+        and is rescued by the dispatcher with a new outbox row."""
+        if verdict.disposition is Disposition.ACK:
+            return
+        if verdict.disposition is Disposition.REQUEUE:
+            log.info(
+                "not finished; its message was acked early: the job comes back once its "
+                "lease expires",
+                extra={**self.extra, "event": "long_job_given_back", "outcome": verdict.outcome},
+            )
+            return
+        try:
+            await _patiently_publish(self.delivery.dead_letter_after_ack, backoff)
+        except Exception as error:
+            # The quarantine is committed; the quarantine sweep restores a missing message.
+            self.metrics.settle_errors.inc()
+            log.warning(
+                "quarantined, but its message could not be put in the quarantine queue (%s)",
+                type(error).__name__,
+                extra={**self.extra, "event": "settle_failed", "outcome": verdict.outcome},
+            )
+
+
+async def _patiently_publish(publish: Callable[[], Awaitable[None]], backoff: Backoff) -> None:
+    """A few tries at a publish, each with a timeout: a reconnect of the broker in between
+    takes seconds."""
+    for failures in range(1, LATE_DEAD_LETTER_TRIES + 1):
+        try:
+            async with asyncio.timeout(10):
+                return await publish()
+        except Exception:
+            if failures == LATE_DEAD_LETTER_TRIES:
+                raise
+            await asyncio.sleep(backoff.before_republish(failures))

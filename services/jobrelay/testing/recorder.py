@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 import jobrelay
 from jobrelay.core.errors import InvalidPayload
+from jobrelay.core.idempotency import KeyDecision, Submission, check_submission, decide
 from jobrelay.core.ids import new_id
 from jobrelay.core.jobs import Flow, JobRequest
 from jobrelay.core.registry import (
@@ -27,7 +28,6 @@ from jobrelay.core.registry import (
     override_enqueuer,
 )
 from jobrelay.core.states import JobState
-from jobrelay.db.accept import Submission
 from jobrelay.testing.verdicts import Verdict, as_stored, outside_a_loop, run_job_async
 
 
@@ -291,12 +291,14 @@ class Recorder:
         """The job an enqueue answers, under the API's idempotency rules."""
         submission = _submission(asked)
         request, fingerprint = submission.request, submission.fingerprint
-        held = self._by_key.get(request.idempotency_key)
-        if held is not None:
-            if held[0] != fingerprint:
-                raise _conflict(held[1].id)
-            self.calls.append(held[1])
-            return held[1]
+        held_hash, held = self._by_key.get(request.idempotency_key, (None, None))
+        decision = decide(held_hash, fingerprint)
+        if decision is KeyDecision.CONFLICT:
+            assert held is not None
+            raise _conflict(held.id)
+        if held is not None:  # the key's job, for the same request
+            self.calls.append(held)
+            return held
         live = self._live_unique(request)
         if live is not None:
             self.calls.append(live)
@@ -361,12 +363,10 @@ _MODULE_ENQUEUES = ("enqueue", "enqueue_async")
 
 def _submission(asked: _Asked) -> Submission:
     """The checked request and its fingerprint, by ``jobrelay.enqueue``'s own checks
-    (``transactional.py::_submission``, free of any connection): ``ValueError`` / ``TypeError``
-    for what no submission can have, ``InvalidPayload`` against a known type. Its fingerprint
-    is the one the database keeps (``db/accept.py::Submission``)."""
-    from jobrelay import transactional  # psycopg and SQLAlchemy: only once a job is recorded
-
-    return transactional.checked_submission(
+    (``core/idempotency.py::check_submission``): ``ValueError`` / ``TypeError`` for what no
+    submission can have, ``InvalidPayload`` against a known type. Its fingerprint is the one
+    the database keeps."""
+    return check_submission(
         asked.type,
         asked.payload,
         asked.key if asked.key is not None else str(uuid.uuid4()),

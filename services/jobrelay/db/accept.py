@@ -3,7 +3,9 @@
 ``accept_steps`` is a generator of statements: it yields each statement with its parameters,
 is sent back the rows, and returns the outcome. It touches no connection, so both paths drive
 the same algorithm: ``Store.accept_job`` on its pool, ``jobrelay.enqueue`` on the caller's
-connection (``drive`` and ``drive_async``).
+connection (``drive`` and ``drive_async``). The request hash and what a held key answers are
+the pure core's (``core/idempotency.py``), shared with the batch, the workflow accept and the
+testing kit's ``Recorder``.
 """
 
 from __future__ import annotations

@@ -291,14 +291,13 @@ class Recorder:
         """The job an enqueue answers, under the API's idempotency rules."""
         submission = _submission(asked)
         request, fingerprint = submission.request, submission.fingerprint
-        held_hash, held = self._by_key.get(request.idempotency_key, (None, None))
-        decision = decide(held_hash, fingerprint)
-        if decision is KeyDecision.CONFLICT:
-            assert held is not None
-            raise _conflict(held.id)
-        if held is not None:  # the key's job, for the same request
-            self.calls.append(held)
-            return held
+        held = self._by_key.get(request.idempotency_key)
+        if held is not None:
+            held_hash, held_job = held
+            if decide(held_hash, fingerprint) is KeyDecision.CONFLICT:
+                raise _conflict(held_job.id)
+            self.calls.append(held_job)
+            return held_job
         live = self._live_unique(request)
         if live is not None:
             self.calls.append(live)

@@ -398,19 +398,11 @@ def _as_uuid(text: str) -> uuid.UUID | None:
 
 
 def _conflict(detail: str, holder: uuid.UUID, *, held_by: str = "job_id") -> Exception:
-    """The HTTP client's ``IdempotencyConflict``, with the problem the API would answer
-    (``held_by``: the field naming what holds the key). Imported here, on this rare path
-    only: the client's package loads httpx."""
+    """The HTTP client's ``IdempotencyConflict``. Imported here, on this rare path only: the
+    client's package loads httpx."""
     from jobrelay.client.errors import IdempotencyConflict
 
-    problem = {
-        "title": "This Idempotency-Key was already used for a different request",
-        "status": 409,
-        "code": IdempotencyConflict.code,
-        "detail": detail,
-        held_by: str(holder),
-    }
-    return IdempotencyConflict(409, IdempotencyConflict.code, detail, problem=problem)
+    return IdempotencyConflict.of_holder(detail, holder, held_by=held_by)
 
 
 def _kind(value: object) -> str:

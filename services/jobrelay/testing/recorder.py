@@ -398,17 +398,9 @@ def _new_job(submission: Submission, asked: _Asked) -> RecordedJob:
 
 
 def _conflict(holder: uuid.UUID) -> Exception:
-    """The ``IdempotencyConflict`` jobrelay raises (the HTTP client's class, which
-    ``jobrelay.enqueue`` raises too), naming the job that holds the key. Imported here, on
-    this rare path only: the client's package loads httpx."""
+    """The ``IdempotencyConflict`` ``jobrelay.enqueue`` raises, naming the job that holds the
+    key. Imported here, on this rare path only: the client's package loads httpx."""
     from jobrelay.client.errors import IdempotencyConflict
 
     detail = "the key was used for another type, payload or schedule"
-    problem = {
-        "title": "This Idempotency-Key was already used for a different request",
-        "status": 409,
-        "code": IdempotencyConflict.code,
-        "detail": detail,
-        "job_id": str(holder),
-    }
-    return IdempotencyConflict(409, IdempotencyConflict.code, detail, problem=problem)
+    return IdempotencyConflict.of_holder(detail, holder)

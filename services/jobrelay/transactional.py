@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Awaitable, Callable, Generator
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -52,22 +53,16 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_scoped_session
 from sqlalchemy.orm import Session, scoped_session
 
 from jobrelay import telemetry
-from jobrelay.core.bounds import (
-    DEFAULT_MAX_ATTEMPTS,
-    IDEMPOTENCY_KEY_MAX,
-    MAX_ATTEMPTS_MAX,
-    TYPE_NAME_MAX,
-)
+from jobrelay.core.bounds import DEFAULT_MAX_ATTEMPTS
 from jobrelay.core.clients import matches_any
-from jobrelay.core.fingerprint import canonical_json
-from jobrelay.core.jobs import Flow, Job, JobRequest, is_valid_idempotency_key
-from jobrelay.core.jsonvalues import unstorable_json
+from jobrelay.core.idempotency import Submission, check_key, check_submission, checked_job
+from jobrelay.core.jobs import Flow, Job, JobRequest
 from jobrelay.core.registry import Registry
 from jobrelay.core.settings import DEFAULT_SCHEMA, libpq_url, validate_schema_name
 from jobrelay.core.telemetry_context import valid_traceparent
 from jobrelay.core.workflows import OnFailure, Workflow, WorkflowStep, workflow_step
 from jobrelay.db import queries as q
-from jobrelay.db.accept import Step, Steps, Submission, accept_steps, drive, drive_async
+from jobrelay.db.accept import Step, Steps, accept_steps, drive, drive_async
 from jobrelay.db.schema import in_schema
 from jobrelay.db.workflow_store import WorkflowSubmission, accept_workflow_steps
 
@@ -285,67 +280,13 @@ def checked_submission(
     traceparent: str | None = None,
     flow: Flow | None = None,
 ) -> Submission:
-    """The checked request, or the error that says what is wrong with it: every check of
-    ``enqueue`` before its first statement (the testing kit's recorder checks with it too)."""
-    flow = flow or Flow()
-    _check_key(key)
-    payload_json = _checked_job(job_type, payload, max_attempts)
-    defaults = Flow()
-    if registry is not None:
-        model = registry.validate_payload(job_type, payload)
-        defaults = registry.flow_defaults(job_type, model, flow)
-    if max_attempts is None:
-        max_attempts = (
-            registry.max_attempts_for(job_type, DEFAULT_MAX_ATTEMPTS)
-            if registry is not None
-            else DEFAULT_MAX_ATTEMPTS
-        )
-    # Checks the schedule: an offset on run_at, a delay within a year, not both.
-    request = JobRequest(
-        key,
-        job_type,
-        payload,
-        max_attempts,
-        run_at=run_at,
-        delay_seconds=delay_seconds,
-        flow=flow,
-        defaults=defaults,
+    """The checked request (``core/idempotency.py::check_submission``, which the testing kit's
+    recorder checks with too) with its trace context, or the error that says what is wrong:
+    every check of ``enqueue`` before its first statement."""
+    checked = check_submission(
+        job_type, payload, key, run_at, delay_seconds, max_attempts, registry, flow
     )
-    return Submission(request, payload_json, _trace_context(traceparent))
-
-
-def _check_key(key: object) -> None:
-    if not isinstance(key, str) or not is_valid_idempotency_key(key):
-        raise ValueError(
-            f"key must be 1 to {IDEMPOTENCY_KEY_MAX} visible ASCII characters (0x21-0x7E)"
-        )
-
-
-def _checked_job(job_type: object, payload: object, max_attempts: object) -> str:
-    """The payload as stored JSON, once the type's shape, the payload and ``max_attempts``
-    (None: not given) are what a job can have; else the error that says which is not."""
-    if (
-        not isinstance(job_type, str)
-        or not 1 <= len(job_type) <= TYPE_NAME_MAX
-        or "\x00" in job_type
-    ):
-        raise ValueError(f"type must be a string of 1 to {TYPE_NAME_MAX} characters, without NUL")
-    if not isinstance(payload, dict):
-        raise TypeError(f"payload must be a JSON object (a dict), not {_kind(payload)}")
-    try:
-        payload_json = canonical_json(payload)
-    except (TypeError, ValueError) as error:  # a value JSON has no form for; a cycle
-        raise TypeError(f"payload is not JSON: {error}") from None
-    problem = unstorable_json(payload)  # JSON, but not for jsonb: NaN, infinity, NUL
-    if problem is not None:
-        raise ValueError(f"payload cannot be stored: {problem}")
-    if max_attempts is not None and (
-        not isinstance(max_attempts, int)
-        or isinstance(max_attempts, bool)
-        or not 1 <= max_attempts <= MAX_ATTEMPTS_MAX
-    ):
-        raise ValueError(f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_MAX}")
-    return payload_json
+    return replace(checked, traceparent=_trace_context(traceparent))
 
 
 def _workflow_submission(
@@ -357,7 +298,7 @@ def _workflow_submission(
 ) -> WorkflowSubmission:
     """The checked workflow (every job as ``enqueue`` checks one, then the graph), or the
     error that says what is wrong with it."""
-    _check_key(key)
+    check_key(key)
     policy = OnFailure(on_failure)  # ValueError: no such policy
     steps = tuple(_workflow_step(job, registry) for job in workflow.jobs)
     return WorkflowSubmission(key, policy, steps, _trace_context(traceparent))
@@ -367,7 +308,7 @@ def _workflow_step(job: dict[str, Any], registry: Registry | None) -> WorkflowSt
     ref, job_type, payload = job["ref"], job["type"], job["payload"]
     after, priority = tuple(job.get("after", ())), job.get("priority")
     max_attempts: int | None = job.get("max_attempts")
-    _checked_job(job_type, payload, max_attempts)
+    checked_job(job_type, payload, max_attempts)
     if registry is not None:
         return workflow_step(
             registry,
@@ -457,19 +398,11 @@ def _as_uuid(text: str) -> uuid.UUID | None:
 
 
 def _conflict(detail: str, holder: uuid.UUID, *, held_by: str = "job_id") -> Exception:
-    """The HTTP client's ``IdempotencyConflict``, with the problem the API would answer
-    (``held_by``: the field naming what holds the key). Imported here, on this rare path
-    only: the client's package loads httpx."""
+    """The HTTP client's ``IdempotencyConflict``. Imported here, on this rare path only: the
+    client's package loads httpx."""
     from jobrelay.client.errors import IdempotencyConflict
 
-    problem = {
-        "title": "This Idempotency-Key was already used for a different request",
-        "status": 409,
-        "code": IdempotencyConflict.code,
-        "detail": detail,
-        held_by: str(holder),
-    }
-    return IdempotencyConflict(409, IdempotencyConflict.code, detail, problem=problem)
+    return IdempotencyConflict.of_holder(detail, holder, held_by=held_by)
 
 
 def _kind(value: object) -> str:

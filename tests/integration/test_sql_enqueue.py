@@ -3,7 +3,7 @@ PostgreSQL: from psycopg and from a real psql session, beside ``jobrelay.enqueue
 under the same idempotency keys, and (for "the job runs") with a real dispatcher and consumer.
 
 Its canonical JSON and request hash are checked against the Python ones they must equal
-(``core/fingerprint.py``, ``db/accept.py``) on many generated payloads."""
+(``core/fingerprint.py``, ``core/idempotency.py``) on many generated payloads."""
 
 from __future__ import annotations
 
@@ -27,10 +27,10 @@ from hypothesis import strategies as st
 
 import jobrelay
 from jobrelay.core.fingerprint import canonical_json
+from jobrelay.core.idempotency import Submission
 from jobrelay.core.jobs import Flow, JobRequest
 from jobrelay.core.states import JobState
 from jobrelay.core.type_catalog import RegisteredType
-from jobrelay.db.accept import Submission
 from jobrelay.db.client_store import ClientStore
 from jobrelay.db.engine import libpq_url
 from jobrelay.db.store import Store

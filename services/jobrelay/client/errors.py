@@ -64,6 +64,22 @@ class IdempotencyConflict(ApiError):
 
     code = "idempotency_conflict"
 
+    @classmethod
+    def of_holder(
+        cls, detail: str, holder: uuid.UUID, *, held_by: str = "job_id"
+    ) -> IdempotencyConflict:
+        """The conflict raised without the API (``jobrelay.enqueue``, the testing kit's
+        ``Recorder``), with the problem the API would answer; ``held_by`` names the field of
+        what holds the key (``job_id``, ``workflow_id``)."""
+        problem = {
+            "title": "This Idempotency-Key was already used for a different request",
+            "status": 409,
+            "code": cls.code,
+            "detail": detail,
+            held_by: str(holder),
+        }
+        return cls(409, cls.code, detail, problem=problem)
+
     @property
     def job_id(self) -> uuid.UUID | None:
         """The job that holds the key, when the API named it."""

@@ -3,7 +3,9 @@
 ``accept_steps`` is a generator of statements: it yields each statement with its parameters,
 is sent back the rows, and returns the outcome. It touches no connection, so both paths drive
 the same algorithm: ``Store.accept_job`` on its pool, ``jobrelay.enqueue`` on the caller's
-connection (``drive`` and ``drive_async``).
+connection (``drive`` and ``drive_async``). The request hash and what a held key answers are
+the pure core's (``core/idempotency.py``), shared with the batch, the workflow accept and the
+testing kit's ``Recorder``.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from typing import Any, TypeVar, cast
 
 from sqlalchemy import TextClause
 
-from jobrelay.core.fingerprint import canonical_json, request_hash_of_json
+from jobrelay.core.idempotency import KeyDecision, Submission, decide
 from jobrelay.core.ids import new_id
-from jobrelay.core.jobs import Job, JobRequest
+from jobrelay.core.jobs import Job
 from jobrelay.db import queries as q
 from jobrelay.db.rows import job_from_row
 
@@ -43,25 +45,16 @@ class AcceptResult:
     """True when a live job of the same client, type and unique key answered the submission
     (``job``), which made none: its idempotency key is not kept (docs/flow-control.md)."""
 
-
-@dataclass(frozen=True)
-class Submission:
-    """A checked request with its payload serialized once (stored and fingerprinted)."""
-
-    request: JobRequest
-    payload_json: str
-    traceparent: str | None = None  # stored with a new job, not fingerprinted
-
     @classmethod
-    def of(cls, request: JobRequest, traceparent: str | None = None) -> Submission:
-        return cls(request, canonical_json(request.payload), traceparent)
+    def held(cls, job: Job, decision: KeyDecision) -> AcceptResult:
+        """The answer to a submission whose key ``job`` holds (``decision``: ``decide``'s)."""
+        return cls(job=job, created=False, conflict=decision is KeyDecision.CONFLICT)
 
-    @property
-    def fingerprint(self) -> str:
-        request = self.request
-        return request_hash_of_json(
-            request.type, self.payload_json, request.schedule, request.flow.given()
-        )
+
+def held_by_row(row: Any, fingerprint: str) -> AcceptResult:
+    """The answer to a submission hashed ``fingerprint`` whose key the job of ``row`` holds
+    (a row of JOB_BY_KEY or JOBS_BY_KEYS)."""
+    return AcceptResult.held(job_from_row(row), decide(row.request_hash, fingerprint))
 
 
 def accept_steps(client_id: uuid.UUID, submission: Submission) -> Steps[AcceptResult]:
@@ -110,8 +103,7 @@ def accept_steps(client_id: uuid.UUID, submission: Submission) -> Steps[AcceptRe
             {"client_id": client_id, "idempotency_key": request.idempotency_key},
         )
         if existing:
-            conflict = existing[0].request_hash != fingerprint
-            return AcceptResult(job=job_from_row(existing[0]), created=False, conflict=conflict)
+            return held_by_row(existing[0], fingerprint)
         if flow.unique_key is not None:
             live = yield (
                 q.LIVE_JOB_BY_UNIQUE_KEY,

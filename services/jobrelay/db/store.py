@@ -19,6 +19,7 @@ from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
+from jobrelay.core.idempotency import Submission, decide
 from jobrelay.core.ids import new_id
 from jobrelay.core.jobs import CancelAnswer, Job, JobRequest, JournalEntry
 from jobrelay.core.settings import DEFAULT_SCHEMA
@@ -34,7 +35,13 @@ from jobrelay.core.stats import (
 )
 from jobrelay.core.trace import JobTrace, OutboxEntry, StoredResult
 from jobrelay.db import queries as q
-from jobrelay.db.accept import AcceptResult, Submission, accept_steps, all_present, drive_async
+from jobrelay.db.accept import (
+    AcceptResult,
+    accept_steps,
+    all_present,
+    drive_async,
+    held_by_row,
+)
 from jobrelay.db.arrays import with_array_literals
 from jobrelay.db.engine import PoolMode, is_primary_gone, make_engine, translated_errors
 from jobrelay.db.rows import job_from_row, journal_entry
@@ -250,12 +257,10 @@ class Store:
                 maker = position[inserted[key].id]
                 made = results[maker]
                 assert made is not None
-                conflict = fingerprints[maker] != fingerprints[index]
-                results[index] = AcceptResult(job=made.job, created=False, conflict=conflict)
+                decision = decide(fingerprints[maker], fingerprints[index])
+                results[index] = AcceptResult.held(made.job, decision)
             elif key in existing:
-                conflict = existing[key].request_hash != fingerprints[index]
-                job = job_from_row(existing[key])
-                results[index] = AcceptResult(job=job, created=False, conflict=conflict)
+                results[index] = held_by_row(existing[key], fingerprints[index])
             else:  # retention deleted the key's job meanwhile: the key is free again; or a live
                 # job holds its unique key, which the single accept finds (deduplicated)
                 results[index] = await self._accept(client_id, submissions[index])

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from jobrelay.core.fingerprint import canonical_json
+from jobrelay.core.idempotency import KeyDecision, decide
 from jobrelay.core.ids import new_id
 from jobrelay.core.states import JobState
 from jobrelay.core.workflows import (
@@ -105,7 +106,8 @@ def accept_workflow_steps(
     if not existing:  # not expected: workflows are never deleted
         raise RuntimeError("a workflow's key was taken, yet no workflow holds it")
     row = existing[0]
-    return WorkflowAccepted(row.id, created=False, conflict=row.request_hash != fingerprint)
+    decision = decide(row.request_hash, fingerprint)
+    return WorkflowAccepted(row.id, created=False, conflict=decision is KeyDecision.CONFLICT)
 
 
 def workflow_view(workflow: Any, jobs: Sequence[Any]) -> WorkflowView:

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 import jobrelay
 from jobrelay.core.errors import InvalidPayload
+from jobrelay.core.idempotency import KeyDecision, Submission, check_submission, decide
 from jobrelay.core.ids import new_id
 from jobrelay.core.jobs import Flow, JobRequest
 from jobrelay.core.registry import (
@@ -27,7 +28,6 @@ from jobrelay.core.registry import (
     override_enqueuer,
 )
 from jobrelay.core.states import JobState
-from jobrelay.db.accept import Submission
 from jobrelay.testing.verdicts import Verdict, as_stored, outside_a_loop, run_job_async
 
 
@@ -293,10 +293,11 @@ class Recorder:
         request, fingerprint = submission.request, submission.fingerprint
         held = self._by_key.get(request.idempotency_key)
         if held is not None:
-            if held[0] != fingerprint:
-                raise _conflict(held[1].id)
-            self.calls.append(held[1])
-            return held[1]
+            held_hash, held_job = held
+            if decide(held_hash, fingerprint) is KeyDecision.CONFLICT:
+                raise _conflict(held_job.id)
+            self.calls.append(held_job)
+            return held_job
         live = self._live_unique(request)
         if live is not None:
             self.calls.append(live)
@@ -361,12 +362,10 @@ _MODULE_ENQUEUES = ("enqueue", "enqueue_async")
 
 def _submission(asked: _Asked) -> Submission:
     """The checked request and its fingerprint, by ``jobrelay.enqueue``'s own checks
-    (``transactional.py::_submission``, free of any connection): ``ValueError`` / ``TypeError``
-    for what no submission can have, ``InvalidPayload`` against a known type. Its fingerprint
-    is the one the database keeps (``db/accept.py::Submission``)."""
-    from jobrelay import transactional  # psycopg and SQLAlchemy: only once a job is recorded
-
-    return transactional.checked_submission(
+    (``core/idempotency.py::check_submission``): ``ValueError`` / ``TypeError`` for what no
+    submission can have, ``InvalidPayload`` against a known type. Its fingerprint is the one
+    the database keeps."""
+    return check_submission(
         asked.type,
         asked.payload,
         asked.key if asked.key is not None else str(uuid.uuid4()),
@@ -399,17 +398,9 @@ def _new_job(submission: Submission, asked: _Asked) -> RecordedJob:
 
 
 def _conflict(holder: uuid.UUID) -> Exception:
-    """The ``IdempotencyConflict`` jobrelay raises (the HTTP client's class, which
-    ``jobrelay.enqueue`` raises too), naming the job that holds the key. Imported here, on
-    this rare path only: the client's package loads httpx."""
+    """The ``IdempotencyConflict`` ``jobrelay.enqueue`` raises, naming the job that holds the
+    key. Imported here, on this rare path only: the client's package loads httpx."""
     from jobrelay.client.errors import IdempotencyConflict
 
     detail = "the key was used for another type, payload or schedule"
-    problem = {
-        "title": "This Idempotency-Key was already used for a different request",
-        "status": 409,
-        "code": IdempotencyConflict.code,
-        "detail": detail,
-        "job_id": str(holder),
-    }
-    return IdempotencyConflict(409, IdempotencyConflict.code, detail, problem=problem)
+    return IdempotencyConflict.of_holder(detail, holder)

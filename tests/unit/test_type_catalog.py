@@ -24,13 +24,13 @@ from jobrelay.core.registry import JobType, Registry
 from jobrelay.core.type_catalog import (
     MISS_RELOAD_SECONDS,
     REFRESH_SECONDS,
-    InMemoryTypeStore,
     RegisteredType,
     RegisteredTypes,
     SchemaValidators,
     TypeCatalog,
     registrable_types,
 )
+from tests.support.type_store_fakes import InMemoryTypeStore
 
 
 class Address(BaseModel):

@@ -21,7 +21,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -117,25 +117,6 @@ class TypeStore(Protocol):
 
     async def registered_types(self) -> list[RegisteredType]:
         """Every registered type."""
-
-
-@dataclass
-class InMemoryTypeStore:
-    """The ``TypeStore`` of unit tests; ``reads`` counts ``registered_types`` calls."""
-
-    types: dict[str, RegisteredType] = field(default_factory=dict)
-    reads: int = 0
-    clock: Callable[[], datetime] | None = None
-
-    async def register_types(self, types: Sequence[RegisteredType]) -> None:
-        for registered in types:
-            at = self.clock() if self.clock is not None else None
-            self.types[registered.name] = replace(registered, registered_at=at)
-
-    async def registered_types(self) -> list[RegisteredType]:
-        self.reads += 1
-        await asyncio.sleep(0)  # a read suspends, as a database's does
-        return [self.types[name] for name in sorted(self.types)]
 
 
 class PayloadTypes(Protocol):

@@ -68,27 +68,23 @@ WITH asked AS (
 SELECT id, idempotency_key, created_at, available_at FROM j;
 
 -- name: job_by_key
-SELECT 
-    j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, j.state,
-    j.attempts, j.max_attempts, j.available_at, j.lease_token, j.lease_until,
-    j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at, j.run_at,
-    j.cancel_requested_at, j.traceparent, j.priority, j.concurrency_key, j.unique_key,
-    j.workflow_id, j.workflow_ref, j.progress, j.replayed_attempts
-, r.result
-    FROM jobrelay.jobs j LEFT JOIN jobrelay.job_results r ON r.job_id = j.id
-    WHERE j.client_id = :client_id AND j.idempotency_key = :idempotency_key;
+SELECT j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, j.state,
+       j.attempts, j.max_attempts, j.available_at, j.lease_token, j.lease_until,
+       j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at, j.run_at,
+       j.cancel_requested_at, j.traceparent, j.priority, j.concurrency_key, j.unique_key,
+       j.workflow_id, j.workflow_ref, j.progress, j.replayed_attempts, r.result
+FROM jobrelay.jobs j LEFT JOIN jobrelay.job_results r ON r.job_id = j.id
+WHERE j.client_id = :client_id AND j.idempotency_key = :idempotency_key;
 
 -- name: live_job_by_unique_key
 -- The live job that holds a client's unique key of a type (ux_jobs_live_unique_key): the answer
 -- to a unique submission whose insert found it. None when it finished meanwhile: the accept
 -- then inserts again.
-SELECT 
-    j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, j.state,
-    j.attempts, j.max_attempts, j.available_at, j.lease_token, j.lease_until,
-    j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at, j.run_at,
-    j.cancel_requested_at, j.traceparent, j.priority, j.concurrency_key, j.unique_key,
-    j.workflow_id, j.workflow_ref, j.progress, j.replayed_attempts
-, NULL::jsonb AS result
-    FROM jobrelay.jobs j
-    WHERE j.client_id = :client_id AND j.type = :type AND j.unique_key = :unique_key
-      AND state IN ('queued', 'running', 'retrying', 'waiting');
+SELECT j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, j.state,
+       j.attempts, j.max_attempts, j.available_at, j.lease_token, j.lease_until,
+       j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at, j.run_at,
+       j.cancel_requested_at, j.traceparent, j.priority, j.concurrency_key, j.unique_key,
+       j.workflow_id, j.workflow_ref, j.progress, j.replayed_attempts, NULL::jsonb AS result
+FROM jobrelay.jobs j
+WHERE j.client_id = :client_id AND j.type = :type AND j.unique_key = :unique_key
+  AND state IN ('queued', 'running', 'retrying', 'waiting');

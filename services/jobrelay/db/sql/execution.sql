@@ -13,66 +13,79 @@
 -- Nothing of the consumer's queue (:queue, NULL: none) is claimed while it is paused: its row is
 -- share-locked first (FOR KEY SHARE, before any job row), so a pause (PAUSE_QUEUE locks the row
 -- FOR UPDATE) waits for the claims under way, and a claim that waited for a pause sees it.
--- A request not :checked (its type's limit checked by the caller's transaction, "flow control:
--- claim" below) claims only a job of a type without a runtime limit (``type_limits``).
+-- A request not :checked (its type's limit checked by the caller's transaction, CLAIM_CANDIDATE
+-- below) claims only a job of a type without a runtime limit (``type_limits``). Nothing of a
+-- cancelled workflow is claimed (it is cancelled as soon as the workflow's cancel reaches it).
+--
+-- The consumer's hot path runs as group commits (``db/group_commit.py``): one statement claims,
+-- or finishes, the jobs of every delivery that arrived together, each row fenced on its own.
+-- The requests come as parallel arrays; a row the statement cannot move is simply not returned,
+-- and its caller alone finds out why. Rows are locked in id order, so two groups that share a
+-- job (duplicate deliveries) wait for each other instead of deadlocking.
 WITH asked AS (
-        SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:lease_tokens AS uuid[]),
-                             CAST(:lease_seconds AS float8[]), CAST(:details AS text[]),
-                             CAST(:types AS text[]), CAST(:checked AS boolean[]))
-                      AS a(job_id, asked_token, asked_seconds, asked_detail, asked_type,
-                           limit_checked)
-    ), queue AS MATERIALIZED (
-        SELECT paused_at IS NULL AS open FROM jobrelay.queues
-        WHERE name = CAST(:queue AS text) FOR KEY SHARE
-    ), before AS (
-        SELECT id, state AS previous_state FROM jobrelay.jobs
-        WHERE id IN (SELECT job_id FROM asked)
-          AND coalesce((SELECT open FROM queue), true)  -- no row: no pause to keep
-        -- NO KEY: the journal rows other transactions insert for these jobs (their foreign
-        -- key takes FOR KEY SHARE, in no particular order) neither wait nor deadlock on it.
-        ORDER BY id FOR NO KEY UPDATE
-    ), claimed AS (
-        UPDATE jobrelay.jobs j
-        SET state = 'running', attempts = j.attempts + 1, lease_token = a.asked_token,
-            lease_until = now() + make_interval(secs => a.asked_seconds), updated_at = now(),
-            type_unknown_since = NULL  -- a consumer that knows the type has it now
-        FROM before b JOIN asked a ON a.job_id = b.id
-        WHERE j.id = b.id AND j.attempts < j.max_attempts
-          -- a consumer claims only a job it can run (NULL: any type)
-          AND (a.asked_type IS NULL OR j.type = a.asked_type)
-          AND (a.limit_checked
-               OR NOT EXISTS (SELECT 1 FROM jobrelay.type_limits l WHERE l.type = j.type))
-          AND (j.workflow_id IS NULL OR NOT EXISTS (SELECT 1 FROM jobrelay.workflows w WHERE w.id = j.workflow_id AND w.cancelled_at IS NOT NULL))
-          AND ((state IN ('queued', 'retrying') AND available_at <= now()) OR (state = 'running' AND lease_until < now()))
-        RETURNING 
-    j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, j.state,
-    j.attempts, j.max_attempts, j.available_at, j.lease_token, j.lease_until,
-    j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at, j.run_at,
-    j.cancel_requested_at, j.traceparent, j.priority, j.concurrency_key, j.unique_key,
-    j.workflow_id, j.workflow_ref, j.progress, j.replayed_attempts
-, b.previous_state, a.asked_detail
-    ), new_events AS (
-        -- One INSERT, so the journal reads in order: the expiry first, then the new claim.
-        -- At the statement's clock, not its transaction's start: a claim under a limit waits
-        -- for its slot's lock within its transaction, and the journal must not date it before
-        -- the finish that freed the slot.
-        INSERT INTO jobrelay.job_events (job_id, event, attempt, detail, at)
-        SELECT id, 'lease_expired', attempts - 1, 'lease expired; re-claimed by a consumer',
-               clock_timestamp()
-        FROM claimed WHERE previous_state = 'running'
-        UNION ALL
-        SELECT id, 'claimed', attempts, asked_detail, clock_timestamp() FROM claimed
-    )
-    SELECT * FROM claimed;
+    SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:lease_tokens AS uuid[]),
+                         CAST(:lease_seconds AS float8[]), CAST(:details AS text[]),
+                         CAST(:types AS text[]), CAST(:checked AS boolean[]))
+                  AS a(job_id, asked_token, asked_seconds, asked_detail, asked_type,
+                       limit_checked)
+), queue AS MATERIALIZED (
+    SELECT paused_at IS NULL AS open FROM jobrelay.queues
+    WHERE name = CAST(:queue AS text) FOR KEY SHARE
+), before AS (
+    SELECT id, state AS previous_state FROM jobrelay.jobs
+    WHERE id IN (SELECT job_id FROM asked)
+      AND coalesce((SELECT open FROM queue), true)  -- no row: no pause to keep
+    -- NO KEY: the journal rows other transactions insert for these jobs (their foreign
+    -- key takes FOR KEY SHARE, in no particular order) neither wait nor deadlock on it.
+    ORDER BY id FOR NO KEY UPDATE
+), claimed AS (
+    UPDATE jobrelay.jobs j
+    SET state = 'running', attempts = j.attempts + 1, lease_token = a.asked_token,
+        lease_until = now() + make_interval(secs => a.asked_seconds), updated_at = now(),
+        type_unknown_since = NULL  -- a consumer that knows the type has it now
+    FROM before b JOIN asked a ON a.job_id = b.id
+    WHERE j.id = b.id AND j.attempts < j.max_attempts
+      -- a consumer claims only a job it can run (NULL: any type)
+      AND (a.asked_type IS NULL OR j.type = a.asked_type)
+      AND (a.limit_checked
+           OR NOT EXISTS (SELECT 1 FROM jobrelay.type_limits l WHERE l.type = j.type))
+      AND (j.workflow_id IS NULL OR NOT EXISTS (
+          SELECT 1 FROM jobrelay.workflows w
+          WHERE w.id = j.workflow_id AND w.cancelled_at IS NOT NULL))
+      AND ((state IN ('queued', 'retrying') AND available_at <= now())
+           OR (state = 'running' AND lease_until < now()))
+    RETURNING j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload,
+              j.state, j.attempts, j.max_attempts, j.available_at, j.lease_token,
+              j.lease_until, j.last_error_code, j.last_error, j.created_at, j.updated_at,
+              j.finished_at, j.run_at, j.cancel_requested_at, j.traceparent, j.priority,
+              j.concurrency_key, j.unique_key, j.workflow_id, j.workflow_ref, j.progress,
+              j.replayed_attempts, b.previous_state, a.asked_detail
+), new_events AS (
+    -- One INSERT, so the journal reads in order: the expiry first, then the new claim.
+    -- At the statement's clock, not its transaction's start: a claim under a limit waits
+    -- for its slot's lock within its transaction, and the journal must not date it before
+    -- the finish that freed the slot.
+    INSERT INTO jobrelay.job_events (job_id, event, attempt, detail, at)
+    SELECT id, 'lease_expired', attempts - 1, 'lease expired; re-claimed by a consumer',
+           clock_timestamp()
+    FROM claimed WHERE previous_state = 'running'
+    UNION ALL
+    SELECT id, 'claimed', attempts, asked_detail, clock_timestamp() FROM claimed
+)
+SELECT * FROM claimed;
 
 -- name: quarantine_exhausted
 -- makes: exhaust
--- A job that cannot be claimed because it has no attempts left is quarantined here.
+-- A job that cannot be claimed because it has no attempts left is quarantined here, with no
+-- attempt of its own (the journal entry carries the attempts so far), and its dependents (a
+-- workflow's) are cancelled; returns its id.
 WITH moved AS (
     UPDATE jobrelay.jobs
     SET state = 'quarantined', lease_token = NULL, lease_until = NULL,
-        last_error = :error, finished_at = now(), updated_at = now(), last_error_code = 'attempts_exhausted'
-    WHERE id = :id AND attempts >= max_attempts AND (state IN ('queued', 'retrying') OR (state = 'running' AND lease_until < now()))
+        last_error = :error, finished_at = now(), updated_at = now(),
+        last_error_code = 'attempts_exhausted'
+    WHERE id = :id AND attempts >= max_attempts
+      AND (state IN ('queued', 'retrying') OR (state = 'running' AND lease_until < now()))
     RETURNING id, attempts, state AS ends_as, workflow_id
 ), event AS (
     INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
@@ -140,7 +153,8 @@ WITH asked AS (
     FROM decided a
     WHERE j.id = a.job_id
       AND lease_token = a.asked_token AND (state = 'running' AND lease_until > now())
-      AND a.ends_as IN ('succeeded', 'retrying', 'quarantined', 'cancelled')  -- only the moves declared
+      -- only the moves declared
+      AND a.ends_as IN ('succeeded', 'retrying', 'quarantined', 'cancelled')
     RETURNING j.id, j.attempts, j.available_at, a.asked_token, a.target, a.ends_as,
               a.result, a.error_code, a.failure, j.priority, j.client_id, j.type,
               j.workflow_id
@@ -241,28 +255,37 @@ FROM jobrelay.jobs j LEFT JOIN jobrelay.job_results r ON r.job_id = j.id
 WHERE j.id = :id;
 
 -- name: claim_candidate
+-- A job of a type with a limit in force is claimed in one transaction (docs/flow-control.md):
+-- CLAIM_CANDIDATE locks the consumer's queue row (FOR KEY SHARE, as CLAIM_JOBS) and the job's
+-- row, and reads the type's runtime limit; with a concurrency limit, TAKE_SLOT_LOCK serializes
+-- the claims of the type (or key) and RUNNING_IN_SLOT counts its slots in use, in a statement
+-- of its own so its snapshot sees every claim that held the lock before; TAKE_TYPE_TOKEN takes
+-- a start from the type's rate; then CLAIM_JOBS claims it (:checked). Or HOLD_JOB puts it back.
+-- A slot is a running job under a live lease: a consumer that dies frees it as the lease
+-- expires, with nothing to clean up.
 WITH queue AS MATERIALIZED (
-        SELECT paused_at IS NOT NULL AS paused FROM jobrelay.queues
-        WHERE name = CAST(:queue AS text) FOR KEY SHARE
-    )
-    SELECT 
-    j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, j.state,
-    j.attempts, j.max_attempts, j.available_at, j.lease_token, j.lease_until,
-    j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at, j.run_at,
-    j.cancel_requested_at, j.traceparent, j.priority, j.concurrency_key, j.unique_key,
-    j.workflow_id, j.workflow_ref, j.progress, j.replayed_attempts
-, j.concurrency_key,
-           coalesce((SELECT paused FROM queue), false) AS queue_paused,
-           j.attempts < j.max_attempts
-               AND ((state IN ('queued', 'retrying') AND available_at <= now()) OR (state = 'running' AND lease_until < now()))
-               AND (j.workflow_id IS NULL OR NOT EXISTS (SELECT 1 FROM jobrelay.workflows w WHERE w.id = j.workflow_id AND w.cancelled_at IS NOT NULL))
-               AS claimable,
-           l.type IS NOT NULL AS has_runtime_limit, l.concurrency, l.rate_count,
-           l.rate_period_seconds, l.per_key
-    FROM jobrelay.jobs j LEFT JOIN jobrelay.type_limits l ON l.type = j.type
-    WHERE j.id = :id
-      AND (SELECT count(*) FROM queue) >= 0  -- the queue's row is locked before the job's
-    FOR UPDATE OF j;
+    SELECT paused_at IS NOT NULL AS paused FROM jobrelay.queues
+    WHERE name = CAST(:queue AS text) FOR KEY SHARE
+)
+SELECT j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, j.state,
+       j.attempts, j.max_attempts, j.available_at, j.lease_token, j.lease_until,
+       j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at, j.run_at,
+       j.cancel_requested_at, j.traceparent, j.priority, j.concurrency_key, j.unique_key,
+       j.workflow_id, j.workflow_ref, j.progress, j.replayed_attempts, j.concurrency_key,
+       coalesce((SELECT paused FROM queue), false) AS queue_paused,
+       j.attempts < j.max_attempts
+           AND ((state IN ('queued', 'retrying') AND available_at <= now())
+                OR (state = 'running' AND lease_until < now()))
+           AND (j.workflow_id IS NULL OR NOT EXISTS (
+               SELECT 1 FROM jobrelay.workflows w
+               WHERE w.id = j.workflow_id AND w.cancelled_at IS NOT NULL))
+           AS claimable,
+       l.type IS NOT NULL AS has_runtime_limit, l.concurrency, l.rate_count,
+       l.rate_period_seconds, l.per_key
+FROM jobrelay.jobs j LEFT JOIN jobrelay.type_limits l ON l.type = j.type
+WHERE j.id = :id
+  AND (SELECT count(*) FROM queue) >= 0  -- the queue's row is locked before the job's
+FOR UPDATE OF j;
 
 -- name: take_slot_lock
 -- One lock per type and limit key ('' for the whole type), released at COMMIT (a transaction's
@@ -314,7 +337,8 @@ WITH before AS (
         updated_at = now()
     FROM before b
     WHERE j.id = b.id AND j.attempts < j.max_attempts
-      AND ((state IN ('queued', 'retrying') AND available_at <= now()) OR (state = 'running' AND lease_until < now()))
+      AND ((state IN ('queued', 'retrying') AND available_at <= now())
+           OR (state = 'running' AND lease_until < now()))
     RETURNING j.id, j.attempts, j.available_at, j.priority, j.client_id, j.type,
               b.previous_state
 ), new_outbox AS (

@@ -32,13 +32,16 @@ SELECT name, paused_at, paused_by, pg_notify('jobrelay_outbox', '')::text AS not
 FROM resumed;
 
 -- name: type_limit_rows
-SELECT type, concurrency, rate_count, rate_period_seconds, per_key FROM jobrelay.type_limits ORDER BY type;
+SELECT type, concurrency, rate_count, rate_period_seconds, per_key
+FROM jobrelay.type_limits ORDER BY type;
 
 -- name: type_limit_row
-SELECT type, concurrency, rate_count, rate_period_seconds, per_key FROM jobrelay.type_limits WHERE type = :type;
+SELECT type, concurrency, rate_count, rate_period_seconds, per_key
+FROM jobrelay.type_limits WHERE type = :type;
 
 -- name: set_type_limit
-INSERT INTO jobrelay.type_limits AS t (type, concurrency, rate_count, rate_period_seconds, per_key, updated_at)
+INSERT INTO jobrelay.type_limits AS t
+    (type, concurrency, rate_count, rate_period_seconds, per_key, updated_at)
 VALUES (:type, :concurrency, :rate_count, :rate_period_seconds, :per_key, now())
 ON CONFLICT (type) DO UPDATE
 SET concurrency = excluded.concurrency, rate_count = excluded.rate_count,
@@ -50,8 +53,5 @@ RETURNING type, concurrency, rate_count, rate_period_seconds, per_key;
 DELETE FROM jobrelay.type_limits WHERE type = :type RETURNING type;
 
 -- name: job_type_names
--- Every type of a consumer's registry in one statement, one array per column, in name order
--- (two consumers registering the same types lock their rows in the same order). The last
--- writer wins each row; no row is ever deleted here. One notification for the whole set.
 -- Every registered type's name: the queues `jobrelay queues list` reads beside the named ones.
 SELECT name FROM jobrelay.job_types ORDER BY name;

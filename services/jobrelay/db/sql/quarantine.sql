@@ -25,7 +25,8 @@ WITH r AS (
             AND o.state IN ('queued', 'running', 'retrying', 'waiting')
       )
       -- Nothing of a cancelled workflow starts again.
-      AND NOT EXISTS (SELECT 1 FROM jobrelay.workflows w WHERE w.id = jobs.workflow_id AND w.cancelled_at IS NOT NULL)
+      AND NOT EXISTS (SELECT 1 FROM jobrelay.workflows w
+                      WHERE w.id = jobs.workflow_id AND w.cancelled_at IS NOT NULL)
     RETURNING id, attempts, available_at, priority, client_id, type
 ), new_outbox AS (
     INSERT INTO jobrelay.outbox (job_id, available_at, priority, client_id, type)
@@ -64,18 +65,16 @@ WITH r AS (
 SELECT id FROM r;
 
 -- name: list_quarantined
-SELECT 
-    j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, j.state,
-    j.attempts, j.max_attempts, j.available_at, j.lease_token, j.lease_until,
-    j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at, j.run_at,
-    j.cancel_requested_at, j.traceparent, j.priority, j.concurrency_key, j.unique_key,
-    j.workflow_id, j.workflow_ref, j.progress, j.replayed_attempts
-, NULL::jsonb AS result
-    FROM jobrelay.jobs j
-    WHERE j.state = 'quarantined'
-      AND (CAST(:code AS text) IS NULL OR j.last_error_code = :code)
-    ORDER BY j.finished_at DESC, j.id
-    LIMIT :limit;
+SELECT j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, j.state,
+       j.attempts, j.max_attempts, j.available_at, j.lease_token, j.lease_until,
+       j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at, j.run_at,
+       j.cancel_requested_at, j.traceparent, j.priority, j.concurrency_key, j.unique_key,
+       j.workflow_id, j.workflow_ref, j.progress, j.replayed_attempts, NULL::jsonb AS result
+FROM jobrelay.jobs j
+WHERE j.state = 'quarantined'
+  AND (CAST(:code AS text) IS NULL OR j.last_error_code = :code)
+ORDER BY j.finished_at DESC, j.id
+LIMIT :limit;
 
 -- name: quarantined_ids
 SELECT id FROM jobrelay.jobs
@@ -85,15 +84,14 @@ ORDER BY finished_at;
 -- name: redispatch_stranded
 WITH stranded AS (
     SELECT j.id, j.attempts, j.priority, j.client_id, j.type
-    FROM jobrelay.jobs j WHERE 
-j.state IN ('queued', 'retrying')
-AND j.available_at < now() - make_interval(secs => :older_than_seconds)
-AND EXISTS (SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id)
-AND NOT EXISTS (
-    SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id
-    AND (o.published_at IS NULL
-         OR o.published_at >= now() - make_interval(secs => :older_than_seconds)))
-
+    FROM jobrelay.jobs j
+    WHERE j.state IN ('queued', 'retrying')
+      AND j.available_at < now() - make_interval(secs => :older_than_seconds)
+      AND EXISTS (SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id)
+      AND NOT EXISTS (
+          SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id
+          AND (o.published_at IS NULL
+               OR o.published_at >= now() - make_interval(secs => :older_than_seconds)))
     ORDER BY j.available_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
@@ -106,15 +104,19 @@ SELECT id, 'redispatched', attempts, :detail FROM stranded
 RETURNING job_id;
 
 -- name: stranded_types
--- The types of the stranded jobs: the dispatcher reads the queues of these only.
-SELECT DISTINCT j.type FROM jobrelay.jobs j WHERE 
-    j.state IN ('queued', 'retrying')
-    AND j.available_at < now() - make_interval(secs => :older_than_seconds)
-    AND EXISTS (SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id)
-    AND NOT EXISTS (
-        SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id
-        AND (o.published_at IS NULL
-             OR o.published_at >= now() - make_interval(secs => :older_than_seconds)))
+-- The types of the stranded jobs: the dispatcher reads the queues of these only. Stranded: due
+-- long ago, every outbox row published before the threshold, and still waiting for a consumer.
+-- Its message may have been lost (a purged queue, a broker that lost it); the same condition
+-- drives `jobrelay jobs redispatch` (REDISPATCH_STRANDED), the dispatcher's healing of lost
+-- messages (HEAL_LOST_MESSAGES) and the stats (PUBLISHED_NEVER_CLAIMED).
+SELECT DISTINCT j.type FROM jobrelay.jobs j
+WHERE j.state IN ('queued', 'retrying')
+  AND j.available_at < now() - make_interval(secs => :older_than_seconds)
+  AND EXISTS (SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id)
+  AND NOT EXISTS (
+      SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id
+      AND (o.published_at IS NULL
+           OR o.published_at >= now() - make_interval(secs => :older_than_seconds)))
  ORDER BY 1 LIMIT :limit;
 
 -- name: quarantine_delivery_limited
@@ -125,8 +127,10 @@ SELECT DISTINCT j.type FROM jobrelay.jobs j WHERE
 WITH moved AS (
     UPDATE jobrelay.jobs
     SET state = 'quarantined', lease_token = NULL, lease_until = NULL,
-        last_error = :error, finished_at = now(), updated_at = now(), last_error_code = 'delivery_limit'
-    WHERE id = :id AND (state IN ('queued', 'retrying') OR (state = 'running' AND lease_until < now()))
+        last_error = :error, finished_at = now(), updated_at = now(),
+        last_error_code = 'delivery_limit'
+    WHERE id = :id
+      AND (state IN ('queued', 'retrying') OR (state = 'running' AND lease_until < now()))
     RETURNING id, attempts, state AS ends_as, workflow_id
 ), event AS (
     INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
@@ -178,15 +182,13 @@ SELECT coalesce(sum(n), 0)::bigint AS n FROM (
 -- misconfigured route can never make copies without end.
 WITH lost AS (
     SELECT j.id, j.type, j.attempts, j.priority, j.client_id FROM jobrelay.jobs j
-    WHERE 
-j.state IN ('queued', 'retrying')
-AND j.available_at < now() - make_interval(secs => :older_than_seconds)
-AND EXISTS (SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id)
-AND NOT EXISTS (
-    SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id
-    AND (o.published_at IS NULL
-         OR o.published_at >= now() - make_interval(secs => :older_than_seconds)))
-
+    WHERE j.state IN ('queued', 'retrying')
+      AND j.available_at < now() - make_interval(secs => :older_than_seconds)
+      AND EXISTS (SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id)
+      AND NOT EXISTS (
+          SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id
+          AND (o.published_at IS NULL
+               OR o.published_at >= now() - make_interval(secs => :older_than_seconds)))
       AND ((CAST(:default_empty AS boolean)
             AND j.type <> ALL(CAST(:own_types AS text[])))
            OR j.type = ANY(CAST(:empty_own_types AS text[])))

@@ -10,6 +10,14 @@
 -- timeout, and commit at once. The broker round trip happens with no transaction open; another
 -- dispatcher skips these rows until the lease passes, and a crashed dispatcher's rows simply
 -- come due again (a duplicate publish, never a lost one).
+--
+-- Each row's `published` journal entry (MARK_PUBLISHED writes it once the broker confirmed)
+-- is decided here: the journal reads in id order, and a consumer can claim the job before the
+-- confirm is recorded, so the entry's id (journal_id) is drawn here, in the lease's
+-- transaction, which commits before the message exists, and it is dated by the lease
+-- (leased_at: the database's clock, like every journal entry). It carries the attempt the
+-- message delivers (delivers_attempt): the job's next one while it is due and has one left (a
+-- lease-expired or exhausted job's message delivers no new one). The flow picks return the same.
 WITH due AS (
     SELECT id FROM jobrelay.outbox
     WHERE published_at IS NULL AND available_at <= now()
@@ -22,18 +30,43 @@ SET available_at = now() + make_interval(secs => :lease_seconds),
     publish_attempts = o.publish_attempts + 1
 FROM due, jobrelay.jobs j
 WHERE o.id = due.id AND j.id = o.job_id
-RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent, nextval('jobrelay.job_events_id_seq') AS journal_id, now() AS leased_at,
-CASE WHEN j.state IN ('queued', 'retrying') AND j.attempts < j.max_attempts
-     THEN j.attempts + 1 ELSE j.attempts END AS delivers_attempt;
+RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent,
+          nextval('jobrelay.job_events_id_seq') AS journal_id, now() AS leased_at,
+          CASE WHEN j.state IN ('queued', 'retrying') AND j.attempts < j.max_attempts
+               THEN j.attempts + 1 ELSE j.attempts END AS delivers_attempt;
 
 -- name: lease_flow_pick
+-- The flow pick of one work queue: due rows in priority order (higher first), round-robin among
+-- the clients with due rows within a priority, then due order. A recursive skip scan finds the
+-- clients with due rows (ix_outbox_client_priority_due, one probe per client), a LATERAL pick
+-- per client reads that client's best :limit rows from the same index, and ``turn`` (the row's
+-- rank within its client and priority) interleaves them. Rows whose (type, key) is at its
+-- concurrency limit (running jobs holding a live lease, through ix_jobs_running_type_key) or
+-- over its rate (type_rate_buckets) are skipped; within the pick at most the free slots (and
+-- one period's rate) of a (type, key) are taken. Rows written before migration 0007 carry no
+-- type or client: they are read with their job (ix_outbox_legacy_unpublished), as one more
+-- client. Limits are approximate here: the consumer enforces them exactly at claim. Each row
+-- returns its place (priority, turn, due time): the relay publishes in that order. The lease
+-- itself is LEASE_OUTBOX_BATCH's: locked with SKIP LOCKED and re-checked under the lock, so
+-- several dispatchers never lease a row twice.
+--
+-- A row's type is routed to the picked queue when it is one of :queue_types (the types
+-- JOBRELAY_TYPE_QUEUES sends there), or, for ``default`` (:is_default), any type not sent
+-- elsewhere (:other_types). The key a row counts under is its job's concurrency key when its
+-- type's limit is per key (:per_key_types; '' without one), else '' (core/flow.py::limit_key).
+-- This pick reads no key and skips nothing per key (no limit is in force): a filter there
+-- alone would make the planner misjudge the scan (a bitmap scan and a sort of the client's
+-- whole backlog). LEASE_FLOW_PICK_LIMITED is the same pick with those.
 WITH RECURSIVE limits AS (
     SELECT * FROM unnest(
         CAST(:limit_types AS text[]), CAST(:limit_concurrency AS integer[]),
         CAST(:limit_burst AS integer[])
     ) AS l(type, concurrency, burst)
 ), running AS (
-    SELECT r.type, CASE WHEN r.type = ANY(CAST(:per_key_types AS text[])) THEN coalesce(r.concurrency_key, '') ELSE '' END AS key, count(*) AS n
+    SELECT r.type,
+           CASE WHEN r.type = ANY(CAST(:per_key_types AS text[]))
+                THEN coalesce(r.concurrency_key, '') ELSE '' END AS key,
+           count(*) AS n
     FROM limits l JOIN jobrelay.jobs r ON r.type = l.type
     WHERE l.concurrency IS NOT NULL AND r.state = 'running' AND r.lease_until > now()
     GROUP BY 1, 2
@@ -60,12 +93,14 @@ WITH RECURSIVE limits AS (
             SELECT o.id, o.job_id, o.client_id, o.priority, o.available_at, o.type
             FROM jobrelay.outbox o
             WHERE o.client_id = c.client_id AND o.published_at IS NULL
-              AND o.available_at <= now() AND o.type IS NOT NULL AND (o.type = ANY(CAST(:queue_types AS text[])) OR (CAST(:is_default AS boolean) AND NOT (o.type = ANY(CAST(:other_types AS text[])))))
-
+              AND o.available_at <= now() AND o.type IS NOT NULL
+              AND (o.type = ANY(CAST(:queue_types AS text[]))
+                   OR (CAST(:is_default AS boolean)
+                       AND NOT (o.type = ANY(CAST(:other_types AS text[])))))
             ORDER BY o.priority DESC, o.available_at
             LIMIT :lookahead
         ) s CROSS JOIN LATERAL (SELECT '' AS key) k
-        WHERE TRUE 
+        WHERE TRUE
         ORDER BY s.priority DESC, s.available_at
         LIMIT :limit
     ) p
@@ -73,9 +108,13 @@ WITH RECURSIVE limits AS (
     UNION ALL
     (SELECT o.id, o.client_id, o.priority, o.available_at, j.type, k.key
      FROM jobrelay.outbox o JOIN jobrelay.jobs j ON j.id = o.job_id
-     CROSS JOIN LATERAL (SELECT CASE WHEN j.type = ANY(CAST(:per_key_types AS text[])) THEN coalesce(j.concurrency_key, '') ELSE '' END AS key) k
+     CROSS JOIN LATERAL (SELECT CASE WHEN j.type = ANY(CAST(:per_key_types AS text[]))
+                                     THEN coalesce(j.concurrency_key, '') ELSE '' END AS key) k
      WHERE o.published_at IS NULL AND (o.type IS NULL OR o.client_id IS NULL)
-       AND o.available_at <= now() AND (j.type = ANY(CAST(:queue_types AS text[])) OR (CAST(:is_default AS boolean) AND NOT (j.type = ANY(CAST(:other_types AS text[])))))
+       AND o.available_at <= now()
+       AND (j.type = ANY(CAST(:queue_types AS text[]))
+            OR (CAST(:is_default AS boolean)
+                AND NOT (j.type = ANY(CAST(:other_types AS text[])))))
        AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.type = j.type AND b.key = k.key)
      ORDER BY o.available_at
      LIMIT :limit)
@@ -105,19 +144,27 @@ SET available_at = now() + make_interval(secs => :lease_seconds),
     publish_attempts = o.publish_attempts + 1
 FROM top, jobrelay.jobs j
 WHERE o.id = ANY(ARRAY(SELECT id FROM due)) AND top.id = o.id AND j.id = o.job_id
-RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent, nextval('jobrelay.job_events_id_seq') AS journal_id, now() AS leased_at,
-CASE WHEN j.state IN ('queued', 'retrying') AND j.attempts < j.max_attempts
-     THEN j.attempts + 1 ELSE j.attempts END AS delivers_attempt,
+RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent,
+          nextval('jobrelay.job_events_id_seq') AS journal_id, now() AS leased_at,
+          CASE WHEN j.state IN ('queued', 'retrying') AND j.attempts < j.max_attempts
+               THEN j.attempts + 1 ELSE j.attempts END AS delivers_attempt,
           top.priority, top.turn, top.available_at AS due_at;
 
 -- name: lease_flow_pick_limited
+-- LEASE_FLOW_PICK while any limit is in force: the same pick that also reads each candidate's
+-- key (its job's, for a per-key limit) and skips blocked keys. The per-client pick is an
+-- ordered index scan either way: a type blocked as a whole is filtered in it (no join), a
+-- blocked key among the client's next :lookahead rows after it.
 WITH RECURSIVE limits AS (
     SELECT * FROM unnest(
         CAST(:limit_types AS text[]), CAST(:limit_concurrency AS integer[]),
         CAST(:limit_burst AS integer[])
     ) AS l(type, concurrency, burst)
 ), running AS (
-    SELECT r.type, CASE WHEN r.type = ANY(CAST(:per_key_types AS text[])) THEN coalesce(r.concurrency_key, '') ELSE '' END AS key, count(*) AS n
+    SELECT r.type,
+           CASE WHEN r.type = ANY(CAST(:per_key_types AS text[]))
+                THEN coalesce(r.concurrency_key, '') ELSE '' END AS key,
+           count(*) AS n
     FROM limits l JOIN jobrelay.jobs r ON r.type = l.type
     WHERE l.concurrency IS NOT NULL AND r.state = 'running' AND r.lease_until > now()
     GROUP BY 1, 2
@@ -144,11 +191,21 @@ WITH RECURSIVE limits AS (
             SELECT o.id, o.job_id, o.client_id, o.priority, o.available_at, o.type
             FROM jobrelay.outbox o
             WHERE o.client_id = c.client_id AND o.published_at IS NULL
-              AND o.available_at <= now() AND o.type IS NOT NULL AND (o.type = ANY(CAST(:queue_types AS text[])) OR (CAST(:is_default AS boolean) AND NOT (o.type = ANY(CAST(:other_types AS text[])))))
-              AND NOT (o.type = ANY(ARRAY(SELECT b.type FROM blocked b WHERE b.key = '' AND NOT (b.type = ANY(CAST(:per_key_types AS text[]))))))
+              AND o.available_at <= now() AND o.type IS NOT NULL
+              AND (o.type = ANY(CAST(:queue_types AS text[]))
+                   OR (CAST(:is_default AS boolean)
+                       AND NOT (o.type = ANY(CAST(:other_types AS text[])))))
+              AND NOT (o.type = ANY(ARRAY(
+                  SELECT b.type FROM blocked b
+                  WHERE b.key = '' AND NOT (b.type = ANY(CAST(:per_key_types AS text[]))))))
             ORDER BY o.priority DESC, o.available_at
             LIMIT :lookahead
-        ) s CROSS JOIN LATERAL (SELECT CASE WHEN s.type = ANY(CAST(:per_key_types AS text[])) THEN coalesce((SELECT j.concurrency_key FROM jobrelay.jobs j WHERE j.id = s.job_id), '') ELSE '' END AS key) k
+        ) s CROSS JOIN LATERAL (
+            SELECT CASE WHEN s.type = ANY(CAST(:per_key_types AS text[]))
+                        THEN coalesce((SELECT j.concurrency_key FROM jobrelay.jobs j
+                                       WHERE j.id = s.job_id), '')
+                        ELSE '' END AS key
+        ) k
         WHERE TRUE AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.type = s.type AND b.key = k.key)
         ORDER BY s.priority DESC, s.available_at
         LIMIT :limit
@@ -157,9 +214,13 @@ WITH RECURSIVE limits AS (
     UNION ALL
     (SELECT o.id, o.client_id, o.priority, o.available_at, j.type, k.key
      FROM jobrelay.outbox o JOIN jobrelay.jobs j ON j.id = o.job_id
-     CROSS JOIN LATERAL (SELECT CASE WHEN j.type = ANY(CAST(:per_key_types AS text[])) THEN coalesce(j.concurrency_key, '') ELSE '' END AS key) k
+     CROSS JOIN LATERAL (SELECT CASE WHEN j.type = ANY(CAST(:per_key_types AS text[]))
+                                     THEN coalesce(j.concurrency_key, '') ELSE '' END AS key) k
      WHERE o.published_at IS NULL AND (o.type IS NULL OR o.client_id IS NULL)
-       AND o.available_at <= now() AND (j.type = ANY(CAST(:queue_types AS text[])) OR (CAST(:is_default AS boolean) AND NOT (j.type = ANY(CAST(:other_types AS text[])))))
+       AND o.available_at <= now()
+       AND (j.type = ANY(CAST(:queue_types AS text[]))
+            OR (CAST(:is_default AS boolean)
+                AND NOT (j.type = ANY(CAST(:other_types AS text[])))))
        AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.type = j.type AND b.key = k.key)
      ORDER BY o.available_at
      LIMIT :limit)
@@ -189,14 +250,15 @@ SET available_at = now() + make_interval(secs => :lease_seconds),
     publish_attempts = o.publish_attempts + 1
 FROM top, jobrelay.jobs j
 WHERE o.id = ANY(ARRAY(SELECT id FROM due)) AND top.id = o.id AND j.id = o.job_id
-RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent, nextval('jobrelay.job_events_id_seq') AS journal_id, now() AS leased_at,
-CASE WHEN j.state IN ('queued', 'retrying') AND j.attempts < j.max_attempts
-     THEN j.attempts + 1 ELSE j.attempts END AS delivers_attempt,
+RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent,
+          nextval('jobrelay.job_events_id_seq') AS journal_id, now() AS leased_at,
+          CASE WHEN j.state IN ('queued', 'retrying') AND j.attempts < j.max_attempts
+               THEN j.attempts + 1 ELSE j.attempts END AS delivers_attempt,
           top.priority, top.turn, top.available_at AS due_at;
 
 -- name: mark_published
 -- The confirmed rows of a batch, each as LEASE returned it: its `published` entry takes the
--- journal id and the time its lease drew, and the attempt it delivers (see _DELIVERY).
+-- journal id and the time its lease drew, and the attempt it delivers (see LEASE_OUTBOX_BATCH).
 WITH confirmed AS (
     SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:journal_ids AS bigint[]),
                          CAST(:attempts AS integer[]), CAST(:leased_at AS timestamptz[]))

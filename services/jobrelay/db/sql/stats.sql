@@ -6,9 +6,13 @@
 -- `:name`. `python -m jobrelay.db.sql <name>` prints a statement exactly as it runs.
 
 -- name: jobs_by_state
-SELECT state, count(*) AS n FROM jobrelay.jobs WHERE state IN ('queued', 'running', 'retrying', 'waiting') GROUP BY state
-    UNION ALL
-    SELECT state, sum(n)::bigint FROM (
+-- The stats read in time that does not grow with the jobs kept: live jobs are counted through
+-- the partial index that holds them alone; finished ones are ``job_totals`` plus the deltas
+-- the triggers appended since the dispatcher last folded them in (migration 0003).
+SELECT state, count(*) AS n FROM jobrelay.jobs
+WHERE state IN ('queued', 'running', 'retrying', 'waiting') GROUP BY state
+UNION ALL
+SELECT state, sum(n)::bigint FROM (
     SELECT state, code, n FROM jobrelay.job_totals
     UNION ALL
     SELECT state, code, n FROM jobrelay.job_count_deltas
@@ -30,36 +34,37 @@ FROM jobrelay.jobs WHERE state = 'retrying';
 
 -- name: quarantined_by_code
 SELECT CASE code WHEN '' THEN 'unknown' ELSE code END AS code, sum(n)::bigint AS n
-    FROM (
+FROM (
     SELECT state, code, n FROM jobrelay.job_totals
     UNION ALL
     SELECT state, code, n FROM jobrelay.job_count_deltas
 ) AS finished WHERE state = 'quarantined'
-    GROUP BY 1 HAVING sum(n) > 0 ORDER BY 2 DESC;
+GROUP BY 1 HAVING sum(n) > 0 ORDER BY 2 DESC;
 
 -- name: failed_by_code
 -- Jobs not quarantined that met an error on the way: finished ones from the totals, live ones
 -- (retrying, or deferred for an unknown type) counted.
 SELECT code, sum(n)::bigint AS n FROM (
-        SELECT code, n FROM (
-    SELECT state, code, n FROM jobrelay.job_totals
-    UNION ALL
-    SELECT state, code, n FROM jobrelay.job_count_deltas
-) AS finished WHERE state <> 'quarantined' AND code <> ''
+    SELECT code, n FROM (
+        SELECT state, code, n FROM jobrelay.job_totals
         UNION ALL
-        SELECT last_error_code, 1 FROM jobrelay.jobs WHERE state IN ('queued', 'running', 'retrying', 'waiting') AND last_error_code IS NOT NULL
-    ) AS failed
-    GROUP BY 1 HAVING sum(n) > 0 ORDER BY 2 DESC;
+        SELECT state, code, n FROM jobrelay.job_count_deltas
+    ) AS finished WHERE state <> 'quarantined' AND code <> ''
+    UNION ALL
+    SELECT last_error_code, 1 FROM jobrelay.jobs
+    WHERE state IN ('queued', 'running', 'retrying', 'waiting') AND last_error_code IS NOT NULL
+) AS failed
+GROUP BY 1 HAVING sum(n) > 0 ORDER BY 2 DESC;
 
 -- name: published_never_claimed
-SELECT count(*) AS n FROM jobrelay.jobs j WHERE 
-    j.state IN ('queued', 'retrying')
-    AND j.available_at < now() - make_interval(secs => :older_than_seconds)
-    AND EXISTS (SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id)
-    AND NOT EXISTS (
-        SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id
-        AND (o.published_at IS NULL
-             OR o.published_at >= now() - make_interval(secs => :older_than_seconds)));
+SELECT count(*) AS n FROM jobrelay.jobs j
+WHERE j.state IN ('queued', 'retrying')
+  AND j.available_at < now() - make_interval(secs => :older_than_seconds)
+  AND EXISTS (SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id)
+  AND NOT EXISTS (
+      SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id
+      AND (o.published_at IS NULL
+           OR o.published_at >= now() - make_interval(secs => :older_than_seconds)));
 
 -- name: finished_per_minute
 -- The console's chart (docs/console.md): jobs that finished succeeded or quarantined in each of
@@ -97,9 +102,8 @@ ORDER BY since, dispatcher;
 -- Live jobs of the types no consumer serves now, by type: what `jobrelay stats` and the console
 -- show as no_consumer.
 SELECT j.type, count(*) AS n FROM jobrelay.jobs j
-   WHERE 
-   (j.state IN ('queued', 'retrying') AND NOT EXISTS (
-       SELECT 1 FROM jobrelay.job_types t WHERE t.name = j.type AND t.served_until > now()))
+WHERE (j.state IN ('queued', 'retrying') AND NOT EXISTS (
+    SELECT 1 FROM jobrelay.job_types t WHERE t.name = j.type AND t.served_until > now()))
 GROUP BY 1 ORDER BY 2 DESC, 1;
 
 -- name: paused_queue_rows

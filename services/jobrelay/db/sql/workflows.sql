@@ -54,12 +54,14 @@ SELECT id, created_at FROM w;
 SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY;
 
 -- name: workflow_by_key
-SELECT w.id, w.client_id, w.request_hash, w.on_failure, w.created_at, w.cancelled_at FROM jobrelay.workflows w
+SELECT w.id, w.client_id, w.request_hash, w.on_failure, w.created_at, w.cancelled_at
+FROM jobrelay.workflows w
 WHERE w.client_id = :client_id AND w.idempotency_key = :idempotency_key;
 
 -- name: workflow_by_id
 -- :client_id NULL: any client's (operators and the CLI).
-SELECT w.id, w.client_id, w.request_hash, w.on_failure, w.created_at, w.cancelled_at FROM jobrelay.workflows w
+SELECT w.id, w.client_id, w.request_hash, w.on_failure, w.created_at, w.cancelled_at
+FROM jobrelay.workflows w
 WHERE w.id = :id AND (CAST(:client_id AS uuid) IS NULL OR w.client_id = :client_id);
 
 -- name: workflow_jobs
@@ -98,7 +100,7 @@ LIMIT :limit;
 
 -- name: mark_workflow_cancelled
 -- The cancel of a workflow, first step: from now on nothing of it is claimed, replayed or
--- queued (``_not_in_cancelled_workflow``, ``_dependents_of``). The first cancel's time is kept.
+-- queued (the claims' condition, the fragment ``dependents_of``). The first cancel's time is kept.
 UPDATE jobrelay.workflows SET cancelled_at = coalesce(cancelled_at, now())
 WHERE id = :id AND (CAST(:client_id AS uuid) IS NULL OR client_id = :client_id)
 RETURNING id;
@@ -134,12 +136,12 @@ SELECT (SELECT count(*) FROM cancelled) AS cancelled,
        (SELECT count(*) FROM requested) AS requested,
        (SELECT count(*) FROM jobrelay.jobs
         WHERE workflow_id = :id AND state IN ('queued', 'running', 'retrying', 'waiting')
-      AND NOT (state = 'running' AND cancel_requested_at IS NOT NULL)
+          AND NOT (state = 'running' AND cancel_requested_at IS NOT NULL)
           AND id NOT IN (SELECT id FROM targets)) AS skipped;
 
 -- fragment: dependents_of
 -- makes: parents_succeeded dependency_failed
--- CTEs that follow a statement's CTE ``ended`` (its jobs that changed state, with columns
+-- CTEs that follow a statement's CTE ``moved`` (its jobs that changed state, with columns
 -- ``id``, ``ends_as``, ``workflow_id``) through the workflows' edges, in the same statement:
 --
 -- - each waiting child of a job that ``succeeded`` counts one parent fewer to wait for, and
@@ -179,7 +181,8 @@ SELECT (SELECT count(*) FROM cancelled) AS cancelled,
     ORDER BY j.id FOR UPDATE
 ), decided_dependents AS (
     SELECT dp.id, coalesce(c.n, 0) AS n, dm.root, dm.root_state,
-           EXISTS (SELECT 1 FROM jobrelay.workflows w WHERE w.id = j.workflow_id AND w.cancelled_at IS NOT NULL) AS workflow_cancelled
+           EXISTS (SELECT 1 FROM jobrelay.workflows w
+                   WHERE w.id = j.workflow_id AND w.cancelled_at IS NOT NULL) AS workflow_cancelled
     FROM dependents dp JOIN jobrelay.jobs j ON j.id = dp.id
     LEFT JOIN counted c ON c.job_id = dp.id LEFT JOIN doomed dm ON dm.id = dp.id
 ), moved_dependents AS (

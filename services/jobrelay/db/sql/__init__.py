@@ -56,19 +56,22 @@ class _Block:
 
 
 def _blocks(file: str, source: str) -> list[_Block]:
+    """The blocks of one file: a header line, its comment lines (the first line that is neither
+    a comment nor blank starts the statement), the statement's lines."""
     blocks: list[_Block] = []
     for line in source.splitlines():
-        header = _HEADER.match(line)
-        if header:
+        if header := _HEADER.match(line):
             blocks.append(_Block(header[1], header[2], file, [], (), []))
-        elif not blocks:
+            continue
+        if not blocks:
             continue  # the file's own comment, before its first block
-        elif blocks[-1].body or not (line.startswith("--") or not line.strip()):
-            blocks[-1].body.append(line)
+        block = blocks[-1]
+        if block.body or not (line.startswith("--") or not line.strip()):
+            block.body.append(line)
         elif makes := _MAKES.match(line):
-            blocks[-1].makes = tuple(makes[1].split())
+            block.makes = tuple(makes[1].split())
         else:
-            blocks[-1].comment.append(line.removeprefix("--").removeprefix(" "))
+            block.comment.append(line.removeprefix("--").removeprefix(" "))
     return blocks
 
 

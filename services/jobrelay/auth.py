@@ -2,9 +2,9 @@
 ``Authorization: Bearer`` check (``api/auth.py``) and the console's sign-in share it.
 
 The cache is trusted only while the API process LISTENs (``api/notifications.py``) on the
-channel that every change of a client's tokens notifies (``queries.CLIENTS_CHANNEL``: disable,
-enable, rotate): a notification empties it, so a disabled client or a rotated token is refused
-at once by every API process. While that connection is down, every request is looked up.
+channel that every change of a client's tokens notifies (``db/channels.py::CLIENTS_CHANNEL``:
+disable, enable, rotate): a notification empties it, so a disabled client or a rotated token is
+refused at once by every API process. While that connection is down, every request is looked up.
 """
 
 from __future__ import annotations

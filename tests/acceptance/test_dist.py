@@ -142,6 +142,11 @@ def test_the_built_wheel_installs_with_its_django_extra_into_a_fresh_venv(
     ]
     assert django_version == wanted  # the lock's version, through constraints.txt
 
+    # The statements are package data (db/sql/*.sql): the installed package reads every one.
+    printed = run([str(python), "-m", "jobrelay.db.sql", "finish_jobs"], cwd=tmp_path)
+    assert printed.returncode == 0, printed.stderr
+    assert "UPDATE jobrelay.jobs j" in printed.stdout and "moved_dependents AS (" in printed.stdout
+
 
 def test_every_install_line_of_the_guide_is_one_that_is_checked() -> None:
     guides = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -1,4 +1,5 @@
-"""What each transition's guard (``db/queries.py::_guard``, from ``core/states.py``) lets
+"""What each transition's guard (tests/support/guards.py, from ``core/states.py``; the statements
+of ``db/sql/*.sql`` carry it literally, tests/unit/test_transitions.py) lets
 through, asked of PostgreSQL itself: rows in every state, under a live and an expired lease,
 held by the asking token or another, and the rows each guard selects are exactly those its
 transition allows (``Transition.allows``, and the token when it is fenced)."""
@@ -12,8 +13,8 @@ import pytest
 from sqlalchemy import text
 
 from jobrelay.core.states import ALL_TRANSITIONS, JobState, Transition
-from jobrelay.db import queries as q
 from jobrelay.db.store import Store
+from tests.support.guards import guard
 
 OURS, OTHER = uuid.uuid4(), uuid.uuid4()
 ROWS = [
@@ -49,7 +50,7 @@ async def test_the_guard_selects_exactly_the_rows_its_transition_allows(
             )
         selected = (
             await connection.execute(
-                text(f"SELECT n FROM guarded WHERE {q._guard(transition)}"),
+                text(f"SELECT n FROM guarded WHERE {guard(transition)}"),
                 {"lease_token": OURS},
             )
         ).scalars()

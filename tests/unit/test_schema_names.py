@@ -11,16 +11,15 @@ from __future__ import annotations
 import re
 
 import pytest
-from sqlalchemy import TextClause
 
 from jobrelay.core.settings import Settings, validate_schema_name
 from jobrelay.db import queries
 from jobrelay.db.schema import OBJECTS, in_schema, translator
+from jobrelay.db.sql import STATEMENTS as NAMED
 from jobrelay.db.tables import metadata
 
-STATEMENTS = {
-    name: value.text for name, value in vars(queries).items() if isinstance(value, TextClause)
-}
+# Every named statement of db/sql/*.sql, as it runs (its fragment included).
+STATEMENTS = {name: statement.sql for name, statement in NAMED.items()}
 # An object's name as a whole word: not after a dot (qualified, or a column such as o.jobs)
 # and not before one (an alias-like table reference such as jobs.id is still a table name,
 # but only after it was named in FROM qualified).
@@ -86,7 +85,8 @@ def test_another_schema_takes_the_place_of_jobrelay_objects_only() -> None:
 def test_another_schema_takes_the_place_of_jobrelay_in_a_sequence_named_as_a_regclass() -> None:
     translate = translator("app_jobs")
     assert translate is not None
-    assert translate(queries._DELIVERY).count("nextval('app_jobs.job_events_id_seq')") == 1
+    leased = translate(queries.LEASE_OUTBOX_BATCH.text)
+    assert leased.count("nextval('app_jobs.job_events_id_seq')") == 1
     longer = "SELECT 'jobrelay.job_events_id_seq_x'"
     assert translate(longer) == longer
 

@@ -1,65 +1,91 @@
-"""Every SQL statement that changes ``jobs.state`` makes transitions declared in the core
-(``core/states.py``), and is guarded by the conditions built from those transitions
-(``db/queries.py``: ``_guard``, ``STATE_WRITES``). Read from the data that builds the guards,
-never by parsing SQL; what a guard lets through is checked in PostgreSQL itself
+"""Every SQL statement that changes ``jobs.state`` declares the transitions of the core
+(``core/states.py``) it makes (its ``-- makes:`` line in ``db/sql/*.sql``, read into
+``queries.STATE_WRITES``), and its literal text carries the guard rendered from each of those
+transitions (tests/support/guards.py): a statement whose guard drifts from the table fails
+here. What a guard lets through is checked in PostgreSQL itself
 (tests/integration/test_transition_guards.py)."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
 from jobrelay.core.states import (
     ALL_TRANSITIONS,
     CANCEL,
+    CANCEL_RUNNING,
+    COMPLETE,
+    DEPENDENCY_FAILED,
+    PARENTS_SUCCEEDED,
+    QUARANTINE,
+    RETRY,
     TERMINAL_STATES,
     JobState,
     Lease,
-    Transition,
 )
 from jobrelay.db import queries as q
+from jobrelay.db.sql import STATEMENTS
+from tests.support.guards import guard, guarded_by
 from tests.support.transitions import CANCELLABLE_STATES, TRANSITIONS
 
-# The token a fenced guard compares with: a parameter, or a group's column of tokens.
-_TOKENS = (":lease_token", "a.asked_token")
-
-
-def _guarded_by(sql: str, transition: Transition) -> bool:
-    return any(q._guard(transition, token) in sql for token in _TOKENS)
+# The transitions more than one statement makes: the dependents' moves, in every statement that
+# can end a parent (the fragment dependents_of), and a cancel, of one job or of a workflow's.
+SHARED_TRANSITIONS = frozenset({PARENTS_SUCCEEDED, DEPENDENCY_FAILED, CANCEL})
 
 
 @pytest.mark.parametrize("name", sorted(q.STATE_WRITES))
 def test_the_statement_is_guarded_by_the_guard_of_each_of_its_transitions(name: str) -> None:
     sql = getattr(q, name).text
-    assert [t.name for t in q.STATE_WRITES[name] if not _guarded_by(sql, t)] == []
+    assert [t.name for t in q.STATE_WRITES[name] if not guarded_by(sql, t)] == []
 
 
 def test_a_guard_on_other_states_than_declared_is_caught() -> None:
     narrower = dataclasses.replace(CANCEL, source=frozenset({JobState.QUEUED}))
-    assert not _guarded_by(q.CANCEL_JOB.text, narrower)
+    assert not guarded_by(q.CANCEL_JOB.text, narrower)
+
+
+def test_a_statement_whose_guard_was_edited_is_caught() -> None:
+    sql = q.CANCEL_JOB.text
+    assert guarded_by(sql, CANCEL)
+    assert not guarded_by(sql.replace("'retrying', 'waiting'", "'waiting'"), CANCEL)
+
+
+def test_a_guard_written_over_two_lines_is_still_found() -> None:
+    assert guarded_by(f"WHERE id = :id AND {guard(CANCEL)}".replace(" IN ", "\n    IN "), CANCEL)
+
+
+# A write of ``jobs.state``: an UPDATE's ``SET state =`` (the only way statements change it).
+_SETS_STATE = re.compile(r"\bSET\s+state\s*=", re.IGNORECASE)
+
+
+def test_every_statement_that_sets_a_state_declares_the_transitions_it_makes() -> None:
+    setting = {name.upper() for name, s in STATEMENTS.items() if _SETS_STATE.search(s.sql)}
+    assert setting == set(q.STATE_WRITES)
 
 
 def test_a_fenced_transition_is_guarded_by_its_token() -> None:
     for transition in ALL_TRANSITIONS:
         unfenced = dataclasses.replace(transition, fenced=False)
         if transition.fenced:
-            assert q._guard(transition).startswith("lease_token = :lease_token AND ")
-            assert q._guard(transition) != q._guard(unfenced)
+            assert guard(transition).startswith("lease_token = :lease_token AND ")
+            assert guard(transition) != guard(unfenced)
         else:
-            assert ":lease_token" not in q._guard(transition)
+            assert ":lease_token" not in guard(transition)
 
 
 def test_a_lease_asked_of_a_running_job_changes_its_guard() -> None:
     running = [t for t in ALL_TRANSITIONS if JobState.RUNNING in t.source]
     for transition in running:
         others = {dataclasses.replace(transition, lease=lease) for lease in Lease} - {transition}
-        assert all(q._guard(other) != q._guard(transition) for other in others)
+        assert all(guard(other) != guard(transition) for other in others)
 
 
-def test_the_statements_that_share_one_guard_agree_on_it() -> None:
-    with pytest.raises(ValueError, match="guarded differently"):
-        q._shared_guard((q.COMPLETE, q.RESCUE), ":lease_token")
+def test_the_exits_of_a_worker_share_one_guard_so_one_statement_makes_them_all() -> None:
+    exits = (COMPLETE, RETRY, QUARANTINE, CANCEL_RUNNING)
+    assert len({guard(t, "a.asked_token") for t in exits}) == 1
+    assert set(exits) <= set(q.STATE_WRITES["FINISH_JOBS"])
 
 
 def test_every_exit_of_a_worker_from_running_is_one_statement() -> None:
@@ -72,9 +98,10 @@ def test_every_exit_of_a_worker_from_running_is_one_statement() -> None:
 
 def test_every_transition_is_made_by_exactly_one_statement_but_the_shared_ones() -> None:
     made = [t for transitions in q.STATE_WRITES.values() for t in transitions]
-    alone = [t.name for t in made if t not in q.SHARED_TRANSITIONS]
-    assert sorted(alone) == sorted(t.name for t in ALL_TRANSITIONS if t not in q.SHARED_TRANSITIONS)
+    alone = [t.name for t in made if t not in SHARED_TRANSITIONS]
+    assert sorted(alone) == sorted(t.name for t in ALL_TRANSITIONS if t not in SHARED_TRANSITIONS)
     assert {t.name for t in made} == {t.name for t in ALL_TRANSITIONS}
+    assert all(sum(t in ts for ts in q.STATE_WRITES.values()) > 1 for t in SHARED_TRANSITIONS)
 
 
 def test_every_statement_that_can_end_a_job_of_a_workflow_moves_its_dependents() -> None:
@@ -83,7 +110,7 @@ def test_every_statement_that_can_end_a_job_of_a_workflow_moves_its_dependents()
         for name, made in q.STATE_WRITES.items()
         if any(t.target in TERMINAL_STATES for t in made) and name != "CANCEL_WORKFLOW_JOBS"
     }
-    moving = {name for name, made in q.STATE_WRITES.items() if q.DEPENDENCY_FAILED in made}
+    moving = {name for name, made in q.STATE_WRITES.items() if DEPENDENCY_FAILED in made}
     assert ending == moving
     for name in moving:
         assert "moved_dependents AS (" in getattr(q, name).text

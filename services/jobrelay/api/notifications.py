@@ -7,7 +7,7 @@ from __future__ import annotations
 from jobrelay.api.waiting import FinishWaiters
 from jobrelay.auth import Authenticator
 from jobrelay.core.type_catalog import RegisteredTypes
-from jobrelay.db import queries as q
+from jobrelay.db import channels
 from jobrelay.db.listener import API_APPLICATION_NAME, Listener
 
 
@@ -25,16 +25,16 @@ class ApiNotifications:
         await Listener(
             database_url,
             self._missed,
-            listen=q.LISTEN_API_TYPES,
+            listen=channels.LISTEN_API,
             application_name=API_APPLICATION_NAME,
             on_state=self._set_listening,
             on_message=self._message,
         ).run()
 
     def _message(self, channel: str, payload: str) -> None:
-        if channel == q.FINISHED_CHANNEL:
+        if channel == channels.FINISHED_CHANNEL:
             self.waiters.finished(payload)
-        elif channel == q.TYPES_CHANNEL:
+        elif channel == channels.TYPES_CHANNEL:
             if self.types is not None:
                 self.types.invalidate()
         else:

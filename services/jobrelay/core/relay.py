@@ -39,7 +39,7 @@ class OutboxRow:
     publish_attempts: int
     traceparent: str | None = None  # the job's trace context (core/telemetry_context.py)
     # What its `published` journal entry says once confirmed, drawn by the lease so that the
-    # entry reads before the claim it causes (db/queries.py _DELIVERY); None from the fakes.
+    # entry reads before the claim it causes (db/sql/relay.sql); None from the fakes.
     journal_id: int | None = None
     leased_at: datetime | None = None
     delivers_attempt: int | None = None

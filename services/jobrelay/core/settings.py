@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from jobrelay.core import database_url as db_urls
 from jobrelay.core.bounds import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_MAX
 
-# The schema every statement of db/queries.py names literally (``FROM jobrelay.jobs``); another
+# The schema every statement of db/sql/*.sql names literally (``FROM jobrelay.jobs``); another
 # ``JOBRELAY_DATABASE_SCHEMA`` is put in its place where statements run (db/schema.py).
 DEFAULT_SCHEMA = "jobrelay"
 

@@ -56,8 +56,9 @@ class Lease(StrEnum):
 
 @dataclass(frozen=True)
 class Transition:
-    """One named move of a job, written once: ``db/queries.py`` guards its statements on these
-    fields (``STATE_WRITES`` there says which statement makes which move), and the tests'
+    """One named move of a job, written once: the statements of ``db/sql/*.sql`` are guarded on
+    these fields (their ``-- makes:`` lines, ``queries.STATE_WRITES``, say which statement makes
+    which move; tests/unit/test_transitions.py holds each guard to them), and the tests'
     in-memory store (``tests/support/consumer_fakes.py``) follows the same rules."""
 
     name: str

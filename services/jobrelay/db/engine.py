@@ -31,8 +31,9 @@ __all__ = [
 # psycopg converts a statement's text (``%(name)s`` placeholders to ``$n``) once and caches
 # the result, but only for texts up to 4,096 bytes: FINISH_JOBS and the relay's flow lease are
 # longer and were parsed again, with psycopg's regular expressions, on every run (2-3 % of a
-# consumer's CPU). Every statement of db/queries.py fits under this limit
-# (tests/unit/test_queries_cached.py); the cache itself holds 128 texts.
+# consumer's CPU). Every statement of db/sql/ fits under this limit
+# (tests/unit/test_queries_cached.py), and psycopg caches the longest through this raise
+# (tests/integration/test_statements_prepare.py); the cache itself holds 128 texts.
 STATEMENT_CACHE_LENGTH = 16_384
 psycopg_queries.MAX_CACHED_STATEMENT_LENGTH = max(
     psycopg_queries.MAX_CACHED_STATEMENT_LENGTH, STATEMENT_CACHE_LENGTH

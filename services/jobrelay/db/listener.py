@@ -1,9 +1,9 @@
 """PostgreSQL LISTEN/NOTIFY as a callback, on a connection of its own.
 
-Three channels are listened to: ``queries.OUTBOX_CHANNEL`` (a statement trigger on the outbox:
-new rows wake the dispatcher), and on one connection per API process ``queries.CLIENTS_CHANNEL``
+Three channels are listened to: ``channels.OUTBOX_CHANNEL`` (a statement trigger on the outbox:
+new rows wake the dispatcher), and on one connection per API process ``channels.CLIENTS_CHANNEL``
 (every change of a client's tokens or limit: the API's token cache empties) and
-``queries.FINISHED_CHANNEL`` (a job became terminal: its ``?wait`` requests answer). Notifications
+``channels.FINISHED_CHANNEL`` (a job became terminal: its ``?wait`` requests answer). Notifications
 sent while the connection is down are lost: every (re)connect calls ``on_notify`` once in case
 something was missed, and ``on_state`` tells the caller when it cannot rely on notifications
 (the relay polls too; the API then looks every token up, and waiters poll).
@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 
 from jobrelay.core.settings import Settings, mask_url
-from jobrelay.db import queries as q
+from jobrelay.db import channels, queries
 from jobrelay.db.engine import libpq_url
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ class InRecovery(psycopg.OperationalError):
 
 
 async def _ping_primary(connection: psycopg.AsyncConnection[Any]) -> None:
-    cursor = await connection.execute(q.LISTENER_PING)
+    cursor = await connection.execute(queries.LISTENER_PING.text)
     row = await cursor.fetchone()
     if row is None or row[0]:
         raise InRecovery("the listening connection's server is in recovery")
@@ -69,7 +69,7 @@ class Listener:
         database_url: str,
         on_notify: Callable[[], None],
         *,
-        listen: str = q.LISTEN_OUTBOX,
+        listen: str = channels.LISTEN_OUTBOX,
         application_name: str = APPLICATION_NAME,
         on_state: Callable[[bool], None] | None = None,
         on_message: Callable[[str, str], None] | None = None,

@@ -19,7 +19,7 @@ import psycopg
 
 from jobrelay.core.errors import StoreUnavailable
 from jobrelay.core.settings import Settings, libpq_url, mask_url
-from jobrelay.db import queries as q
+from jobrelay.db import queries
 from jobrelay.db.engine import driver_reason
 
 log = logging.getLogger(__name__)
@@ -73,5 +73,5 @@ def pooler_in_front(url: str) -> bool:
         connect_timeout=5,
         application_name=PROBE_APPLICATION_NAME,
     ) as connection:
-        row = connection.execute(q.SERVER_PID).fetchone()
+        row = connection.execute(queries.SERVER_PID.text).fetchone()
         return row is None or row[0] != connection.info.backend_pid

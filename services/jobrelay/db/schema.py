@@ -1,7 +1,7 @@
 """Another schema than ``jobrelay``: the statements name it in place of the default.
 
 Every statement names jobrelay's objects qualified with the default schema, as written in
-db/queries.py (``FROM jobrelay.jobs``), so that it never depends on a session's search_path
+db/sql/*.sql (``FROM jobrelay.jobs``), so that it never depends on a session's search_path
 (PgBouncer in transaction mode allows no session SET and no startup ``options``; an
 application's own connection, in ``enqueue`` or Django, has the application's path). With
 ``JOBRELAY_DATABASE_SCHEMA`` set to another name, each distinct statement text is translated
@@ -28,7 +28,7 @@ from jobrelay.migrations.history import FUNCTIONS_0011
 OBJECTS = frozenset({table.name for table in metadata.tables.values()} | set(FUNCTIONS_0011))
 
 # The sequences statements name, always as a quoted regclass: the journal's ids, drawn when a
-# job is leased for its ``published`` entry (db/queries.py, ``_DELIVERY``).
+# job is leased for its ``published`` entry (db/sql/relay.sql, ``journal_id``).
 SEQUENCES = ("job_events_id_seq",)
 
 Translate = Callable[[str], str]

@@ -21,7 +21,7 @@
      dispatcher), and
    - the job is due, every one of its outbox rows was published (confirmed) more than
      ``JOBRELAY_REDISPATCH_AFTER_SECONDS`` ago, and no consumer has claimed it since
-     (``queued``/``retrying``; ``jobrelay.db.queries._STRANDED``).
+     (``queued``/``retrying``; ``stranded_types`` in ``db/sql/quarantine.sql``).
 
    Why that proves it: a confirmed message is in its queue until a consumer takes it; once
    delivered, a consumer claims the job within milliseconds (or hands the message back to the

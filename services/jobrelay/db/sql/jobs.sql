@@ -1,0 +1,103 @@
+-- The jobs as the API and the CLI read and cancel them (db/store.py::Store).
+--
+-- Named statements, read by jobrelay/db/sql/__init__.py: each block is `-- name: <name>`, comment
+-- lines saying what it does and why, then the statement, ending with `;`. Parameters are
+-- `:name`. `python -m jobrelay.db.sql <name>` prints a statement exactly as it runs.
+
+-- name: ping
+SELECT 1 AS ok;
+
+-- name: jobs_by_keys
+SELECT j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, j.state,
+       j.attempts, j.max_attempts, j.available_at, j.lease_token, j.lease_until,
+       j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at, j.run_at,
+       j.cancel_requested_at, j.traceparent, j.priority, j.concurrency_key, j.unique_key,
+       j.workflow_id, j.workflow_ref, j.progress, j.replayed_attempts, r.result
+FROM jobrelay.jobs j LEFT JOIN jobrelay.job_results r ON r.job_id = j.id
+WHERE j.client_id = :client_id
+  AND j.idempotency_key = ANY(CAST(:idempotency_keys AS text[]));
+
+-- name: job_by_id
+-- :client_id NULL means "any client" (operators and the CLI); the API always passes its caller.
+-- ``no_consumer``: a live job of a type that no consumer serves now (docs/job-types.md, "Where
+-- a job goes"): one primary-key read of job_types.
+SELECT j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, j.state,
+       j.attempts, j.max_attempts, j.available_at, j.lease_token, j.lease_until,
+       j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at, j.run_at,
+       j.cancel_requested_at, j.traceparent, j.priority, j.concurrency_key, j.unique_key,
+       j.workflow_id, j.workflow_ref, j.progress, j.replayed_attempts, r.result,
+       (j.state IN ('queued', 'retrying') AND NOT EXISTS (
+           SELECT 1 FROM jobrelay.job_types t WHERE t.name = j.type AND t.served_until > now()))
+       AS no_consumer
+FROM jobrelay.jobs j LEFT JOIN jobrelay.job_results r ON r.job_id = j.id
+WHERE j.id = :id AND (CAST(:client_id AS uuid) IS NULL OR j.client_id = :client_id);
+
+-- name: job_events
+SELECT e.id, e.at, e.event, e.attempt, e.detail, e.error
+FROM jobrelay.job_events e
+WHERE e.job_id = :job_id
+ORDER BY e.id;
+
+-- name: list_jobs
+-- Keyset pagination, newest first: the cursor is the (created_at, id) of the last row seen.
+SELECT j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, j.state,
+       j.attempts, j.max_attempts, j.available_at, j.lease_token, j.lease_until,
+       j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at, j.run_at,
+       j.cancel_requested_at, j.traceparent, j.priority, j.concurrency_key, j.unique_key,
+       j.workflow_id, j.workflow_ref, j.progress, j.replayed_attempts, r.result
+FROM jobrelay.jobs j LEFT JOIN jobrelay.job_results r ON r.job_id = j.id
+WHERE j.client_id = :client_id
+  AND (CAST(:state AS text) IS NULL OR j.state = :state)
+  AND (CAST(:type AS text) IS NULL OR j.type = :type)
+  AND (CAST(:after_created_at AS timestamptz) IS NULL
+       OR (j.created_at, j.id)
+          < (CAST(:after_created_at AS timestamptz), CAST(:after_id AS uuid)))
+ORDER BY j.created_at DESC, j.id DESC
+LIMIT :limit;
+
+-- name: cancel_job
+-- makes: cancel
+WITH moved AS (
+    UPDATE jobrelay.jobs SET state = 'cancelled', waiting_for = 0, finished_at = now(),
+                    updated_at = now()
+    WHERE id = :id AND (CAST(:client_id AS uuid) IS NULL OR client_id = :client_id)
+      AND state IN ('queued', 'retrying', 'waiting')
+    RETURNING id, attempts, state AS ends_as, workflow_id
+), event AS (
+    INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
+    SELECT id, 'cancelled', attempts, :detail FROM moved
+)
+-- include: dependents_of
+
+SELECT id FROM moved;
+
+-- name: request_cancel
+-- A cancel of a running job is a request its worker carries out (docs/states.md,
+-- `cancel_running`): ``cancel_requested_at`` and a `cancel_requested` event, the first time
+-- only. Not a transition: the state is the worker's to change. Its row comes back whether
+-- the request is new (``first``) or was made before; no row: the job is not running.
+WITH running AS (
+    SELECT id, attempts, cancel_requested_at IS NULL AS first FROM jobrelay.jobs
+    WHERE id = :id AND (CAST(:client_id AS uuid) IS NULL OR client_id = :client_id)
+      AND state = 'running'
+    FOR UPDATE
+), requested AS (
+    UPDATE jobrelay.jobs j SET cancel_requested_at = now(), updated_at = now()
+    FROM running r WHERE j.id = r.id AND r.first
+    RETURNING j.id, j.attempts
+), event AS (
+    INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
+    SELECT id, 'cancel_requested', attempts, :detail FROM requested
+)
+SELECT id, first FROM running;
+
+-- name: outbox_rows_of_job
+SELECT id, available_at, created_at, published_at, publish_attempts, last_error
+FROM jobrelay.outbox WHERE job_id = :job_id ORDER BY id;
+
+-- name: client_name_of_job
+SELECT c.name FROM jobrelay.clients c JOIN jobrelay.jobs j ON j.client_id = c.id
+WHERE j.id = :job_id;
+
+-- name: result_of_job
+SELECT result, attempt, created_at FROM jobrelay.job_results WHERE job_id = :job_id;

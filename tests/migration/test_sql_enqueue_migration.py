@@ -1,5 +1,5 @@
 """Revision 0010 installs jobrelay_enqueue and its helpers, and its downgrade drops them; the
-limits frozen into the function (``migrations/history.py``) are still the live ones."""
+limits frozen into the function (``db/history.py``) are still the live ones."""
 
 from __future__ import annotations
 

@@ -101,8 +101,8 @@ class InMemoryExecutionStore:
         self.outbox: list[tuple[uuid.UUID, datetime]] = []  # (job id, due at)
         self.unknown_since: dict[uuid.UUID, datetime] = {}
         self.reachable = True
-        # Workflows are the database's (the fragment dependents_of of db/sql/workflows.sql); a test sets what a
-        # job's parents returned, and reads what its handler reported.
+        # Workflows are the database's (the fragment dependents_of of db/sql/workflows.sql); a
+        # test sets what a job's parents returned, and reads what its handler reported.
         self.parents: dict[uuid.UUID, dict[str, Any]] = {}
         self.progress: dict[uuid.UUID, list[ProgressReport]] = defaultdict(list)
 

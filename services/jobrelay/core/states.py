@@ -26,7 +26,7 @@ class JobEvent(StrEnum):
     CLAIMED = "claimed"
     DUPLICATE_DELIVERY = "duplicate_delivery"
     # (``lease_renewed`` is no more: renewals were never journaled. The CHECK constraint of the
-    # migrations, migrations/history.py, still allows it.)
+    # migrations, db/history.py, still allows it.)
     LEASE_EXPIRED = "lease_expired"
     STALE_COMPLETION_REJECTED = "stale_completion_rejected"
     RETRY_SCHEDULED = "retry_scheduled"

@@ -26,7 +26,7 @@ from psycopg import sql
 from jobrelay.core.errors import StoreUnavailable
 from jobrelay.core.settings import DEFAULT_SCHEMA, mask_url
 from jobrelay.db.engine import libpq_url
-from jobrelay.migrations.history import FUNCTIONS_0011, REVISIONS_0011, TABLES_0011
+from jobrelay.db.history import FUNCTIONS_0011, REVISIONS_0011, TABLES_0011
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "migrations"
 
@@ -119,7 +119,7 @@ def move_from_public(url: str, schema: str = DEFAULT_SCHEMA) -> list[str]:
     indexes, constraints, sequences and triggers), every function and the version table go.
     An ``alembic_version`` in ``public`` at any other revision is the application's: nothing
     is touched. The list of objects is the frozen one of revision 0011
-    (migrations/history.py), not today's models. Services of the old version must be stopped:
+    (db/history.py), not today's models. Services of the old version must be stopped:
     their statements name the tables unqualified.
     """
     with (

@@ -21,8 +21,8 @@ from sqlalchemy import TextClause, event
 from sqlalchemy.engine import Engine
 
 from jobrelay.core.settings import DEFAULT_SCHEMA
+from jobrelay.db.history import FUNCTIONS_0011
 from jobrelay.db.tables import metadata
-from jobrelay.migrations.history import FUNCTIONS_0011
 
 # The objects statements name: every table of the models and every function of the migrations.
 OBJECTS = frozenset({table.name for table in metadata.tables.values()} | set(FUNCTIONS_0011))

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 
-from jobrelay.migrations.history import EVENTS_0001, STATES_0001, TERMINAL_STATES_0001, in_list
+from jobrelay.db.history import EVENTS_0001, STATES_0001, TERMINAL_STATES_0001, in_list
 
 revision: str = "0001"
 down_revision: str | None = None

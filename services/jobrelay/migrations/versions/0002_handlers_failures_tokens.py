@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
-from jobrelay.migrations.history import EVENTS_0001, EVENTS_0002, in_list
+from jobrelay.db.history import EVENTS_0001, EVENTS_0002, in_list
 
 revision: str = "0002"
 down_revision: str | None = "0001"

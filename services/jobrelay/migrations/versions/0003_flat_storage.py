@@ -29,7 +29,7 @@ Create Date: 2026-12-01
 import sqlalchemy as sa
 from alembic import op
 
-from jobrelay.migrations.history import LIVE_STATES_0003, TERMINAL_STATES_0001, in_list
+from jobrelay.db.history import LIVE_STATES_0003, TERMINAL_STATES_0001, in_list
 
 revision = "0003"
 down_revision = "0002"  # no branch labels, no dependencies

@@ -19,7 +19,7 @@ Create Date: 2026-12-01
 import sqlalchemy as sa
 from alembic import op
 
-from jobrelay.migrations.history import EVENTS_0002, EVENTS_0005, TERMINAL_STATES_0001, in_list
+from jobrelay.db.history import EVENTS_0002, EVENTS_0005, TERMINAL_STATES_0001, in_list
 
 revision = "0005"
 down_revision = "0004"  # no branch labels, no dependencies

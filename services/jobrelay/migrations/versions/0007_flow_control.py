@@ -31,7 +31,7 @@ Create Date: 2026-12-01
 import sqlalchemy as sa
 from alembic import op
 
-from jobrelay.migrations.history import EVENTS_0005, EVENTS_0007, LIVE_STATES_0003, in_list
+from jobrelay.db.history import EVENTS_0005, EVENTS_0007, LIVE_STATES_0003, in_list
 
 revision = "0007"
 down_revision = "0006"  # no branch labels, no dependencies

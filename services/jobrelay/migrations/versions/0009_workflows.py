@@ -24,7 +24,7 @@ Create Date: 2026-12-02
 import sqlalchemy as sa
 from alembic import op
 
-from jobrelay.migrations.history import (
+from jobrelay.db.history import (
     EVENTS_0007,
     EVENTS_0009,
     LIVE_STATES_0003,

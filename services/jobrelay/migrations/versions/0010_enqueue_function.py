@@ -31,7 +31,7 @@ Create Date: 2026-12-03
 
 from alembic import op
 
-from jobrelay.migrations.history import (
+from jobrelay.db.history import (
     DEFAULT_MAX_ATTEMPTS_0010,
     IDEMPOTENCY_KEY_MAX_0010,
     PRIORITY_RANGE_0010,

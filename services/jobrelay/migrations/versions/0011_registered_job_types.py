@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from jobrelay.migrations.history import DEFAULT_MAX_ATTEMPTS_0010
+from jobrelay.db.history import DEFAULT_MAX_ATTEMPTS_0010
 
 revision = "0011"
 down_revision = "0010"  # no branch labels, no dependencies

@@ -23,7 +23,7 @@ Create Date: 2026-12-05
 
 from alembic import op
 
-from jobrelay.migrations.history import FUNCTIONS_0011, TRIGGER_FUNCTIONS_0011
+from jobrelay.db.history import FUNCTIONS_0011, TRIGGER_FUNCTIONS_0011
 
 revision = "0012"
 down_revision = "0011"  # no branch labels, no dependencies

@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from jobrelay.migrations.history import (
+from jobrelay.db.history import (
     IDEMPOTENCY_KEY_MAX_0010,
     PRIORITY_RANGE_0010,
     TYPE_NAME_MAX_0010,

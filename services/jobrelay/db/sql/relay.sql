@@ -100,7 +100,6 @@ WITH RECURSIVE limits AS (
             ORDER BY o.priority DESC, o.available_at
             LIMIT :lookahead
         ) s CROSS JOIN LATERAL (SELECT '' AS key) k
-        WHERE TRUE
         ORDER BY s.priority DESC, s.available_at
         LIMIT :limit
     ) p
@@ -206,7 +205,7 @@ WITH RECURSIVE limits AS (
                                        WHERE j.id = s.job_id), '')
                         ELSE '' END AS key
         ) k
-        WHERE TRUE AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.type = s.type AND b.key = k.key)
+        WHERE NOT EXISTS (SELECT 1 FROM blocked b WHERE b.type = s.type AND b.key = k.key)
         ORDER BY s.priority DESC, s.available_at
         LIMIT :limit
     ) p

@@ -75,11 +75,12 @@ run: environment
 ## is set (scripts/ci-docker.sh installs and starts one), elsewhere announced as not run, never
 ## passed silently; the suite but its integration tier; Python 3.13; PgBouncer; the integration
 ## tier. Each has servers of its own. The integration tier waits on its servers more than it
-## computes, so two at a time on 2 cores take about half the time of one after the other.
+## computes, so two at a time on 2 cores take about half the time of one after the other. A
+## lane that fails does not stop the others (--keep-going): every failure is shown in one run.
 TEST_LANES = test-docker test-local-others test-python313 test-pgbouncer test-local-integration
 test: environment
 	@echo "make: $(TEST_LANES), two at a time; each one's output follows when it ends"
-	@$(MAKE) --no-print-directory -j2 --output-sync=target $(TEST_LANES)
+	@$(MAKE) --no-print-directory --keep-going -j2 --output-sync=target $(TEST_LANES)
 
 ## test-local-integration and test-local-others: test-local in two halves, for `make test`
 test-local-integration: environment

@@ -10,8 +10,8 @@ import pytest
 from alembic import command
 
 from jobrelay.core import bounds
+from jobrelay.db import history
 from jobrelay.db.engine import libpq_url
-from jobrelay.migrations import history
 from tests.support import databases
 
 INSTALLED_BY_0010 = {

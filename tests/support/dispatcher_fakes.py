@@ -42,7 +42,8 @@ class FakeRow:
 
 @dataclass
 class InMemoryOutbox:
-    """The outbox with a hand-driven clock (``now``)."""
+    """The outbox with a hand-driven clock (``now``) and an ``unavailable`` switch that every
+    method obeys, as every RelayStore statement raises StoreUnavailable without its database."""
 
     now: float = 0.0
     rows: dict[int, FakeRow] = field(default_factory=dict)
@@ -83,6 +84,7 @@ class InMemoryOutbox:
     ) -> list[OutboxRow]:
         """Oldest first per queue, paused and limits aside (the order and the limits are the
         SQL's, tested against PostgreSQL)."""
+        self._check()
         leased: list[OutboxRow] = []
         for pick in picks:
             if pick.limit <= 0:  # no room (RelayStore asks nothing; a slice [:-1] would lease)
@@ -164,9 +166,11 @@ class InMemoryOutbox:
         return 0
 
     async def report_broker_block(self, dispatcher: str, reason: str) -> None:
+        self._check()
         self.broker_blocks[dispatcher] = reason
 
     async def clear_broker_block(self, dispatcher: str) -> None:
+        self._check()
         self.broker_blocks.pop(dispatcher, None)
 
     async def delete_finished_jobs(

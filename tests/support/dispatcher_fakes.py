@@ -1,11 +1,16 @@
 """In-memory implementations of the relay's ports (``jobrelay.core.relay``), for fast tests
-of the loop's decisions."""
+of the loop's decisions.
+
+``InMemoryOutbox`` runs the same scenarios as ``db/relay_store.py::RelayStore`` in
+``tests/integration/test_outbox_store_contract.py``; what it does not model is listed there.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from jobrelay.core.errors import BrokerUnavailable, StoreUnavailable
@@ -26,14 +31,19 @@ class FakeRow:
     job_id: uuid.UUID
     type: str
     due_at: float = 0.0
-    published: bool = False
+    published_at: float | None = None  # on the outbox's clock; retention reads it
     publish_attempts: int = 0
     last_error: str | None = None
+
+    @property
+    def published(self) -> bool:
+        return self.published_at is not None
 
 
 @dataclass
 class InMemoryOutbox:
-    """The outbox with a hand-driven clock (``now``)."""
+    """The outbox with a hand-driven clock (``now``) and an ``unavailable`` switch that every
+    method obeys, as every RelayStore statement raises StoreUnavailable without its database."""
 
     now: float = 0.0
     rows: dict[int, FakeRow] = field(default_factory=dict)
@@ -42,9 +52,11 @@ class InMemoryOutbox:
     broker_blocks: dict[str, str] = field(default_factory=dict)
     controls: FlowControls = field(default_factory=FlowControls)
     queues: set[str] = field(default_factory=set)
+    # Ids as a sequence hands them out: never one again, even after retention deleted rows.
+    _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1), repr=False)
 
     def add(self, job_type: str = "demo.sleep", *, due_in: float = 0.0) -> FakeRow:
-        row = FakeRow(len(self.rows) + 1, uuid.uuid4(), job_type, self.now + due_in)
+        row = FakeRow(next(self._ids), uuid.uuid4(), job_type, self.now + due_in)
         self.rows[row.id] = row
         return row
 
@@ -58,18 +70,25 @@ class InMemoryOutbox:
             (r for r in self.rows.values() if not r.published and r.due_at <= self.now),
             key=lambda r: r.due_at,
         )[:limit]
-        for row in due:
+        # The earliest due are leased, and returned by id, as RelayStore returns them.
+        return self._lease(sorted(due, key=lambda r: r.id), lease_seconds)
+
+    def _lease(self, rows: Sequence[FakeRow], lease_seconds: float) -> list[OutboxRow]:
+        for row in rows:
             row.due_at = self.now + lease_seconds
             row.publish_attempts += 1
-        return [OutboxRow(r.id, r.job_id, r.type, r.publish_attempts) for r in due]
+        return [OutboxRow(r.id, r.job_id, r.type, r.publish_attempts) for r in rows]
 
     async def lease_picks(
         self, picks: Sequence[QueuePick], rules: FlowRules, lease_seconds: float
     ) -> list[OutboxRow]:
         """Oldest first per queue, paused and limits aside (the order and the limits are the
         SQL's, tested against PostgreSQL)."""
+        self._check()
         leased: list[OutboxRow] = []
         for pick in picks:
+            if pick.limit <= 0:  # no room (RelayStore asks nothing; a slice [:-1] would lease)
+                continue
             due = sorted(
                 (
                     r
@@ -80,10 +99,7 @@ class InMemoryOutbox:
                 ),
                 key=lambda r: r.due_at,
             )[: pick.limit]
-            for row in due:
-                row.due_at = self.now + lease_seconds
-                row.publish_attempts += 1
-            leased += [OutboxRow(r.id, r.job_id, r.type, r.publish_attempts) for r in due]
+            leased += self._lease(due, lease_seconds)
         return leased
 
     async def flow_controls(self) -> FlowControls:
@@ -105,18 +121,19 @@ class InMemoryOutbox:
 
     async def mark_published(self, rows: Sequence[OutboxRow]) -> int:
         self._check()
-        marked = [self.rows[r.id] for r in rows if not self.rows[r.id].published]
+        found = (self.rows.get(r.id) for r in rows)  # a row deleted meanwhile counts nothing
+        marked = [row for row in found if row is not None and not row.published]
         for row in marked:
-            row.published, row.last_error = True, None
+            row.published_at, row.last_error = self.now, None
         return len(marked)
 
     async def mark_failed(self, ids: Sequence[int], error: str, retry_in_seconds: float) -> None:
         self._check()
         self.failed_calls.append((list(ids), error, retry_in_seconds))
-        for i in ids:
-            if not self.rows[i].published:
-                self.rows[i].last_error = error
-                self.rows[i].due_at = self.now + retry_in_seconds
+        for row in (self.rows.get(i) for i in ids):
+            if row is not None and not row.published:
+                row.last_error = error
+                row.due_at = self.now + retry_in_seconds
 
     async def next_due_in(self) -> float | None:
         self._check()
@@ -134,16 +151,26 @@ class InMemoryOutbox:
 
     async def delete_published(self, retention_seconds: float, limit: int) -> int:
         self._check()
-        return 0
+        cutoff = self.now - retention_seconds
+        old = [
+            r.id
+            for r in self.rows.values()
+            if r.published_at is not None and r.published_at < cutoff
+        ]
+        for row_id in old[:limit]:
+            del self.rows[row_id]
+        return len(old[:limit])
 
     async def fold_job_counts(self) -> int:
         self._check()
         return 0
 
     async def report_broker_block(self, dispatcher: str, reason: str) -> None:
+        self._check()
         self.broker_blocks[dispatcher] = reason
 
     async def clear_broker_block(self, dispatcher: str) -> None:
+        self._check()
         self.broker_blocks.pop(dispatcher, None)
 
     async def delete_finished_jobs(

@@ -11,7 +11,6 @@ the port answers and what it left behind: the job, its journal, its outbox rows,
 
 from __future__ import annotations
 
-import inspect
 import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
@@ -41,6 +40,7 @@ from jobrelay.db.execution_store import PgExecutionStore
 from jobrelay.db.store import Store
 from tests.support.consumer_fakes import InMemoryExecutionStore
 from tests.support.execution_sides import MemorySide, PostgresSide, Side
+from tests.support.ports import port_mismatches
 
 LEASE = 30.0
 E = JobEvent
@@ -91,12 +91,7 @@ def test_both_stores_have_every_method_of_the_port_with_its_parameters(
     implementation: type,
 ) -> None:
     """What mypy checked while the fake lived in the package: it is a whole ExecutionStore."""
-    for name, declared in inspect.getmembers(ExecutionStore, inspect.isfunction):
-        if name.startswith("_"):
-            continue
-        method = getattr(implementation, name)
-        assert inspect.iscoroutinefunction(method), name
-        assert inspect.signature(method) == inspect.signature(declared), name
+    assert port_mismatches(ExecutionStore, implementation) == []
 
 
 # --- claim ---------------------------------------------------------------------------------------

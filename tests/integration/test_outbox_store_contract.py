@@ -19,7 +19,6 @@ with no queue); and the fake's own ``unavailable`` switch.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 
@@ -34,6 +33,7 @@ from jobrelay.db.store import Store
 from tests.support import factories
 from tests.support.dispatcher_fakes import InMemoryOutbox
 from tests.support.outbox_sides import MemorySide, PostgresSide, Seen, Side
+from tests.support.ports import port_mismatches
 
 LEASE = 30.0
 SLOW = FlowRules(routes={"demo.fail": "slow"})  # demo.fail goes to ``slow``, the rest ``default``
@@ -88,12 +88,7 @@ def test_both_stores_have_every_method_of_the_port_with_its_parameters(
     implementation: type,
 ) -> None:
     """What mypy checks where the fake is passed as an OutboxStore, for every method."""
-    for name, declared in inspect.getmembers(OutboxStore, inspect.isfunction):
-        if name.startswith("_"):
-            continue
-        method = getattr(implementation, name)
-        assert inspect.iscoroutinefunction(method), name
-        assert inspect.signature(method) == inspect.signature(declared), name
+    assert port_mismatches(OutboxStore, implementation) == []
 
 
 # --- lease_batch ---------------------------------------------------------------------------------

@@ -66,11 +66,11 @@ async def seen(side: Side, outbox_id: int) -> Seen:
     return found
 
 
-def about(value: float | None, expected: float, elapsed: float) -> bool:
-    """Is ``value`` a time ``expected`` seconds off, read up to ``elapsed`` seconds of real
+def about(value: float | None, expected: float, read_within: float) -> bool:
+    """Is ``value`` a time ``expected`` seconds off, read up to ``read_within`` seconds of real
     time later (times to come shrink as it passes, times past grow)? Exact on the fake."""
     slack = 0.001  # the database's clock is read in microseconds
-    return value is not None and expected - elapsed - slack <= value <= expected + slack
+    return value is not None and expected - read_within - slack <= value <= expected + slack
 
 
 def aged(value: float, expected: float, read_within: float) -> bool:
@@ -105,13 +105,13 @@ async def test_due_rows_are_leased_their_attempt_counted_and_rows_not_yet_due_le
 
     rows = [await seen(side, outbox_id) for outbox_id in (first, second)]
     next_due_in = await side.port.next_due_in()
-    elapsed = await side.mark() - start
+    read_within = await side.mark() - start
     assert ids(leased) == [first, second]
     assert [row.publish_attempts for row in leased] == [1, 1]
     for row in rows:
         assert (row.published, row.publish_attempts) == (False, 1)
-        assert about(row.due_in, LEASE, elapsed)  # due again when the lease runs out
-    assert about(next_due_in, LEASE, elapsed)
+        assert about(row.due_in, LEASE, read_within)  # due again when the lease runs out
+    assert about(next_due_in, LEASE, read_within)
     untouched = await seen(side, later)
     assert (untouched.publish_attempts, untouched.published) == (0, False)
 
@@ -253,9 +253,9 @@ async def test_a_failed_row_keeps_its_error_and_is_due_again_after_its_backoff(
     await side.port.mark_failed(ids(leased), "unroutable: NO_ROUTE", 60)
 
     row = await seen(side, outbox_id)
-    elapsed = await side.mark() - start
+    read_within = await side.mark() - start
     assert (row.published, row.last_error) == (False, "unroutable: NO_ROUTE")
-    assert about(row.due_in, 60, elapsed)
+    assert about(row.due_in, 60, read_within)
     await side.pass_time(55)
     assert await side.port.lease_batch(10, LEASE) == []
     await side.pass_time(10)

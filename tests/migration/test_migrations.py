@@ -30,6 +30,8 @@ TABLES = {
     "workflows",
     "job_dependencies",
     "job_types",
+    "job_steps",
+    "job_signals",
 }
 # Written often, worthless after a crash (docs/overload.md): no WAL for them.
 UNLOGGED = {"rate_limits", "broker_blocks", "type_rate_buckets"}

@@ -17,11 +17,12 @@ for.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -30,6 +31,7 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast
 from pydantic import BaseModel, ValidationError
 
 from jobrelay.core.bounds import FLOW_KEY_MAX, IDEMPOTENCY_KEY_MAX
+from jobrelay.core.durable import DurableRun, blocking
 from jobrelay.core.errors import ConfigurationError, InvalidPayload, UnknownJobType
 from jobrelay.core.flow import Limit, Rate, check_priority, parse_rate
 from jobrelay.core.jobs import Flow, is_valid_flow_key, is_valid_idempotency_key
@@ -51,6 +53,13 @@ class JobContext:
 
     progress_sink: ProgressSink | None = field(default=None, repr=False, compare=False)
 
+    durable: DurableRun | None = field(default=None, repr=False, compare=False)
+    """Its steps, sleeps, signals and children (docs/durable-execution.md), recorded by the
+    consumer's store or the testing kit's; None: the context of a tool that runs no job."""
+
+    loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False, compare=False)
+    """The event loop ``durable`` runs on: a plain ``def`` handler's calls wait for it there."""
+
     @property
     def idempotency_key(self) -> str:
         """Stable across attempts: pass it to external systems so a retry is not a second effect."""
@@ -70,6 +79,78 @@ class JobContext:
             self.progress_sink(
                 float(fraction), None if message is None else message[:PROGRESS_MESSAGE_MAX]
             )
+
+    # --- durable execution (docs/durable-execution.md) ---------------------------------------
+    # In an ``async def`` handler each call returns an awaitable; in a plain ``def`` handler
+    # (run in a thread of its own) it returns the value itself, having waited for the store.
+
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` once for this job and record its value (JSON) under
+        ``name``: every later attempt gets the recorded value back without running ``fn``."""
+        run = self._durable()
+        if _on_event_loop():
+            return run.step(name, fn, *args, **kwargs)
+        recorded = run.begin_step(name)
+        if recorded is not None:
+            return recorded.value
+        return self._wait(run.finish_step(name, fn(*args, **kwargs)))
+
+    def sleep(
+        self,
+        seconds: float | None = None,
+        *,
+        until: datetime | None = None,
+        name: str | None = None,
+    ) -> Any:
+        """End this attempt and sleep (``sleeping``: no lease, no slot, no message) for
+        ``seconds`` or until ``until``; the handler runs again from the top when it wakes, and
+        this call returns then. The wake time is recorded once."""
+        return self._call(self._durable().sleep(seconds, until=until, name=name))
+
+    def wait_for_signal(
+        self, signal: str, *, timeout: float | None = None, name: str | None = None
+    ) -> Any:
+        """The value of the signal ``signal`` sent to this job (``POST /v1/jobs/{id}/signals/
+        {signal}``), sleeping until it comes; ``SignalTimeout`` after ``timeout`` seconds."""
+        return self._call(self._durable().wait_for_signal(signal, timeout=timeout, name=name))
+
+    def run_child(
+        self, job_type: str, payload: Any, *, key: str | None = None, **options: Any
+    ) -> Any:
+        """Submit a child job (once: its key defaults to ``<job id>:<step name>``) and sleep
+        until it finishes: its result, or ``ChildFailed``."""
+        return self._call(self._durable().run_child(job_type, payload, key=key, **options))
+
+    def start_child(
+        self, job_type: str, payload: Any, *, key: str | None = None, **options: Any
+    ) -> Any:
+        """Submit a child job (once) without waiting for it: its id."""
+        return self._call(self._durable().start_child(job_type, payload, key=key, **options))
+
+    def _durable(self) -> DurableRun:
+        if self.durable is None:
+            raise RuntimeError("durable calls run under a consumer or the testing kit")
+        return self.durable
+
+    def _call(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        if _on_event_loop():
+            return coroutine
+        return self._wait(coroutine)
+
+    def _wait(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        if self.loop is None:
+            coroutine.close()
+            raise RuntimeError("a plain handler's durable calls need the consumer's event loop")
+        return blocking(coroutine, self.loop)
+
+
+def _on_event_loop() -> bool:
+    """Called from an ``async def`` handler (on the loop), or from a plain one's thread?"""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 # Where a context's progress reports go: the consumer's reporter (consumer/progress.py).

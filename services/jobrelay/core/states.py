@@ -16,6 +16,10 @@ class JobState(StrEnum):
     # A job of a workflow whose parents have not all succeeded yet: no outbox row, never
     # claimed; the statement that stores its last parent's result queues it (docs/workflows.md).
     WAITING = "waiting"
+    # A job whose handler sleeps, or waits for a signal or a child (docs/durable-execution.md):
+    # no lease, no slot, no message on the queue; due again at its ``wake_at`` (an outbox row
+    # due then), or woken by the transaction that sends its signal or finishes its child.
+    SLEEPING = "sleeping"
 
 
 class JobEvent(StrEnum):
@@ -44,6 +48,12 @@ class JobEvent(StrEnum):
     PARENTS_SUCCEEDED = "parents_succeeded"
     # A job cancelled for a failed parent, waiting again: that parent was replayed.
     RESTORED = "restored"
+    # Durable execution (docs/durable-execution.md): the job went to sleep (until when, or for
+    # which signal or child), a signal was sent to it, it was woken before its time came (by its
+    # signal, its child's end, or into its queue's pause).
+    SLEEPING = "sleeping"
+    SIGNALLED = "signalled"
+    WOKE = "woke"
 
 
 class Lease(StrEnum):
@@ -77,8 +87,11 @@ class Transition:
         return lease_expired == (self.lease is Lease.EXPIRED)
 
 
-# Due for a consumer (when their due time has come): the states a claim takes a job from.
-_DUE = frozenset({JobState.QUEUED, JobState.RETRYING})
+# Due for a consumer (when their due time has come): the states a claim takes a job from. A
+# sleeper's due time is its wake time; one woken early (a signal, a child) is queued first.
+_DUE = frozenset({JobState.QUEUED, JobState.RETRYING, JobState.SLEEPING})
+_QUEUED_OR_RETRYING = frozenset({JobState.QUEUED, JobState.RETRYING})
+_ASLEEP = frozenset({JobState.SLEEPING})
 _RUNNING = frozenset({JobState.RUNNING})
 _DUE_OR_ABANDONED = _DUE | _RUNNING  # running only under an expired lease
 _WAITING = frozenset({JobState.WAITING})
@@ -124,7 +137,7 @@ UNKNOWN_TYPE = Transition("unknown_type", _DUE, JobState.QUARANTINED, (JobEvent.
 # A consumer puts a due job back without claiming it, its attempts untouched, because its queue
 # is paused or its type (or key) is at a limit; a job whose lease expired is queued again
 # (HOLD_ABANDONED, one statement with HOLD: HOLD_JOB).
-HOLD = Transition("hold", _DUE, None, (JobEvent.HELD,))
+HOLD = Transition("hold", _QUEUED_OR_RETRYING, None, (JobEvent.HELD,))
 HOLD_ABANDONED = Transition(
     "hold_abandoned",
     _RUNNING,
@@ -152,6 +165,16 @@ CANCEL_RUNNING = Transition(
 REPLAY = Transition(
     "replay", frozenset({JobState.QUARANTINED}), JobState.QUEUED, (JobEvent.REPLAYED,)
 )
+# Durable execution (docs/durable-execution.md). A handler's sleep, or its wait for a signal or
+# a child not there yet, ends its attempt: the job sleeps, its lease given up, and the attempt
+# is not counted against it (``max_attempts`` grows by one, so attempt numbers stay unique).
+SLEEP = Transition(
+    "sleep", _RUNNING, JobState.SLEEPING, (JobEvent.SLEEPING,), fenced=True, lease=Lease.LIVE
+)
+# Woken before its wake time: the signal it waits for was sent (``jobrelay_signal``), the child
+# it waits for finished (the fragment ``dependents_of``), or, due in a paused queue, held there
+# as a queued job (HOLD_JOB).
+WAKE = Transition("wake", _ASLEEP, JobState.QUEUED, (JobEvent.WOKE,))
 # Workflows (docs/workflows.md). The statement that stores a parent's success queues each child
 # whose parents have now all succeeded, with its outbox row.
 PARENTS_SUCCEEDED = Transition(
@@ -187,6 +210,8 @@ ALL_TRANSITIONS: tuple[Transition, ...] = (
     PARENTS_SUCCEEDED,
     DEPENDENCY_FAILED,
     RESTORE,
+    SLEEP,
+    WAKE,
 )
 
 TERMINAL_STATES: frozenset[JobState] = frozenset(

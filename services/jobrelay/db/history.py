@@ -92,3 +92,11 @@ FUNCTIONS_0011 = (
 # The revisions a ``public.alembic_version`` of jobrelay's own can hold (any other is an
 # application's, left alone).
 REVISIONS_0011 = tuple(f"{number:04d}" for number in range(1, 12))
+
+# Revision 0016 (durable execution, docs/durable-execution.md): the state ``sleeping``, live, and
+# the journal's ``sleeping``, ``signalled`` and ``woke``.
+STATES_0016 = (*STATES_0009, "sleeping")
+LIVE_STATES_0016 = (*LIVE_STATES_0009, "sleeping")
+EVENTS_0016 = (*EVENTS_0009, "sleeping", "signalled", "woke")
+STEP_KINDS_0016 = ("step", "sleep", "signal", "child")
+STEP_STATUSES_0016 = ("done", "waiting", "timed_out")

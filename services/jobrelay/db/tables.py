@@ -30,6 +30,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
 from jobrelay.core.bounds import FLOW_KEY_MAX, PRIORITY_MAX, PRIORITY_MIN
+from jobrelay.core.durable import StepKind, StepStatus
 from jobrelay.core.settings import DEFAULT_SCHEMA
 from jobrelay.core.states import TERMINAL_STATES, JobEvent, JobState
 from jobrelay.core.workflows import OnFailure
@@ -58,6 +59,8 @@ JOB_EVENTS = [event.value for event in JobEvent]
 TERMINAL = [state.value for state in JobState if state in TERMINAL_STATES]
 LIVE = [state.value for state in JobState if state not in TERMINAL_STATES]
 ON_FAILURE = [policy.value for policy in OnFailure]
+STEP_KINDS = [kind.value for kind in StepKind]
+STEP_STATUSES = [status.value for status in StepStatus]
 
 
 def _job_reference(*, primary_key: bool = False) -> Column[Any]:
@@ -157,6 +160,20 @@ jobs = Table(
     # The attempts used before its latest replay (migration 0015; docs/states.md): the run's
     # attempt is ``attempts - replayed_attempts``, its budget ``max_attempts - replayed_attempts``.
     Column("replayed_attempts", Integer, nullable=False, server_default=text("0")),
+    # Durable execution (migration 0016; docs/durable-execution.md): when a sleeper is due again
+    # (NULL while it waits with no deadline), what it waits for ({"signal": name} or
+    # {"child": id}; NULL for a plain sleep), and the job that started it as its child.
+    _moment("wake_at"),
+    Column("waiting_on", JSONB),
+    Column("parent_job_id", UUID(as_uuid=True), ForeignKey("jobs.id", ondelete="SET NULL")),
+    CheckConstraint(
+        "(state = 'sleeping') = (wake_at IS NOT NULL OR waiting_on IS NOT NULL)",
+        name="sleeping_has_a_wake",
+    ),
+    # A finished child's parent, found when the child ends.
+    Index(
+        "ix_jobs_parent_job_id", "parent_job_id", postgresql_where=text("parent_job_id IS NOT NULL")
+    ),
     UniqueConstraint("client_id", "idempotency_key"),
     CheckConstraint(_in_list("state", JOB_STATES), name="state_known"),
     CheckConstraint(
@@ -246,6 +263,51 @@ workflows = Table(
     ),
     # The listings, newest first (migration 0015; `jobrelay workflows list`, the console).
     Index("ix_workflows_created_at_id", "created_at", "id"),
+)
+
+# What a job recorded (migration 0016; docs/durable-execution.md): a step's value, a sleep's
+# wake time, a signal taken (or its wait's deadline), a child, by name, and the attempt that
+# recorded it. They go with the job.
+job_steps = Table(
+    "job_steps",
+    metadata,
+    _job_reference(primary_key=True),
+    Column("name", Text, primary_key=True),
+    Column("kind", Text, nullable=False),
+    Column("status", Text, nullable=False, server_default=text("'done'")),
+    Column("attempt", Integer, nullable=False),
+    _set_at_insert("at"),
+    Column("value", JSONB),
+    _moment("wake_at"),
+    Column("child_id", UUID(as_uuid=True)),
+    CheckConstraint(_in_list("kind", STEP_KINDS), name="kind_known"),
+    CheckConstraint(_in_list("status", STEP_STATUSES), name="status_known"),
+    CheckConstraint("char_length(name) BETWEEN 1 AND 200", name="name_length"),
+)
+
+# The signals sent to jobs (migration 0016): each taken by at most one wait, by its step's name.
+job_signals = Table(
+    "job_signals",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    _job_reference(),
+    Column("name", Text, nullable=False),
+    Column("value", JSONB, nullable=False),
+    Column("idempotency_key", Text),
+    _set_at_insert("sent_at"),
+    Column("taken_by", Text),
+    _moment("taken_at"),
+    UniqueConstraint("job_id", "idempotency_key"),
+    CheckConstraint("char_length(name) BETWEEN 1 AND 200", name="name_length"),
+    CheckConstraint("(taken_by IS NULL) = (taken_at IS NULL)", name="taken_whole"),
+    # The untaken signals of a job by name, oldest first: what a wait takes.
+    Index(
+        "ix_job_signals_untaken",
+        "job_id",
+        "name",
+        "id",
+        postgresql_where=text("taken_by IS NULL"),
+    ),
 )
 
 # The edges of workflows: ``job_id`` waits for ``parent_id``; read both ways.

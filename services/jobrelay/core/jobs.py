@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import Any
 
 from jobrelay.core.bounds import FLOW_KEY_MAX, IDEMPOTENCY_KEY_MAX, MAX_DELAY_SECONDS
+from jobrelay.core.durable import StepRecord
 from jobrelay.core.errors import HandlerError, PermanentError
 from jobrelay.core.failures import MESSAGE_MAX_BYTES, Failure, cut_head, describe_failure
 from jobrelay.core.flow import check_priority
@@ -76,6 +77,21 @@ class Job:
     """The attempts it used before its latest replay (0: never replayed). ``attempts`` counts
     every claim of its life, so attempt numbers stay unique per job; a replay starts a new run,
     whose attempts and budget are counted from here (docs/states.md)."""
+
+    wake_at: datetime | None = None
+    """Sleeping (docs/durable-execution.md): when it is due again; None while it waits for a
+    signal or a child with no deadline, and in every other state."""
+
+    waiting_for: dict[str, str] | None = None
+    """Sleeping: what it waits for, ``{"signal": name}`` or ``{"child": id}``; None: its time
+    (``wake_at``) only, or not sleeping. (The column is ``jobs.waiting_on``.)"""
+
+    parent_job_id: uuid.UUID | None = None
+    """The job that started it with ``context.run_child`` or ``start_child``; None: none."""
+
+    steps: tuple[StepRecord, ...] | None = None
+    """What it recorded (``job_steps``), in order; read by the claim (a handler's durable calls
+    find them there) and the single job's view only, None elsewhere."""
 
     @property
     def run_attempt(self) -> int:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row
 
+from jobrelay.core.durable import StepKind, StepRecord, StepStatus
 from jobrelay.core.flow import Limit, Rate
 from jobrelay.core.jobs import Job, JournalEntry
 from jobrelay.core.states import JobState
@@ -56,7 +59,34 @@ def job_from_row(row: Any) -> Job:
         progress=data.get("progress"),
         replayed_attempts=data.get("replayed_attempts") or 0,
         no_consumer=data.get("no_consumer"),
+        wake_at=data.get("wake_at"),
+        waiting_for=data.get("waiting_on"),
+        parent_job_id=data.get("parent_job_id"),
+        steps=None if data.get("steps") is None else steps_from_json(data["steps"]),
     )
+
+
+def steps_from_json(rows: list[Mapping[str, Any]]) -> tuple[StepRecord, ...]:
+    """A job's ``job_steps`` as a statement aggregates them (``jsonb_agg`` of the rows, in the
+    order they were recorded): the claim's column ``steps``, the job view's."""
+    return tuple(
+        StepRecord(
+            name=row["name"],
+            kind=StepKind(row["kind"]),
+            attempt=row["attempt"],
+            at=_timestamp(row["at"]),
+            status=StepStatus(row["status"]),
+            value=row.get("value"),
+            wake_at=None if row.get("wake_at") is None else _timestamp(row["wake_at"]),
+            child_id=None if row.get("child_id") is None else uuid.UUID(row["child_id"]),
+        )
+        for row in rows
+    )
+
+
+def _timestamp(text: str) -> datetime:
+    """A timestamptz as jsonb writes it (ISO 8601 with its offset)."""
+    return datetime.fromisoformat(text)
 
 
 def journal_entry(row: Any) -> JournalEntry:

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, NoReturn, Protocol
 
-from jobrelay.core.errors import HandlerError, PermanentError
+from jobrelay.core.errors import PermanentError
 from jobrelay.core.jsonvalues import unstorable_json
 
 # A step's name: what a later attempt finds its value by. Long enough for a name and a counter.
@@ -82,9 +82,9 @@ class StepRecord:
 # --- what a handler may see raised ----------------------------------------------------------
 
 
-class SignalTimeout(HandlerError):
+class SignalTimeout(PermanentError):
     """``context.wait_for_signal`` ran out of time. Recorded: a later attempt raises it again at
-    the same wait. Not caught, it is a permanent failure of the job (quarantined)."""
+    the same wait, so, not caught, it quarantines the job at once (code ``signal_timeout``)."""
 
     code = "signal_timeout"
 

@@ -18,8 +18,10 @@ first use::
 
     from jobrelay import TypeNotAllowed, UnknownClient, enqueue, enqueue_async
 
-and workflows, graphs of jobs that wait for one another (docs/workflows.md), built with
-``Workflow`` and submitted with ``Client.submit_workflow`` or, in the caller's transaction,
+and what a handler's durable calls raise (docs/durable-execution.md): ``SignalTimeout`` from
+``context.wait_for_signal``, ``ChildFailed`` from ``context.run_child``; and workflows, graphs
+of jobs that wait for one another (docs/workflows.md), built with ``Workflow`` and submitted
+with ``Client.submit_workflow`` or, in the caller's transaction,
 ``enqueue_workflow`` / ``enqueue_workflow_async``::
 
     from jobrelay import Workflow, enqueue_workflow
@@ -33,6 +35,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from jobrelay.configuration import configure
+from jobrelay.core.durable import ChildFailed, SignalTimeout
 from jobrelay.core.errors import PermanentError, TransientError
 from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.workflows import Workflow
@@ -65,12 +68,14 @@ _ENQUEUE_NAMES = frozenset(
 __all__ = [
     "ApiError",
     "AsyncClient",
+    "ChildFailed",
     "Client",
     "IdempotencyConflict",
     "Job",
     "JobContext",
     "PermanentError",
     "Registry",
+    "SignalTimeout",
     "TransientError",
     "TypeNotAllowed",
     "UnknownClient",

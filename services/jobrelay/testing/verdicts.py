@@ -29,7 +29,7 @@ from jobrelay.core.masking import Masker
 from jobrelay.core.registry import JobContext, JobDefinition, JobType, Registry, payload_document
 from jobrelay.core.retry import RetryPolicy
 from jobrelay.core.states import JobState
-from jobrelay.testing.contexts import Progress, make_context
+from jobrelay.testing.contexts import Progress, claimed_run, make_context
 from jobrelay.testing.durable import InMemoryDurableStore
 
 Target = Registry | JobDefinition[Any, Any, Any]
@@ -262,18 +262,22 @@ async def _run(
     payload (refused: quarantined), call the handler, decide the outcome."""
     registry, name, payload = target_of(target, args)
     job_type = registry.get(name)  # UnknownJobType: a test's mistake, not a verdict
+    given = context
     context = _context(job_type, registry, context, attempt, max_attempts)
-    if context.durable is None:
+    if given is None:  # a context of its own records its durable calls in a fresh store
         context = first_claim(context, InMemoryDurableStore())
+    elif context.durable is not None and context.loop is None and job_type.runs_in_thread:
+        context = dataclasses.replace(context, loop=asyncio.get_running_loop())
     return await run_attempt(registry, job_type, payload, context, policy, rng)
 
 
 def first_claim(context: JobContext, store: InMemoryDurableStore) -> JobContext:
     """``context`` with its durable calls recorded in ``store``, which holds the job claimed for
     the context's attempt (attempts before it used, none recorded)."""
-    job = store.add_job(context.job_type, job_id=context.job_id, max_attempts=context.max_attempts)
-    job.attempts = context.attempt - 1
-    return with_durable(context, store, store.claim(job.id))
+    run = claimed_run(
+        store, context.job_type, context.job_id, context.attempt, context.max_attempts
+    )
+    return dataclasses.replace(context, durable=run, loop=asyncio.get_running_loop())
 
 
 def with_durable(context: JobContext, store: InMemoryDurableStore, fence: Fence) -> JobContext:

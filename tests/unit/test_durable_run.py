@@ -350,6 +350,18 @@ async def test_a_plain_def_handler_calls_the_store_from_its_thread() -> None:
     assert store.job(context.job_id).state is JobState.SLEEPING
 
 
+async def test_a_plain_def_handler_s_async_step_function_is_awaited_on_the_loop() -> None:
+    store = new_store()
+    context = durable_context(store, asyncio.get_running_loop())
+
+    async def fetch() -> int:
+        await asyncio.sleep(0)
+        return 7
+
+    assert await asyncio.to_thread(context.step, "fetch", fetch) == 7
+    assert store.records(context.job_id)["fetch"].value == 7
+
+
 async def test_a_plain_def_handler_without_the_loop_gets_a_clear_error() -> None:
     store = new_store()
     context = durable_context(store, asyncio.get_running_loop())

@@ -24,6 +24,10 @@ and workflows, graphs of jobs that wait for one another (docs/workflows.md), bui
 
     from jobrelay import Workflow, enqueue_workflow
 
+and what a durable handler's calls raise (docs/durable-execution.md)::
+
+    from jobrelay import ChildFailed, SignalTimeout
+
 with ``jobrelay.libpq_url``, which turns ``JOBRELAY_DATABASE_URL`` (in any form it accepts,
 ``postgresql+psycopg://`` too) into the URL ``psycopg.connect`` takes.
 """
@@ -33,6 +37,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from jobrelay.configuration import configure
+from jobrelay.core.durable import ChildFailed, SignalTimeout
 from jobrelay.core.errors import PermanentError, TransientError
 from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.workflows import Workflow
@@ -65,12 +70,14 @@ _ENQUEUE_NAMES = frozenset(
 __all__ = [
     "ApiError",
     "AsyncClient",
+    "ChildFailed",
     "Client",
     "IdempotencyConflict",
     "Job",
     "JobContext",
     "PermanentError",
     "Registry",
+    "SignalTimeout",
     "TransientError",
     "TypeNotAllowed",
     "UnknownClient",

@@ -547,3 +547,87 @@ def test_a_context_made_with_a_store_records_there_for_run_job() -> None:
     assert verdict.sleeping and verdict.context is context
     assert store.records(context.job_id)["charge"].value == "ch_1"
     assert store.job(context.job_id).state is JobState.SLEEPING
+
+
+def test_a_lost_lease_ends_the_attempt_with_nothing_recorded_and_the_next_runs_the_step_again() -> (
+    None
+):
+    store = new_store()
+    calls: list[int] = []
+    lost = Registry()
+
+    def charge(context: JobContext) -> str:
+        calls.append(context.attempt)
+        if context.attempt == 1:
+            store.expire_lease(context.job_id)  # the lease expired while the charge ran
+        return "ch_1"
+
+    @lost.job("lost.charge", Order)
+    async def handler(context: JobContext, payload: Order) -> dict[str, Any]:
+        return {"charge": await context.step("charge", charge, context)}
+
+    life = run_durable(handler, Order(order_id="o-12"), store=store)
+    assert life.succeeded and calls == [1, 2]  # fn runs again: give outside systems a key
+    first = life.verdicts[0]
+    assert first.state is JobState.QUEUED and isinstance(first.exception, LeaseGone)
+    assert life.steps["charge"].attempt == 2
+
+
+def test_a_plain_def_handler_lives_through_its_sleep_and_signal() -> None:
+    plain = Registry()
+
+    @plain.job("plain.nap", Order)
+    def nap(context: JobContext, payload: Order) -> dict[str, Any]:
+        first = context.step("first", lambda: payload.order_id)
+        context.sleep(until=START + timedelta(hours=1))
+        return {"first": first, "go": context.wait_for_signal("go")}
+
+    store = InMemoryDurableStore(clock=FakeClock(START))
+    life = run_durable(nap, Order(order_id="o-13"), store=store, signals={"go": True})
+    assert life.succeeded and life.result == {"first": "o-13", "go": True}
+    assert life.now == START + timedelta(hours=1)
+
+
+async def test_run_durable_async_inside_a_running_loop() -> None:
+    from jobrelay.testing import run_durable_async
+
+    life = await run_durable_async(
+        registry, "shop.order", {"order_id": "o-14"}, signals={"warehouse": 1}, children=registry
+    )
+    assert life.succeeded
+    with pytest.raises(RuntimeError, match="run_durable_async"):
+        run_durable(order, Order(order_id="o-14"))
+
+
+def test_a_child_answered_by_a_function_that_raises_is_quarantined_with_its_code() -> None:
+    def bounce(payload: dict[str, Any]) -> dict[str, Any]:
+        raise PermanentError("no such mailbox", code="bounced")
+
+    life = run_durable(
+        order, Order(order_id="o-15"), signals={"warehouse": 1}, children={"mail.send": bounce}
+    )
+    assert life.quarantined and isinstance(life.last.exception, ChildFailed)
+    assert life.last.exception.error_code == "bounced"
+    assert life.children[0].state is JobState.QUARANTINED
+
+
+def test_cancelling_a_sleeping_job_cancels_its_unfinished_children() -> None:
+    life = run_durable(order, Order(order_id="o-16"), signals={"warehouse": 1})
+    assert life.sleeping and life.waiting_for == {"child": str(life.children[0].id)}
+    assert life.store.cancel(life.job_id)
+    assert life.state is JobState.CANCELLED
+    assert life.children[0].state is JobState.CANCELLED
+    assert life.store.send_signal(life.job_id, "late", 1) == "finished"
+
+
+def test_the_kit_refuses_what_no_sender_could_send() -> None:
+    with pytest.raises(ValueError, match="after="):
+        Signal("go", after=-1)
+    with pytest.raises(TypeError, match="signals="):
+        run_durable(order, Order(order_id="o-17"), signals=["go"])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="signal's name"):
+        new_store().send_signal(uuid.uuid4(), "x" * 201)
+    with pytest.raises(ValueError, match="quarantined or cancelled"):
+        ChildEnd("succeeded")
+    with pytest.raises(ValueError, match="aware"):
+        FakeClock(datetime(2030, 1, 1))

@@ -28,6 +28,7 @@ from typing import Any
 
 from jobrelay.core.durable import (
     LEASE_GONE,
+    STEP_NAME_MAX,
     Asleep,
     ChildEnded,
     ChildRequest,
@@ -213,18 +214,13 @@ class InMemoryDurableStore:
         self._end(job, state, result, error_code)
         return True
 
-    def release(self, fence: Fence) -> bool:
-        """The attempt stopped without an outcome (a ``LeaseGone``, a shutdown): ``queued``."""
-        job = self._fenced(fence)
-        if job is None:
-            return False
-        job.state, job.lease_token = JobState.QUEUED, None
-        return True
-
     def expire_lease(self, job_id: uuid.UUID) -> None:
-        """The attempt's lease is lost (it expired, another consumer took the job): every later
-        write of that attempt is answered ``LEASE_GONE``."""
-        self.job(job_id).lease_token = uuid.uuid4()
+        """The running attempt's lease expired and the job was rescued (``queued`` again, as
+        the dispatcher's rescue does): every later write of that attempt is ``LEASE_GONE``."""
+        job = self.job(job_id)
+        if job.state is not JobState.RUNNING:
+            raise ValueError(f"job {job_id} is {job.state}: it holds no lease")
+        job.state, job.lease_token = JobState.QUEUED, None
 
     def end_child(
         self,
@@ -273,7 +269,9 @@ class InMemoryDurableStore:
     ) -> str:
         """``jobrelay_signal``: ``sent`` (kept; a job sleeping for it is woken), ``repeated``
         (its key was used for this job), ``finished`` (the job ended: nothing kept) or
-        ``unknown``."""
+        ``unknown``. ``ValueError`` for a name the function refuses."""
+        if not isinstance(name, str) or not 1 <= len(name) <= STEP_NAME_MAX:
+            raise ValueError(f"a signal's name is a text of 1 to {STEP_NAME_MAX} characters")
         job = self.jobs.get(job_id)
         if job is None:
             return "unknown"

@@ -57,6 +57,10 @@ class Signal:
     after: float = 0.0
     idempotency_key: str | None = None
 
+    def __post_init__(self) -> None:
+        if isinstance(self.after, bool) or not self.after >= 0:
+            raise ValueError(f"after= is a number of seconds, 0 or more, not {self.after!r}")
+
 
 @dataclass(frozen=True)
 class SleepingJob:
@@ -312,6 +316,8 @@ async def run_children(store: InMemoryDurableStore, policy: RetryPolicy) -> None
     for child in store.answer_children():
         answer = store.children[child.type]
         registry = answer.registry if isinstance(answer, JobDefinition) else answer
+        if child.attempts == 0 and "max_attempts" not in child.options:  # the type's limit
+            child.max_attempts = registry.max_attempts_for(child.type, DEFAULT_MAX_ATTEMPTS)
         life = _Life(store, child, [], None, policy)
         await life.run(registry, child.payload)
 

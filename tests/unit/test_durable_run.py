@@ -421,6 +421,8 @@ def test_run_job_runs_one_attempt_that_ends_asleep() -> None:
     assert verdict.state is JobState.SLEEPING and verdict.sleeping
     assert verdict.waiting_for == {"signal": "warehouse"} and verdict.wake_at is None
     assert verdict.steps["charge"].value == "ch_1"
+    waiting = verdict.steps["signal:warehouse"]
+    assert (waiting.kind, waiting.status) == (StepKind.SIGNAL, StepStatus.WAITING)
 
 
 def test_run_durable_runs_the_whole_life_with_signals_up_front_and_a_stubbed_child() -> None:

@@ -113,9 +113,14 @@ class Verdict:
 
     @property
     def steps(self) -> dict[str, StepRecord]:
-        """Every step the job has recorded by the end of the attempt, by name."""
+        """Every record the job holds by the end of the attempt, by name: its steps, and its
+        sleeps, signal waits and children too when the kit's store keeps them."""
         durable = self.context.durable
-        return dict(durable.records) if durable is not None else {}
+        if durable is None:
+            return {}
+        if isinstance(durable.store, InMemoryDurableStore):
+            return durable.store.records(durable.fence.job_id)
+        return dict(durable.records)
 
     @property
     def result(self) -> dict[str, Any] | None:

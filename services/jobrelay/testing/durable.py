@@ -6,7 +6,9 @@ It keeps what PostgreSQL keeps for durable execution (``db/durable_store.py``, m
 each, the job's state while it sleeps (``wake_at``, ``waiting_for``), and the children submitted
 under their keys. Its time is a ``FakeClock``, which the kit moves forward instead of waiting.
 Every write is fenced as the database's are: only the attempt that holds the job's lease token
-writes, anything else is answered ``LEASE_GONE``.
+writes, anything else is answered ``LEASE_GONE``. Its moves of a job's state take the source
+states of ``core/states.py``'s transitions (``CLAIM``, ``SLEEP``, ``WAKE``, ``CANCEL``), as the
+SQL's guards do.
 
 Children are answered by the test (``children=``): a value is the result every child of that
 type succeeds with, a function of the payload gives the result (what it raises quarantines the
@@ -44,7 +46,7 @@ from jobrelay.core.durable import (
 )
 from jobrelay.core.errors import HandlerError
 from jobrelay.core.registry import JobDefinition, Registry
-from jobrelay.core.states import TERMINAL_STATES, JobState
+from jobrelay.core.states import CANCEL, CLAIM, SLEEP, TERMINAL_STATES, WAKE, JobState
 
 
 class FakeClock:
@@ -183,7 +185,7 @@ class InMemoryDurableStore:
         """Start the job's next attempt as a consumer's claim does: ``running`` under a new lease
         token, ``attempts + 1``; a sleeper's ``wake_at`` and ``waiting_for`` cleared."""
         job = self.job(job_id)
-        if job.state not in (JobState.QUEUED, JobState.RETRYING, JobState.SLEEPING):
+        if job.state not in CLAIM.source:
             raise ValueError(f"job {job_id} is {job.state}: no claim takes it")
         if job.attempts >= job.max_attempts:
             raise ValueError(f"job {job_id} has used its {job.max_attempts} attempts")
@@ -245,12 +247,11 @@ class InMemoryDurableStore:
         """Cancel a job that has not finished and is not running (``sleeping`` too), and its
         unfinished children."""
         job = self.job(job_id)
-        if job.finished or job.state is JobState.RUNNING:
+        if job.state not in CANCEL.source:
             return False
         self._end(job, JobState.CANCELLED, None, None)
         for child in self.children_of(job_id):
-            if not child.finished and child.state is not JobState.RUNNING:
-                self.cancel(child.id)
+            self.cancel(child.id)  # those that have not finished and are not running
         return True
 
     def children_of(self, job_id: uuid.UUID) -> list[StoredJob]:
@@ -401,6 +402,7 @@ class InMemoryDurableStore:
     ) -> Asleep:
         """The SLEEP transition: no lease, ``sleeping``; the attempt is not counted against the
         job (``max_attempts + 1``)."""
+        assert job.state in SLEEP.source  # only a fenced write, of a running attempt, gets here
         job.state, job.lease_token, job.max_attempts = (
             JobState.SLEEPING,
             None,
@@ -412,6 +414,7 @@ class InMemoryDurableStore:
 
     def _wake(self, job: StoredJob) -> None:
         """The WAKE transition: due now."""
+        assert job.state in WAKE.source
         job.state, job.wake_at, job.waiting_for = JobState.QUEUED, None, None
 
     def _submit(self, parent: StoredJob, request: ChildRequest) -> StoredJob:

@@ -18,13 +18,15 @@ first use::
 
     from jobrelay import TypeNotAllowed, UnknownClient, enqueue, enqueue_async
 
-and what a handler's durable calls raise (docs/durable-execution.md): ``SignalTimeout`` from
-``context.wait_for_signal``, ``ChildFailed`` from ``context.run_child``; and workflows, graphs
-of jobs that wait for one another (docs/workflows.md), built with ``Workflow`` and submitted
-with ``Client.submit_workflow`` or, in the caller's transaction,
+and workflows, graphs of jobs that wait for one another (docs/workflows.md), built with
+``Workflow`` and submitted with ``Client.submit_workflow`` or, in the caller's transaction,
 ``enqueue_workflow`` / ``enqueue_workflow_async``::
 
     from jobrelay import Workflow, enqueue_workflow
+
+and what a durable handler's calls raise (docs/durable-execution.md)::
+
+    from jobrelay import ChildFailed, SignalTimeout
 
 with ``jobrelay.libpq_url``, which turns ``JOBRELAY_DATABASE_URL`` (in any form it accepts,
 ``postgresql+psycopg://`` too) into the URL ``psycopg.connect`` takes.

@@ -231,11 +231,12 @@ class DurableStore(Protocol):
 # --- the handler's calls ----------------------------------------------------------------------
 
 
-def check_step_value(name: str, value: Any) -> None:
+def check_step_value(name: str, value: Any) -> Any:
     """A step's value is kept as a result is: JSON that jsonb stores (``PermanentError``, code
-    ``invalid_step_value``, otherwise)."""
+    ``invalid_step_value``, otherwise). Returns the value as a later attempt reads it back (a
+    tuple is a list), so that the first attempt sees what every replay sees."""
     try:
-        json.dumps(value, allow_nan=False)
+        text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
         raise PermanentError(
             f"step {name[:100]!r} returned a value that is not JSON", code="invalid_step_value"
@@ -246,6 +247,7 @@ def check_step_value(name: str, value: Any) -> None:
             f"step {name[:100]!r} returned a value jsonb cannot store: {problem}",
             code="invalid_step_value",
         )
+    return json.loads(text)
 
 
 def check_step_name(name: str) -> None:
@@ -303,7 +305,7 @@ class DurableRun:
         return self.records.get(self._take_name(name))
 
     async def finish_step(self, name: str, value: Any) -> Any:
-        check_step_value(name, value)
+        value = check_step_value(name, value)
         answer = await self.store.record_step(self.fence, name, value)
         if isinstance(answer, Gone):
             raise LeaseGone(f"step {name!r} not recorded: the lease is no longer this attempt's")

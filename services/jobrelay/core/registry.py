@@ -93,7 +93,10 @@ class JobContext:
         recorded = run.begin_step(name)
         if recorded is not None:
             return recorded.value
-        return self._wait(run.finish_step(name, fn(*args, **kwargs)))
+        value = fn(*args, **kwargs)
+        if inspect.iscoroutine(value):  # an ``async def`` fn: awaited on the loop, as it would be
+            value = self._wait(value)
+        return self._wait(run.finish_step(name, value))
 
     def sleep(
         self,

@@ -14,21 +14,46 @@
   definition's, with or without ``connection=``, and ``jobrelay.enqueue(...)``) is recorded and
   answered as jobrelay would: a fresh job, the same job again for the same key and request,
   ``jobrelay.IdempotencyConflict`` for another request under a used key.
+- ``run_durable(order, payload, signals=..., children=...)`` / ``await run_durable_async``: a
+  durable handler's whole life (docs/durable-execution.md) in memory, attempt after attempt:
+  its steps recorded, its sleeps fast-forwarded on a ``FakeClock``, its signals given up front,
+  on a schedule (``Signal``) or from ``on_sleep``, its children answered by a stub or a handler.
+  Its ``DurableVerdict`` holds every attempt's ``Verdict`` and what the job recorded. Under it,
+  ``InMemoryDurableStore``, the ``DurableStore`` port in memory.
 """
 
 from jobrelay.testing.contexts import Progress, RecordingContext, make_context
+from jobrelay.testing.durable import ChildEnd, FakeClock, InMemoryDurableStore, Sleep
+from jobrelay.testing.lives import (
+    DurableVerdict,
+    Signal,
+    SleepingJob,
+    run_durable,
+    run_durable_async,
+)
 from jobrelay.testing.recorder import AsyncRecorder, RecordedJob, Recorder, recording
-from jobrelay.testing.verdicts import Verdict, run_job, run_job_async
+from jobrelay.testing.verdicts import LostLease, Slept, Verdict, run_job, run_job_async
 
 __all__ = [
     "AsyncRecorder",
+    "ChildEnd",
+    "DurableVerdict",
+    "FakeClock",
+    "InMemoryDurableStore",
+    "LostLease",
     "Progress",
     "RecordedJob",
     "Recorder",
     "RecordingContext",
+    "Signal",
+    "Sleep",
+    "SleepingJob",
+    "Slept",
     "Verdict",
     "make_context",
     "recording",
+    "run_durable",
+    "run_durable_async",
     "run_job",
     "run_job_async",
 ]

@@ -1,19 +1,25 @@
 """``run_job`` / ``run_job_async``: one attempt of a handler run as a consumer runs it, and its
 ``Verdict``, decided by the consumer's own code (``consumer/handler_call.py``,
-``core/jobs.py::decide_outcome``; docs/testing-handlers.md)."""
+``core/jobs.py::decide_outcome``; docs/testing-handlers.md). A handler's durable calls
+(``context.step``, ``sleep``, ...) are recorded in an ``InMemoryDurableStore``: an attempt that
+goes to sleep is the verdict ``Slept`` (``run_durable`` runs the job's whole life)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, overload
 
 from pydantic import BaseModel
 
 from jobrelay.consumer.handler_call import call_handler, refusal_failure
 from jobrelay.core.bounds import DEFAULT_MAX_ATTEMPTS
+from jobrelay.core.durable import DurableInterrupt, DurableRun, Fence, StepRecord, Suspended
 from jobrelay.core.errors import InvalidPayload, PermanentError
 from jobrelay.core.failures import Failure
 from jobrelay.core.fingerprint import canonical_json
@@ -23,9 +29,29 @@ from jobrelay.core.masking import Masker
 from jobrelay.core.registry import JobContext, JobDefinition, JobType, Registry, payload_document
 from jobrelay.core.retry import RetryPolicy
 from jobrelay.core.states import JobState
-from jobrelay.testing.contexts import Progress, make_context
+from jobrelay.testing.contexts import Progress, claimed_run, make_context
+from jobrelay.testing.durable import InMemoryDurableStore
 
 Target = Registry | JobDefinition[Any, Any, Any]
+
+
+@dataclass(frozen=True)
+class Slept:
+    """The attempt ended asleep (``context.sleep``, or a signal or child not there yet): the
+    job is ``sleeping`` until ``wake_at`` (None: until its signal or child comes), waiting for
+    ``waiting_for`` (``{"signal": name}``, ``{"child": id}``, or None for a plain sleep)."""
+
+    wake_at: datetime | None
+    waiting_for: Mapping[str, str] | None
+
+
+@dataclass(frozen=True)
+class LostLease:
+    """A durable call found the attempt's lease gone (``LeaseGone``): nothing was recorded, and
+    the consumer stops and puts the job back (``queued``)."""
+
+
+KitOutcome = Outcome | Slept | LostLease
 
 
 @dataclass(frozen=True)
@@ -40,7 +66,7 @@ class Verdict:
     seconds before the next attempt; ``failure`` what operators see (class, message, traceback);
     ``exception`` the exception itself (None when the handler did not raise)."""
 
-    outcome: Outcome
+    outcome: KitOutcome
     context: JobContext
     exception: BaseException | None = None
     seconds: float = 0.0
@@ -52,6 +78,10 @@ class Verdict:
                 return JobState.SUCCEEDED
             case RetryLater():
                 return JobState.RETRYING
+            case Slept():
+                return JobState.SLEEPING
+            case LostLease():
+                return JobState.QUEUED
         return JobState.QUARANTINED
 
     @property
@@ -65,6 +95,32 @@ class Verdict:
     @property
     def quarantined(self) -> bool:
         return isinstance(self.outcome, Quarantine)
+
+    @property
+    def sleeping(self) -> bool:
+        return isinstance(self.outcome, Slept)
+
+    @property
+    def wake_at(self) -> datetime | None:
+        return self.outcome.wake_at if isinstance(self.outcome, Slept) else None
+
+    @property
+    def waiting_for(self) -> dict[str, str] | None:
+        """``{"signal": name}`` or ``{"child": id}`` while asleep for one, as the job view says."""
+        if isinstance(self.outcome, Slept) and self.outcome.waiting_for is not None:
+            return dict(self.outcome.waiting_for)
+        return None
+
+    @property
+    def steps(self) -> dict[str, StepRecord]:
+        """Every record the job holds by the end of the attempt, by name: its steps, and its
+        sleeps, signal waits and children too when the kit's store keeps them."""
+        durable = self.context.durable
+        if durable is None:
+            return {}
+        if isinstance(durable.store, InMemoryDurableStore):
+            return durable.store.records(durable.fence.job_id)
+        return dict(durable.records)
 
     @property
     def result(self) -> dict[str, Any] | None:
@@ -209,9 +265,44 @@ async def _run(
 ) -> Verdict:
     """Decide, as ``consumer/worker.py::Worker._attempt`` does: resolve the type and the
     payload (refused: quarantined), call the handler, decide the outcome."""
-    registry, name, payload = _target(target, args)
+    registry, name, payload = target_of(target, args)
     job_type = registry.get(name)  # UnknownJobType: a test's mistake, not a verdict
+    given = context
     context = _context(job_type, registry, context, attempt, max_attempts)
+    if given is None:  # a context of its own records its durable calls in a fresh store
+        context = first_claim(context, InMemoryDurableStore())
+    elif context.durable is not None and context.loop is None and job_type.runs_in_thread:
+        context = dataclasses.replace(context, loop=asyncio.get_running_loop())
+    return await run_attempt(registry, job_type, payload, context, policy, rng)
+
+
+def first_claim(context: JobContext, store: InMemoryDurableStore) -> JobContext:
+    """``context`` with its durable calls recorded in ``store``, which holds the job claimed for
+    the context's attempt (attempts before it used, none recorded)."""
+    run = claimed_run(
+        store, context.job_type, context.job_id, context.attempt, context.max_attempts
+    )
+    return dataclasses.replace(context, durable=run, loop=asyncio.get_running_loop())
+
+
+def with_durable(context: JobContext, store: InMemoryDurableStore, fence: Fence) -> JobContext:
+    """``context`` whose durable calls go to ``store`` under ``fence``, the records of the
+    job's earlier attempts found at the claim, as the consumer's context has them."""
+    run = DurableRun(store, fence, store.records(fence.job_id), now=store.clock.now())
+    return dataclasses.replace(context, durable=run, loop=asyncio.get_running_loop())
+
+
+async def run_attempt(
+    registry: Registry,
+    job_type: JobType,
+    payload: Any,
+    context: JobContext,
+    policy: RetryPolicy,
+    rng: random.Random | None,
+) -> Verdict:
+    """One attempt in ``context``: the payload checked, the handler called, the outcome decided
+    (or the attempt's durable end: ``Slept``, ``LostLease``)."""
+    name = job_type.name
     mask = Masker()
     try:
         if job_type.handler is None:
@@ -220,7 +311,12 @@ async def _run(
     except (InvalidPayload, PermanentError) as refused:
         failure = refusal_failure(refused, mask)
         return Verdict(Quarantine(refused.code, failure.message, failure), context)
-    run = await call_handler(job_type, context, model)
+    try:
+        run = await call_handler(job_type, context, model)
+    except DurableInterrupt as interrupt:
+        return _interrupted(interrupt, context)
+    if isinstance(run.error, DurableInterrupt):
+        return _interrupted(run.error, context)
     outcome = decide_outcome(
         attempt=context.attempt,
         max_attempts=context.max_attempts,
@@ -233,16 +329,28 @@ async def _run(
     return Verdict(outcome, context, run.error, run.seconds)
 
 
-def _target(target: Target, args: tuple[Any, ...]) -> tuple[Registry, str, Any]:
+def _interrupted(interrupt: DurableInterrupt, context: JobContext) -> Verdict:
+    """The verdict of an attempt a durable call ended: asleep, or its lease gone."""
+    if isinstance(interrupt, Suspended):
+        return Verdict(Slept(interrupt.wake_at, interrupt.waiting_for), context, interrupt)
+    return Verdict(LostLease(), context, interrupt)
+
+
+def target_of(
+    target: Target, args: tuple[Any, ...], caller: str = "run_job"
+) -> tuple[Registry, str, Any]:
+    """The registry, the type's name and the payload ``caller(...)`` was given."""
     if isinstance(target, JobDefinition):
         if len(args) != 1:
-            raise TypeError("run_job(definition, payload): one payload after the definition")
+            raise TypeError(f"{caller}(definition, payload): one payload after the definition")
         return target.registry, target.name, args[0]
     if isinstance(target, Registry):
         if len(args) != 2 or not isinstance(args[0], str):
-            raise TypeError("run_job(registry, type_name, payload): a type's name, then a payload")
+            raise TypeError(
+                f"{caller}(registry, type_name, payload): a type's name, then a payload"
+            )
         return target, args[0], args[1]
-    raise TypeError(f"run_job runs a JobDefinition or a Registry's type, not {target!r}")
+    raise TypeError(f"{caller} runs a JobDefinition or a Registry's type, not {target!r}")
 
 
 def _context(

@@ -1,0 +1,1 @@
+"""An order handled by one durable job (see ../README.md)."""

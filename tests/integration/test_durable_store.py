@@ -362,6 +362,85 @@ async def test_a_signal_racing_the_wait_is_taken_or_wakes_the_sleeper(
     assert outcomes  # every round ended one of the two ways
 
 
+async def blocked_on_a_lock(store: Store) -> None:
+    """Return once a statement of this database waits for a row lock (the event, not a time)."""
+    for _ in range(200):
+        found = await rows(
+            store,
+            "SELECT count(*) AS n FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        if found[0].n:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("no statement came to wait for the row lock")
+
+
+def sleep_on(fence: Fence, name: str, kind: str, waiting_on: str, child: Any = None) -> Any:
+    return {
+        "job_id": fence.job_id,
+        "lease_token": fence.lease_token,
+        "name": name,
+        "kind": kind,
+        "status": "waiting",
+        "seconds": None,
+        "until": None,
+        "waiting_on": waiting_on,
+        "child_id": child,
+    }
+
+
+async def test_a_signal_sent_while_the_wait_holds_the_row_wakes_the_job_it_put_to_sleep(
+    store: Store, executions: PgExecutionStore
+) -> None:
+    fence = await running(store, executions)
+    async with store.transaction() as wait:  # the wait's transaction, step by step
+        locked = await wait.execute(
+            q.LOCK_FOR_WAIT, {"job_id": fence.job_id, "lease_token": fence.lease_token}
+        )
+        assert locked.first() is not None
+        sender = asyncio.create_task(signal(store, fence.job_id, "go", '"v"'))
+        await blocked_on_a_lock(store)  # the sender waits for the job's row
+        params = sleep_on(fence, "signal:go", "signal", '{"signal": "go"}')
+        assert (await wait.execute(q.SLEEP_JOB, params)).first() is not None
+    assert await sender == "sent"
+    job = await job_row(store, fence.job_id)
+    assert (job.state, job.waiting_on) == ("queued", None)
+    assert (await events(store, fence.job_id))[-2:] == [JobEvent.SIGNALLED, JobEvent.WOKE]
+
+
+async def test_a_child_finished_while_its_parent_holds_its_row_wakes_the_parent_it_put_to_sleep(
+    store: Store, durable: PgDurableStore, executions: PgExecutionStore
+) -> None:
+    fence = await running(store, executions)
+    started = await durable.child(fence, "child:a", child_request(fence.job_id), wait=False)
+    assert isinstance(started, ChildStarted)
+    _, child = await claim(executions, started.child_id)
+    async with store.transaction() as wait:  # the parent's wait, step by step
+        locked = await wait.execute(
+            q.LOCK_FOR_WAIT, {"job_id": fence.job_id, "lease_token": fence.lease_token}
+        )
+        assert locked.first() is not None
+        end = (await wait.execute(q.CHILD_END, {"child_id": started.child_id})).first()
+        assert end.state == JobState.RUNNING
+        finisher = asyncio.create_task(
+            executions.finish(
+                started.child_id,
+                lease_token=child.lease_token,
+                attempt=child.attempt,
+                outcome=Succeeded({"ok": 1}),
+            )
+        )
+        await blocked_on_a_lock(store)  # the child's finish waits for the parent's row
+        waiting_on = f'{{"child": "{started.child_id}"}}'
+        params = sleep_on(fence, "child:b", "child", waiting_on, started.child_id)
+        assert (await wait.execute(q.SLEEP_JOB, params)).first() is not None
+    await finisher
+    parent = await job_row(store, fence.job_id)
+    assert (parent.state, parent.waiting_on) == ("queued", None)  # re-read, and woken
+    assert (await events(store, fence.job_id))[-1] == JobEvent.WOKE
+
+
 # --- children -----------------------------------------------------------------------------
 
 

@@ -339,7 +339,7 @@ async def test_a_signal_racing_the_wait_is_taken_or_wakes_the_sleeper(
     outcomes: set[str] = set()
     for _ in range(40):
         fence = await running(store, executions)
-        waited, sent = await asyncio.gather(
+        outcome, sent = await asyncio.gather(
             durable.wait_for_signal(fence, "signal:go", "go", None),
             signal(store, fence.job_id, "go", '"v"'),
         )
@@ -350,12 +350,12 @@ async def test_a_signal_racing_the_wait_is_taken_or_wakes_the_sleeper(
             "SELECT id FROM jobrelay.job_signals WHERE job_id = :id AND taken_by IS NULL",
             id=fence.job_id,
         )
-        if isinstance(waited, SignalTaken):
-            assert waited.value == "v" and untaken == [] and job.state == JobState.RUNNING
+        if isinstance(outcome, SignalTaken):
+            assert outcome.value == "v" and untaken == [] and job.state == JobState.RUNNING
             outcomes.add("taken")
         else:
             # It slept first: the signal woke it, and waits for its next attempt.
-            assert isinstance(waited, Asleep)
+            assert isinstance(outcome, Asleep)
             assert job.state == JobState.QUEUED and len(untaken) == 1
             outcomes.add("woken")
         assert job.state != JobState.SLEEPING
@@ -457,8 +457,8 @@ async def test_a_child_submitted_twice_under_one_key_is_one_job(
     request = child_request(fence.job_id)
     started = await durable.child(fence, "child:a", request, wait=False)
     assert isinstance(started, ChildStarted)
-    waited = await durable.child(fence, "child:b", request, wait=True)
-    assert waited == Asleep(None, {"child": str(started.child_id)})
+    outcome = await durable.child(fence, "child:b", request, wait=True)
+    assert outcome == Asleep(None, {"child": str(started.child_id)})
     children = await rows(
         store,
         "SELECT id, parent_job_id, state FROM jobrelay.jobs WHERE idempotency_key = :key",
@@ -553,7 +553,7 @@ async def test_a_child_ending_as_its_parent_goes_to_sleep_on_it_is_never_missed(
         )
         assert isinstance(started, ChildStarted)
         _, child = await claim(executions, started.child_id)
-        waited, _ = await asyncio.gather(
+        outcome, _ = await asyncio.gather(
             durable.child(
                 fence, "child:wait", child_request(fence.job_id, "child:start"), wait=True
             ),
@@ -565,10 +565,10 @@ async def test_a_child_ending_as_its_parent_goes_to_sleep_on_it_is_never_missed(
             ),
         )
         parent = await job_row(store, fence.job_id)
-        if isinstance(waited, ChildEnded):
-            assert waited.result == {"ok": True} and parent.state == JobState.RUNNING
+        if isinstance(outcome, ChildEnded):
+            assert outcome.result == {"ok": True} and parent.state == JobState.RUNNING
         else:
-            assert isinstance(waited, Asleep) and parent.state == JobState.QUEUED
+            assert isinstance(outcome, Asleep) and parent.state == JobState.QUEUED
         assert parent.state != JobState.SLEEPING
 
 

@@ -287,6 +287,27 @@ async def test_a_signal_sent_before_the_wait_is_taken_at_once(
     assert (step.kind, step.status, step.value) == ("signal", "done", {"n": 1})
 
 
+async def test_jobrelay_signal_keeps_a_keyed_signal_once_and_none_for_a_finished_job(
+    store: Store, executions: PgExecutionStore
+) -> None:
+    fence = await running(store, executions)
+    sql = "SELECT jobrelay.jobrelay_signal(:id, 'go', CAST('1' AS jsonb), :key) AS answer"
+    answers = [(await rows(store, sql, id=fence.job_id, key="k1"))[0].answer for _ in range(2)]
+    assert answers == ["sent", "repeated"]
+    kept = await rows(
+        store, "SELECT id FROM jobrelay.job_signals WHERE job_id = :id", id=fence.job_id
+    )
+    assert len(kept) == 1
+    await executions.finish(
+        fence.job_id,
+        lease_token=fence.lease_token,
+        attempt=fence.attempt,
+        outcome=Succeeded({}),
+    )
+    assert await signal(store, fence.job_id, "go", "2") == "finished"
+    assert await signal(store, uuid.uuid4(), "go", "2") == "unknown"
+
+
 async def test_a_wait_sleeps_until_its_signal_wakes_the_job(
     store: Store, durable: PgDurableStore, executions: PgExecutionStore
 ) -> None:

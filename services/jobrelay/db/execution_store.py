@@ -20,6 +20,7 @@ consumer had not read yet takes that transaction too.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Sequence
@@ -53,7 +54,7 @@ from jobrelay.core.jobs import Cancelled, Job, Outcome, Quarantine, RetryLater, 
 from jobrelay.core.states import JobEvent, JobState
 from jobrelay.db import queries as q
 from jobrelay.db.group_commit import GroupCommit
-from jobrelay.db.rows import limit_from_row
+from jobrelay.db.rows import limit_from_row, steps_from_json
 from jobrelay.db.store import Store, job_from_row
 
 _EXHAUSTED_TEXT = "no attempts left: earlier attempts crashed or lost their lease"
@@ -161,10 +162,18 @@ class PgExecutionStore:
         if not rules.limited:
             row = await self._claims.submit(request)
             if row is not None:
-                return _claimed(row, lease.token)
+                claimed = _claimed(row, lease.token)
+                return await self._steps_read_again(claimed) if claimed.reclaimed else claimed
         # Under a limit, or the rare path: claim, hold or find out why not, in one transaction.
         async with self.store.transaction() as connection:
             return await self._claim_exactly(connection, request, rules)
+
+    async def _steps_read_again(self, claimed: Claimed) -> Claimed:
+        """A job taken from an expired lease, with its steps read after the claim committed:
+        one its old holder recorded at that instant is among them (``STEPS_OF_JOB``)."""
+        row = await self.store.fetch_one(q.STEPS_OF_JOB, job_id=claimed.job.id)
+        steps = None if row is None or row.steps is None else steps_from_json(row.steps)
+        return dataclasses.replace(claimed, job=dataclasses.replace(claimed.job, steps=steps))
 
     async def runtime_limits(self) -> dict[str, Limit]:
         """The runtime limits (``type_limits``) by type, for ``consumer/limits.py``."""

@@ -59,6 +59,15 @@ SELECT id, client_id, traceparent FROM jobrelay.jobs
 WHERE id = :job_id
   AND lease_token = :lease_token AND (state = 'running' AND lease_until > now());
 
+-- name: steps_of_job
+-- Every step a job recorded, as CLAIM_JOBS returns them. Read again after a claim that took the
+-- job from an expired lease: a step its old holder wrote at that instant held the job's row
+-- (FOR SHARE, RECORD_STEPS) until it committed, so the claim waited for it, but the claim's
+-- own read of the steps is of the snapshot its statement began with. This read, a statement
+-- later, sees it: a step recorded is never run again.
+SELECT (SELECT jsonb_agg(to_jsonb(s) - 'job_id' ORDER BY s.at, s.name)
+        FROM jobrelay.job_steps s WHERE s.job_id = :job_id) AS steps;
+
 -- name: step_of_job
 -- One recorded step of a job, by name (a wait's deadline, a child's id).
 SELECT name, kind, status, attempt, at, value, wake_at, child_id FROM jobrelay.job_steps

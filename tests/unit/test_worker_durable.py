@@ -294,7 +294,8 @@ async def test_a_heartbeat_that_finds_the_lease_given_up_by_the_handler_s_sleep_
     async def handler() -> HandlerRun:
         await asyncio.sleep(0.01)  # past the first beat
         slept.set()
-        return HandlerRun(None, None, 0.01, Suspended(world.clock.now, None))
+        asleep = Suspended(world.clock.now, None)
+        return HandlerRun(None, asleep, 0.01, asleep)
 
     async def heartbeat() -> LeaseEnd:
         await slept.wait()

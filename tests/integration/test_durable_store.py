@@ -144,6 +144,24 @@ async def test_a_step_is_recorded_once_and_comes_back_with_the_next_claim(
     assert step.attempt == fence.attempt
 
 
+async def test_a_claim_asked_again_after_a_lost_answer_brings_the_steps_too(
+    store: Store, durable: PgDurableStore, executions: PgExecutionStore
+) -> None:
+    fence = await running(store, executions)
+    assert await durable.record_step(fence, "charge", 5) is not LEASE_GONE
+    await rows(
+        store,
+        "UPDATE jobrelay.jobs SET lease_until = now() - interval '1 second' WHERE id = :id"
+        " RETURNING id",
+        id=fence.job_id,
+    )
+    terms = LeaseTerms.fresh(LEASE)
+    assert isinstance(await executions.claim(fence.job_id, terms), Claimed)
+    again = await executions.claim(fence.job_id, terms)  # the same token: its own claim
+    assert isinstance(again, Claimed) and again.job.steps is not None
+    assert [(step.name, step.value) for step in again.job.steps] == [("charge", 5)]
+
+
 async def test_a_plain_job_is_claimed_with_no_steps(
     store: Store, executions: PgExecutionStore
 ) -> None:
@@ -513,6 +531,43 @@ async def test_a_due_sleeper_of_a_paused_queue_is_woken_into_the_pause(
     job = await job_row(store, fence.job_id)
     assert (job.state, job.wake_at, job.waiting_on) == ("queued", None, None)
     assert (await events(store, fence.job_id))[-2:] == [JobEvent.WOKE, JobEvent.HELD]
+
+
+async def test_a_due_sleeper_whose_message_was_lost_is_stranded_and_redispatched(
+    store: Store, durable: PgDurableStore, executions: PgExecutionStore
+) -> None:
+    fence = await running(store, executions)
+    assert isinstance(await durable.sleep(fence, "sleep", seconds=HOUR, until=None), Asleep)
+    # An hour on: its wake message was published long ago, and no consumer ever claimed it.
+    await rows(
+        store,
+        "UPDATE jobrelay.jobs SET wake_at = now() - interval '1 hour',"
+        " available_at = now() - interval '1 hour' WHERE id = :id RETURNING id",
+        id=fence.job_id,
+    )
+    await rows(
+        store,
+        "UPDATE jobrelay.outbox SET published_at = now() - interval '1 hour' WHERE job_id = :id"
+        " RETURNING id",
+        id=fence.job_id,
+    )
+    redispatched = await store.fetch_all(
+        q.REDISPATCH_STRANDED, older_than_seconds=60, limit=10, detail="lost"
+    )
+    assert [row.job_id for row in redispatched] == [fence.job_id]
+    # A sleeper that waits for its signal with no deadline is never stranded: due nowhere near.
+    waiting = await running(store, executions)
+    assert isinstance(await durable.wait_for_signal(waiting, "signal:go", "go", None), Asleep)
+    await rows(
+        store,
+        "UPDATE jobrelay.outbox SET published_at = now() - interval '1 hour' WHERE job_id = :id"
+        " RETURNING id",
+        id=waiting.job_id,
+    )
+    again = await store.fetch_all(
+        q.REDISPATCH_STRANDED, older_than_seconds=60, limit=10, detail="lost"
+    )
+    assert waiting.job_id not in [row.job_id for row in again]
 
 
 async def test_deleting_a_job_deletes_its_steps_and_signals(

@@ -34,6 +34,12 @@ OUTBOX_ROWS_OF_JOB: TextClause = clause("outbox_rows_of_job")
 CLIENT_NAME_OF_JOB: TextClause = clause("client_name_of_job")
 RESULT_OF_JOB: TextClause = clause("result_of_job")
 
+# db/sql/signals.sql
+SEND_SIGNAL: TextClause = clause("send_signal")
+STEPS_OF_JOB: TextClause = clause("steps_of_job")
+SIGNALS_OF_JOB: TextClause = clause("signals_of_job")
+RESET_STEPS: TextClause = clause("reset_steps")
+
 # db/sql/accept.sql
 ACCEPT_JOB: TextClause = clause("accept_job")
 ACCEPT_JOBS: TextClause = clause("accept_jobs")

@@ -75,6 +75,7 @@ async def test_a_snapshot_becomes_gauges_named_by_prometheus_conventions() -> No
         ("jobrelay_jobs", (("state", "queued"),)): 7,
         ("jobrelay_jobs", (("state", "waiting"),)): 0,
         ("jobrelay_jobs", (("state", "running"),)): 2,
+        ("jobrelay_jobs", (("state", "sleeping"),)): 0,  # a state of its own (durable execution)
         ("jobrelay_jobs", (("state", "retrying"),)): 0,
         ("jobrelay_jobs", (("state", "succeeded"),)): 0,
         ("jobrelay_jobs", (("state", "quarantined"),)): 3,

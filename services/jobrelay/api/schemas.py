@@ -297,7 +297,7 @@ class JobView(BaseModel):
             progress=progress_view(job.progress),
             no_consumer=job.no_consumer,
             wake_at=job.wake_at,
-            waiting_for=job.waiting_for,  # type: ignore[arg-type]  # validated: signal | child
+            waiting_for=job.waiting_for,
             parent_job_id=job.parent_job_id,
             steps=step_views(job.steps, values=step_values),
             links=JobLinks(self=location, events=f"{location}/events"),

@@ -255,11 +255,15 @@ async def test_a_timed_sleeper_shows_its_wake_time_and_lists_show_no_steps(
 async def test_a_plain_jobs_view_has_no_steps_and_nothing_asleep(
     api: httpx.AsyncClient, alice: str
 ) -> None:
-    job_id = await submit_job(api, alice, EXPORT)
+    made = await api.post("/v1/jobs", json=EXPORT, headers=auth(alice, "plain-1"))
+    again = await api.post("/v1/jobs", json=EXPORT, headers=auth(alice, "plain-1"))
+    job_id = made.json()["id"]
 
     view = (await api.get(f"/v1/jobs/{job_id}", headers=auth(alice))).json()
 
     assert (view["steps"], view["wake_at"], view["waiting_for"]) == ([], None, None)
+    assert made.json()["steps"] == []  # the job made now has recorded nothing, as read
+    assert (again.status_code, again.json()["steps"]) == (200, None)  # not read
 
 
 async def test_the_trace_shows_steps_and_signals_among_the_journal(

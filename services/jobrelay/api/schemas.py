@@ -324,9 +324,13 @@ class DeduplicatedJobView(JobView):
     )
 
 
-def submitted_view(job: Job, *, deduplicated: bool) -> JobView:
-    """A submission's answer: the job, marked when it is a live job of the unique key."""
+def submitted_view(job: Job, *, deduplicated: bool, created: bool = False) -> JobView:
+    """A submission's answer: the job, marked when it is a live job of the unique key. A job
+    made now has recorded no step (``steps: []``, as its read answers, with no read); another
+    one's steps were not read (null)."""
     view = JobView.of(job)
+    if created:
+        view.steps = []
     return DeduplicatedJobView(**dict(view), deduplicated=True) if deduplicated else view
 
 

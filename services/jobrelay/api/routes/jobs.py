@@ -157,7 +157,9 @@ async def submit_job(
     # Serialized once here rather than re-validated through response_model: this is the
     # hot path, and the model above is still what the OpenAPI document describes.
     return Response(
-        submitted_view(accepted.job, deduplicated=accepted.deduplicated).model_dump_json(),
+        submitted_view(
+            accepted.job, deduplicated=accepted.deduplicated, created=accepted.created
+        ).model_dump_json(),
         status_code=202 if accepted.created else 200,
         media_type="application/json",
         headers={"Location": job_location(accepted.job.id)},
@@ -288,7 +290,9 @@ def _item_answer(request: Request, job: JobRequest, accepted: AcceptResult) -> B
         count_outcome(context_of(request).metrics, job.type, accepted)
     except IdempotencyConflict as error:
         return _request_problem(error)
-    view = submitted_view(accepted.job, deduplicated=accepted.deduplicated)
+    view = submitted_view(
+        accepted.job, deduplicated=accepted.deduplicated, created=accepted.created
+    )
     return BatchResult(status=202 if accepted.created else 200, job=view)
 
 

@@ -88,7 +88,7 @@ class AsyncClient(ClientBase[httpx.AsyncClient, httpx.AsyncBaseTransport]):
         return await self._run(_calls.get(id, steps=steps))
 
     async def signal(
-        self, id: JobId, name: str, value: Any = None, *, idempotency_key: str | None = None
+        self, id: JobId, name: str, value: Any, *, idempotency_key: str | None = None
     ) -> Signal:
         return await self._run(_calls.signal(id, name, value, key=idempotency_key))
 

@@ -107,7 +107,7 @@ class Client(ClientBase[httpx.Client, httpx.BaseTransport]):
         return self._run(_calls.get(id, steps=steps))
 
     def signal(
-        self, id: JobId, name: str, value: Any = None, *, idempotency_key: str | None = None
+        self, id: JobId, name: str, value: Any, *, idempotency_key: str | None = None
     ) -> Signal:
         """Sends the job a signal (``POST /v1/jobs/{id}/signals/{name}``): kept for the
         job's ``context.wait_for_signal(name)``, which returns ``value`` (any JSON value,

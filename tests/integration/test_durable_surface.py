@@ -22,7 +22,7 @@ from jobrelay.core.settings import Settings
 from jobrelay.db import tables
 from jobrelay.db.store import Store
 from jobrelay.operations import Operations
-from tests.conftest import MakeSettings, auth
+from tests.conftest import MakeSettings, api_client, auth
 from tests.support import factories
 from tests.support.consumer_kit import registry
 from tests.support.system import cli, submit_job
@@ -351,6 +351,24 @@ async def test_a_replay_with_reset_steps_forgets_them_and_unties_the_signals(
     assert await signals_of(store, job_id) == [("approved", "yes", None)]
     [replayed] = [e for e in await store.job_events(uuid.UUID(job_id)) if e.event == "replayed"]
     assert "its steps reset" in (replayed.detail or "")
+
+
+async def test_the_admin_replay_resets_the_steps_only_when_asked(
+    api: httpx.AsyncClient, alice: str, admin: str, store: Store, make_settings: MakeSettings
+) -> None:
+    kept = await quarantined_with_steps(api, alice, store)
+    reset = await quarantined_with_steps(api, alice, store)
+
+    async with api_client(make_settings(), store) as with_broker:  # a replay holds the queue
+        plain = await with_broker.post(f"/v1/admin/jobs/{kept}/replay", headers=auth(admin))
+        asked = await with_broker.post(
+            f"/v1/admin/jobs/{reset}/replay?reset_steps=true", headers=auth(admin)
+        )
+        view = await with_broker.get(f"/v1/jobs/{reset}", headers=auth(alice))
+
+    assert (plain.status_code, asked.status_code) == (200, 200), (plain.text, asked.text)
+    assert len(await store.steps_of(uuid.UUID(kept))) == 2
+    assert (view.json()["state"], view.json()["steps"]) == ("queued", [])
 
 
 async def test_a_job_that_is_not_quarantined_keeps_its_steps_under_reset_steps(

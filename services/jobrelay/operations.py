@@ -329,10 +329,16 @@ class Operations:
             return self.settings.max_attempts
 
     async def replay(
-        self, job_ids: list[uuid.UUID], *, progress: Progress | None = None
+        self,
+        job_ids: list[uuid.UUID],
+        *,
+        progress: Progress | None = None,
+        reset_steps: bool = False,
     ) -> list[ReplayOutcome]:
         """Back to queued with a fresh budget and a new outbox row; then the job's messages
         leave the quarantine queue. Replaying a job that is not quarantined changes nothing.
+        ``reset_steps``: its recorded steps go too (docs/durable-execution.md); without, the new
+        run goes on from them.
 
         The queue is held before any job changes (see the module's docstring): without the
         broker nothing is replayed (``BrokerUnavailable``)."""
@@ -345,7 +351,7 @@ class Operations:
             try:
                 for start in range(0, len(job_ids), REPLAY_CHUNK):
                     chunk = job_ids[start : start + REPLAY_CHUNK]
-                    outcomes += [await self._replay_one(job_id) for job_id in chunk]
+                    outcomes += [await self._replay_one(job_id, reset_steps) for job_id in chunk]
                     if progress:
                         progress(len(outcomes), len(job_ids))
             finally:
@@ -361,23 +367,32 @@ class Operations:
                     )
         return outcomes
 
-    async def _replay_one(self, job_id: uuid.UUID) -> ReplayOutcome:
+    async def _replay_one(self, job_id: uuid.UUID, reset_steps: bool) -> ReplayOutcome:
         job = await self.store.get_job(job_id)
         if job is None:
             return ReplayOutcome(job_id, "not_found")
         if job.state != JobState.QUARANTINED:
             return ReplayOutcome(job_id, "not_quarantined", job.state.value)
         budget = self.replay_budget(job.type)
-        if await self.keeper.replay_job(job_id, budget=budget, detail="replayed by an operator"):
+        detail = "replayed by an operator" + (", its steps reset," if reset_steps else "")
+        if await self.keeper.replay_job(
+            job_id, budget=budget, detail=detail, reset_steps=reset_steps
+        ):
             return ReplayOutcome(job_id, "replayed", JobState.QUEUED.value)
         current = await self.store.get_job(job_id)
         return ReplayOutcome(job_id, "not_quarantined", current.state.value if current else None)
 
     async def replay_all(
-        self, *, code: str | None = None, progress: Progress | None = None
+        self,
+        *,
+        code: str | None = None,
+        progress: Progress | None = None,
+        reset_steps: bool = False,
     ) -> list[ReplayOutcome]:
         await self.reconcile_quarantine()  # delivery-limit deaths become replayable jobs first
-        return await self.replay(await self.keeper.quarantined_ids(code=code), progress=progress)
+        return await self.replay(
+            await self.keeper.quarantined_ids(code=code), progress=progress, reset_steps=reset_steps
+        )
 
     async def purge(self) -> int:
         """Delete every message in the quarantine queue. The jobs stay quarantined (and

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from pydantic import SecretStr
-from sqlalchemy import func
+from sqlalchemy import func, insert
 from starlette.routing import BaseRoute
 
 from jobrelay.api.app import create_app
@@ -24,6 +24,7 @@ from jobrelay.console.jobs import PAGE_SIZE
 from jobrelay.core.jobs import JobRequest
 from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobState
+from jobrelay.db import tables
 from jobrelay.db.client_store import ClientStore
 from jobrelay.db.store import Store
 from tests.conftest import MakeSettings, auth, make_client
@@ -835,3 +836,42 @@ async def test_an_unreachable_database_is_an_html_page(
     assert_html_page(page, 503)
     assert "The database is unavailable" in page.text
     assert "nowhere" not in page.text and "127.0.0.1" not in page.text
+
+
+async def test_a_sleeping_jobs_page_shows_its_wait_its_steps_folded_and_its_signals(
+    console: httpx.AsyncClient, store: Store, admin: str
+) -> None:
+    child = await factories.job(store)
+    job = await factories.job(
+        store, state=JobState.SLEEPING, attempts=1, waiting_on={"child": str(child.id)}
+    )
+    async with store.transaction() as connection:
+        await connection.execute(
+            insert(tables.job_steps).values(
+                job_id=job.id, name="charge", kind="step", attempt=1, value={"note": HOSTILE}
+            )
+        )
+        await connection.execute(
+            insert(tables.job_steps).values(
+                job_id=job.id,
+                name="child:catalog.export",
+                kind="child",
+                attempt=1,
+                status="waiting",
+                child_id=child.id,
+            )
+        )
+        await connection.execute(
+            insert(tables.job_signals).values(job_id=job.id, name="approved", value=HOSTILE)
+        )
+    await signed_in(console, admin)
+
+    page = await console.get(f"/ui/jobs/{job.id}")
+
+    assert_html_page(page, 200)
+    assert "<script>" not in page.text and "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
+    assert f"waiting for child job {child.id}" in page.text  # the why line
+    assert f'<a class="mono" href="/ui/jobs/{child.id}">' in page.text
+    assert "<details><summary>value</summary>" in page.text  # folded
+    assert "<code>charge</code>" in page.text and "<code>approved</code>" in page.text
+    assert "not taken yet" in page.text

@@ -39,7 +39,7 @@ from tests.support.consumer_kit import (
     wait_state,
     worker,
 )
-from tests.support.durable_kit import registry, step_runs
+from tests.support.durable_kit import gate_file, registry, step_runs
 from tests.support.outbox import running_dispatcher
 from tests.support.processes import Service, service_env
 from tests.support.waiting import eventually
@@ -315,6 +315,29 @@ async def test_a_signal_sent_during_the_wait_wakes_the_job_and_is_returned(
     assert story == ["claimed", "sleeping", "signalled", "woke", "claimed", "succeeded"]
     assert await recorded_steps(store, job_id) == {"signal:approved": ("signal", "done", 2)}
     assert await signal(store, job_id, "approved", "3") == "finished"
+
+
+async def test_a_job_whose_cancel_was_asked_while_it_ran_is_cancelled_not_put_to_sleep(
+    make_settings: MakeSettings, store: Store
+) -> None:
+    # Its wait has no deadline: asleep with its cancel pending, nothing would ever end it.
+    cfg = make_settings()
+    client_id = await new_client(store)
+    job_id = await submit(store, client_id, "durable.cancelled_before_its_wait", {})
+
+    async def entered() -> bool:
+        return step_runs(cfg.results_dir, job_id) == ["entered"]
+
+    async with running_system(cfg):
+        await eventually(entered, what="the handler running")
+        answer = await store.cancel_job(job_id, client_id=client_id, detail="by its test")
+        assert answer is not None
+        gate = gate_file(cfg.results_dir, job_id)
+        gate.parent.mkdir(parents=True, exist_ok=True)
+        gate.touch()
+        await wait_state(store, job_id, "cancelled")
+    assert "sleeping" not in [event for event, _ in await events(store, job_id)]
+    assert (await job_row(store, job_id)).waiting_on is None
 
 
 async def test_signals_sent_while_their_jobs_wait_or_fall_asleep_each_reach_their_wait_once(

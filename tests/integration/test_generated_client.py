@@ -67,7 +67,7 @@ def test_the_client_has_a_module_per_tag_and_a_function_per_operation(
 ) -> None:
     operations = {
         "jobs": {"submit_job", "submit_batch", "list_jobs", "get_job", "list_job_events"}
-        | {"get_job_trace", "cancel_job"},
+        | {"get_job_trace", "cancel_job", "signal_job"},
         "admin": {"get_stats", "list_quarantine", "reconcile_quarantine", "replay_job"}
         | {"get_any_job_trace"}
         | {"list_queues", "pause_queue", "resume_queue"}

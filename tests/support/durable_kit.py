@@ -44,6 +44,11 @@ def step_runs(results_dir: Path, job_id: uuid.UUID | str) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+def gate_file(results_dir: Path, job_id: uuid.UUID | str) -> Path:
+    """A file whose appearance lets a waiting handler go on (the test writes it)."""
+    return results_dir / "gates" / str(job_id)
+
+
 def _ran(context: JobContext, name: str) -> str:
     path = steps_file(context.results_dir, context.job_id)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -136,6 +141,16 @@ def _build_registry() -> Registry:
                 raise
             return {"timed_out": True}
         return {"value": value}
+
+    @registry.job("durable.cancelled_before_its_wait", Plan)
+    async def cancelled_before_its_wait(context: JobContext, plan: Plan) -> dict[str, Any]:
+        # Told to go on (``gate_file``) once its test asked to cancel it: it waits for a signal
+        # with no deadline at once, well before its heartbeat's next poll for a cancel.
+        _ran(context, "entered")
+        gate = gate_file(context.results_dir, context.job_id)
+        while not gate.exists():
+            await asyncio.sleep(0.01)
+        return {"value": await context.wait_for_signal(plan.signal)}
 
     # --- children -------------------------------------------------------------------------
 

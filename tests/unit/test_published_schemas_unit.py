@@ -25,9 +25,11 @@ from jobrelay.api.schemas import (
     Problem,
     ProgressView,
     SubmitJob,
+    step_views,
 )
 from jobrelay.broker.publisher import build_message
 from jobrelay.core import bounds
+from jobrelay.core.durable import StepKind, StepRecord, StepStatus
 from jobrelay.core.errors import (
     IdempotencyConflict,
     InvalidPayload,
@@ -212,13 +214,39 @@ def test_a_view_with_every_field_set_matches_the_schema_as_the_api_writes_it() -
         workflow_id=uuid.uuid4(),
         progress=ProgressView(fraction=0.5, message=None, at=at),
         no_consumer=False,
+        parent_job_id=uuid.uuid4(),
+        steps=step_views(
+            (
+                StepRecord("charge", StepKind.STEP, 1, at, value={"charged": 12}),
+                StepRecord("sleep", StepKind.SLEEP, 1, at, wake_at=at),
+                StepRecord("child:x", StepKind.CHILD, 2, at, child_id=uuid.uuid4(), value=[1]),
+                StepRecord("signal:go", StepKind.SIGNAL, 2, at, status=StepStatus.WAITING),
+            ),
+            values=True,
+        ),
         links=JobLinks(self=f"/v1/jobs/{uuid.uuid4()}", events=f"/v1/jobs/{uuid.uuid4()}/events"),
     )
     deduplicated = DeduplicatedJobView(**dict(view), deduplicated=True)
+    # A sleeper's own fields, which no other state has.
+    sleeper = view.model_copy(
+        update={
+            "state": JobState.SLEEPING,
+            "finished_at": None,
+            "result": None,
+            "wake_at": at,
+            "waiting_for": {"signal": "approved"},
+        }
+    )
+    assert not [error.message for error in valid.iter_errors(sleeper.model_dump(mode="json"))]
+    asleep_elsewhere = dict(view.model_dump(mode="json"), waiting_for={"child": str(uuid.uuid4())})
+    assert list(valid.iter_errors(asleep_elsewhere))  # a succeeded job waits for nothing
 
+    asleep_only = {"wake_at", "waiting_for"}  # null in every other state
     for model in (view, deduplicated):
         document = model.model_dump(mode="json")
-        assert all(document[name] is not None for name in fields(JobView) - {"lease_until"})
+        assert all(
+            document[name] is not None for name in fields(JobView) - {"lease_until", *asleep_only}
+        )
         errors = [error.message for error in valid.iter_errors(document)]
         assert not errors, (model, errors)
 

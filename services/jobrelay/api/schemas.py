@@ -18,6 +18,7 @@ from jobrelay.core.bounds import (
     TYPE_NAME_MAX,
 )
 from jobrelay.core.clients import ClientListing
+from jobrelay.core.durable import StepKind, StepRecord, StepStatus
 from jobrelay.core.errors import InvalidSchedule
 from jobrelay.core.flow import Limit
 from jobrelay.core.jobs import Flow, Job, JobRequest
@@ -167,6 +168,42 @@ def progress_view(progress: dict[str, Any] | Any | None) -> ProgressView | None:
     return ProgressView.model_validate(progress) if progress else None
 
 
+class StepView(BaseModel):
+    """One recorded step (docs/durable-execution.md): a step, a sleep, a signal's wait or a
+    child, by name, with the attempt that recorded it."""
+
+    name: str
+    kind: StepKind
+    status: StepStatus = Field(
+        description="done: its value is final; waiting: a signal or child not arrived yet; "
+        "timed_out: a signal's wait ran out"
+    )
+    at: datetime
+    attempt: int
+    wake_at: datetime | None = Field(None, description="A sleep's end, or a signal wait's deadline")
+    child_id: uuid.UUID | None = Field(None, description="The child job, for a child step")
+
+
+class StepWithValue(StepView):
+    """A recorded step read with ``?steps=values``: with its value (a step's return value, a
+    signal's value, a child's result; null for a sleep)."""
+
+    value: Any
+
+
+def step_views(
+    steps: tuple[StepRecord, ...] | None, *, values: bool
+) -> list[StepWithValue | StepView] | None:
+    """A job's steps as the single job's view shows them (None where they were not read)."""
+    if steps is None:
+        return None
+    model = StepWithValue if values else StepView
+    return [model.model_validate(step.as_json(with_value=values)) for step in steps]
+
+
+WaitingFor = dict[Literal["signal", "child"], str]
+
+
 class JobView(BaseModel):
     id: uuid.UUID
     type: str
@@ -210,10 +247,29 @@ class JobView(BaseModel):
         description="Waiting, and no running consumer runs its type: it runs once one starts "
         "(docs/job-types.md); null where not read (lists)",
     )
+    wake_at: datetime | None = Field(
+        None,
+        description="Sleeping (docs/durable-execution.md): when it is due again; null while it "
+        "waits for a signal or a child without a deadline, and in every other state",
+    )
+    waiting_for: WaitingFor | None = Field(
+        None,
+        description='Sleeping: {"signal": name} or {"child": id}; null: its time only, or '
+        "not sleeping",
+        json_schema_extra={"maxProperties": 1, "minProperties": 1},
+    )
+    parent_job_id: uuid.UUID | None = Field(
+        None, description="The job that started it as a child (context.run_child, start_child)"
+    )
+    steps: list[StepWithValue | StepView] | None = Field(
+        None,
+        description="What its handler recorded, in order (the single job's view; null in "
+        "lists); each step's value with ?steps=values",
+    )
     links: JobLinks
 
     @classmethod
-    def of(cls, job: Job) -> JobView:
+    def of(cls, job: Job, *, step_values: bool = False) -> JobView:
         location = job_location(job.id)
         return cls(
             id=job.id,
@@ -240,6 +296,10 @@ class JobView(BaseModel):
             workflow_id=job.workflow_id,
             progress=progress_view(job.progress),
             no_consumer=job.no_consumer,
+            wake_at=job.wake_at,
+            waiting_for=job.waiting_for,
+            parent_job_id=job.parent_job_id,
+            steps=step_views(job.steps, values=step_values),
             links=JobLinks(self=location, events=f"{location}/events"),
         )
 
@@ -264,9 +324,13 @@ class DeduplicatedJobView(JobView):
     )
 
 
-def submitted_view(job: Job, *, deduplicated: bool) -> JobView:
-    """A submission's answer: the job, marked when it is a live job of the unique key."""
+def submitted_view(job: Job, *, deduplicated: bool, created: bool = False) -> JobView:
+    """A submission's answer: the job, marked when it is a live job of the unique key. A job
+    made now has recorded no step (``steps: []``, as its read answers, with no read); another
+    one's steps were not read (null)."""
     view = JobView.of(job)
+    if created:
+        view.steps = []
     return DeduplicatedJobView(**dict(view), deduplicated=True) if deduplicated else view
 
 
@@ -368,6 +432,23 @@ class TraceEvent(OpenModel):
     error: dict[str, Any] | None = Field(None, description="a failed attempt's error")
 
 
+class TraceStep(OpenModel):
+    name: str
+    kind: StepKind
+    status: StepStatus
+    at: str
+    attempt: int
+    wake_at: str | None = None
+    child_id: uuid.UUID | None = None
+
+
+class TraceSignal(OpenModel):
+    name: str
+    sent_at: str
+    taken_by: str | None = Field(description="the step name of the wait that took it")
+    taken_at: str | None
+
+
 class TraceView(OpenModel):
     """What happened to one job: intent, publishing, deliveries, attempts, result, and why it
     stopped (``jobrelay jobs trace``)."""
@@ -394,6 +475,14 @@ class TraceView(OpenModel):
     why: str
     last_failure: dict[str, Any] | None = None
     events: list[TraceEvent]
+    wake_at: str | None = Field(None, description="sleeping: when it is due again")
+    waiting_for: dict[str, str] | None = Field(
+        None, description='sleeping: {"signal": name} or {"child": id}'
+    )
+    steps: list[TraceStep] = Field(default_factory=list, description="its recorded steps")
+    signals: list[TraceSignal] = Field(
+        default_factory=list, description="the signals sent to it, oldest first"
+    )
 
 
 class OutboxStats(OpenModel):
@@ -509,6 +598,17 @@ class ReconcileView(BaseModel):
         description="quarantined jobs that had no message, given theirs again from the database"
     )
     messages_in_queue: int
+
+
+class SignalView(BaseModel):
+    """A signal kept (``sent``), or the same key's signal kept before (``repeated``)."""
+
+    job_id: uuid.UUID
+    name: str
+    status: Literal["sent", "repeated"] = Field(
+        description="sent: kept now (the job woke if it slept waiting for it); repeated: "
+        "its Idempotency-Key was used for this job before, nothing new kept"
+    )
 
 
 class ReplayView(BaseModel):

@@ -1,10 +1,12 @@
-"""``jobrelay jobs list | show | trace | cancel | redispatch``: the jobs of every client, one
-job, what happened to it, an operator's cancel, and the lost ones."""
+"""``jobrelay jobs list | show | trace | signal | cancel | redispatch``: the jobs of every
+client, one job, what happened to it, a signal for it, an operator's cancel, and the lost
+ones."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from jobrelay.cli.common import (
@@ -22,9 +24,11 @@ from jobrelay.cli.common import (
     settings_from_env,
 )
 from jobrelay.cli.output import render_job, render_trace
+from jobrelay.core.bounds import SIGNAL_NAME_MAX, SIGNAL_VALUE_MAX_BYTES
 from jobrelay.core.durations import parse_duration
 from jobrelay.core.errors import JobNotFound, NotCancellable
-from jobrelay.core.jobs import CancelAnswer, Job
+from jobrelay.core.jobs import CancelAnswer, Job, SignalAnswer, is_valid_idempotency_key
+from jobrelay.core.jsonvalues import unstorable_json
 from jobrelay.core.states import JobState
 from jobrelay.core.trace import trace_document
 
@@ -37,6 +41,7 @@ EXAMPLES = {
     "jobs show": "jobrelay jobs show 3f2b...-uuid",
     "trace": "jobrelay jobs trace 5b0c9f6e-...  (or --json for tools)",
     "cancel": "jobrelay jobs cancel 5b0c9f6e-...",
+    "signal": 'jobrelay jobs signal 5b0c9f6e-... approved --value \'{"by": "ana"}\'',
     "redispatch": "jobrelay jobs redispatch --older-than 15m",
 }
 
@@ -108,7 +113,9 @@ def cmd_jobs_show(args: argparse.Namespace) -> int:
         job = await store.get_job(wanted)
         if job is None:
             raise CliError(f"no job {wanted}")
-        print_document(JobView.of(job).model_dump(mode="json"), render_job, as_json=args.json)
+        steps = await store.steps_of(wanted, with_values=args.values)
+        view = JobView.of(replace(job, steps=steps), step_values=args.values)
+        print_document(view.model_dump(mode="json"), render_job, as_json=args.json)
         return 0
 
     return run_with_store(settings, work)
@@ -125,6 +132,53 @@ def cmd_trace(args: argparse.Namespace) -> int:
         return 0
 
     return run_with_operations(work)
+
+
+SIGNAL_SAID = {
+    SignalAnswer.SENT: "signal {name!r} sent to job {id}: kept for its wait (woken if it slept "
+    "waiting for it)",
+    SignalAnswer.REPEATED: "signal {name!r} not sent again to job {id}: its key was used before",
+}
+
+
+def signal_value(raw: str) -> Any:
+    """``--value``: any JSON value, at most 64 KiB, that PostgreSQL's jsonb can hold."""
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise CliError(f"--value is not valid JSON: {error.msg} at position {error.pos}") from None
+    if len(raw.encode()) > SIGNAL_VALUE_MAX_BYTES:
+        raise CliError(f"--value is over {SIGNAL_VALUE_MAX_BYTES} bytes")
+    problem = unstorable_json(value)
+    if problem is not None:
+        raise CliError(f"--value cannot be stored: {problem}")
+    return value
+
+
+def cmd_jobs_signal(args: argparse.Namespace) -> int:
+    settings = settings_from_env()
+    wanted = job_id(args.id)
+    if not 1 <= len(args.name) <= SIGNAL_NAME_MAX or "\x00" in args.name:
+        raise CliError(f"a signal's name is 1 to {SIGNAL_NAME_MAX} characters")
+    if args.key is not None and not is_valid_idempotency_key(args.key):
+        raise CliError("--key must be 1 to 200 visible ASCII characters")
+    value = signal_value(args.value)
+
+    async def work(store: Store) -> int:
+        answer = await store.signal_job(
+            wanted, args.name, value, client_id=None, idempotency_key=args.key
+        )
+        if answer is SignalAnswer.UNKNOWN:
+            raise CliError(f"no job {wanted}")
+        if answer is SignalAnswer.FINISHED:
+            raise CliError(f"job {wanted} has finished: the signal was not kept")
+        if args.json:
+            print(json.dumps({"job_id": str(wanted), "name": args.name, "status": answer.value}))
+        else:
+            print(SIGNAL_SAID[answer].format(name=args.name, id=wanted))
+        return 0
+
+    return run_with_store(settings, work)
 
 
 CANCEL_SAID = {
@@ -195,15 +249,16 @@ def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
         "--limit", type=int, default=50, help=f"jobs on a page, 1 to {MAX_LIST_LIMIT} (default 50)"
     )
     listing.add_argument("--cursor", help="the next page, as the previous one printed it")
-    add_command(
+    show = add_command(
         actions,
         "show",
         cmd_jobs_show,
-        "show one job (any client's)",
+        "show one job (any client's), with its recorded steps",
         EXAMPLES["jobs show"],
         argument="id",
         json_flag=True,
     )
+    show.add_argument("--values", action="store_true", help="each recorded step's value too")
     add_command(
         actions,
         "trace",
@@ -212,6 +267,22 @@ def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
         EXAMPLES["trace"],
         argument="id",
         json_flag=True,
+    )
+    signal = add_command(
+        actions,
+        "signal",
+        cmd_jobs_signal,
+        "send any client's job a signal, for its context.wait_for_signal(NAME)",
+        EXAMPLES["signal"],
+        argument="id",
+        json_flag=True,
+    )
+    signal.add_argument("name", help="the signal's name (1 to 200 characters)")
+    signal.add_argument(
+        "--value", default="null", metavar="JSON", help="its value, any JSON (default null)"
+    )
+    signal.add_argument(
+        "--key", metavar="K", help="an idempotency key: sent again with it, nothing new is kept"
     )
     add_command(
         actions,

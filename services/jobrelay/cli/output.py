@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from jobrelay.core.trace import timeline
+
 
 def json_value(value: Any) -> str:
     """A stored value (a result, a payload) as the JSON it is, on one line."""
@@ -54,18 +56,42 @@ def render_trace(trace: dict[str, Any]) -> str:
         lines.append("  result     none stored")
     lines.append(f"  state      {state_line(trace['state'], trace['why'])}")
     lines.append("  journal")
-    for event in trace["events"]:
-        detail = f"  {event['detail']}" if event["detail"] else ""
-        lines.append(f"    {event['at']}  #{event['attempt']:<2} {event['event']}{detail}")
-        error = event.get("error")
-        if error:
-            message = str(error.get("message") or "").replace("\n", "\n          ")
-            lines.append(f"        {error.get('class')}: {message}")
+    for line in timeline(trace):
+        lines.extend(_timeline_lines(line))
     failure = trace.get("last_failure")
     if failure and failure["error"].get("traceback"):
         lines.append(f"  last failure (attempt {failure['attempt']}, {failure['at']})")
         lines.extend(f"    {line}" for line in failure["error"]["traceback"].rstrip().splitlines())
     return "\n".join(lines)
+
+
+def _timeline_lines(line: dict[str, Any]) -> list[str]:
+    """A journal entry, a recorded step or a signal, as the trace's lines."""
+    if line["line"] == "step":
+        return [f"    {line['at']}  #{line['attempt']:<2} {step_words(line)}"]
+    if line["line"] == "signal":
+        taken = f", taken by {line['taken_by']!r} {line['taken_at']}" if line["taken_by"] else ""
+        return [f"    {line['at']}      signal {line['name']!r} sent{taken}"]
+    detail = f"  {line['detail']}" if line["detail"] else ""
+    lines = [f"    {line['at']}  #{line['attempt']:<2} {line['event']}{detail}"]
+    error = line.get("error")
+    if error:
+        message = str(error.get("message") or "").replace("\n", "\n          ")
+        lines.append(f"        {error.get('class')}: {message}")
+    return lines
+
+
+def step_words(step: dict[str, Any]) -> str:
+    """A recorded step in words: its kind, name and status, with a sleep's wake time, a wait's
+    deadline or a child's id (and its value, when the view holds it)."""
+    words = f"{step['kind']} {step['name']!r} {step['status'].replace('_', ' ')}"
+    if step.get("wake_at"):
+        words += f", until {step['wake_at']}"
+    if step.get("child_id"):
+        words += f", child {step['child_id']}"
+    if "value" in step:
+        words += f": {json_value(step['value'])}"
+    return words
 
 
 def _before_replay(trace: dict[str, Any]) -> str:
@@ -88,16 +114,24 @@ SHOWN_FIELDS = (
     "last_error_code",
     "last_error",
     "result",
+    "wake_at",
+    "waiting_for",
+    "parent_job_id",
 )
 
 
 def render_job(view: dict[str, Any]) -> str:
     """The job's fields that have a value, one a line (``replayed_attempts`` once replayed,
-    ``no_consumer`` only when true)."""
-    return "\n".join(
+    ``no_consumer`` only when true), then its recorded steps, one a line."""
+    lines = [
         f"{field:16} {json_value(value) if isinstance(value, dict) else value}"
         for field in SHOWN_FIELDS
         if (value := view.get(field)) is not None
         and value is not False
         and not (field == "replayed_attempts" and value == 0)  # never replayed: nothing to say
-    )
+    ]
+    steps = view.get("steps") or []
+    if steps:
+        lines.append("steps")
+        lines.extend(f"  {step['at']}  #{step['attempt']:<2} {step_words(step)}" for step in steps)
+    return "\n".join(lines)

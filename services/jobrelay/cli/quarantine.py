@@ -177,9 +177,13 @@ def cmd_quarantine_replay(args: argparse.Namespace) -> int:
     async def work(ops: Operations) -> int:
         with progress("replayed") as show_progress:
             if args.all:
-                outcomes = await ops.replay_all(code=args.code, progress=show_progress)
+                outcomes = await ops.replay_all(
+                    code=args.code, progress=show_progress, reset_steps=args.reset_steps
+                )
             else:
-                outcomes = await ops.replay(ids, progress=show_progress)
+                outcomes = await ops.replay(
+                    ids, progress=show_progress, reset_steps=args.reset_steps
+                )
         replayed = sum(1 for o in outcomes if o.status == "replayed")
         if args.json:
             print_json([o.as_dict() for o in outcomes], ensure_ascii=True)
@@ -255,6 +259,12 @@ def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
     replay.add_argument("ids", nargs="*", metavar="ID")
     replay.add_argument("--all", action="store_true", help="every quarantined job")
     replay.add_argument("--code", help="with --all: only this reason code")
+    replay.add_argument(
+        "--reset-steps",
+        action="store_true",
+        help="forget their recorded steps too, so the new run runs every step again (without: "
+        "it goes on from them; docs/durable-execution.md)",
+    )
     replay.add_argument("--json", action="store_true")
     purge = add_command(
         actions,

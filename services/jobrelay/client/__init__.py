@@ -18,7 +18,11 @@
   (seconds or a timedelta): not run before then.
 - ``submit_many([{"type": ..., "payload": ..., "key": ...}, ...])``: up to 1,000 jobs in one
   request (``POST /v1/jobs/batch``), one ``Job`` or ``ApiError`` per job, in order.
-- ``get(id)``, ``cancel(id)``, ``jobs(state=None, type=None)`` (every page, following
+- ``signal(id, name, value, *, idempotency_key=None) -> Signal``: a signal for the job's
+  ``context.wait_for_signal(name)`` (``POST /v1/jobs/{id}/signals/{name}``), retried with the
+  same key; a finished job raises ``JobFinished`` (409 ``job_finished``).
+- ``get(id, *, steps=None)`` (``steps="values"``: the recorded steps with their values),
+  ``cancel(id)``, ``jobs(state=None, type=None)`` (every page, following
   ``next_cursor``). Reads are retried like submissions; a cancel only where the API surely did
   not act on it (a refused connection, 429, 503), since a repeated cancel answers 409.
 - ``wait(id, timeout)``: the job once finished, woken by the API (``?wait=``), or
@@ -33,8 +37,16 @@
 """
 
 from jobrelay.client.aio import AsyncClient
-from jobrelay.client.errors import ApiError, IdempotencyConflict
-from jobrelay.client.models import Job, JobLinks, Progress, WorkflowJob, WorkflowView
+from jobrelay.client.errors import ApiError, IdempotencyConflict, JobFinished
+from jobrelay.client.models import (
+    Job,
+    JobLinks,
+    Progress,
+    Signal,
+    Step,
+    WorkflowJob,
+    WorkflowView,
+)
 from jobrelay.client.sync import Client
 
 __all__ = [
@@ -43,8 +55,11 @@ __all__ = [
     "Client",
     "IdempotencyConflict",
     "Job",
+    "JobFinished",
     "JobLinks",
     "Progress",
+    "Signal",
+    "Step",
     "WorkflowJob",
     "WorkflowView",
 ]

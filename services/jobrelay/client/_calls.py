@@ -11,13 +11,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
+from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel, ValidationError
 
 from jobrelay.client._retry import Failure, RetryPolicy, parse_retry_after, status_failure
 from jobrelay.client.errors import ApiError
-from jobrelay.client.models import BatchAnswer, Job, JobPage, WorkflowView
+from jobrelay.client.models import BatchAnswer, Job, JobPage, Signal, WorkflowView
+from jobrelay.core.bounds import SIGNAL_NAME_MAX
 from jobrelay.core.jobs import Flow, is_valid_idempotency_key
 from jobrelay.core.workflows import OnFailure, Workflow
 
@@ -74,6 +76,7 @@ class Call(Generic[T]):
     repeatable: bool = True
     params: dict[str, str] = field(default_factory=dict)
     json: dict[str, Any] | None = None
+    content: bytes | None = None  # a body that is not an object (a signal's JSON value)
     headers: dict[str, str] = field(default_factory=dict)
     extra_time: float = 0.0  # seconds the server may take on purpose (a ?wait)
 
@@ -89,6 +92,7 @@ class Call(Generic[T]):
             self.path,
             params=self.params,
             json=self.json,
+            content=self.content,
             headers=self.headers,
             extensions=extensions,
         )
@@ -208,8 +212,24 @@ def waited(job: Job, deadline: float, id: JobId) -> Job | None:
     return None
 
 
-def get(id: JobId) -> Call[Job]:
-    return Call("GET", _job_path(id), _reader(Job))
+def get(id: JobId, *, steps: str | None = None) -> Call[Job]:
+    """``GET /v1/jobs/{id}``; ``steps="values"``: its recorded steps with their values."""
+    params = {} if steps is None else {"steps": steps}
+    return Call("GET", _job_path(id), _reader(Job), params=params)
+
+
+def signal(id: JobId, name: str, value: Any, *, key: str | None) -> Call[Signal]:
+    """``POST /v1/jobs/{id}/signals/{name}``, the value as the JSON body. Every try carries the
+    same key (a random one when none is given), so a retried signal is kept once."""
+    if not 1 <= len(name) <= SIGNAL_NAME_MAX:
+        raise ValueError(f"a signal's name is 1 to {SIGNAL_NAME_MAX} characters")
+    return Call(
+        "POST",
+        f"{_job_path(id)}/signals/{quote(name, safe='')}",
+        _reader(Signal),
+        content=json.dumps(value, allow_nan=False).encode(),
+        headers={"Idempotency-Key": _key(key), "Content-Type": "application/json"},
+    )
 
 
 def cancel(id: JobId) -> Call[Job]:

@@ -15,7 +15,7 @@ import httpx
 from jobrelay.client import _calls
 from jobrelay.client._calls import Attempts, Call, ClientBase, JobId, Outcome, Wait, WorkflowId
 from jobrelay.client.errors import ApiError
-from jobrelay.client.models import Job, WorkflowView
+from jobrelay.client.models import Job, Signal, WorkflowView
 from jobrelay.core.jobs import Flow
 from jobrelay.core.workflows import OnFailure, Workflow
 
@@ -84,8 +84,13 @@ class AsyncClient(ClientBase[httpx.AsyncClient, httpx.AsyncBaseTransport]):
             if (done := _calls.waited(job, deadline, id)) is not None:
                 return done
 
-    async def get(self, id: JobId) -> Job:
-        return await self._run(_calls.get(id))
+    async def get(self, id: JobId, *, steps: str | None = None) -> Job:
+        return await self._run(_calls.get(id, steps=steps))
+
+    async def signal(
+        self, id: JobId, name: str, value: Any, *, idempotency_key: str | None = None
+    ) -> Signal:
+        return await self._run(_calls.signal(id, name, value, key=idempotency_key))
 
     async def cancel(self, id: JobId) -> Job:
         return await self._run(_calls.cancel(id))

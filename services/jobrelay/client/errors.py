@@ -54,7 +54,7 @@ class ApiError(Exception):
         if not isinstance(code, str) or not code:
             code = f"http_{status}"
         detail = problem.get("detail") or problem.get("title") or reason or "error"
-        kind = IdempotencyConflict if code == IdempotencyConflict.code else cls
+        kind = _CLASSES.get(code, cls)
         return kind(status, code, str(detail), retry_after=retry_after, problem=problem)
 
 
@@ -87,6 +87,20 @@ class IdempotencyConflict(ApiError):
             return uuid.UUID(str(self.problem["job_id"]))
         except (KeyError, ValueError):
             return None
+
+
+class JobFinished(ApiError):
+    """409 ``job_finished``: a signal sent to a job that has finished (succeeded, quarantined
+    or cancelled); nothing was kept."""
+
+    code = "job_finished"
+
+
+# The errors raised as their own class, by the problem's code.
+_CLASSES: dict[str, type[ApiError]] = {
+    IdempotencyConflict.code: IdempotencyConflict,
+    JobFinished.code: JobFinished,
+}
 
 
 # A message stays one readable line: the fields past these are in ``problem["errors"]``.

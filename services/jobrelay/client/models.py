@@ -27,11 +27,28 @@ class Progress(_Answer):
     at: datetime
 
 
+class Step(_Answer):
+    """One step a durable handler recorded (docs/durable-execution.md): ``kind`` is ``step``,
+    ``sleep``, ``signal`` or ``child``; ``status`` ``done``, ``waiting`` or ``timed_out``;
+    ``value`` only when read with ``steps="values"``."""
+
+    name: str
+    kind: str
+    status: str
+    at: datetime
+    attempt: int
+    wake_at: datetime | None = None
+    child_id: uuid.UUID | None = None
+    value: Any = None
+
+
 class Job(_Answer):
     """One job as the API shows it (``GET /v1/jobs/{id}``). ``state`` is one of ``waiting``
     (a workflow's job whose parents have not all succeeded), ``queued``, ``running``,
+    ``sleeping`` (a durable handler's sleep, or its wait for a signal or a child),
     ``retrying``, ``succeeded``, ``quarantined``, ``cancelled``; ``result`` is set once it
-    succeeded."""
+    succeeded. ``wake_at``, ``waiting_for`` (``{"signal": name}``, ``{"child": id}``) and
+    ``steps`` (the single job's read only) are a durable handler's."""
 
     id: uuid.UUID
     type: str
@@ -58,6 +75,10 @@ class Job(_Answer):
     job is that one, and the submission made none (docs/flow-control.md)."""
     workflow_id: uuid.UUID | None = None
     progress: Progress | None = None
+    wake_at: datetime | None = None
+    waiting_for: dict[str, str] | None = None
+    parent_job_id: uuid.UUID | None = None
+    steps: list[Step] | None = None
     links: JobLinks
 
     @property
@@ -67,6 +88,15 @@ class Job(_Answer):
 
 
 FINISHED_STATES = frozenset({"succeeded", "quarantined", "cancelled"})
+
+
+class Signal(_Answer):
+    """What ``Client.signal`` did: ``status`` ``sent`` (kept; the job woke if it slept waiting
+    for it) or ``repeated`` (its key was used for this job before: nothing new kept)."""
+
+    job_id: uuid.UUID
+    name: str
+    status: str
 
 
 class BatchItemAnswer(_Answer):

@@ -13,7 +13,7 @@ import httpx
 from jobrelay.client import _calls
 from jobrelay.client._calls import Attempts, Call, ClientBase, JobId, Outcome, Wait, WorkflowId
 from jobrelay.client.errors import ApiError
-from jobrelay.client.models import Job, WorkflowView
+from jobrelay.client.models import Job, Signal, WorkflowView
 from jobrelay.core.jobs import Flow
 from jobrelay.core.workflows import OnFailure, Workflow
 
@@ -101,9 +101,21 @@ class Client(ClientBase[httpx.Client, httpx.BaseTransport]):
             if (done := _calls.waited(job, deadline, id)) is not None:
                 return done
 
-    def get(self, id: JobId) -> Job:
-        """The job now (``GET /v1/jobs/{id}``); another client's or no job: ApiError 404."""
-        return self._run(_calls.get(id))
+    def get(self, id: JobId, *, steps: str | None = None) -> Job:
+        """The job now (``GET /v1/jobs/{id}``) with its recorded ``steps`` (their values too
+        with ``steps="values"``); another client's or no job: ApiError 404."""
+        return self._run(_calls.get(id, steps=steps))
+
+    def signal(
+        self, id: JobId, name: str, value: Any, *, idempotency_key: str | None = None
+    ) -> Signal:
+        """Sends the job a signal (``POST /v1/jobs/{id}/signals/{name}``): kept for the
+        job's ``context.wait_for_signal(name)``, which returns ``value`` (any JSON value,
+        at most 64 KiB); a job asleep waiting for it is woken. Every retry sends the same
+        ``idempotency_key`` (a random one when none is given), so the job keeps one signal;
+        a key used before for this job answers ``status`` ``repeated``. A job that has
+        finished: ``JobFinished`` (409); another client's or none: ApiError 404."""
+        return self._run(_calls.signal(id, name, value, key=idempotency_key))
 
     def cancel(self, id: JobId) -> Job:
         """Cancels a queued or retrying job and returns it (``cancelled``); a running job is

@@ -29,6 +29,7 @@ from jobrelay.console.web import (
     store_of,
     when,
 )
+from jobrelay.core.durable import StepRecord
 from jobrelay.core.errors import InvalidCursor, JobNotFound, NotCancellable
 from jobrelay.core.jobs import CancelAnswer
 from jobrelay.core.pages import Page, decode_cursor
@@ -202,6 +203,34 @@ def progress_of(reported: Mapping[str, Any] | None) -> Progress | None:
     )
 
 
+@dataclass(frozen=True)
+class StepRow:
+    """A recorded step as the job page's table shows it: its value as indented JSON text (the
+    template escapes it and folds it away)."""
+
+    name: str
+    kind: str
+    status: str
+    attempt: int
+    at: str
+    wake_at: str | None
+    child_id: uuid.UUID | None
+    value: str
+
+
+def step_row(step: StepRecord) -> StepRow:
+    return StepRow(
+        name=step.name,
+        kind=step.kind.value,
+        status=step.status.value.replace("_", " "),
+        attempt=step.attempt,
+        at=when(step.at),
+        wake_at=when(step.wake_at) if step.wake_at else None,
+        child_id=step.child_id,
+        value=pretty_json(step.value),
+    )
+
+
 def _reported_at(value: Any) -> str:
     try:
         return when(value) if isinstance(value, str) else "—"
@@ -212,10 +241,13 @@ def _reported_at(value: Any) -> str:
 @router.get(JOBS_PATH + "/{job_id}")
 async def job_page(request: Request, operator: OperatorDep, job_id: str) -> Response:
     wanted = parse_job_id(job_id)
-    trace = await store_of(request).trace(wanted) if wanted is not None else None
+    store = store_of(request)
+    trace = await store.trace(wanted) if wanted is not None else None
     if trace is None:
         raise PageError(404, "No such job", "No job has this id (retention may have deleted it).")
     job = trace.job
+    # The operators' view shows what each step recorded (folded): read with the values.
+    steps = await store.steps_of(job.id, with_values=True) if job.steps else ()
     # The operators' view: failures with their tracebacks, times as the page writes them.
     document = trace_document(trace, moment=when)
     replayable = job.state == JobState.QUARANTINED
@@ -229,6 +261,8 @@ async def job_page(request: Request, operator: OperatorDep, job_id: str) -> Resp
         "timeline": timeline(trace.events),
         "outbox": trace.outbox,
         "progress": progress_of(job.progress),
+        "steps": [step_row(step) for step in steps],
+        "signals": trace.signals,
         "cancellable": job.state in CANCELLABLE and job.cancel_requested_at is None,
         "replayable": replayable,
         "broker_down": replayable and not await context_of(request).console_broker.reachable(),

@@ -61,7 +61,7 @@ from jobrelay.consumer.verdict import (
     verdict_of,
 )
 from jobrelay.core.deliveries import DeliveryOutcome
-from jobrelay.core.durable import DurableStore, Suspended
+from jobrelay.core.durable import CancelPending, DurableStore, Suspended
 from jobrelay.core.errors import (
     InvalidPayload,
     PermanentError,
@@ -245,7 +245,9 @@ class Worker:
             return STORE_UNAVAILABLE
         if isinstance(run, HandlerRun) and isinstance(run.interrupt, Suspended):
             return slept(run.interrupt, run.seconds, job, self.metrics, extra)
-        if isinstance(run, HandlerRun) and run.interrupt is not None:  # LeaseGone
+        if isinstance(run, HandlerRun) and isinstance(run.interrupt, CancelPending):
+            run = CancelRequested(run.seconds)  # it would have slept with its cancel pending
+        elif isinstance(run, HandlerRun) and run.interrupt is not None:  # LeaseGone
             run = LeaseLost(LeaseEnd.TAKEN, run.seconds)
         if isinstance(run, LeaseLost):
             return self._lease_lost(job, run, extra)

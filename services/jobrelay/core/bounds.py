@@ -19,3 +19,7 @@ PRIORITY_MIN = -100
 PRIORITY_MAX = 100
 # A concurrency key or a unique key: at most this many characters.
 FLOW_KEY_MAX = 200
+# A signal (docs/durable-execution.md): its name 1 to this many characters (a step's name is
+# derived from it), its JSON value at most this many bytes as sent.
+SIGNAL_NAME_MAX = 200
+SIGNAL_VALUE_MAX_BYTES = 64 * 1024

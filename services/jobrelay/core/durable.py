@@ -127,6 +127,12 @@ class LeaseGone(DurableInterrupt):
     the handler must stop (the job is another attempt's, or comes back when its lease expires)."""
 
 
+class CancelPending(DurableInterrupt):
+    """A sleep or a wait found the job's cancel requested (its client asked while it ran): the
+    job was not put to sleep, and its worker ends it cancelled, as a cancel its heartbeat
+    carries. Else a wait with no deadline would sleep on, cancelled by nobody."""
+
+
 # --- what the store answers -------------------------------------------------------------------
 
 
@@ -174,6 +180,9 @@ class ChildStarted:
 
 class Gone(StrEnum):
     LEASE = "lease_gone"  # the attempt's lease is no longer the worker's: nothing written
+    # The job's cancel was requested while it ran: it does not go to sleep (nothing written);
+    # its worker ends it cancelled, as when its heartbeat carries the request.
+    CANCEL = "cancel_requested"
 
 
 LEASE_GONE = Gone.LEASE
@@ -424,6 +433,8 @@ class DurableRun:
     def _suspend(self, answer: Asleep | Gone | object, name: str) -> NoReturn:
         if isinstance(answer, Asleep):
             raise Suspended(answer.wake_at, answer.waiting_for)
+        if answer is Gone.CANCEL:
+            raise CancelPending(f"{name!r}: the job's cancel was requested; it does not sleep")
         if isinstance(answer, Gone):
             raise LeaseGone(f"{name!r} not recorded: the lease is no longer this attempt's")
         raise RuntimeError(f"unexpected answer of the store for {name!r}: {answer!r}")

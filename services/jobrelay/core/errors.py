@@ -128,6 +128,19 @@ class NotReplayable(RequestError):
     title = "Only quarantined jobs can be replayed"
 
 
+class SignalTooLarge(RequestError):
+    code = "payload_too_large"
+    title = "Request body too large"
+
+
+class JobFinished(RequestError):
+    """A signal sent to a job that has finished (succeeded, quarantined, cancelled): nothing
+    was kept, no wait of its can take it any more."""
+
+    code = "job_finished"
+    title = "The job has finished: a signal to it is not kept"
+
+
 class RateLimited(RequestError):
     code = "rate_limited"
     title = "Over this client's submission rate; retry with the same key after Retry-After"

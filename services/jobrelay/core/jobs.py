@@ -316,6 +316,15 @@ class CancelAnswer(StrEnum):
     REQUESTED = "requested"  # it is running: its worker stops the handler (asked now or before)
 
 
+class SignalAnswer(StrEnum):
+    """What sending a signal did (``POST /v1/jobs/{id}/signals/{name}``, ``jobrelay_signal``)."""
+
+    SENT = "sent"  # kept; the job woke if it was asleep waiting for it
+    REPEATED = "repeated"  # its idempotency key was used for this job before: nothing new kept
+    FINISHED = "finished"  # the job has finished: nothing kept
+    UNKNOWN = "unknown"  # no such job (of this client)
+
+
 def decide_outcome(
     *,
     attempt: int,

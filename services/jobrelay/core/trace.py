@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -40,14 +40,25 @@ class StoredResult:
 
 
 @dataclass(frozen=True)
+class SignalEntry:
+    """A signal sent to the job (``job_signals``), and the wait that took it, if one did."""
+
+    name: str
+    sent_at: datetime
+    taken_by: str | None  # the step name of the wait that took it
+    taken_at: datetime | None
+
+
+@dataclass(frozen=True)
 class JobTrace:
-    """Everything recorded about one job, read in one snapshot."""
+    """Everything recorded about one job, read in one snapshot (its steps in ``job.steps``)."""
 
     job: Job
     client_name: str
     outbox: list[OutboxEntry]
     events: list[JournalEntry]
     result: StoredResult | None
+    signals: list[SignalEntry] = field(default_factory=list)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -74,6 +85,8 @@ def why_it_stopped(
         return f"cancelled: {DEPENDENCY_FAILED_CODE}: {job.last_error or ''}".strip()
     if job.state == JobState.CANCELLED:
         return f"cancelled {cancelled_by or 'by its client'}"
+    if job.state == JobState.SLEEPING:
+        return "not stopped: " + sleeping_words(job, moment)
     if job.state == JobState.WAITING:
         return f"not stopped: waiting for the jobs it depends on in workflow {job.workflow_id}"
     if job.state == JobState.RETRYING:
@@ -98,6 +111,18 @@ def why_it_stopped(
             f"due again {moment(job.available_at)}"
         )
     return "not stopped: queued, waiting for a consumer"
+
+
+def sleeping_words(job: Job, moment: Callable[[datetime | None], str | None] = _iso) -> str:
+    """What a sleeping job waits for, in words: its time, a signal or a child (with a deadline
+    when it has one)."""
+    waiting = job.waiting_for or {}
+    deadline = f" until {moment(job.wake_at)}" if job.wake_at else ""
+    if "signal" in waiting:
+        return f"sleeping, waiting for signal {waiting['signal']!r}{deadline}"
+    if "child" in waiting:
+        return f"sleeping, waiting for child job {waiting['child']}{deadline}"
+    return f"sleeping{deadline}"
 
 
 def _cancelled_by(events: Sequence[JournalEntry]) -> str | None:
@@ -198,6 +223,18 @@ def trace_document(
             moment=moment,
         ),
         "last_failure": _failure(failures[-1], tracebacks) if failures else None,
+        "wake_at": _iso(job.wake_at),
+        "waiting_for": job.waiting_for,
+        "steps": [step.as_json() for step in job.steps or ()],
+        "signals": [
+            {
+                "name": signal.name,
+                "sent_at": _iso(signal.sent_at),
+                "taken_by": signal.taken_by,
+                "taken_at": _iso(signal.taken_at),
+            }
+            for signal in trace.signals
+        ],
         "events": [
             {
                 "at": _iso(e.at),
@@ -232,3 +269,27 @@ def is_unclaimed_delivery(entry: JournalEntry) -> bool:
         and entry.error is None
         and entry.detail in UNCLAIMED_DELIVERY_MARKERS
     )
+
+
+def timeline(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """A trace document's journal with its steps and signals among the entries, in time order
+    (``jobrelay jobs trace``, the console's job page): each line ``{"at", "line", ...}``, where
+    ``line`` is ``event`` (a journal entry as it is), ``step`` (a step, sleep, signal wait or
+    child as recorded) or ``signal`` (a signal sent, and which wait took it). What one transaction
+    wrote shares its instant (``now()``): there the cause comes first, a signal before the
+    entries it made (``signalled``, ``woke``), a step before the entry of the sleep it began."""
+    lines: list[tuple[str, int, int, dict[str, Any]]] = []
+    for index, event in enumerate(document["events"]):
+        lines.append((event["at"], 2, index, {"line": "event", **event}))
+    for index, step in enumerate(document.get("steps") or ()):
+        lines.append((step["at"], 1, index, {"line": "step", **step}))
+    for index, signal in enumerate(document.get("signals") or ()):
+        lines.append(
+            (signal["sent_at"], 0, index, {"line": "signal", "at": signal["sent_at"], **signal})
+        )
+    return [line for *_, line in sorted(lines, key=_moment_order)]
+
+
+def _moment_order(line: tuple[str, int, int, dict[str, Any]]) -> tuple[datetime, int, int]:
+    at, rank, index, _ = line
+    return datetime.fromisoformat(at), rank, index

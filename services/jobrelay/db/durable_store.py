@@ -98,7 +98,7 @@ class PgDurableStore:
             q.SLEEP_JOB,
             **_sleep_params(fence, name, StepKind.SLEEP, seconds=seconds, until=until),
         )
-        return LEASE_GONE if row is None else Asleep(row.wake_at, None)
+        return _asleep(row, None)
 
     # --- signals ----------------------------------------------------------------------------
 
@@ -241,7 +241,14 @@ async def _sleep_in(
     connection: AsyncConnection, params: dict[str, Any], waiting_on: Mapping[str, str]
 ) -> Asleep | Gone:
     row = await _first(connection, q.SLEEP_JOB, params)
-    return LEASE_GONE if row is None else Asleep(row.wake_at, dict(waiting_on))
+    return _asleep(row, dict(waiting_on))
+
+
+def _asleep(row: Any, waiting_on: dict[str, str] | None) -> Asleep | Gone:
+    """SLEEP_JOB's answer: asleep; or not, its cancel pending; or not, the lease gone."""
+    if row is None:
+        return LEASE_GONE
+    return Gone.CANCEL if row.cancel_requested else Asleep(row.wake_at, waiting_on)
 
 
 def _deadline_passed(recorded: Any, timeout_seconds: float | None, now: datetime) -> bool:

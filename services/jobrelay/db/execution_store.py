@@ -169,9 +169,12 @@ class PgExecutionStore:
             return await self._claim_exactly(connection, request, rules)
 
     async def _steps_read_again(self, claimed: Claimed) -> Claimed:
-        """A job taken from an expired lease, with its steps read after the claim committed:
-        one its old holder recorded at that instant is among them (``STEPS_OF_JOB``)."""
-        row = await self.store.fetch_one(q.STEPS_OF_JOB, job_id=claimed.job.id)
+        """A job taken from an expired lease, with its steps read again, a statement after the
+        claim: a step its old holder recorded at that instant held the job's row (FOR SHARE,
+        ``RECORD_STEPS``) until it committed, so the claim waited for it, but the claim's own
+        read of the steps is of the snapshot its statement began with. A step recorded is
+        never run again."""
+        row = await self.store.fetch_one(q.STEPS_OF_JOB, job_id=claimed.job.id, with_values=True)
         steps = None if row is None or row.steps is None else steps_from_json(row.steps)
         return dataclasses.replace(claimed, job=dataclasses.replace(claimed.job, steps=steps))
 

@@ -100,3 +100,5 @@ LIVE_STATES_0016 = (*LIVE_STATES_0009, "sleeping")
 EVENTS_0016 = (*EVENTS_0009, "sleeping", "signalled", "woke")
 STEP_KINDS_0016 = ("step", "sleep", "signal", "child")
 STEP_STATUSES_0016 = ("done", "waiting", "timed_out")
+# The function a sender calls in its own transaction to send a signal (db/sql/signals.sql too).
+FUNCTIONS_0016 = ("jobrelay_signal",)

@@ -94,10 +94,21 @@ class QuarantineStore:
         row = await self.store.fetch_one(q.QUARANTINED_COUNT)
         return 0 if row is None else int(row.n)
 
-    async def replay_job(self, job_id: uuid.UUID, *, budget: int, detail: str) -> bool:
-        """Quarantined → queued with ``budget`` fresh attempts and a new outbox row."""
-        row = await self.store.fetch_one(q.REPLAY_JOB, id=job_id, budget=budget, detail=detail)
-        return row is not None
+    async def replay_job(
+        self, job_id: uuid.UUID, *, budget: int, detail: str, reset_steps: bool = False
+    ) -> bool:
+        """Quarantined → queued with ``budget`` fresh attempts and a new outbox row.
+        ``reset_steps``: in the same transaction, its recorded steps go and the signals its
+        waits took are untaken again (signals.sql, reset_steps), so the new run starts over;
+        without it, the new run goes on from its recorded steps."""
+        arguments = {"id": job_id, "budget": budget, "detail": detail}
+        if not reset_steps:
+            return await self.store.fetch_one(q.REPLAY_JOB, **arguments) is not None
+        async with self.store.transaction() as connection:
+            replayed = (await connection.execute(q.REPLAY_JOB, arguments)).first()
+            if replayed is not None:
+                await connection.execute(q.RESET_STEPS, {"job_id": job_id})
+        return replayed is not None
 
     async def quarantined_jobs(self, *, code: str | None, limit: int) -> list[Job]:
         rows = await self.store.fetch_all(q.LIST_QUARANTINED, code=code, limit=limit)

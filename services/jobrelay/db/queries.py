@@ -34,6 +34,12 @@ OUTBOX_ROWS_OF_JOB: TextClause = clause("outbox_rows_of_job")
 CLIENT_NAME_OF_JOB: TextClause = clause("client_name_of_job")
 RESULT_OF_JOB: TextClause = clause("result_of_job")
 
+# db/sql/signals.sql
+SEND_SIGNAL: TextClause = clause("send_signal")
+STEPS_OF_JOB: TextClause = clause("steps_of_job")
+SIGNALS_OF_JOB: TextClause = clause("signals_of_job")
+RESET_STEPS: TextClause = clause("reset_steps")
+
 # db/sql/accept.sql
 ACCEPT_JOB: TextClause = clause("accept_job")
 ACCEPT_JOBS: TextClause = clause("accept_jobs")
@@ -155,7 +161,6 @@ JOB_TYPE_ROWS: TextClause = clause("job_type_rows")
 RECORD_STEPS: TextClause = clause("record_steps")
 LOCK_FOR_WAIT: TextClause = clause("lock_for_wait")
 FENCED_JOB: TextClause = clause("fenced_job")
-STEPS_OF_JOB: TextClause = clause("steps_of_job")
 STEP_OF_JOB: TextClause = clause("step_of_job")
 TAKE_SIGNAL: TextClause = clause("take_signal")
 TIME_OUT_WAIT: TextClause = clause("time_out_wait")

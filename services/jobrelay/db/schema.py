@@ -21,11 +21,13 @@ from sqlalchemy import TextClause, event
 from sqlalchemy.engine import Engine
 
 from jobrelay.core.settings import DEFAULT_SCHEMA
-from jobrelay.db.history import FUNCTIONS_0011
+from jobrelay.db.history import FUNCTIONS_0011, FUNCTIONS_0016
 from jobrelay.db.tables import metadata
 
 # The objects statements name: every table of the models and every function of the migrations.
-OBJECTS = frozenset({table.name for table in metadata.tables.values()} | set(FUNCTIONS_0011))
+OBJECTS = frozenset(
+    {table.name for table in metadata.tables.values()} | {*FUNCTIONS_0011, *FUNCTIONS_0016}
+)
 
 # The sequences statements name, always as a quoted regclass: the journal's ids, drawn when a
 # job is leased for its ``published`` entry (db/sql/relay.sql, ``journal_id``).

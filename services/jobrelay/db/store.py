@@ -6,9 +6,11 @@ Each public method is one short transaction. Connection failures surface as
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -19,9 +21,10 @@ from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
+from jobrelay.core.durable import StepRecord
 from jobrelay.core.idempotency import Submission, decide
 from jobrelay.core.ids import new_id
-from jobrelay.core.jobs import CancelAnswer, Job, JobRequest, JournalEntry
+from jobrelay.core.jobs import CancelAnswer, Job, JobRequest, JournalEntry, SignalAnswer
 from jobrelay.core.settings import DEFAULT_SCHEMA
 from jobrelay.core.states import TERMINAL_STATES
 from jobrelay.core.stats import (
@@ -33,7 +36,7 @@ from jobrelay.core.stats import (
     RetryingSummary,
     SystemStats,
 )
-from jobrelay.core.trace import JobTrace, OutboxEntry, StoredResult
+from jobrelay.core.trace import JobTrace, OutboxEntry, SignalEntry, StoredResult
 from jobrelay.db import queries as q
 from jobrelay.db.accept import (
     AcceptResult,
@@ -44,7 +47,7 @@ from jobrelay.db.accept import (
 )
 from jobrelay.db.arrays import with_array_literals
 from jobrelay.db.engine import PoolMode, is_primary_gone, make_engine, translated_errors
-from jobrelay.db.rows import job_from_row, journal_entry
+from jobrelay.db.rows import job_from_row, journal_entry, steps_from_json
 from jobrelay.db.schema import translator
 
 __all__ = ["AcceptResult", "Store", "job_from_row"]
@@ -272,6 +275,36 @@ class Store:
         row = await self.fetch_one(q.JOB_BY_ID, id=job_id, client_id=client_id)
         return None if row is None else job_from_row(row)
 
+    async def steps_of(
+        self, job_id: uuid.UUID, *, with_values: bool = False
+    ) -> tuple[StepRecord, ...]:
+        """The job's recorded steps, in order (their values only when asked: they can be large,
+        and a view shows them only with ``?steps=values``)."""
+        row = await self.fetch_one(q.STEPS_OF_JOB, job_id=job_id, with_values=with_values)
+        return () if row is None or row.steps is None else steps_from_json(row.steps)
+
+    async def signal_job(
+        self,
+        job_id: uuid.UUID,
+        name: str,
+        value: Any,
+        *,
+        client_id: uuid.UUID | None,
+        idempotency_key: str | None = None,
+    ) -> SignalAnswer:
+        """Send a signal (``jobrelay_signal``: kept, and the job woken when it sleeps waiting
+        for it). ``client_id`` None: any client's job (an admin); otherwise another client's
+        job is ``UNKNOWN``."""
+        row = await self.fetch_one(
+            q.SEND_SIGNAL,
+            job_id=job_id,
+            name=name,
+            value=json.dumps(value),
+            idempotency_key=idempotency_key,
+            client_id=client_id,
+        )
+        return SignalAnswer.UNKNOWN if row is None else SignalAnswer(row.status)
+
     async def job_events(self, job_id: uuid.UUID) -> list[JournalEntry]:
         return [journal_entry(row) for row in await self.fetch_all(q.JOB_EVENTS, job_id=job_id)]
 
@@ -404,8 +437,12 @@ class Store:
             outbox = (await connection.execute(q.OUTBOX_ROWS_OF_JOB, {"job_id": job_id})).all()
             events = (await connection.execute(q.JOB_EVENTS, {"job_id": job_id})).all()
             stored = (await connection.execute(q.RESULT_OF_JOB, {"job_id": job_id})).first()
+            steps = (
+                await connection.execute(q.STEPS_OF_JOB, {"job_id": job_id, "with_values": False})
+            ).scalar_one()
+            signals = (await connection.execute(q.SIGNALS_OF_JOB, {"job_id": job_id})).all()
         return JobTrace(
-            job=job_from_row(row),
+            job=replace(job_from_row(row), steps=steps_from_json(steps) if steps else ()),
             client_name=client.name if client else "?",
             outbox=[
                 OutboxEntry(
@@ -422,4 +459,5 @@ class Store:
             result=StoredResult(stored.result, stored.attempt, stored.created_at)
             if stored
             else None,
+            signals=[SignalEntry(g.name, g.sent_at, g.taken_by, g.taken_at) for g in signals],
         )

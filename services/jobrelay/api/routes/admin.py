@@ -86,8 +86,20 @@ async def admin_quarantine_reconcile(admin: AdminDep, ops: OpsDep) -> dict[str, 
     responses=problem_responses(404, 409, 413, 422),
     summary="Queue a quarantined job again with a fresh attempt budget",
 )
-async def admin_replay(job_id: uuid.UUID, admin: AdminDep, ops: OpsDep) -> dict[str, Any]:
-    (outcome,) = await ops.replay([job_id])
+async def admin_replay(
+    job_id: uuid.UUID,
+    admin: AdminDep,
+    ops: OpsDep,
+    reset_steps: Annotated[
+        bool,
+        Query(
+            description="true: its recorded steps go in the same transaction (the signals "
+            "its waits took are untaken again), so the new run runs every step again; "
+            "without: the new run goes on from its recorded steps"
+        ),
+    ] = False,
+) -> dict[str, Any]:
+    (outcome,) = await ops.replay([job_id], reset_steps=reset_steps)
     if outcome.status == "not_found":
         raise JobNotFound()
     if outcome.status != "replayed":

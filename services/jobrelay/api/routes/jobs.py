@@ -6,9 +6,10 @@ import json
 import logging
 import uuid
 from collections.abc import Callable, Coroutine
-from typing import Annotated, Any
+from dataclasses import replace
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
 from pydantic import ValidationError
 from starlette.convertors import Convertor, register_url_convertor
 
@@ -43,6 +44,7 @@ from jobrelay.api.schemas import (
     EventView,
     JobPage,
     JobView,
+    SignalView,
     SubmitBatch,
     SubmitJob,
     TraceView,
@@ -59,13 +61,19 @@ from jobrelay.api.submission import (
     take_rate_limit,
 )
 from jobrelay.api.waiting import MAX_WAIT_SECONDS, TooManyWaiters
+from jobrelay.core.bounds import SIGNAL_NAME_MAX, SIGNAL_VALUE_MAX_BYTES
 from jobrelay.core.errors import (
     IdempotencyConflict,
+    IdempotencyKeyInvalid,
+    InvalidPayload,
+    JobFinished,
     JobNotFound,
     NotCancellable,
     RequestError,
+    SignalTooLarge,
 )
-from jobrelay.core.jobs import CancelAnswer, JobRequest
+from jobrelay.core.jobs import CancelAnswer, JobRequest, SignalAnswer, is_valid_idempotency_key
+from jobrelay.core.jsonvalues import unstorable_json
 from jobrelay.core.states import JobState
 from jobrelay.core.trace import trace_document
 from jobrelay.db.store import AcceptResult
@@ -149,7 +157,9 @@ async def submit_job(
     # Serialized once here rather than re-validated through response_model: this is the
     # hot path, and the model above is still what the OpenAPI document describes.
     return Response(
-        submitted_view(accepted.job, deduplicated=accepted.deduplicated).model_dump_json(),
+        submitted_view(
+            accepted.job, deduplicated=accepted.deduplicated, created=accepted.created
+        ).model_dump_json(),
         status_code=202 if accepted.created else 200,
         media_type="application/json",
         headers={"Location": job_location(accepted.job.id)},
@@ -280,7 +290,9 @@ def _item_answer(request: Request, job: JobRequest, accepted: AcceptResult) -> B
         count_outcome(context_of(request).metrics, job.type, accepted)
     except IdempotencyConflict as error:
         return _request_problem(error)
-    view = submitted_view(accepted.job, deduplicated=accepted.deduplicated)
+    view = submitted_view(
+        accepted.job, deduplicated=accepted.deduplicated, created=accepted.created
+    )
     return BatchResult(status=202 if accepted.created else 200, job=view)
 
 
@@ -338,6 +350,13 @@ async def get_job(
     job: OwnJobDep,
     request: Request,
     store: StoreDep,
+    steps: Annotated[
+        Literal["values"] | None,
+        Query(
+            description="values: each recorded step with its value (without: names, kinds, "
+            "times and attempts only)"
+        ),
+    ] = None,
     wait: Annotated[
         float | None,
         Query(
@@ -356,7 +375,9 @@ async def get_job(
             )
         except TooManyWaiters:
             return overloaded(f"this process holds {waiters.max_waiters} waiting requests")
-    return JobView.of(job)
+    with_values = steps == "values"
+    recorded = await store.steps_of(job.id, with_values=with_values)
+    return JobView.of(replace(job, steps=recorded), step_values=with_values)
 
 
 @router.get(
@@ -414,3 +435,67 @@ async def cancel_job(
     if answer is CancelAnswer.REQUESTED:
         response.status_code = 202
     return JobView.of(job)
+
+
+SIGNAL_PATH = "/v1/jobs/{job_id}/signals/{name}"
+
+
+@router.post(
+    SIGNAL_PATH,
+    operation_id="signalJob",
+    status_code=202,
+    response_model=SignalView,
+    responses={
+        202: {
+            "description": "Kept (sent), or kept before under the same Idempotency-Key "
+            "(repeated); a job asleep waiting for this signal is queued again"
+        },
+        **problem_responses(400, 404, 409, 413, 422),
+    },
+    summary="Send a signal to one of your jobs (context.wait_for_signal)",
+)
+async def signal_job(
+    job_id: uuid.UUID,
+    name: Annotated[str, Path(min_length=1, max_length=SIGNAL_NAME_MAX, pattern=NO_NUL)],
+    value: Annotated[Any, Body(description="The signal's value: any JSON value")],
+    request: Request,
+    client: ClientDep,
+    store: StoreDep,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            max_length=IDEMPOTENCY_HEADER_MAX,
+            description="Optional, 1–200 visible ASCII characters, scoped to the job: the "
+            "same key again answers 202 repeated and keeps nothing new",
+            json_schema_extra={"minLength": 1, "maxLength": 200, "pattern": "^[!-~]+$"},
+        ),
+    ] = None,
+) -> SignalView:
+    """The signal is kept for the job (a wait that comes later takes it at once); the
+    transaction that keeps it wakes the job when it sleeps waiting for it. An admin may signal
+    any client's job."""
+    check_signal(len(await request.body()), value, idempotency_key)
+    answer = await store.signal_job(
+        job_id,
+        name,
+        value,
+        client_id=None if client.is_admin else client.id,
+        idempotency_key=idempotency_key,
+    )
+    if answer is SignalAnswer.UNKNOWN:
+        raise JobNotFound()
+    if answer is SignalAnswer.FINISHED:
+        raise JobFinished("the job has finished; the signal was not kept")
+    return SignalView(job_id=job_id, name=name, status=answer.value)
+
+
+def check_signal(size: int, value: Any, idempotency_key: str | None) -> None:
+    """What the endpoint refuses before it writes: a value over 64 KiB (413), one that jsonb
+    cannot hold (422), a malformed key (400)."""
+    if size > SIGNAL_VALUE_MAX_BYTES:
+        raise SignalTooLarge(f"a signal's value is at most {SIGNAL_VALUE_MAX_BYTES} bytes")
+    problem = unstorable_json(value)
+    if problem is not None:
+        raise InvalidPayload(f"the signal's value cannot be stored: {problem}")
+    if idempotency_key is not None and not is_valid_idempotency_key(idempotency_key):
+        raise IdempotencyKeyInvalid()

@@ -59,15 +59,6 @@ SELECT id, client_id, traceparent FROM jobrelay.jobs
 WHERE id = :job_id
   AND lease_token = :lease_token AND (state = 'running' AND lease_until > now());
 
--- name: steps_of_job
--- Every step a job recorded, as CLAIM_JOBS returns them. Read again after a claim that took the
--- job from an expired lease: a step its old holder wrote at that instant held the job's row
--- (FOR SHARE, RECORD_STEPS) until it committed, so the claim waited for it, but the claim's
--- own read of the steps is of the snapshot its statement began with. This read, a statement
--- later, sees it: a step recorded is never run again.
-SELECT (SELECT jsonb_agg(to_jsonb(s) - 'job_id' ORDER BY s.at, s.name)
-        FROM jobrelay.job_steps s WHERE s.job_id = :job_id) AS steps;
-
 -- name: step_of_job
 -- One recorded step of a job, by name (a wait's deadline, a child's id).
 SELECT name, kind, status, attempt, at, value, wake_at, child_id FROM jobrelay.job_steps
@@ -114,6 +105,8 @@ SET status = 'timed_out', attempt = excluded.attempt, at = now();
 -- per claim), due at its wake time with an outbox row due then; with no wake time (a wait for a
 -- signal or a child without a deadline) it has no outbox row and is due nowhere near (the year
 -- 9999): only its signal or its child wakes it. Journal: `sleeping`, what for and until when.
+-- No row: the lease is not the attempt's; ``cancel_requested``: the job stays running, its
+-- cancel to carry out.
 WITH recorded AS (
     SELECT wake_at FROM jobrelay.job_steps WHERE job_id = :job_id AND name = :name
 ), wake AS (
@@ -131,6 +124,9 @@ WITH recorded AS (
     FROM wake w
     WHERE j.id = :job_id
       AND lease_token = :lease_token AND (state = 'running' AND lease_until > now())
+      -- A job whose cancel was requested while it ran does not go to sleep: its worker ends
+      -- it cancelled (FINISH_JOBS, cancel_running; ``cancel_requested`` below says so).
+      AND cancel_requested_at IS NULL
     RETURNING j.id, j.attempts, j.wake_at, j.waiting_on, j.available_at, j.priority,
               j.client_id, j.type
 ), step AS (
@@ -152,7 +148,11 @@ WITH recorded AS (
                                          'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
     FROM moved
 )
-SELECT wake_at, waiting_on FROM moved;
+SELECT wake_at, waiting_on, false AS cancel_requested FROM moved
+UNION ALL
+SELECT CAST(NULL AS timestamptz), CAST(NULL AS jsonb), true FROM jobrelay.jobs
+WHERE id = :job_id AND lease_token = :lease_token AND cancel_requested_at IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM moved);
 
 -- name: adopt_child
 -- A child accepted for a parent (db/accept.py, in the accept's transaction) names its parent,

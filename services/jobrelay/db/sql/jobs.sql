@@ -20,12 +20,14 @@ WHERE j.client_id = :client_id
 -- name: job_by_id
 -- :client_id NULL means "any client" (operators and the CLI); the API always passes its caller.
 -- ``no_consumer``: a live job of a type that no consumer serves now (docs/job-types.md, "Where
--- a job goes"): one primary-key read of job_types.
+-- a job goes"): one primary-key read of job_types. Its recorded steps are read apart
+-- (signals.sql, steps_of_job), by the views that show them only.
 SELECT j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, j.state,
        j.attempts, j.max_attempts, j.available_at, j.lease_token, j.lease_until,
        j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at, j.run_at,
        j.cancel_requested_at, j.traceparent, j.priority, j.concurrency_key, j.unique_key,
        j.workflow_id, j.workflow_ref, j.progress, j.replayed_attempts, r.result,
+       j.wake_at, j.waiting_on, j.parent_job_id,
        (j.state IN ('queued', 'retrying') AND NOT EXISTS (
            SELECT 1 FROM jobrelay.job_types t WHERE t.name = j.type AND t.served_until > now()))
        AS no_consumer
@@ -44,7 +46,8 @@ SELECT j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, 
        j.attempts, j.max_attempts, j.available_at, j.lease_token, j.lease_until,
        j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at, j.run_at,
        j.cancel_requested_at, j.traceparent, j.priority, j.concurrency_key, j.unique_key,
-       j.workflow_id, j.workflow_ref, j.progress, j.replayed_attempts, r.result
+       j.workflow_id, j.workflow_ref, j.progress, j.replayed_attempts, r.result,
+       j.wake_at, j.waiting_on, j.parent_job_id
 FROM jobrelay.jobs j LEFT JOIN jobrelay.job_results r ON r.job_id = j.id
 WHERE j.client_id = :client_id
   AND (CAST(:state AS text) IS NULL OR j.state = :state)

@@ -76,6 +76,8 @@ BEGIN
     END IF;
     INSERT INTO job_signals (job_id, name, value, idempotency_key)
     VALUES (job_id, name, coalesce(value, 'null'::jsonb), idempotency_key)
+    -- By the constraint's name: under use_variable, (job_id, idempotency_key) would name
+    -- the arguments, and no index matches them (42P10).
     ON CONFLICT ON CONSTRAINT uq_job_signals_job_id_idempotency_key DO NOTHING
     RETURNING id INTO kept;
     IF kept IS NULL THEN

@@ -102,16 +102,11 @@ $$
 """
 
 
-def _swap_check(table: str, name: str, condition: str) -> None:
-    op.execute(f"ALTER TABLE {table} DROP CONSTRAINT {name}")
-    op.execute(f"ALTER TABLE {table} ADD CONSTRAINT {name} CHECK ({condition}) NOT VALID")
-    op.execute(f"ALTER TABLE {table} VALIDATE CONSTRAINT {name}")
-
-
-def _rebuild_live_indexes(live: tuple[str, ...]) -> None:
-    """0009's rebuild of the live partial indexes, with ``live`` as the live states."""
-    revision_0009 = importlib.import_module("jobrelay.migrations.versions.0009_workflows")
-    revision_0009._rebuild_live_indexes(live)
+# 0009's: a CHECK swapped NOT VALID then validated, and the live partial indexes rebuilt beside
+# the old ones (CONCURRENTLY), with the live states given.
+_REVISION_0009 = importlib.import_module("jobrelay.migrations.versions.0009_workflows")
+_swap_check = _REVISION_0009._swap_check
+_rebuild_live_indexes = _REVISION_0009._rebuild_live_indexes
 
 
 def _pinned() -> str:

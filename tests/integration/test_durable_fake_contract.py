@@ -1,14 +1,17 @@
-"""The worker's in-memory durable store (``tests/support/durable_fakes.py``, which the worker's
-unit tests run on) held to ``db/durable_store.py::PgDurableStore``: each scenario is written once
-against the ``DurableStore`` port (``core/durable.py``) and the execution store's, and runs on
-both sides of ``tests/support/execution_sides.py``. PostgreSQL is the truth: when the two
-disagree, the fake is wrong.
+"""The testing kit's in-memory durable store (``jobrelay/testing/durable.py``, which users' tests
+and the worker's unit tests run on, the latter beside the execution store's fake through
+``tests/support/consumer_fakes.py::SharedDurableStore``) held to
+``db/durable_store.py::PgDurableStore``: each scenario is written once against the
+``DurableStore`` port (``core/durable.py``) and the execution store's, and runs on both sides of
+``tests/support/execution_sides.py``. PostgreSQL is the truth: when the two disagree, the fake is
+wrong.
 
 What it covers: a step recorded under the attempt's lease (and nothing under a lease not the
 caller's), the claim that brings it back; a sleep (the job asleep without its lease, its attempt
 given back, an outbox row at its wake time, no claim before it); a wait for a signal sent before
-it, and one that sleeps until the signal wakes it. Not covered: children (the fake's end of a
-child wakes no parent; the worker's end-to-end tests cover them) and timeouts.
+it, and one that sleeps until the signal wakes it. Not covered: children (in memory, a child's
+end wakes no parent held by the execution store; the worker's end-to-end tests cover them),
+timeouts, and a sleep reached after a cancel was requested (the kit does not model the request).
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from jobrelay.core.jobs import RetryLater
 from jobrelay.core.states import JobEvent, JobState
 from jobrelay.db.durable_store import PgDurableStore
 from jobrelay.db.store import Store
-from tests.support.durable_fakes import InMemoryDurableStore
+from jobrelay.testing.durable import InMemoryDurableStore
+from tests.support.consumer_fakes import SharedDurableStore
 from tests.support.execution_sides import MemorySide, PostgresSide, Side
 from tests.support.ports import port_mismatches
 
@@ -110,7 +114,7 @@ async def postgres_durable(store: Store) -> AsyncIterator[Durable]:
 def durable(request: pytest.FixtureRequest) -> Durable:
     if request.param == "memory":
         side = MemorySide()
-        fake = InMemoryDurableStore(side.store)
+        fake = SharedDurableStore(side.store)
 
         async def signal(job_id: uuid.UUID, name: str, value: Any) -> str:
             return fake.send_signal(job_id, name, value)
@@ -137,7 +141,9 @@ def between(value: datetime | None, before: datetime, after: datetime, seconds: 
     return value is not None and before + delay - slack <= value <= after + delay + slack
 
 
-@pytest.mark.parametrize("implementation", [InMemoryDurableStore, PgDurableStore])
+@pytest.mark.parametrize(
+    "implementation", [InMemoryDurableStore, SharedDurableStore, PgDurableStore]
+)
 def test_both_durable_stores_have_every_method_of_the_port_with_its_parameters(
     implementation: type,
 ) -> None:

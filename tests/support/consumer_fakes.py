@@ -12,8 +12,9 @@ Flow control follows the rules of ``db/execution_store.py``: no job of a queue i
 job that may not start is held.
 
 Durable execution (docs/durable-execution.md): a claim brings the job's ``steps`` (which
-``tests/support/durable_fakes.py`` records) and takes a sleeper whose wake time has come, as
-``CLAIM_JOBS`` does; a sleeper due in a paused queue wakes into the pause (queued, then held).
+``SharedDurableStore``, the testing kit's in-memory store beside this one, records) and takes a
+sleeper whose wake time has come, as ``CLAIM_JOBS`` does; a sleeper due in a paused queue wakes
+into the pause (queued, then held).
 
 It is held to ``PgExecutionStore`` by ``tests/integration/test_execution_store_contract.py``:
 the same scenarios on both, PostgreSQL the truth. Workflows are not modelled (a job's parents'
@@ -29,7 +30,18 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from jobrelay.core.durable import StepRecord
+from jobrelay.core.durable import (
+    Asleep,
+    ChildEnded,
+    ChildRequest,
+    ChildStarted,
+    DurableStore,
+    Fence,
+    Gone,
+    SignalTaken,
+    StepRecord,
+    TimedOut,
+)
 from jobrelay.core.errors import StoreUnavailable
 from jobrelay.core.execution import (
     AttemptTrace,
@@ -76,6 +88,7 @@ from jobrelay.core.states import (
     RELEASE,
     RESCUE,
     RETRY,
+    SLEEP,
     UNKNOWN_TYPE,
     WAKE,
     JobEvent,
@@ -83,9 +96,13 @@ from jobrelay.core.states import (
     Transition,
 )
 from jobrelay.core.trace import StoredResult
+from jobrelay.testing.durable import FakeClock, InMemoryDurableStore
 
 # The error of a job quarantined for want of attempts, as PgExecutionStore writes it.
 _EXHAUSTED_TEXT = "no attempts left: earlier attempts crashed or lost their lease"
+
+# Where a sleeper with no deadline is due: never, in practice (it is woken first).
+FAR_AWAY = timedelta(days=3650)
 
 
 def _utc_now() -> datetime:
@@ -125,10 +142,11 @@ class InMemoryExecutionStore:
         attempts: int = 0,
         max_attempts: int = 3,
         concurrency_key: str | None = None,
+        job_id: uuid.UUID | None = None,
     ) -> Job:
         payload = {} if payload is None else payload
         request = JobRequest(f"key-{len(self.jobs)}", job_type, payload, max_attempts)
-        accepted = request.as_new_job(uuid.uuid4(), uuid.uuid4(), at=self.clock())
+        accepted = request.as_new_job(job_id or uuid.uuid4(), uuid.uuid4(), at=self.clock())
         job = dataclasses.replace(
             accepted, state=state, attempts=attempts, concurrency_key=concurrency_key
         )
@@ -460,5 +478,121 @@ class InMemoryExecutionStore:
         self.journal[job.id].append(JournalEntry(self.clock(), event, attempt, detail))
 
 
-if TYPE_CHECKING:  # it is a whole ExecutionStore
+class SharedDurableStore:
+    """The testing kit's ``InMemoryDurableStore`` (``jobrelay/testing/durable.py``) beside this
+    execution store, sharing each job with it: the one in-memory ``DurableStore`` the worker's
+    unit tests and ``tests/integration/test_durable_fake_contract.py`` run on.
+
+    Before each call the kit is told the job as this store holds it (state, attempts, lease
+    token: none once the lease is past its time, as ``SLEEP``'s guard has it) and its clock is
+    moved to this store's; the kit keeps the steps in this store's ``steps``, which its claim
+    brings. After, the kit's moves are made here by ``core/states.py``'s transitions: ``SLEEP``
+    (due at the wake time, with an outbox row, or far away), ``WAKE`` by a signal (due now). A
+    child is a job of this store too; its end wakes no parent here (the database does that, in
+    the statement that ends the child), nor does a cancel requested stop a sleep.
+    """
+
+    def __init__(self, execution: InMemoryExecutionStore) -> None:
+        self.execution = execution
+        self.kit = InMemoryDurableStore(clock=FakeClock(execution.clock()))
+        self.calls = 0  # every call of the port, answered or not
+
+    # --- for tests ----------------------------------------------------------------------------
+
+    def send_signal(self, job_id: uuid.UUID, name: str, value: Any) -> str:
+        """``jobrelay_signal``: kept by the kit, which wakes the job if it sleeps waiting for it."""
+        if job_id not in self.execution.jobs:
+            return "unknown"
+        self._share(job_id)
+        answer = self.kit.send_signal(job_id, name, value)
+        if answer == "sent":
+            job = self.execution.jobs[job_id]
+            self.execution._record(job, JobEvent.SIGNALLED, job.attempts, f"signal {name}")
+            self._follow(job_id, f"signal {name!r}")
+        return answer
+
+    def job_steps(self, job_id: uuid.UUID) -> dict[str, StepRecord]:
+        """What the job recorded, by name (a copy)."""
+        return dict(self.execution.steps.get(job_id, {}))
+
+    # --- the port -------------------------------------------------------------------------------
+
+    async def record_step(self, fence: Fence, name: str, value: Any) -> StepRecord | Gone:
+        self._share(fence.job_id)
+        return await self.kit.record_step(fence, name, value)
+
+    async def sleep(
+        self, fence: Fence, name: str, *, seconds: float | None, until: datetime | None
+    ) -> Asleep | Gone:
+        self._share(fence.job_id)
+        answer = await self.kit.sleep(fence, name, seconds=seconds, until=until)
+        self._follow(fence.job_id, name)
+        return answer
+
+    async def wait_for_signal(
+        self, fence: Fence, name: str, signal: str, timeout_seconds: float | None
+    ) -> SignalTaken | TimedOut | Asleep | Gone:
+        self._share(fence.job_id)
+        answer = await self.kit.wait_for_signal(fence, name, signal, timeout_seconds)
+        self._follow(fence.job_id, name)
+        return answer
+
+    async def child(
+        self, fence: Fence, name: str, request: ChildRequest, *, wait: bool
+    ) -> ChildEnded | ChildStarted | Asleep | Gone:
+        self._share(fence.job_id)
+        answer = await self.kit.child(fence, name, request, wait=wait)
+        for child in self.kit.children_of(fence.job_id):
+            if child.id not in self.execution.jobs:
+                self.execution.add(
+                    child.type, child.payload, max_attempts=child.max_attempts, job_id=child.id
+                )
+        self._follow(fence.job_id, name)
+        return answer
+
+    # --- the sharing ----------------------------------------------------------------------------
+
+    def _share(self, job_id: uuid.UUID) -> None:
+        """Tell the kit the job as this store holds it, at this store's time."""
+        self.calls += 1
+        self.execution._reach()
+        self.kit.clock.move_to(self.execution.clock())
+        job = self.execution.jobs.get(job_id)
+        if job is None:
+            return
+        stored = self.kit.add_job(job.type, job.payload, job_id=job.id)
+        live = self.execution._allows(SLEEP, job, job.lease_token)
+        stored.state, stored.lease_token = job.state, job.lease_token if live else None
+        stored.attempts, stored.max_attempts = job.attempts, job.max_attempts
+        stored.wake_at, stored.waiting_for = job.wake_at, job.waiting_for
+        stored.steps = self.execution.steps[job.id]  # one dict: the kit writes, the claim reads
+
+    def _follow(self, job_id: uuid.UUID, detail: str) -> None:
+        """Make here the move the kit made of the job: to sleep, or woken."""
+        job, stored = self.execution.jobs.get(job_id), self.kit.jobs.get(job_id)
+        if job is None or stored is None:
+            return
+        now = self.execution.clock()
+        if stored.state is JobState.SLEEPING and job.state is JobState.RUNNING:
+            due = stored.wake_at or now + FAR_AWAY
+            self.execution._move(
+                job,
+                SLEEP,
+                max_attempts=stored.max_attempts,
+                wake_at=stored.wake_at,
+                waiting_for=stored.waiting_for,
+                available_at=due,
+                detail=detail,
+            )
+            if stored.wake_at is not None:
+                self.execution.outbox.append((job_id, stored.wake_at))
+        elif stored.state is JobState.QUEUED and job.state is JobState.SLEEPING:
+            self.execution._move(
+                job, WAKE, wake_at=None, waiting_for=None, available_at=now, detail=detail
+            )
+            self.execution.outbox.append((job_id, now))
+
+
+if TYPE_CHECKING:  # it is a whole ExecutionStore, and the kit's store beside it a DurableStore
     _port: ExecutionStore = InMemoryExecutionStore()
+    _durable: DurableStore = SharedDurableStore(InMemoryExecutionStore())

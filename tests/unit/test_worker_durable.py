@@ -1,8 +1,9 @@
 """Durable handlers in the worker (docs/durable-execution.md), driven on the in-memory stores
-(``tests/support/consumer_fakes.py``, ``tests/support/durable_fakes.py``): a step recorded once
-across attempts, a sleep or a wait that ends the attempt without using it (its message acked,
-``slept``), a durable call that finds the lease gone (requeued, nothing recorded), and what a
-worker without a durable store says. ``async def`` and plain ``def`` handlers alike."""
+(``tests/support/consumer_fakes.py``: the execution store, and the testing kit's durable store
+beside it, ``SharedDurableStore``): a step recorded once across attempts, a sleep or a wait that
+ends the attempt without using it (its message acked, ``slept``), a durable call that finds the
+lease gone (requeued, nothing recorded), and what a worker without a durable store says.
+``async def`` and plain ``def`` handlers alike."""
 
 from __future__ import annotations
 
@@ -26,8 +27,7 @@ from jobrelay.core.jobs import Job
 from jobrelay.core.message import Envelope
 from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.states import JobEvent, JobState
-from tests.support.consumer_fakes import InMemoryExecutionStore
-from tests.support.durable_fakes import InMemoryDurableStore
+from tests.support.consumer_fakes import InMemoryExecutionStore, SharedDurableStore
 from tests.support.waiting import eventually
 from tests.support.worker_fakes import Clock, Empty, FakeDelivery, unit_worker
 
@@ -38,7 +38,7 @@ class Durable:
     tests, and what their step functions did (``ran``: one entry per run of a step's fn)."""
 
     execution: InMemoryExecutionStore
-    durable: InMemoryDurableStore
+    durable: SharedDurableStore
     registry: Registry
     clock: Clock
     tmp_path: Path
@@ -67,7 +67,7 @@ def world(tmp_path: Path) -> Durable:
     clock = Clock()
     execution = InMemoryExecutionStore(clock)
     registry = Registry()
-    world = Durable(execution, InMemoryDurableStore(execution), registry, clock, tmp_path)
+    world = Durable(execution, SharedDurableStore(execution), registry, clock, tmp_path)
 
     def charge(what: str) -> dict[str, str]:
         world.ran.append(what)

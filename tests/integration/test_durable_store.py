@@ -325,6 +325,26 @@ async def test_a_wait_sleeps_until_its_signal_wakes_the_job(
     assert await durable.wait_for_signal(second, "signal:go", "go", None) == SignalTaken("yes")
 
 
+async def test_a_signal_that_wakes_a_wait_before_its_deadline_takes_the_deadline_s_outbox_row(
+    store: Store, durable: PgDurableStore, executions: PgExecutionStore
+) -> None:
+    fence = await running(store, executions)
+    asleep = await durable.wait_for_signal(fence, "signal:go", "go", 3600.0)
+    assert isinstance(asleep, Asleep) and asleep.wake_at is not None
+    unpublished = (
+        "SELECT available_at FROM jobrelay.outbox"
+        " WHERE job_id = :id AND published_at IS NULL AND available_at > now()"
+    )
+    assert [row.available_at for row in await rows(store, unpublished, id=fence.job_id)] == [
+        asleep.wake_at
+    ]
+    assert await signal(store, fence.job_id, "go", "1") == "sent"
+    # Due now, in its place: no message an hour later for a job that has moved on.
+    assert await rows(store, unpublished, id=fence.job_id) == []
+    _, second = await claim(executions, fence.job_id)
+    assert await durable.wait_for_signal(second, "signal:go", "go", 3600.0) == SignalTaken(1)
+
+
 async def test_a_wait_that_times_out_is_recorded_so(
     store: Store, durable: PgDurableStore, executions: PgExecutionStore
 ) -> None:

@@ -90,6 +90,11 @@ BEGIN
         UPDATE jobs j SET state = 'queued', wake_at = NULL, waiting_on = NULL,
                           available_at = now(), updated_at = now()
         WHERE j.id = job_id AND j.state IN ('sleeping');
+        -- Its wait's deadline row, not due yet, goes: due now, this one takes its place (a
+        -- message at the deadline would find nothing to do, and keep the backlog from empty).
+        DELETE FROM outbox o
+        WHERE o.job_id = jobrelay_signal.job_id AND o.published_at IS NULL
+          AND o.available_at > now();
         INSERT INTO outbox (job_id, available_at, priority, client_id, type)
         SELECT j.id, j.available_at, j.priority, j.client_id, j.type FROM jobs j
         WHERE j.id = job_id;

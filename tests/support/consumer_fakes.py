@@ -11,6 +11,10 @@ Flow control follows the rules of ``db/execution_store.py``: no job of a queue i
 ``ClaimRules.code_limit``) is kept exactly (per ``Job.concurrency_key`` when per key), and a
 job that may not start is held.
 
+Durable execution (docs/durable-execution.md): a claim brings the job's ``steps`` (which
+``tests/support/durable_fakes.py`` records) and takes a sleeper whose wake time has come, as
+``CLAIM_JOBS`` does; a sleeper due in a paused queue wakes into the pause (queued, then held).
+
 It is held to ``PgExecutionStore`` by ``tests/integration/test_execution_store_contract.py``:
 the same scenarios on both, PostgreSQL the truth. Workflows are not modelled (a job's parents'
 results are whatever a test puts in ``parents``; no claim looks at a cancelled workflow).
@@ -25,6 +29,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from jobrelay.core.durable import StepRecord
 from jobrelay.core.errors import StoreUnavailable
 from jobrelay.core.execution import (
     AttemptTrace,
@@ -72,6 +77,7 @@ from jobrelay.core.states import (
     RESCUE,
     RETRY,
     UNKNOWN_TYPE,
+    WAKE,
     JobEvent,
     JobState,
     Transition,
@@ -105,6 +111,8 @@ class InMemoryExecutionStore:
         # test sets what a job's parents returned, and reads what its handler reported.
         self.parents: dict[uuid.UUID, dict[str, Any]] = {}
         self.progress: dict[uuid.UUID, list[ProgressReport]] = defaultdict(list)
+        # What each job's handler recorded (job_steps), by name in the order recorded.
+        self.steps: defaultdict[uuid.UUID, dict[str, StepRecord]] = defaultdict(dict)
 
     # --- for tests ----------------------------------------------------------------------------
 
@@ -186,6 +194,9 @@ class InMemoryExecutionStore:
                         lease_token=lease_token,
                         lease_until=self._later(lease_seconds),
                         detail=detail,
+                        wake_at=None,
+                        waiting_for=None,
+                        steps=tuple(self.steps[job_id].values()) or None,
                     )
                     return Claimed(claimed, lease_token, reclaimed=transition is RECLAIM)
         if job.state is JobState.RUNNING and job.lease_token == lease_token:
@@ -340,6 +351,9 @@ class InMemoryExecutionStore:
 
     def _hold(self, job: Job, reason: HoldReason, delay: float, detail: str) -> Held:
         due = self._later(delay)
+        if job.state is JobState.SLEEPING:  # a sleeper wakes into the pause, then is held
+            detail_of_wake = f"due in a held queue: {reason}"
+            job = self._move(job, WAKE, wake_at=None, waiting_for=None, detail=detail_of_wake)
         hold = HOLD_ABANDONED if job.state is JobState.RUNNING else HOLD
         self._move(job, hold, available_at=due, detail=f"{reason}: {detail}")
         self.outbox.append((job.id, due))

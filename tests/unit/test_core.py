@@ -36,7 +36,19 @@ def test_the_transition_table_matches_the_spec() -> None:
     assert can_transition(JobState.WAITING, JobState.CANCELLED)  # a parent failed, or a cancel
     assert not can_transition(JobState.WAITING, JobState.RUNNING)  # never claimed
     assert can_transition(JobState.CANCELLED, JobState.WAITING)  # its failed parent replayed
-    expected = {JobState.QUEUED, JobState.RETRYING, JobState.RUNNING, JobState.WAITING}
+    assert can_transition(JobState.RUNNING, JobState.SLEEPING)  # a durable sleep or wait
+    assert can_transition(JobState.SLEEPING, JobState.RUNNING)  # claimed when its time comes
+    assert can_transition(JobState.SLEEPING, JobState.QUEUED)  # woken: signal, child, pause
+    assert can_transition(JobState.SLEEPING, JobState.CANCELLED)
+    assert not can_transition(JobState.SLEEPING, JobState.SUCCEEDED)  # it runs first
+    assert not can_transition(JobState.QUEUED, JobState.SLEEPING)  # only a handler sleeps
+    expected = {
+        JobState.QUEUED,
+        JobState.RETRYING,
+        JobState.RUNNING,
+        JobState.WAITING,
+        JobState.SLEEPING,
+    }
     assert expected == CANCELLABLE_STATES
     assert set(TRANSITIONS) == set(JobState)
     assert TRANSITIONS[JobState.SUCCEEDED] == frozenset()

@@ -45,7 +45,8 @@ def test_the_fragment_is_expanded_once_where_it_is_included() -> None:
     for name in including:
         assert STATEMENTS[name].sql.count("moved_dependents AS (") == 1
         assert "-- include:" not in STATEMENTS[name].sql
-        assert STATEMENTS[name].makes[-2:] == ("parents_succeeded", "dependency_failed")
+        assert STATEMENTS[name].makes[-3:] == ("parents_succeeded", "dependency_failed", "wake")
+        assert "woken_parents AS (" in STATEMENTS[name].sql
 
 
 SAMPLE = """-- The file's own comment.

@@ -74,6 +74,7 @@ async def test_a_snapshot_becomes_gauges_named_by_prometheus_conventions() -> No
         ("jobrelay_stats_up", ()): 1,
         ("jobrelay_jobs", (("state", "queued"),)): 7,
         ("jobrelay_jobs", (("state", "waiting"),)): 0,
+        ("jobrelay_jobs", (("state", "sleeping"),)): 0,
         ("jobrelay_jobs", (("state", "running"),)): 2,
         ("jobrelay_jobs", (("state", "retrying"),)): 0,
         ("jobrelay_jobs", (("state", "succeeded"),)): 0,

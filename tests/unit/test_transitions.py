@@ -22,6 +22,7 @@ from jobrelay.core.states import (
     QUARANTINE,
     RETRY,
     TERMINAL_STATES,
+    WAKE,
     JobState,
     Lease,
 )
@@ -31,8 +32,9 @@ from tests.support.guards import guard, guarded_by
 from tests.support.transitions import CANCELLABLE_STATES, TRANSITIONS
 
 # The transitions more than one statement makes: the dependents' moves, in every statement that
-# can end a parent (the fragment dependents_of), and a cancel, of one job or of a workflow's.
-SHARED_TRANSITIONS = frozenset({PARENTS_SUCCEEDED, DEPENDENCY_FAILED, CANCEL})
+# can end a parent (the fragment dependents_of), a cancel, of one job or of a workflow's, and a
+# sleeper's wake (by its child's end, in dependents_of, or into a hold, HOLD_JOB).
+SHARED_TRANSITIONS = frozenset({PARENTS_SUCCEEDED, DEPENDENCY_FAILED, CANCEL, WAKE})
 
 
 @pytest.mark.parametrize("name", sorted(q.STATE_WRITES))
@@ -129,6 +131,13 @@ def test_the_table_of_moves_is_derived_from_the_transitions() -> None:
         JobState.QUARANTINED,
         JobState.QUEUED,  # release, rescue
         JobState.CANCELLED,  # its worker carried out a cancel request
+        JobState.SLEEPING,  # a durable sleep, or a wait for a signal or a child
+    }
+    assert TRANSITIONS[JobState.SLEEPING] == {
+        JobState.RUNNING,  # claimed when its wake time comes
+        JobState.QUEUED,  # woken: its signal, its child's end, into a hold
+        JobState.CANCELLED,
+        JobState.QUARANTINED,  # attempts exhausted, delivery limit, unknown type
     }
     assert TRANSITIONS[JobState.QUARANTINED] == {JobState.QUEUED}
     assert TRANSITIONS[JobState.WAITING] == {JobState.QUEUED, JobState.CANCELLED}
@@ -139,4 +148,5 @@ def test_the_table_of_moves_is_derived_from_the_transitions() -> None:
         JobState.RETRYING,
         JobState.RUNNING,
         JobState.WAITING,
+        JobState.SLEEPING,
     } == CANCELLABLE_STATES

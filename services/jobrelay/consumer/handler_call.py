@@ -1,5 +1,7 @@
 """Calling a job's handler (docs/life-of-a-job.md, step 3): under its type's timeout, a plain
-``def`` handler in a thread of its own, and its result checked before anything is stored."""
+``def`` handler in a thread of its own, and its result checked before anything is stored. Its
+context carries the attempt's durable calls (docs/durable-execution.md): a sleep or a wait ends
+the run with a ``DurableInterrupt``, which is no failure of the handler's."""
 
 from __future__ import annotations
 
@@ -13,12 +15,15 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 
 from pydantic import BaseModel
 
+from jobrelay.core.durable import DurableInterrupt, DurableRun, DurableStore, Fence
 from jobrelay.core.errors import PermanentError, RequestError, TransientError
+from jobrelay.core.execution import Claimed
 from jobrelay.core.failures import MESSAGE_MAX_BYTES, Failure, class_name, cut_head, storable
 from jobrelay.core.jobs import Job
 from jobrelay.core.jsonvalues import unstorable_json
@@ -30,6 +35,26 @@ class HandlerRun:
     result: dict[str, Any] | None
     error: BaseException | None
     seconds: float
+    interrupt: DurableInterrupt | None = None
+    """The attempt ended by a durable call, neither result nor error: ``Suspended`` (the store
+    put the job to sleep) or ``LeaseGone`` (nothing recorded, the lease is not ours)."""
+
+
+def durable_run(
+    claim: Claimed, store: DurableStore | None, lease_seconds: float
+) -> DurableRun | None:
+    """The attempt's durable calls, fenced by its claim, with the steps the claim read. Their
+    clock is the database's at the claim (its lease ran from then): a recorded sleep whose wake
+    time has come returns at once. None without a store (a durable call then says so)."""
+    job = claim.job
+    if store is None or job.lease_until is None:
+        return None
+    return DurableRun(
+        store,
+        Fence(job.id, claim.lease_token, job.attempts),
+        {record.name: record for record in job.steps or ()},
+        now=job.lease_until - timedelta(seconds=lease_seconds),
+    )
 
 
 def job_context(
@@ -38,8 +63,10 @@ def job_context(
     *,
     parent_results: Mapping[str, Any] | None = None,
     progress_sink: ProgressSink | None = None,
+    durable: DurableRun | None = None,
 ) -> JobContext:
-    """What the handler of a claimed job is given besides its payload."""
+    """What the handler of a claimed job is given besides its payload. ``durable``: its steps,
+    sleeps, signals and children (``durable_run``), run on this event loop."""
     return JobContext(
         job_id=job.id,
         job_type=job.type,
@@ -49,6 +76,8 @@ def job_context(
         logger=handler_logger(job.id, job.type, job.attempts),
         parent_results=parent_results or {},
         progress_sink=progress_sink,
+        durable=durable,
+        loop=asyncio.get_running_loop() if durable is not None else None,
     )
 
 
@@ -65,8 +94,8 @@ def handler_logger(
 
 async def call_handler(job_type: JobType, context: JobContext, payload: BaseModel) -> HandlerRun:
     """Run the handler once: its result, or the error it ended with (a timeout is a
-    ``TransientError`` with the code ``timeout``), and how long it took. Never raises but on
-    cancel."""
+    ``TransientError`` with the code ``timeout``), or the durable call that ended it
+    (``interrupt``), and how long it took. Never raises but on cancel."""
     assert job_type.handler is not None
     started = time.monotonic()
     try:
@@ -85,6 +114,8 @@ async def call_handler(job_type: JobType, context: JobContext, payload: BaseMode
         return HandlerRun(None, error, time.monotonic() - started)
     except Exception as failure:
         return HandlerRun(None, failure, time.monotonic() - started)
+    except DurableInterrupt as interrupt:  # a BaseException: past the handler's own excepts
+        return HandlerRun(None, None, time.monotonic() - started, interrupt)
     return HandlerRun(result, None, time.monotonic() - started)
 
 
@@ -95,6 +126,8 @@ async def _in_thread(handler: SyncHandler, context: JobContext, payload: BaseMod
     the thread runs on to its end with its result dropped. It is a daemon thread, so that such
     a thread never keeps a stopping consumer from exiting (a pool's threads would be joined at
     exit), and it is not taken from the loop's default executor, which DNS lookups share.
+    Whatever the handler raises reaches the awaiting task, a ``BaseException`` too: a durable
+    call's ``Suspended`` or ``LeaseGone`` ends its attempt as on the event loop.
     """
     loop = asyncio.get_running_loop()
     done: asyncio.Future[Any] = loop.create_future()

@@ -15,8 +15,9 @@ class ConsumerMetrics(ProcessMetrics):
         self.deliveries = self.counter(
             "jobrelay_consumer_deliveries_total",
             "Deliveries handled, by outcome (succeeded, retried, quarantined, cancelled, "
-            "duplicate, stale, malformed, unknown_job, attempts_exhausted, lease_lost, "
-            "store_unavailable, interrupted). cancelled: its client cancelled the running job.",
+            "slept, duplicate, stale, malformed, unknown_job, attempts_exhausted, lease_lost, "
+            "store_unavailable, interrupted). cancelled: its client cancelled the running job; "
+            "slept: its handler's sleep or wait put it to sleep.",
             ["outcome"],
         )
         self.job_duration = self.histogram(

@@ -1,6 +1,8 @@
 """The consumer through a database outage (docs/failure-points.md): a claim, a deferral or a
 final write is retried with growing, jittered pauses up to a patience, and then given up, for
 the delivery to be requeued instead; the broker's own retries wait longer. Back off, never spin.
+A handler's durable calls (``PatientDurableStore``) are retried the same way; given up, their
+``StoreUnavailable`` fails the attempt (a retry, the recorded steps kept).
 """
 
 from __future__ import annotations
@@ -10,9 +12,22 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from jobrelay.consumer.metrics import ConsumerMetrics
+from jobrelay.core.durable import (
+    Asleep,
+    ChildEnded,
+    ChildRequest,
+    ChildStarted,
+    DurableStore,
+    Fence,
+    Gone,
+    SignalTaken,
+    StepRecord,
+    TimedOut,
+)
 from jobrelay.core.errors import StoreUnavailable
 from jobrelay.core.retry import backoff
 
@@ -72,3 +87,41 @@ class Patience:
                     extra={"event": "store_unavailable"},
                 )
                 await asyncio.sleep(pause)
+
+
+class PatientDurableStore:
+    """A ``DurableStore`` whose every call is retried through a database outage, as a claim or
+    a final write is: a handler's step is not failed (an attempt used) by a blip. Each call may
+    be repeated safely: a step or a signal recorded before a lost answer comes back as it was
+    recorded; a sleep that committed before its answer was lost finds the lease given up
+    (``LEASE_GONE``), and the job asleep."""
+
+    def __init__(self, store: DurableStore, patiently: Patience) -> None:
+        self.store = store
+        self.patiently = patiently
+
+    async def record_step(self, fence: Fence, name: str, value: Any) -> StepRecord | Gone:
+        return await self.patiently(lambda: self.store.record_step(fence, name, value))
+
+    async def sleep(
+        self, fence: Fence, name: str, *, seconds: float | None, until: datetime | None
+    ) -> Asleep | Gone:
+        return await self.patiently(
+            lambda: self.store.sleep(fence, name, seconds=seconds, until=until)
+        )
+
+    async def wait_for_signal(
+        self, fence: Fence, name: str, signal: str, timeout_seconds: float | None
+    ) -> SignalTaken | TimedOut | Asleep | Gone:
+        return await self.patiently(
+            lambda: self.store.wait_for_signal(fence, name, signal, timeout_seconds)
+        )
+
+    async def child(
+        self, fence: Fence, name: str, request: ChildRequest, *, wait: bool
+    ) -> ChildEnded | ChildStarted | Asleep | Gone:
+        return await self.patiently(lambda: self.store.child(fence, name, request, wait=wait))
+
+
+if TYPE_CHECKING:  # it is a whole DurableStore
+    _port: DurableStore = PatientDurableStore(cast(DurableStore, None), cast(Patience, None))

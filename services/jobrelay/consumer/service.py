@@ -55,6 +55,7 @@ from jobrelay.core.settings import Settings, mask_url, parse_type_queues
 from jobrelay.core.topology import queue_of, queue_short_name, work_queue_name
 from jobrelay.core.type_catalog import TypeStore, registrable_types
 from jobrelay.db import queries as q
+from jobrelay.db.durable_store import PgDurableStore
 from jobrelay.db.execution_store import PgExecutionStore
 from jobrelay.db.pooler import settle_pool_mode
 from jobrelay.db.store import Store
@@ -161,8 +162,14 @@ class Consumer:
         short_name = queue_short_name(self.queue_name)
         execution = PgExecutionStore(store, queue=short_name)
         limits = RuntimeLimits(execution.runtime_limits)
+        durable = PgDurableStore(store)  # handlers' steps, sleeps, signals and children
         self.worker = Worker(
-            execution, self.registry, settings, self.metrics, runtime_limits=limits
+            execution,
+            self.registry,
+            settings,
+            self.metrics,
+            runtime_limits=limits,
+            durable=durable,
         )
         if settings.metrics_port:
             self.metrics.serve(settings.metrics_port)
@@ -187,6 +194,7 @@ class Consumer:
             with contextlib.suppress(asyncio.CancelledError):
                 await limits_read
             await execution.close()
+            await durable.close()
             await store.close()
         log.info("stopped", extra={"event": "consumer_stopped"})
         return 0

@@ -5,7 +5,10 @@ heartbeat, decide, store once, and only then ack or nack — in one place, after
 - ``claims.py``: the claim under a fresh lease token, by the job's own type (a message may name
   another); a type this consumer does not know is deferred (``unknown_types.py``), never claimed;
 - ``lease.py``: the heartbeat, which also carries a client's cancel of the running job to the
-  handler; ``handler_call.py``: the handler under its timeout;
+  handler; ``handler_call.py``: the handler under its timeout, with its durable calls (steps,
+  sleeps, signals, children: docs/durable-execution.md), written by the ``durable`` store;
+- ``suspended.py``: an attempt that a durable call ended with the job asleep: acked (a call
+  that found the lease gone is a lost lease);
 - ``early_ack.py``: a job that runs past ``long_job_ack_seconds`` has its message acked early,
   its lease alone holding it from then on (docs/long-jobs.md), and settles later;
 - ``patience.py``: every store call retried through a database outage, up to a patience;
@@ -30,7 +33,13 @@ from pydantic import BaseModel
 from jobrelay import telemetry
 from jobrelay.consumer.claims import Claims
 from jobrelay.consumer.early_ack import EarlyAck
-from jobrelay.consumer.handler_call import call_handler, job_context, refusal_failure
+from jobrelay.consumer.handler_call import (
+    HandlerRun,
+    call_handler,
+    durable_run,
+    job_context,
+    refusal_failure,
+)
 from jobrelay.consumer.lease import (
     CANCEL_POLL_SECONDS,
     CancelRequested,
@@ -40,8 +49,9 @@ from jobrelay.consumer.lease import (
     LeaseLost,
 )
 from jobrelay.consumer.metrics import ConsumerMetrics
-from jobrelay.consumer.patience import Backoff, Patience
+from jobrelay.consumer.patience import Backoff, Patience, PatientDurableStore
 from jobrelay.consumer.progress import ProgressReporter
+from jobrelay.consumer.suspended import slept
 from jobrelay.consumer.unknown_types import UnknownTypes
 from jobrelay.consumer.verdict import (
     INTERRUPTED,
@@ -51,6 +61,7 @@ from jobrelay.consumer.verdict import (
     verdict_of,
 )
 from jobrelay.core.deliveries import DeliveryOutcome
+from jobrelay.core.durable import DurableStore, Suspended
 from jobrelay.core.errors import (
     InvalidPayload,
     PermanentError,
@@ -93,10 +104,13 @@ class Worker:
         name: str | None = None,
         backoff: Backoff | None = None,
         runtime_limits: Callable[[], Mapping[str, Limit]] | None = None,
+        durable: DurableStore | None = None,
     ) -> None:
         """``store_patience``: how long a claim or a final write keeps retrying through a
         database outage before the delivery is requeued instead; ``runtime_limits``: the
-        runtime limits by type as the consumer last read them (``consumer/claims.py``)."""
+        runtime limits by type as the consumer last read them (``consumer/claims.py``);
+        ``durable``: where handlers' steps, sleeps, signals and children are recorded (None: a
+        handler's durable call raises a ``RuntimeError``)."""
         self.store = store
         self.registry = registry
         self.long_job_ack_seconds = settings.long_job_ack_seconds  # the consumer may lower it
@@ -137,6 +151,7 @@ class Worker:
             cancel_poll_interval=cancel_poll_interval or CANCEL_POLL_SECONDS,
         )
         self.progress = ProgressReporter(store)
+        self.durable = PatientDurableStore(durable, self.patiently) if durable is not None else None
 
     # --- one delivery, top to bottom --------------------------------------------------------
 
@@ -228,6 +243,10 @@ class Worker:
                 extra={**extra, "event": "store_unavailable"},
             )
             return STORE_UNAVAILABLE
+        if isinstance(run, HandlerRun) and isinstance(run.interrupt, Suspended):
+            return slept(run.interrupt, run.seconds, job, self.metrics, extra)
+        if isinstance(run, HandlerRun) and run.interrupt is not None:  # LeaseGone
+            run = LeaseLost(LeaseEnd.TAKEN, run.seconds)
         if isinstance(run, LeaseLost):
             return self._lease_lost(job, run, extra)
         if isinstance(run, CancelRequested):
@@ -301,6 +320,7 @@ class Worker:
             self.results_dir,
             parent_results=parents,
             progress_sink=self.progress.sink_for(claim),
+            durable=durable_run(claim, self.durable, self.lease.lease_seconds),
         )
         handler = asyncio.create_task(call_handler(job_type, context, payload))
         try:

@@ -13,6 +13,7 @@ class DeliveryOutcome(StrEnum):
     CANCELLED = "cancelled"
     DEFERRED = "deferred"  # a type this consumer does not know: put back, no attempt
     HELD = "held"  # its queue paused or its type at a limit: put back, no attempt
+    SLEPT = "slept"  # a durable call put the job to sleep (docs/durable-execution.md): no attempt
     DUPLICATE = "duplicate"
     STALE = "stale"  # the outcome was rejected: the lease is no longer ours
     ATTEMPTS_EXHAUSTED = "attempts_exhausted"

@@ -129,7 +129,9 @@ class JobContext:
 
     def _durable(self) -> DurableRun:
         if self.durable is None:
-            raise RuntimeError("durable calls run under a consumer or the testing kit")
+            raise RuntimeError(
+                "durable calls need a store: a consumer's (Worker(durable=...)) or the kit's"
+            )
         return self.durable
 
     def _call(self, coroutine: Coroutine[Any, Any, Any]) -> Any:

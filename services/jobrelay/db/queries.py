@@ -151,6 +151,17 @@ MARK_TYPES_SERVED: TextClause = clause("mark_types_served")
 REGISTER_JOB_TYPES: TextClause = clause("register_job_types")
 JOB_TYPE_ROWS: TextClause = clause("job_type_rows")
 
+# db/sql/durable.sql
+RECORD_STEPS: TextClause = clause("record_steps")
+LOCK_FOR_WAIT: TextClause = clause("lock_for_wait")
+STEP_OF_JOB: TextClause = clause("step_of_job")
+TAKE_SIGNAL: TextClause = clause("take_signal")
+TIME_OUT_WAIT: TextClause = clause("time_out_wait")
+SLEEP_JOB: TextClause = clause("sleep_job")
+ADOPT_CHILD: TextClause = clause("adopt_child")
+RECORD_CHILD: TextClause = clause("record_child")
+CHILD_END: TextClause = clause("child_end")
+
 # db/sql/django.sql
 DJANGO_TASK_RESULT: TextClause = clause("django_task_result")
 

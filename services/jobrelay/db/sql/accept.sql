@@ -87,4 +87,4 @@ SELECT j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, 
        j.workflow_id, j.workflow_ref, j.progress, j.replayed_attempts, NULL::jsonb AS result
 FROM jobrelay.jobs j
 WHERE j.client_id = :client_id AND j.type = :type AND j.unique_key = :unique_key
-  AND state IN ('queued', 'running', 'retrying', 'waiting');
+  AND state IN ('queued', 'running', 'retrying', 'waiting', 'sleeping');

@@ -7,7 +7,8 @@
 
 -- name: claim_jobs
 -- makes: claim reclaim
--- Claim: due queued/retrying, or running with an expired lease, and attempts left. The previous
+-- Claim: due queued/retrying/sleeping (a sleeper is due at its wake time), or running with an
+-- expired lease, and attempts left. The previous
 -- state comes back so a re-claim of an expired lease is journaled as such. Two requests for one
 -- job in a group: one wins (its token is returned), the other is refused as a duplicate.
 -- Nothing of the consumer's queue (:queue, NULL: none) is claimed while it is paused: its row is
@@ -42,7 +43,8 @@ WITH asked AS (
     UPDATE jobrelay.jobs j
     SET state = 'running', attempts = j.attempts + 1, lease_token = a.asked_token,
         lease_until = now() + make_interval(secs => a.asked_seconds), updated_at = now(),
-        type_unknown_since = NULL  -- a consumer that knows the type has it now
+        type_unknown_since = NULL,  -- a consumer that knows the type has it now
+        wake_at = NULL, waiting_on = NULL  -- a sleeper's time has come
     FROM before b JOIN asked a ON a.job_id = b.id
     WHERE j.id = b.id AND j.attempts < j.max_attempts
       -- a consumer claims only a job it can run (NULL: any type)
@@ -52,14 +54,19 @@ WITH asked AS (
       AND (j.workflow_id IS NULL OR NOT EXISTS (
           SELECT 1 FROM jobrelay.workflows w
           WHERE w.id = j.workflow_id AND w.cancelled_at IS NOT NULL))
-      AND ((state IN ('queued', 'retrying') AND available_at <= now())
+      AND ((state IN ('queued', 'retrying', 'sleeping') AND available_at <= now())
            OR (state = 'running' AND lease_until < now()))
+    -- ``steps``: what earlier attempts recorded (docs/durable-execution.md), NULL for a job
+    -- that recorded none: one probe of job_steps' primary key for a plain job.
     RETURNING j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload,
               j.state, j.attempts, j.max_attempts, j.available_at, j.lease_token,
               j.lease_until, j.last_error_code, j.last_error, j.created_at, j.updated_at,
               j.finished_at, j.run_at, j.cancel_requested_at, j.traceparent, j.priority,
               j.concurrency_key, j.unique_key, j.workflow_id, j.workflow_ref, j.progress,
-              j.replayed_attempts, b.previous_state, a.asked_detail
+              j.replayed_attempts, j.parent_job_id,
+              (SELECT jsonb_agg(to_jsonb(s) - 'job_id' ORDER BY s.at, s.name)
+               FROM jobrelay.job_steps s WHERE s.job_id = j.id) AS steps,
+              b.previous_state, a.asked_detail
 ), new_events AS (
     -- One INSERT, so the journal reads in order: the expiry first, then the new claim.
     -- At the statement's clock, not its transaction's start: a claim under a limit waits
@@ -82,11 +89,13 @@ SELECT * FROM claimed;
 WITH moved AS (
     UPDATE jobrelay.jobs
     SET state = 'quarantined', lease_token = NULL, lease_until = NULL,
+        wake_at = NULL, waiting_on = NULL,
         last_error = :error, finished_at = now(), updated_at = now(),
         last_error_code = 'attempts_exhausted'
     WHERE id = :id AND attempts >= max_attempts
-      AND (state IN ('queued', 'retrying') OR (state = 'running' AND lease_until < now()))
-    RETURNING id, attempts, state AS ends_as, workflow_id
+      AND (state IN ('queued', 'retrying', 'sleeping')
+           OR (state = 'running' AND lease_until < now()))
+    RETURNING id, attempts, state AS ends_as, workflow_id, parent_job_id
 ), event AS (
     INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
     SELECT id, 'quarantined', attempts, 'attempts_exhausted' FROM moved
@@ -157,7 +166,7 @@ WITH asked AS (
       AND a.ends_as IN ('succeeded', 'retrying', 'quarantined', 'cancelled')
     RETURNING j.id, j.attempts, j.available_at, a.asked_token, a.target, a.ends_as,
               a.result, a.error_code, a.failure, j.priority, j.client_id, j.type,
-              j.workflow_id
+              j.workflow_id, j.parent_job_id
 ), stored AS (
     INSERT INTO jobrelay.job_results (job_id, result, attempt)
     SELECT id, CAST(result AS jsonb), attempts FROM moved
@@ -200,7 +209,8 @@ WITH met AS (
            coalesce(type_unknown_since <= now() - make_interval(secs => :patience_seconds),
                     false) AS patience_over
     FROM jobrelay.jobs
-    WHERE id = :id AND type = :type AND state IN ('queued', 'retrying') AND available_at <= now()
+    WHERE id = :id AND type = :type AND state IN ('queued', 'retrying', 'sleeping')
+      AND available_at <= now()
     FOR UPDATE
 ), moved AS (
     UPDATE jobrelay.jobs j
@@ -209,13 +219,17 @@ WITH met AS (
                             ELSE now() + make_interval(secs => :delay_seconds) END,
         finished_at = CASE WHEN m.patience_over THEN now() END,
         type_unknown_since = m.since,
+        -- a sleeper deferred sleeps on (due later); quarantined, it waits for nothing
+        wake_at = CASE WHEN m.patience_over THEN NULL ELSE j.wake_at END,
+        waiting_on = CASE WHEN m.patience_over THEN NULL ELSE j.waiting_on END,
         last_error_code = 'unknown_job_type',
         last_error = CASE WHEN m.patience_over THEN :quarantined_error
                           ELSE :deferred_error END,
         updated_at = now()
     FROM met m WHERE j.id = m.id
     RETURNING j.id, j.attempts, j.available_at, j.type_unknown_since, m.patience_over,
-              j.priority, j.client_id, j.type, j.state AS ends_as, j.workflow_id
+              j.priority, j.client_id, j.type, j.state AS ends_as, j.workflow_id,
+              j.parent_job_id
 ), new_outbox AS (
     INSERT INTO jobrelay.outbox (job_id, available_at, priority, client_id, type)
     SELECT id, available_at, priority, client_id, type FROM moved WHERE NOT patience_over
@@ -274,7 +288,7 @@ SELECT j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, 
        j.workflow_id, j.workflow_ref, j.progress, j.replayed_attempts, j.concurrency_key,
        coalesce((SELECT paused FROM queue), false) AS queue_paused,
        j.attempts < j.max_attempts
-           AND ((state IN ('queued', 'retrying') AND available_at <= now())
+           AND ((state IN ('queued', 'retrying', 'sleeping') AND available_at <= now())
                 OR (state = 'running' AND lease_until < now()))
            AND (j.workflow_id IS NULL OR NOT EXISTS (
                SELECT 1 FROM jobrelay.workflows w
@@ -321,23 +335,26 @@ SELECT greatest(EXTRACT(EPOCH FROM allowed_from - clock_timestamp())::float8, 0)
 FROM jobrelay.type_rate_buckets WHERE type = :type AND key = :key;
 
 -- name: hold_job
--- makes: hold hold_abandoned
+-- makes: hold hold_abandoned wake
 -- A due job put back without a claim (its queue paused, its type or key at a limit): due again
 -- after :delay_seconds with a new outbox row, a `held` event saying why, attempts untouched; a
--- job whose lease expired is `queued` again (its expiry journaled first).
+-- job whose lease expired is `queued` again (its expiry journaled first); a sleeper whose time
+-- has come is woken into the hold (`queued`, its `woke` entry first): it sleeps no more, it
+-- waits like any due job.
 WITH before AS (
     SELECT id, state AS previous_state FROM jobrelay.jobs WHERE id = :id FOR UPDATE
 ), held AS (
     UPDATE jobrelay.jobs j
-    SET state = CASE WHEN b.previous_state = 'running'
+    SET state = CASE WHEN b.previous_state IN ('running', 'sleeping')
                      THEN 'queued' ELSE j.state END,
-        lease_token = NULL, lease_until = NULL,
+        lease_token = NULL, lease_until = NULL, wake_at = NULL, waiting_on = NULL,
         available_at = clock_timestamp()
                        + make_interval(secs => CAST(:delay_seconds AS float8)),
         updated_at = now()
     FROM before b
     WHERE j.id = b.id AND j.attempts < j.max_attempts
       AND ((state IN ('queued', 'retrying') AND available_at <= now())
+           OR (state IN ('sleeping') AND available_at <= now())
            OR (state = 'running' AND lease_until < now()))
     RETURNING j.id, j.attempts, j.available_at, j.priority, j.client_id, j.type,
               b.previous_state
@@ -348,6 +365,9 @@ WITH before AS (
     INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
     SELECT id, 'lease_expired', attempts, 'lease expired; held by a consumer'
     FROM held WHERE previous_state = 'running'
+    UNION ALL
+    SELECT id, 'woke', attempts, 'its time came; held by a consumer'
+    FROM held WHERE previous_state = 'sleeping'
     UNION ALL
     SELECT id, 'held', attempts,
            CAST(:detail AS text) || '; due again at '

@@ -57,15 +57,42 @@ LIMIT :limit;
 
 -- name: cancel_job
 -- makes: cancel
+-- A job that has not started, or sleeps (docs/durable-execution.md), is cancelled; and so are
+-- its child jobs (``context.run_child``, ``start_child``) that have not finished: those not
+-- running cancelled, the running ones asked to stop (as REQUEST_CANCEL). A child row another
+-- statement holds (its finish, which waits for this job's row to wake it: a cycle) is skipped
+-- rather than waited for: it is ending, or comes to run and is not asked to stop.
 WITH moved AS (
     UPDATE jobrelay.jobs SET state = 'cancelled', waiting_for = 0, finished_at = now(),
-                    updated_at = now()
+                    wake_at = NULL, waiting_on = NULL, updated_at = now()
     WHERE id = :id AND (CAST(:client_id AS uuid) IS NULL OR client_id = :client_id)
-      AND state IN ('queued', 'retrying', 'waiting')
-    RETURNING id, attempts, state AS ends_as, workflow_id
+      AND state IN ('queued', 'retrying', 'waiting', 'sleeping')
+    RETURNING id, attempts, state AS ends_as, workflow_id, parent_job_id
+), children AS (
+    SELECT c.id FROM jobrelay.jobs c
+    WHERE c.parent_job_id IN (SELECT id FROM moved)
+      AND c.state IN ('queued', 'running', 'retrying', 'waiting', 'sleeping')
+      AND NOT (c.state = 'running' AND c.cancel_requested_at IS NOT NULL)
+    ORDER BY c.id FOR UPDATE SKIP LOCKED
+), cancelled_children AS (
+    UPDATE jobrelay.jobs c SET state = 'cancelled', waiting_for = 0, finished_at = now(),
+                      wake_at = NULL, waiting_on = NULL, updated_at = now()
+    FROM children t
+    WHERE c.id = t.id AND state IN ('queued', 'retrying', 'waiting', 'sleeping')
+    RETURNING c.id, c.attempts
+), requested_children AS (
+    UPDATE jobrelay.jobs c SET cancel_requested_at = now(), updated_at = now()
+    FROM children t
+    WHERE c.id = t.id AND c.state = 'running' AND c.cancel_requested_at IS NULL
+    RETURNING c.id, c.attempts
 ), event AS (
     INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
     SELECT id, 'cancelled', attempts, :detail FROM moved
+    UNION ALL
+    SELECT id, 'cancelled', attempts, 'its parent job was cancelled' FROM cancelled_children
+    UNION ALL
+    SELECT id, 'cancel_requested', attempts, 'its parent job was cancelled'
+    FROM requested_children
 )
 -- include: dependents_of
 

@@ -22,7 +22,7 @@ WITH r AS (
           SELECT 1 FROM jobrelay.jobs o
           WHERE o.client_id = jobs.client_id AND o.type = jobs.type
             AND o.unique_key = jobs.unique_key AND o.id <> jobs.id
-            AND o.state IN ('queued', 'running', 'retrying', 'waiting')
+            AND o.state IN ('queued', 'running', 'retrying', 'waiting', 'sleeping')
       )
       -- Nothing of a cancelled workflow starts again.
       AND NOT EXISTS (SELECT 1 FROM jobrelay.workflows w
@@ -85,7 +85,7 @@ ORDER BY finished_at;
 WITH stranded AS (
     SELECT j.id, j.attempts, j.priority, j.client_id, j.type
     FROM jobrelay.jobs j
-    WHERE j.state IN ('queued', 'retrying')
+    WHERE j.state IN ('queued', 'retrying', 'sleeping')
       AND j.available_at < now() - make_interval(secs => :older_than_seconds)
       AND EXISTS (SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id)
       AND NOT EXISTS (
@@ -110,7 +110,7 @@ RETURNING job_id;
 -- drives `jobrelay jobs redispatch` (REDISPATCH_STRANDED), the dispatcher's healing of lost
 -- messages (HEAL_LOST_MESSAGES) and the stats (PUBLISHED_NEVER_CLAIMED).
 SELECT DISTINCT j.type FROM jobrelay.jobs j
-WHERE j.state IN ('queued', 'retrying')
+WHERE j.state IN ('queued', 'retrying', 'sleeping')
   AND j.available_at < now() - make_interval(secs => :older_than_seconds)
   AND EXISTS (SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id)
   AND NOT EXISTS (
@@ -127,11 +127,13 @@ WHERE j.state IN ('queued', 'retrying')
 WITH moved AS (
     UPDATE jobrelay.jobs
     SET state = 'quarantined', lease_token = NULL, lease_until = NULL,
+        wake_at = NULL, waiting_on = NULL,
         last_error = :error, finished_at = now(), updated_at = now(),
         last_error_code = 'delivery_limit'
     WHERE id = :id
-      AND (state IN ('queued', 'retrying') OR (state = 'running' AND lease_until < now()))
-    RETURNING id, attempts, state AS ends_as, workflow_id
+      AND (state IN ('queued', 'retrying', 'sleeping')
+           OR (state = 'running' AND lease_until < now()))
+    RETURNING id, attempts, state AS ends_as, workflow_id, parent_job_id
 ), event AS (
     INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
     SELECT id, 'quarantined', attempts, 'delivery_limit' FROM moved
@@ -182,7 +184,7 @@ SELECT coalesce(sum(n), 0)::bigint AS n FROM (
 -- misconfigured route can never make copies without end.
 WITH lost AS (
     SELECT j.id, j.type, j.attempts, j.priority, j.client_id FROM jobrelay.jobs j
-    WHERE j.state IN ('queued', 'retrying')
+    WHERE j.state IN ('queued', 'retrying', 'sleeping')
       AND j.available_at < now() - make_interval(secs => :older_than_seconds)
       AND EXISTS (SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id)
       AND NOT EXISTS (

@@ -32,7 +32,8 @@ FROM due, jobrelay.jobs j
 WHERE o.id = due.id AND j.id = o.job_id
 RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent,
           nextval('jobrelay.job_events_id_seq') AS journal_id, now() AS leased_at,
-          CASE WHEN j.state IN ('queued', 'retrying') AND j.attempts < j.max_attempts
+          CASE WHEN j.state IN ('queued', 'retrying', 'sleeping')
+                    AND j.attempts < j.max_attempts
                THEN j.attempts + 1 ELSE j.attempts END AS delivers_attempt;
 
 -- name: lease_flow_pick
@@ -145,7 +146,8 @@ FROM top, jobrelay.jobs j
 WHERE o.id = ANY(ARRAY(SELECT id FROM due)) AND top.id = o.id AND j.id = o.job_id
 RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent,
           nextval('jobrelay.job_events_id_seq') AS journal_id, now() AS leased_at,
-          CASE WHEN j.state IN ('queued', 'retrying') AND j.attempts < j.max_attempts
+          CASE WHEN j.state IN ('queued', 'retrying', 'sleeping')
+                    AND j.attempts < j.max_attempts
                THEN j.attempts + 1 ELSE j.attempts END AS delivers_attempt,
           top.priority, top.turn, top.available_at AS due_at;
 
@@ -251,7 +253,8 @@ FROM top, jobrelay.jobs j
 WHERE o.id = ANY(ARRAY(SELECT id FROM due)) AND top.id = o.id AND j.id = o.job_id
 RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent,
           nextval('jobrelay.job_events_id_seq') AS journal_id, now() AS leased_at,
-          CASE WHEN j.state IN ('queued', 'retrying') AND j.attempts < j.max_attempts
+          CASE WHEN j.state IN ('queued', 'retrying', 'sleeping')
+                    AND j.attempts < j.max_attempts
                THEN j.attempts + 1 ELSE j.attempts END AS delivers_attempt,
           top.priority, top.turn, top.available_at AS due_at;
 

@@ -10,7 +10,7 @@
 -- the partial index that holds them alone; finished ones are ``job_totals`` plus the deltas
 -- the triggers appended since the dispatcher last folded them in (migration 0003).
 SELECT state, count(*) AS n FROM jobrelay.jobs
-WHERE state IN ('queued', 'running', 'retrying', 'waiting') GROUP BY state
+WHERE state IN ('queued', 'running', 'retrying', 'waiting', 'sleeping') GROUP BY state
 UNION ALL
 SELECT state, sum(n)::bigint FROM (
     SELECT state, code, n FROM jobrelay.job_totals
@@ -52,13 +52,14 @@ SELECT code, sum(n)::bigint AS n FROM (
     ) AS finished WHERE state <> 'quarantined' AND code <> ''
     UNION ALL
     SELECT last_error_code, 1 FROM jobrelay.jobs
-    WHERE state IN ('queued', 'running', 'retrying', 'waiting') AND last_error_code IS NOT NULL
+    WHERE state IN ('queued', 'running', 'retrying', 'waiting', 'sleeping')
+      AND last_error_code IS NOT NULL
 ) AS failed
 GROUP BY 1 HAVING sum(n) > 0 ORDER BY 2 DESC;
 
 -- name: published_never_claimed
 SELECT count(*) AS n FROM jobrelay.jobs j
-WHERE j.state IN ('queued', 'retrying')
+WHERE j.state IN ('queued', 'retrying', 'sleeping')
   AND j.available_at < now() - make_interval(secs => :older_than_seconds)
   AND EXISTS (SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id)
   AND NOT EXISTS (

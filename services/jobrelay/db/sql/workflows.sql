@@ -80,7 +80,8 @@ FROM jobrelay.workflows w
 CROSS JOIN LATERAL (
     SELECT coalesce(jsonb_object_agg(s.state, s.n), '{}'::jsonb) AS counts,
            coalesce(bool_or(s.state <> 'succeeded'), false) AS unsucceeded,
-           coalesce(bool_or(s.state IN ('queued', 'running', 'retrying')), false) AS can_run
+           coalesce(bool_or(s.state IN ('queued', 'running', 'retrying', 'sleeping')), false)
+               AS can_run
     FROM (SELECT j.state, count(*) AS n FROM jobrelay.jobs j
           WHERE j.workflow_id = w.id GROUP BY j.state) s
 ) c
@@ -113,13 +114,15 @@ RETURNING id;
 -- children; ``skipped`` says how many, and the caller runs it again until none is left.
 WITH targets AS (
     SELECT id FROM jobrelay.jobs
-    WHERE workflow_id = :id AND state IN ('queued', 'running', 'retrying', 'waiting')
+    WHERE workflow_id = :id
+      AND state IN ('queued', 'running', 'retrying', 'waiting', 'sleeping')
       AND NOT (state = 'running' AND cancel_requested_at IS NOT NULL)
     ORDER BY id FOR UPDATE SKIP LOCKED
 ), cancelled AS (
     UPDATE jobrelay.jobs j SET state = 'cancelled', waiting_for = 0, finished_at = now(),
-                      updated_at = now()
-    FROM targets t WHERE j.id = t.id AND j.state IN ('queued', 'retrying', 'waiting')
+                      wake_at = NULL, waiting_on = NULL, updated_at = now()
+    FROM targets t
+    WHERE j.id = t.id AND j.state IN ('queued', 'retrying', 'waiting', 'sleeping')
     RETURNING j.id, j.attempts
 ), requested AS (
     UPDATE jobrelay.jobs j SET cancel_requested_at = now(), updated_at = now()
@@ -135,14 +138,16 @@ WITH targets AS (
 SELECT (SELECT count(*) FROM cancelled) AS cancelled,
        (SELECT count(*) FROM requested) AS requested,
        (SELECT count(*) FROM jobrelay.jobs
-        WHERE workflow_id = :id AND state IN ('queued', 'running', 'retrying', 'waiting')
+        WHERE workflow_id = :id
+          AND state IN ('queued', 'running', 'retrying', 'waiting', 'sleeping')
           AND NOT (state = 'running' AND cancel_requested_at IS NOT NULL)
           AND id NOT IN (SELECT id FROM targets)) AS skipped;
 
 -- fragment: dependents_of
--- makes: parents_succeeded dependency_failed
+-- makes: parents_succeeded dependency_failed wake
 -- CTEs that follow a statement's CTE ``moved`` (its jobs that changed state, with columns
--- ``id``, ``ends_as``, ``workflow_id``) through the workflows' edges, in the same statement:
+-- ``id``, ``ends_as``, ``workflow_id``, ``parent_job_id``) through the workflows' edges and to
+-- the parents of child jobs, in the same statement:
 --
 -- - each waiting child of a job that ``succeeded`` counts one parent fewer to wait for, and
 --   is queued (PARENTS_SUCCEEDED, with its outbox row) when none is left. Its row lock makes
@@ -153,9 +158,18 @@ SELECT (SELECT count(*) FROM cancelled) AS cancelled,
 --   a ``cancel_dependents`` workflow is cancelled (DEPENDENCY_FAILED, code
 --   ``dependency_failed``), and so is a child that would be queued in a cancelled workflow.
 --
+-- - the parent of a job that ended (``context.run_child``, docs/durable-execution.md) that
+--   sleeps until that job ends is woken (WAKE: queued, due now, its outbox row and a `woke`
+--   entry). Its row is locked first (in id order), and the UPDATE matches a running parent
+--   too: a parent that is taking its own row to go to sleep on this child at the same instant
+--   is waited for and re-read (EvalPlanQual), so it is either woken here or, having locked
+--   first, sees the child ended when it looks (db/durable_store.py). A running parent is not
+--   written (``woken`` is read under the lock).
+--
 -- One UPDATE makes both moves (a child may have a parent of each kind in one group), on rows
 -- locked in id order first, so two statements never wait for each other's children in a cycle.
--- A statement with no job of a workflow finds no edge: two index probes per job.
+-- A statement with no job of a workflow finds no edge: two index probes per job; with no child
+-- job, none.
 , counted AS (
     SELECT d.job_id, count(*) AS n
     FROM jobrelay.job_dependencies d JOIN moved e ON d.parent_id = e.id
@@ -226,4 +240,39 @@ SELECT (SELECT count(*) FROM cancelled) AS cancelled,
                     THEN 'the jobs it waits for have all succeeded'
                 ELSE coalesce(last_error_code || ': ', '') || last_error END
     FROM moved_dependents WHERE state <> 'waiting'
+), ended_children AS (
+    SELECT parent_job_id AS id,
+           array_agg(jsonb_build_object('child', CAST(id AS text))) AS ends
+    FROM moved
+    WHERE parent_job_id IS NOT NULL AND ends_as IN ('succeeded', 'quarantined', 'cancelled')
+    GROUP BY parent_job_id
+), parents AS (
+    SELECT p.id, p.state = 'sleeping' AND p.waiting_on = ANY(ec.ends) AS woken,
+           p.waiting_on ->> 'child' AS child
+    FROM jobrelay.jobs p JOIN ended_children ec ON ec.id = p.id
+    WHERE p.state IN ('sleeping', 'running')
+    ORDER BY p.id FOR NO KEY UPDATE OF p
+), woken_parents AS (
+    UPDATE jobrelay.jobs p
+    SET state = CASE WHEN p.state = 'sleeping' AND p.waiting_on = ANY(ec.ends)
+                     THEN 'queued' ELSE p.state END,
+        wake_at = CASE WHEN p.state = 'sleeping' AND p.waiting_on = ANY(ec.ends)
+                       THEN NULL ELSE p.wake_at END,
+        waiting_on = CASE WHEN p.state = 'sleeping' AND p.waiting_on = ANY(ec.ends)
+                          THEN NULL ELSE p.waiting_on END,
+        available_at = CASE WHEN p.state = 'sleeping' AND p.waiting_on = ANY(ec.ends)
+                            THEN now() ELSE p.available_at END,
+        updated_at = now()
+    FROM parents pl JOIN ended_children ec ON ec.id = pl.id
+    WHERE p.id = pl.id AND pl.woken AND (state IN ('sleeping') OR state = 'running')
+    RETURNING p.id, p.state, p.attempts, p.available_at, p.priority, p.client_id, p.type,
+              pl.child
+), woken_outbox AS (
+    INSERT INTO jobrelay.outbox (job_id, available_at, priority, client_id, type)
+    SELECT id, available_at, priority, client_id, type FROM woken_parents
+    WHERE state = 'queued'
+), woken_event AS (
+    INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)
+    SELECT id, 'woke', attempts, 'its child ' || child || ' ended' FROM woken_parents
+    WHERE state = 'queued'
 )

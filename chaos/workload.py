@@ -422,6 +422,9 @@ class Signaller:
                 answer = await self._signal(job_id, key, value)
                 break
             except psycopg.Error as error:
+                if not isinstance(error, psycopg.OperationalError):  # not an outage: final
+                    answer = f"failed: {type(error).__name__}: {str(error)[:200]}"
+                    break
                 if time.monotonic() > deadline:
                     answer = f"gave up: {type(error).__name__}"
                     break

@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 
+from jobrelay.consumer.handler_call import HandlerRun
+from jobrelay.consumer.lease import LeaseEnd
 from jobrelay.consumer.verdict import Disposition, Verdict
 from jobrelay.consumer.worker import Worker
 from jobrelay.core.deliveries import DeliveryOutcome
-from jobrelay.core.durable import StepKind, StepStatus
+from jobrelay.core.durable import StepKind, StepStatus, Suspended
 from jobrelay.core.errors import TransientError
 from jobrelay.core.jobs import Job
 from jobrelay.core.message import Envelope
@@ -279,3 +281,25 @@ async def test_a_sleeper_due_in_a_paused_queue_wakes_into_the_pause(world: Durab
     world.execution.paused_queues.clear()
     _, verdict = await world.deliver(job)
     assert verdict.outcome == DeliveryOutcome.SUCCEEDED
+
+
+async def test_a_heartbeat_that_finds_the_lease_given_up_by_the_handler_s_sleep_reports_the_sleep(
+    world: Durable,
+) -> None:
+    """The sleep's statement gave up the lease as the heartbeat renewed it: both end in the same
+    turn of the loop; the attempt is the sleep's (acked), not a lost lease (requeued)."""
+    worker = world.worker(heartbeat_interval=0.001)
+    slept = asyncio.Event()
+
+    async def handler() -> HandlerRun:
+        await asyncio.sleep(0.01)  # past the first beat
+        slept.set()
+        asleep = Suspended(world.clock.now, None)
+        return HandlerRun(None, asleep, 0.01, asleep)
+
+    async def heartbeat() -> LeaseEnd:
+        await slept.wait()
+        return LeaseEnd.TAKEN
+
+    run = await worker.lease.watch(asyncio.create_task(handler()), heartbeat, deadline=1e12)
+    assert isinstance(run, HandlerRun) and isinstance(run.interrupt, Suspended)

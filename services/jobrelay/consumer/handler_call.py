@@ -36,8 +36,10 @@ class HandlerRun:
     error: BaseException | None
     seconds: float
     interrupt: DurableInterrupt | None = None
-    """The attempt ended by a durable call, neither result nor error: ``Suspended`` (the store
-    put the job to sleep) or ``LeaseGone`` (nothing recorded, the lease is not ours)."""
+    """The attempt ended by a durable call: ``Suspended`` (the store put the job to sleep) or
+    ``LeaseGone`` (nothing recorded, the lease is not ours). No failure of the handler's: its
+    caller looks here before it decides anything (it is the run's ``error`` too, so that a
+    caller that only looks there never takes the run for a success)."""
 
 
 def durable_run(
@@ -115,7 +117,7 @@ async def call_handler(job_type: JobType, context: JobContext, payload: BaseMode
     except Exception as failure:
         return HandlerRun(None, failure, time.monotonic() - started)
     except DurableInterrupt as interrupt:  # a BaseException: past the handler's own excepts
-        return HandlerRun(None, None, time.monotonic() - started, interrupt)
+        return HandlerRun(None, interrupt, time.monotonic() - started, interrupt)
     return HandlerRun(result, None, time.monotonic() - started)
 
 

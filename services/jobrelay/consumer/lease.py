@@ -14,6 +14,7 @@ from typing import Any
 
 from jobrelay.consumer.handler_call import HandlerRun
 from jobrelay.consumer.metrics import ConsumerMetrics
+from jobrelay.core.durable import Suspended
 from jobrelay.core.errors import StoreUnavailable
 from jobrelay.core.execution import Claimed, ExecutionStore, LeaseTerms, Renewal
 from jobrelay.eventloop import cancel_and_wait
@@ -168,11 +169,16 @@ async def _stop_handler(
 ) -> HeldRun:
     """End an attempt the heartbeat ended: an ``async`` handler is cancelled at its next
     await; a plain one's thread runs on to its end and its result is dropped. A handler that
-    had ended already reports its own end: a cancel request is moot then."""
-    if why is LeaseEnd.CANCEL_REQUESTED and handler.done():
+    had ended already reports its own end: a cancel request is moot then, and so is a lease
+    its sleep gave up (``Suspended``: the job is asleep, committed with the lease's end)."""
+    if handler.done() and (why is LeaseEnd.CANCEL_REQUESTED or _slept(handler)):
         return handler.result()
     await cancel_and_wait([handler])
     seconds = time.monotonic() - started
     if why is LeaseEnd.CANCEL_REQUESTED:
         return CancelRequested(seconds)
     return LeaseLost(why, seconds)
+
+
+def _slept(handler: asyncio.Task[HandlerRun]) -> bool:
+    return not handler.cancelled() and isinstance(handler.result().interrupt, Suspended)

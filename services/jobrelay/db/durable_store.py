@@ -109,13 +109,17 @@ class PgDurableStore:
             locked = await _first(connection, q.LOCK_FOR_WAIT, _fenced(fence))
             if locked is None:
                 return LEASE_GONE
+            recorded = await _first(
+                connection, q.STEP_OF_JOB, {"job_id": fence.job_id, "name": name}
+            )
+            if recorded is not None and recorded.status == StepStatus.DONE:
+                return SignalTaken(recorded.value)  # taken by an earlier try whose answer was lost
+            if recorded is not None and recorded.status == StepStatus.TIMED_OUT:
+                return TimedOut()  # a signal sent since is kept, never returned to this wait
             step = {"job_id": fence.job_id, "name": name, "attempt": fence.attempt}
             taken = await _first(connection, q.TAKE_SIGNAL, {**step, "signal": signal})
             if taken is not None:
                 return SignalTaken(taken.value)
-            recorded = await _first(
-                connection, q.STEP_OF_JOB, {"job_id": fence.job_id, "name": name}
-            )
             if _deadline_passed(recorded, timeout_seconds, locked.database_now):
                 await connection.execute(q.TIME_OUT_WAIT, step)
                 return TimedOut()
@@ -130,21 +134,48 @@ class PgDurableStore:
     async def child(
         self, fence: Fence, name: str, request: ChildRequest, *, wait: bool
     ) -> ChildEnded | ChildStarted | Asleep | Gone:
-        async with self.store.transaction() as connection:
-            locked = await _first(connection, q.LOCK_FOR_WAIT, _fenced(fence))
-            if locked is None:
+        recorded = await self.store.fetch_one(q.STEP_OF_JOB, job_id=fence.job_id, name=name)
+        child_id: uuid.UUID | None = None if recorded is None else recorded.child_id
+        if child_id is None:
+            child_id = await self._submit(fence, request)
+            if child_id is None:
                 return LEASE_GONE
-            recorded = await _first(
-                connection, q.STEP_OF_JOB, {"job_id": fence.job_id, "name": name}
-            )
-            if recorded is not None and recorded.child_id is not None:
-                child_id: uuid.UUID = recorded.child_id
-            else:
-                child_id = await _submit(connection, locked, request)
+        async with self.store.transaction() as connection:
+            if await _first(connection, q.LOCK_FOR_WAIT, _fenced(fence)) is None:
+                return LEASE_GONE
             if not wait:
                 await _record_child(connection, fence, name, child_id, StepStatus.DONE)
                 return ChildStarted(child_id)
+            if recorded is not None and recorded.status == StepStatus.DONE:
+                return ChildEnded(child_id, JobState.SUCCEEDED, recorded.value)
             return await self._child_or_sleep(connection, fence, name, child_id)
+
+    async def _submit(self, fence: Fence, request: ChildRequest) -> uuid.UUID | None:
+        """Accept the child like any job of the parent's client (db/accept.py) and name its
+        parent, in a transaction of its own, before the parent's row is taken: an accept whose
+        key's job is being finished waits for that finish, which waits for the parent's row (to
+        wake it), so holding that row here could deadlock. None: the lease is gone. A child
+        accepted for an attempt that then loses its lease is the job the next attempt submits
+        (the same key)."""
+        submission = _child_submission(request)
+        async with self.store.transaction() as connection:
+            parent = await _first(connection, q.FENCED_JOB, _fenced(fence))
+            if parent is None:
+                return None
+            submission = dataclasses.replace(submission, traceparent=parent.traceparent)
+
+            async def rows(statement: TextClause, params: dict[str, Any]) -> list[Any]:
+                return list((await connection.execute(statement, params)).all())
+
+            accepted = await drive_async(accept_steps(parent.client_id, submission), rows)
+            if accepted.conflict:
+                raise PermanentError(
+                    f"child key {request.key[:100]!r} is held by a job of another type or payload",
+                    code="invalid_child",
+                )
+            child = {"child_id": accepted.job.id, "parent_id": fence.job_id}
+            await connection.execute(q.ADOPT_CHILD, child)
+            return accepted.job.id
 
     async def _child_or_sleep(
         self, connection: AsyncConnection, fence: Fence, name: str, child_id: uuid.UUID
@@ -218,28 +249,7 @@ def _deadline_passed(recorded: Any, timeout_seconds: float | None, now: datetime
     with no time at all (``timeout=0``) times out at once."""
     if recorded is None:
         return timeout_seconds is not None and timeout_seconds <= 0
-    if recorded.status == StepStatus.TIMED_OUT:
-        return True
     return recorded.wake_at is not None and recorded.wake_at <= now
-
-
-async def _submit(connection: AsyncConnection, parent: Any, request: ChildRequest) -> uuid.UUID:
-    """Accept the child like any job of the parent's client (db/accept.py), on the parent's
-    transaction, and name its parent. Options it cannot take are the handler's error."""
-    submission = _child_submission(request)
-    submission = dataclasses.replace(submission, traceparent=parent.traceparent)
-
-    async def rows(statement: TextClause, params: dict[str, Any]) -> list[Any]:
-        return list((await connection.execute(statement, params)).all())
-
-    accepted = await drive_async(accept_steps(parent.client_id, submission), rows)
-    if accepted.conflict:
-        raise PermanentError(
-            f"child key {request.key[:100]!r} is held by a job of another type or payload",
-            code="invalid_child",
-        )
-    await connection.execute(q.ADOPT_CHILD, {"child_id": accepted.job.id, "parent_id": parent.id})
-    return accepted.job.id
 
 
 def _child_submission(request: ChildRequest) -> Any:

@@ -154,6 +154,7 @@ JOB_TYPE_ROWS: TextClause = clause("job_type_rows")
 # db/sql/durable.sql
 RECORD_STEPS: TextClause = clause("record_steps")
 LOCK_FOR_WAIT: TextClause = clause("lock_for_wait")
+FENCED_JOB: TextClause = clause("fenced_job")
 STEP_OF_JOB: TextClause = clause("step_of_job")
 TAKE_SIGNAL: TextClause = clause("take_signal")
 TIME_OUT_WAIT: TextClause = clause("time_out_wait")

@@ -47,10 +47,17 @@ SELECT * FROM found;
 -- A wait's first statement: the job's row, taken while the attempt's lease is live and its
 -- own, before anything is looked at (FOR NO KEY UPDATE, as jobrelay_signal takes it). Its
 -- ``database_now``: the transaction's clock, against which a recorded deadline is judged.
-SELECT id, attempts, client_id, traceparent, now() AS database_now FROM jobrelay.jobs
+SELECT id, attempts, now() AS database_now FROM jobrelay.jobs
 WHERE id = :job_id
   AND lease_token = :lease_token AND (state = 'running' AND lease_until > now())
 FOR NO KEY UPDATE;
+
+-- name: fenced_job
+-- The job while the attempt's lease is live and its own, unlocked: whose client a child is
+-- accepted for, with the parent's trace context.
+SELECT id, client_id, traceparent FROM jobrelay.jobs
+WHERE id = :job_id
+  AND lease_token = :lease_token AND (state = 'running' AND lease_until > now());
 
 -- name: step_of_job
 -- One recorded step of a job, by name (a wait's deadline, a child's id).
@@ -139,8 +146,8 @@ WITH recorded AS (
 SELECT wake_at, waiting_on FROM moved;
 
 -- name: adopt_child
--- A child accepted by a parent's wait (db/accept.py, in the parent's transaction) names its
--- parent, whose sleep its end then wakes. A job its key held before keeps a parent it had.
+-- A child accepted for a parent (db/accept.py, in the accept's transaction) names its parent,
+-- whose sleep its end then wakes. A job its key held before keeps a parent it had.
 UPDATE jobrelay.jobs SET parent_job_id = :parent_id
 WHERE id = :child_id AND parent_job_id IS NULL AND id <> :parent_id;
 

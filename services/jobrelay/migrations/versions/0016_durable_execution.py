@@ -76,7 +76,7 @@ BEGIN
     END IF;
     INSERT INTO job_signals (job_id, name, value, idempotency_key)
     VALUES (job_id, name, coalesce(value, 'null'::jsonb), idempotency_key)
-    ON CONFLICT (job_id, idempotency_key) DO NOTHING
+    ON CONFLICT ON CONSTRAINT uq_job_signals_job_id_idempotency_key DO NOTHING
     RETURNING id INTO kept;
     IF kept IS NULL THEN
         RETURN 'repeated';

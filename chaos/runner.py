@@ -398,6 +398,7 @@ class Run:
             f"step_runs_before_recorded={figures['step_runs_before_recorded']}",
             f"step_run_again={count['step_run_again']}",
             f"sleeps={figures['sleeps']}",
+            f"median_wake_delay={figures['median_wake_delay_ms'] / 1000:.1f}s",
             f"max_wake_delay={figures['max_wake_delay_ms'] / 1000:.1f}s",
             f"woke_early={count['woke_early']}",
             f"signals_sent={figures['signals_sent']}",

@@ -12,7 +12,9 @@ before or after the wait is returned to it; a child's end wakes its parent. The 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import random
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -313,6 +315,36 @@ async def test_a_signal_sent_during_the_wait_wakes_the_job_and_is_returned(
     assert story == ["claimed", "sleeping", "signalled", "woke", "claimed", "succeeded"]
     assert await recorded_steps(store, job_id) == {"signal:approved": ("signal", "done", 2)}
     assert await signal(store, job_id, "approved", "3") == "finished"
+
+
+async def test_signals_sent_while_their_jobs_wait_or_fall_asleep_each_reach_their_wait_once(
+    make_settings: MakeSettings, store: Store
+) -> None:
+    """Signals sent at every point of their waits' lives (before the claim, during the wait's
+    transaction, after the sleep): each job is woken or finds its signal, none is lost or
+    taken twice."""
+    cfg = make_settings()
+    client_id = await new_client(store)
+    jobs = [await submit(store, client_id, "durable.waits", {}) for _ in range(24)]
+    spread = random.Random(11)
+
+    async def send(n: int, job_id: uuid.UUID) -> None:
+        await asyncio.sleep(spread.uniform(0, 1.5))  # scatters the sends, no timing asserted
+        assert await signal(store, job_id, "approved", str(n)) == "sent"
+
+    async with running_system(cfg, concurrency=8):
+        await asyncio.gather(*(send(n, job_id) for n, job_id in enumerate(jobs)))
+        for job_id in jobs:
+            await wait_state(store, job_id, "succeeded", timeout=60)
+    for n, job_id in enumerate(jobs):
+        assert await result_of(store, job_id) == {"value": n}
+    taken = await rows(
+        store,
+        "SELECT taken_by, count(*) AS n FROM jobrelay.job_signals WHERE job_id = ANY(:ids)"
+        " GROUP BY taken_by",
+        ids=jobs,
+    )
+    assert [(row.taken_by, row.n) for row in taken] == [("signal:approved", len(jobs))]
 
 
 async def test_a_wait_past_its_timeout_raises_signal_timeout_in_the_handler(

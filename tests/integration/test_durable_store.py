@@ -144,6 +144,24 @@ async def test_a_step_is_recorded_once_and_comes_back_with_the_next_claim(
     assert step.attempt == fence.attempt
 
 
+async def test_a_claim_asked_again_after_a_lost_answer_brings_the_steps_too(
+    store: Store, durable: PgDurableStore, executions: PgExecutionStore
+) -> None:
+    fence = await running(store, executions)
+    assert await durable.record_step(fence, "charge", 5) is not LEASE_GONE
+    await rows(
+        store,
+        "UPDATE jobrelay.jobs SET lease_until = now() - interval '1 second' WHERE id = :id"
+        " RETURNING id",
+        id=fence.job_id,
+    )
+    terms = LeaseTerms.fresh(LEASE)
+    assert isinstance(await executions.claim(fence.job_id, terms), Claimed)
+    again = await executions.claim(fence.job_id, terms)  # the same token: its own claim
+    assert isinstance(again, Claimed) and again.job.steps is not None
+    assert [(step.name, step.value) for step in again.job.steps] == [("charge", 5)]
+
+
 async def test_a_plain_job_is_claimed_with_no_steps(
     store: Store, executions: PgExecutionStore
 ) -> None:
@@ -269,6 +287,27 @@ async def test_a_signal_sent_before_the_wait_is_taken_at_once(
     assert (step.kind, step.status, step.value) == ("signal", "done", {"n": 1})
 
 
+async def test_jobrelay_signal_keeps_a_keyed_signal_once_and_none_for_a_finished_job(
+    store: Store, executions: PgExecutionStore
+) -> None:
+    fence = await running(store, executions)
+    sql = "SELECT jobrelay.jobrelay_signal(:id, 'go', CAST('1' AS jsonb), :key) AS answer"
+    answers = [(await rows(store, sql, id=fence.job_id, key="k1"))[0].answer for _ in range(2)]
+    assert answers == ["sent", "repeated"]
+    kept = await rows(
+        store, "SELECT id FROM jobrelay.job_signals WHERE job_id = :id", id=fence.job_id
+    )
+    assert len(kept) == 1
+    await executions.finish(
+        fence.job_id,
+        lease_token=fence.lease_token,
+        attempt=fence.attempt,
+        outcome=Succeeded({}),
+    )
+    assert await signal(store, fence.job_id, "go", "2") == "finished"
+    assert await signal(store, uuid.uuid4(), "go", "2") == "unknown"
+
+
 async def test_a_wait_sleeps_until_its_signal_wakes_the_job(
     store: Store, durable: PgDurableStore, executions: PgExecutionStore
 ) -> None:
@@ -321,7 +360,7 @@ async def test_a_signal_racing_the_wait_is_taken_or_wakes_the_sleeper(
     outcomes: set[str] = set()
     for _ in range(40):
         fence = await running(store, executions)
-        waited, sent = await asyncio.gather(
+        outcome, sent = await asyncio.gather(
             durable.wait_for_signal(fence, "signal:go", "go", None),
             signal(store, fence.job_id, "go", '"v"'),
         )
@@ -332,16 +371,95 @@ async def test_a_signal_racing_the_wait_is_taken_or_wakes_the_sleeper(
             "SELECT id FROM jobrelay.job_signals WHERE job_id = :id AND taken_by IS NULL",
             id=fence.job_id,
         )
-        if isinstance(waited, SignalTaken):
-            assert waited.value == "v" and untaken == [] and job.state == JobState.RUNNING
+        if isinstance(outcome, SignalTaken):
+            assert outcome.value == "v" and untaken == [] and job.state == JobState.RUNNING
             outcomes.add("taken")
         else:
             # It slept first: the signal woke it, and waits for its next attempt.
-            assert isinstance(waited, Asleep)
+            assert isinstance(outcome, Asleep)
             assert job.state == JobState.QUEUED and len(untaken) == 1
             outcomes.add("woken")
         assert job.state != JobState.SLEEPING
     assert outcomes  # every round ended one of the two ways
+
+
+async def blocked_on_a_lock(store: Store) -> None:
+    """Return once a statement of this database waits for a row lock (the event, not a time)."""
+    for _ in range(200):
+        found = await rows(
+            store,
+            "SELECT count(*) AS n FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        if found[0].n:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("no statement came to wait for the row lock")
+
+
+def sleep_on(fence: Fence, name: str, kind: str, waiting_on: str, child: Any = None) -> Any:
+    return {
+        "job_id": fence.job_id,
+        "lease_token": fence.lease_token,
+        "name": name,
+        "kind": kind,
+        "status": "waiting",
+        "seconds": None,
+        "until": None,
+        "waiting_on": waiting_on,
+        "child_id": child,
+    }
+
+
+async def test_a_signal_sent_while_the_wait_holds_the_row_wakes_the_job_it_put_to_sleep(
+    store: Store, executions: PgExecutionStore
+) -> None:
+    fence = await running(store, executions)
+    async with store.transaction() as wait:  # the wait's transaction, step by step
+        locked = await wait.execute(
+            q.LOCK_FOR_WAIT, {"job_id": fence.job_id, "lease_token": fence.lease_token}
+        )
+        assert locked.first() is not None
+        sender = asyncio.create_task(signal(store, fence.job_id, "go", '"v"'))
+        await blocked_on_a_lock(store)  # the sender waits for the job's row
+        params = sleep_on(fence, "signal:go", "signal", '{"signal": "go"}')
+        assert (await wait.execute(q.SLEEP_JOB, params)).first() is not None
+    assert await sender == "sent"
+    job = await job_row(store, fence.job_id)
+    assert (job.state, job.waiting_on) == ("queued", None)
+    assert (await events(store, fence.job_id))[-2:] == [JobEvent.SIGNALLED, JobEvent.WOKE]
+
+
+async def test_a_child_finished_while_its_parent_holds_its_row_wakes_the_parent_it_put_to_sleep(
+    store: Store, durable: PgDurableStore, executions: PgExecutionStore
+) -> None:
+    fence = await running(store, executions)
+    started = await durable.child(fence, "child:a", child_request(fence.job_id), wait=False)
+    assert isinstance(started, ChildStarted)
+    _, child = await claim(executions, started.child_id)
+    async with store.transaction() as wait:  # the parent's wait, step by step
+        locked = await wait.execute(
+            q.LOCK_FOR_WAIT, {"job_id": fence.job_id, "lease_token": fence.lease_token}
+        )
+        assert locked.first() is not None
+        end = (await wait.execute(q.CHILD_END, {"child_id": started.child_id})).first()
+        assert end.state == JobState.RUNNING
+        finisher = asyncio.create_task(
+            executions.finish(
+                started.child_id,
+                lease_token=child.lease_token,
+                attempt=child.attempt,
+                outcome=Succeeded({"ok": 1}),
+            )
+        )
+        await blocked_on_a_lock(store)  # the child's finish waits for the parent's row
+        waiting_on = f'{{"child": "{started.child_id}"}}'
+        params = sleep_on(fence, "child:b", "child", waiting_on, started.child_id)
+        assert (await wait.execute(q.SLEEP_JOB, params)).first() is not None
+    await finisher
+    parent = await job_row(store, fence.job_id)
+    assert (parent.state, parent.waiting_on) == ("queued", None)  # re-read, and woken
+    assert (await events(store, fence.job_id))[-1] == JobEvent.WOKE
 
 
 # --- children -----------------------------------------------------------------------------
@@ -360,8 +478,8 @@ async def test_a_child_submitted_twice_under_one_key_is_one_job(
     request = child_request(fence.job_id)
     started = await durable.child(fence, "child:a", request, wait=False)
     assert isinstance(started, ChildStarted)
-    waited = await durable.child(fence, "child:b", request, wait=True)
-    assert waited == Asleep(None, {"child": str(started.child_id)})
+    outcome = await durable.child(fence, "child:b", request, wait=True)
+    assert outcome == Asleep(None, {"child": str(started.child_id)})
     children = await rows(
         store,
         "SELECT id, parent_job_id, state FROM jobrelay.jobs WHERE idempotency_key = :key",
@@ -456,7 +574,7 @@ async def test_a_child_ending_as_its_parent_goes_to_sleep_on_it_is_never_missed(
         )
         assert isinstance(started, ChildStarted)
         _, child = await claim(executions, started.child_id)
-        waited, _ = await asyncio.gather(
+        outcome, _ = await asyncio.gather(
             durable.child(
                 fence, "child:wait", child_request(fence.job_id, "child:start"), wait=True
             ),
@@ -468,10 +586,10 @@ async def test_a_child_ending_as_its_parent_goes_to_sleep_on_it_is_never_missed(
             ),
         )
         parent = await job_row(store, fence.job_id)
-        if isinstance(waited, ChildEnded):
-            assert waited.result == {"ok": True} and parent.state == JobState.RUNNING
+        if isinstance(outcome, ChildEnded):
+            assert outcome.result == {"ok": True} and parent.state == JobState.RUNNING
         else:
-            assert isinstance(waited, Asleep) and parent.state == JobState.QUEUED
+            assert isinstance(outcome, Asleep) and parent.state == JobState.QUEUED
         assert parent.state != JobState.SLEEPING
 
 
@@ -513,6 +631,43 @@ async def test_a_due_sleeper_of_a_paused_queue_is_woken_into_the_pause(
     job = await job_row(store, fence.job_id)
     assert (job.state, job.wake_at, job.waiting_on) == ("queued", None, None)
     assert (await events(store, fence.job_id))[-2:] == [JobEvent.WOKE, JobEvent.HELD]
+
+
+async def test_a_due_sleeper_whose_message_was_lost_is_stranded_and_redispatched(
+    store: Store, durable: PgDurableStore, executions: PgExecutionStore
+) -> None:
+    fence = await running(store, executions)
+    assert isinstance(await durable.sleep(fence, "sleep", seconds=HOUR, until=None), Asleep)
+    # An hour on: its wake message was published long ago, and no consumer ever claimed it.
+    await rows(
+        store,
+        "UPDATE jobrelay.jobs SET wake_at = now() - interval '1 hour',"
+        " available_at = now() - interval '1 hour' WHERE id = :id RETURNING id",
+        id=fence.job_id,
+    )
+    await rows(
+        store,
+        "UPDATE jobrelay.outbox SET published_at = now() - interval '1 hour' WHERE job_id = :id"
+        " RETURNING id",
+        id=fence.job_id,
+    )
+    redispatched = await store.fetch_all(
+        q.REDISPATCH_STRANDED, older_than_seconds=60, limit=10, detail="lost"
+    )
+    assert [row.job_id for row in redispatched] == [fence.job_id]
+    # A sleeper that waits for its signal with no deadline is never stranded: due nowhere near.
+    waiting = await running(store, executions)
+    assert isinstance(await durable.wait_for_signal(waiting, "signal:go", "go", None), Asleep)
+    await rows(
+        store,
+        "UPDATE jobrelay.outbox SET published_at = now() - interval '1 hour' WHERE job_id = :id"
+        " RETURNING id",
+        id=waiting.job_id,
+    )
+    again = await store.fetch_all(
+        q.REDISPATCH_STRANDED, older_than_seconds=60, limit=10, detail="lost"
+    )
+    assert waiting.job_id not in [row.job_id for row in again]
 
 
 async def test_deleting_a_job_deletes_its_steps_and_signals(

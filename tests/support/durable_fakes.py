@@ -36,7 +36,7 @@ from jobrelay.core.durable import (
     TimedOut,
     wake_time,
 )
-from jobrelay.core.states import SLEEP, TERMINAL_STATES, WAKE, JobState
+from jobrelay.core.states import SLEEP, TERMINAL_STATES, WAKE, JobEvent, JobState
 from tests.support.consumer_fakes import InMemoryExecutionStore
 
 # Where a sleeper with no deadline is due: never, in practice (it is woken first).
@@ -67,6 +67,7 @@ class InMemoryDurableStore:
         if job.state in TERMINAL_STATES:
             return "finished"
         self.signals.setdefault(job_id, []).append(SentSignal(name, value))
+        self.execution._record(job, JobEvent.SIGNALLED, job.attempts, f"signal {name}")
         if job.state is JobState.SLEEPING and job.waiting_for == {"signal": name}:
             now = self.execution.clock()
             detail = f"signal {name!r}"

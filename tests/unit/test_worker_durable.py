@@ -118,6 +118,16 @@ def world(tmp_path: Path) -> Durable:
         world.ran.append("after the step")
         return {}
 
+    @registry.job("t.outage", Empty)
+    async def outage(context: JobContext, payload: Empty) -> dict[str, Any]:
+        def away() -> str:
+            execution.reachable = False  # the database goes away as the step is recorded
+            asyncio.get_running_loop().call_later(0.005, setattr, execution, "reachable", True)
+            world.ran.append("away")
+            return "done"
+
+        return {"step": await context.step("away", away)}
+
     @registry.job("t.long_sleeper", Empty)
     async def long_sleeper(context: JobContext, payload: Empty) -> dict[str, Any]:
         await asyncio.sleep(0.2)  # past the early ack of the test
@@ -166,9 +176,12 @@ async def test_a_sleep_acks_the_message_and_leaves_the_job_sleeping_without_usin
 ) -> None:
     caplog.set_level(logging.INFO, logger="jobrelay.consumer")
     job = world.execution.add("t.sleeps", max_attempts=3)
-    delivery, verdict = await world.deliver(job)
+    worker = world.worker()
+    delivery, verdict = await world.deliver(job, worker)
     assert verdict == Verdict(Disposition.ACK, DeliveryOutcome.SLEPT)
     assert delivery.settled == ["ack"]
+    assert worker.metrics.deliveries.labels("slept")._value.get() == 1
+    assert worker.metrics.lease_losses._value.get() == 0
     asleep = world.job(job)
     wake_at = world.clock.now + timedelta(seconds=60)
     assert (asleep.state, asleep.wake_at, asleep.available_at) == (
@@ -303,3 +316,14 @@ async def test_a_heartbeat_that_finds_the_lease_given_up_by_the_handler_s_sleep_
 
     run = await worker.lease.watch(asyncio.create_task(handler()), heartbeat, deadline=1e12)
     assert isinstance(run, HandlerRun) and isinstance(run.interrupt, Suspended)
+
+
+async def test_a_step_recorded_through_a_short_database_outage_is_retried_not_failed(
+    world: Durable,
+) -> None:
+    job = world.execution.add("t.outage")
+    _, verdict = await world.deliver(job)
+    assert verdict.outcome == DeliveryOutcome.SUCCEEDED
+    assert world.durable.calls >= 2  # refused while away, then recorded
+    assert world.ran == ["away"]
+    assert world.durable.job_steps(job.id)["away"].value == "done"

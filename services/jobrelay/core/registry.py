@@ -130,7 +130,8 @@ class JobContext:
     def _durable(self) -> DurableRun:
         if self.durable is None:
             raise RuntimeError(
-                "durable calls need a store: a consumer's (Worker(durable=...)) or the kit's"
+                "durable calls need a store: a consumer's (Worker(durable=...)) "
+                "or the testing kit's"
             )
         return self.durable
 

@@ -295,7 +295,11 @@ SELECT j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, 
                WHERE w.id = j.workflow_id AND w.cancelled_at IS NOT NULL))
            AS claimable,
        l.type IS NOT NULL AS has_runtime_limit, l.concurrency, l.rate_count,
-       l.rate_period_seconds, l.per_key
+       l.rate_period_seconds, l.per_key, j.wake_at, j.waiting_on, j.parent_job_id,
+       -- as CLAIM_JOBS returns them: a claim found already made under the caller's token (its
+       -- answer lost) must bring the job's recorded steps too
+       (SELECT jsonb_agg(to_jsonb(s) - 'job_id' ORDER BY s.at, s.name)
+        FROM jobrelay.job_steps s WHERE s.job_id = j.id) AS steps
 FROM jobrelay.jobs j LEFT JOIN jobrelay.type_limits l ON l.type = j.type
 WHERE j.id = :id
   AND (SELECT count(*) FROM queue) >= 0  -- the queue's row is locked before the job's

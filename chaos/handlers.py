@@ -5,9 +5,10 @@
   (docs/flow-control.md); the checker proves from the journal the limit was never exceeded.
 - ``chaos.durable``: durable execution (docs/durable-execution.md) under the faults: steps, a
   durable sleep, two waits for the signal ``go`` (which the run sends, before or after the wait
-  starts) and a child job. Each step's function appends a line (job, step, attempt, a fresh
-  nonce) to ``RUNS_FILE`` in the results directory, so the checker can tell a step run again
-  after its value was recorded from one whose attempt died before it was.
+  starts; the first with no deadline, the second with one) and a child job. Each step's
+  function appends a line (job, step, attempt, a fresh nonce) to ``RUNS_FILE`` in the results
+  directory, so the checker can tell a step run again after its value was recorded from one
+  whose attempt died before it was.
 """
 
 from __future__ import annotations
@@ -28,7 +29,12 @@ LIMITED = "chaos.limited"
 LIMIT = 2  # at most this many attempts of one key run at once
 DURABLE = "chaos.durable"
 SIGNAL = "go"  # what chaos.durable waits for, twice
-SIGNAL_TIMEOUT = 90.0  # far beyond the run's own delays: a timeout means a signal was lost
+# The second wait's deadline: well beyond the run's own delays (signals are sent at most 6 s
+# after the job was accepted, retried through a PostgreSQL restart), so a timeout means a signal
+# was lost. Short, because a deadline's outbox row stays due until then even after the signal
+# woke the job, and the run's quiescence waits for every outbox row. The first wait has none:
+# a sleeper on no deadline (no outbox row), which only its signal wakes.
+SIGNAL_TIMEOUT = 20.0
 RUNS_FILE = "durable-step-runs.jsonl"  # in JOBRELAY_RESULTS_DIR: one line per step run
 
 registry = Registry()
@@ -80,7 +86,7 @@ async def chaos_durable(context: JobContext, payload: DurablePayload) -> dict[st
         await context.sleep(payload.sleep)
     if payload.signals:
         result["signals"] = [
-            await context.wait_for_signal(SIGNAL, timeout=SIGNAL_TIMEOUT),
+            await context.wait_for_signal(SIGNAL),
             await context.wait_for_signal(SIGNAL, timeout=SIGNAL_TIMEOUT),
         ]
     if payload.child is not None:

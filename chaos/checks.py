@@ -20,6 +20,16 @@ before every job it depends on had succeeded (``child_started_before_parent_fini
 was released (``parents_succeeded``) twice without a ``restored`` between (``released_twice``),
 and each ended as its kind says, or ``cancelled`` with ``dependency_failed`` under a job it
 depends on that was quarantined (or cancelled so). One still ``waiting`` is lost.
+
+Durable execution (docs/durable-execution.md), from ``job_steps``, ``job_signals``, the journal
+and the lines ``chaos.durable``'s step functions append (``chaos/handlers.py``): no step's
+function ran again in a later attempt than the one that recorded its value, nor twice in one
+attempt (``step_run_again``; a run in an earlier attempt, which died before recording, is
+allowed and counted); each recorded value is a run's, and the job's result carries the recorded
+values (``durable_mismatch``); no signal was returned to two waits nor a wait given two
+(``signal_returned_twice``); no job was claimed after a durable sleep before its wake time, by
+the database's clock (``woke_early``); a parent made one child at most
+(``duplicate_children``), and a child, whose key no client submitted, ended like any job.
 """
 
 from __future__ import annotations
@@ -36,9 +46,9 @@ from typing import Any
 
 import psycopg
 
-from chaos.handlers import LIMITED
+from chaos.handlers import DURABLE, LIMITED, RUNS_FILE
 from chaos.handlers import registry as chaos_registry
-from chaos.workload import Answers, KeyRecord, Kind, Ledger, WorkflowRecord
+from chaos.workload import Answers, KeyRecord, Kind, Ledger, Planned, WorkflowRecord
 from jobrelay.broker.connection import connect_broker
 from jobrelay.core.flow import limit_key
 from jobrelay.db.engine import libpq_url
@@ -68,6 +78,7 @@ class JobRow:
     finished_at: datetime | None = None
     workflow_id: str | None = None
     workflow_ref: str | None = None
+    parent_job_id: str | None = None  # a child job's parent (context.run_child)
 
 
 @dataclass(frozen=True)
@@ -95,6 +106,50 @@ class Snapshot:
     first_claimed: dict[str, datetime] = field(default_factory=dict)  # of workflow jobs
     first_succeeded: dict[str, datetime] = field(default_factory=dict)  # of workflow jobs
     releases: dict[str, list[str]] = field(default_factory=dict)  # job id -> RELEASE_EVENTS
+    durable: DurableFacts = field(default_factory=lambda: DurableFacts())
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """A row of ``job_steps``."""
+
+    job_id: str
+    name: str
+    kind: str
+    status: str
+    attempt: int
+    at: datetime
+    value: Any
+    wake_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class SignalRow:
+    """A row of ``job_signals``."""
+
+    job_id: str
+    key: str | None  # its idempotency key
+    value: Any
+    taken_by: str | None  # the step name of the wait that took it
+
+
+@dataclass(frozen=True)
+class StepRun:
+    """A run of a ``chaos.durable`` step's function, as it logged it."""
+
+    job_id: str
+    step: str
+    attempt: int
+    nonce: str
+
+
+@dataclass
+class DurableFacts:
+    """What the durable jobs left in the database."""
+
+    steps: dict[str, dict[str, StepRow]] = field(default_factory=dict)  # job id -> name -> row
+    signals: dict[str, list[SignalRow]] = field(default_factory=dict)  # job id -> its signals
+    claims: dict[str, list[tuple[int, datetime]]] = field(default_factory=dict)  # `claimed`s
 
 
 # --- reading ------------------------------------------------------------------------------------
@@ -118,8 +173,8 @@ def read_database(database_url: str) -> Snapshot:
             str(row[0]): JobRow(str(row[0]), *row[1:9], *(_text(value) for value in row[9:]))
             for row in connection.execute(
                 "SELECT id, idempotency_key, type, state, attempts, max_attempts,"
-                " last_error_code, concurrency_key, finished_at, workflow_id, workflow_ref"
-                " FROM jobrelay.jobs"
+                " last_error_code, concurrency_key, finished_at, workflow_id, workflow_ref,"
+                " parent_job_id FROM jobrelay.jobs"
             )
         }
         limited_journal = [
@@ -152,6 +207,7 @@ def read_database(database_url: str) -> Snapshot:
             "SELECT count(*) FROM jobrelay.outbox WHERE published_at IS NULL"
         ).fetchone()
         workflows = _read_workflows(connection)
+        durable = _read_durable(connection)
     assert unpublished_row is not None and held_row is not None
     snapshot = Snapshot(
         jobs,
@@ -165,7 +221,32 @@ def read_database(database_url: str) -> Snapshot:
     )
     snapshot.workflows, snapshot.parents, journal = workflows
     snapshot.first_claimed, snapshot.first_succeeded, snapshot.releases = journal
+    snapshot.durable = durable
     return snapshot
+
+
+def _read_durable(connection: psycopg.Connection[Any]) -> DurableFacts:
+    """The steps and signals of every job, and the `claimed` entries of ``chaos.durable``'s."""
+    facts = DurableFacts()
+    for row in connection.execute(
+        "SELECT job_id, name, kind, status, attempt, at, value, wake_at FROM jobrelay.job_steps"
+    ):
+        step = StepRow(str(row[0]), *row[1:])
+        facts.steps.setdefault(step.job_id, {})[step.name] = step
+    for job_id, key, value, taken_by in connection.execute(
+        "SELECT job_id, idempotency_key, value, taken_by FROM jobrelay.job_signals ORDER BY id"
+    ):
+        facts.signals.setdefault(str(job_id), []).append(
+            SignalRow(str(job_id), key, value, taken_by)
+        )
+    for job_id, attempt, at in connection.execute(
+        "SELECT e.job_id, e.attempt, e.at FROM jobrelay.job_events e"
+        " JOIN jobrelay.jobs j ON j.id = e.job_id"
+        " WHERE j.type = %s AND e.event = 'claimed' ORDER BY e.job_id, e.id",
+        (DURABLE,),
+    ):
+        facts.claims.setdefault(str(job_id), []).append((int(attempt), at))
+    return facts
 
 
 WorkflowJournal = tuple[dict[str, datetime], dict[str, datetime], dict[str, list[str]]]
@@ -440,6 +521,7 @@ def verify(ledger: Ledger, snapshot: Snapshot, logs: LogFacts, results_dir: Path
         if count > 1:
             verdict.fail("duplicate_results", f"job {job_id} has {count} results", job_id)
     _check_release_order(verdict, snapshot)
+    _check_durable(verdict, ledger, snapshot, read_step_runs(results_dir))
     _check_exports(verdict, snapshot, logs, results_dir)
     _check_limit(verdict, snapshot)
     _check_broker(verdict, snapshot)
@@ -470,7 +552,10 @@ def _check_keys(
         if key not in ledger.workflows:
             verdict.fail("duplicate_jobs", f"workflow {workflow_id} has a key never submitted")
     for job in snapshot.jobs.values():
-        if job.workflow_id is None and job.key not in ledger.records:
+        if job.parent_job_id is not None:  # a child: its key is its parent's, never submitted
+            if job.state not in TERMINAL:
+                verdict.fail("lost", f"child job {job.id} ended {job.state}", job.id)
+        elif job.workflow_id is None and job.key not in ledger.records:
             verdict.fail("duplicate_jobs", f"job {job.id} has a key never submitted: {job.key}")
         elif job.id not in expected_kind and job.state not in TERMINAL:
             verdict.fail("lost", f"job {job.id} (never acknowledged) ended {job.state}", job.id)
@@ -703,3 +788,216 @@ def _check_broker(verdict: Verdict, snapshot: Snapshot) -> None:
     if snapshot.malformed_quarantine:
         verdict.fail("quarantine_mismatch", f"{snapshot.malformed_quarantine} malformed messages")
     verdict.figures["quarantine_messages"] = sum(snapshot.quarantine_messages.values())
+
+
+# --- durable execution --------------------------------------------------------------------------
+
+
+def read_step_runs(results_dir: Path) -> list[StepRun]:
+    """The runs ``chaos.durable``'s step functions logged (``chaos/handlers.py``)."""
+    path = results_dir / RUNS_FILE
+    if not path.exists():
+        return []
+    runs = []
+    for line in path.read_text().splitlines():
+        entry = json.loads(line)
+        runs.append(StepRun(entry["job_id"], entry["step"], int(entry["attempt"]), entry["nonce"]))
+    return runs
+
+
+def _planned_durable(ledger: Ledger) -> dict[str, Planned]:
+    """Each accepted ``chaos.durable`` job's plan, by job id."""
+    planned = {
+        job_id: record.job
+        for record in ledger.records.values()
+        if record.job.kind is Kind.DURABLE
+        for job_id in record.job_ids
+    }
+    for workflow in ledger.workflows.values():
+        for step in workflow.workflow.steps:
+            if step.job.kind is Kind.DURABLE:
+                planned |= dict.fromkeys(workflow.jobs.get(step.ref, set()), step.job)
+    return planned
+
+
+def _check_durable(
+    verdict: Verdict, ledger: Ledger, snapshot: Snapshot, runs: list[StepRun]
+) -> None:
+    durable = {job.id: job for job in snapshot.jobs.values() if job.type == DURABLE}
+    verdict.figures["durable_jobs"] = len(durable)
+    _check_step_runs(verdict, snapshot, durable, runs)
+    _check_sleeps(verdict, snapshot, durable)
+    _check_signals(verdict, ledger, snapshot, durable)
+    _check_children(verdict, snapshot, _planned_durable(ledger))
+
+
+def _check_step_runs(
+    verdict: Verdict, snapshot: Snapshot, durable: Mapping[str, JobRow], runs: list[StepRun]
+) -> None:
+    """A step's function ran at most once per attempt, never in an attempt after the one that
+    recorded it, and the recorded value (and the result's) is the run of that attempt."""
+    by_step: dict[tuple[str, str], list[StepRun]] = defaultdict(list)
+    for run in runs:
+        by_step[(run.job_id, run.step)].append(run)
+    verdict.figures["step_runs"] = len(runs)
+    for job_id in durable:
+        for row in snapshot.durable.steps.get(job_id, {}).values():
+            if row.kind == "step":
+                verdict.figures["steps_recorded"] += 1
+                if (job_id, row.name) not in by_step:
+                    verdict.fail(
+                        "durable_mismatch", f"job {job_id}: step {row.name} recorded, never run"
+                    )
+    for (job_id, step), of_step in sorted(by_step.items()):
+        label = f"job {job_id}: step {step}"
+        for attempt, n in Counter(run.attempt for run in of_step).items():
+            if n > 1:
+                verdict.fail(
+                    "step_run_again", f"{label} ran {n} times in attempt {attempt}", job_id
+                )
+        row = snapshot.durable.steps.get(job_id, {}).get(step)
+        if row is None:
+            continue  # never recorded: its attempts died first, or the job ended before
+        later = sorted(run.attempt for run in of_step if run.attempt > row.attempt)
+        if later:
+            verdict.fail(
+                "step_run_again",
+                f"{label} recorded by attempt {row.attempt}, run again in attempts {later}",
+                job_id,
+            )
+        verdict.figures["step_runs_before_recorded"] += sum(
+            1 for run in of_step if run.attempt < row.attempt
+        )
+        recorded = row.value if isinstance(row.value, dict) else {}
+        if not any(
+            run.attempt == row.attempt and run.nonce == recorded.get("nonce") for run in of_step
+        ):
+            verdict.fail(
+                "durable_mismatch", f"{label}: recorded {row.value}, no run of its attempt", job_id
+            )
+        result = snapshot.results.get(job_id)
+        if isinstance(result, dict) and step in result and result[step] != row.value:
+            verdict.fail(
+                "durable_mismatch",
+                f"{label}: the result has {result[step]}, recorded {row.value}",
+                job_id,
+            )
+
+
+def _check_sleeps(verdict: Verdict, snapshot: Snapshot, durable: Mapping[str, JobRow]) -> None:
+    """The first claim after a durable sleep was recorded came at or after its wake time (both
+    the database's clock); how late it came, the median and the longest (faults included)."""
+    delays: list[int] = []
+    for job_id in durable:
+        for row in snapshot.durable.steps.get(job_id, {}).values():
+            if row.kind != "sleep" or row.wake_at is None:
+                continue
+            verdict.figures["sleeps"] += 1
+            claims = snapshot.durable.claims.get(job_id, [])
+            woke = next((at for attempt, at in claims if attempt > row.attempt), None)
+            if woke is None:
+                continue  # never claimed again: it ended another way (checked as any job)
+            if woke < row.wake_at:
+                verdict.fail(
+                    "woke_early",
+                    f"job {job_id}: {row.name} until {row.wake_at.isoformat()}, claimed at "
+                    f"{woke.isoformat()}",
+                    job_id,
+                )
+            delays.append(int((woke - row.wake_at).total_seconds() * 1000))
+    if delays:
+        delays.sort()
+        verdict.figures["median_wake_delay_ms"] = delays[len(delays) // 2]
+        verdict.figures["max_wake_delay_ms"] = delays[-1]
+
+
+def _check_signals(
+    verdict: Verdict, ledger: Ledger, snapshot: Snapshot, durable: Mapping[str, JobRow]
+) -> None:
+    """Every signal sent is stored once; each was taken by one wait at most, each wait took one,
+    and the wait's recorded value (and the result's) is the signal it took."""
+    for sent in ledger.signals:
+        if sent.answer == "sent":
+            verdict.figures["signals_sent"] += 1
+        stored = [
+            row for row in snapshot.durable.signals.get(sent.job_id, []) if row.key == sent.key
+        ]
+        if sent.answer in ("sent", "repeated") and len(stored) != 1:
+            verdict.fail(
+                "durable_mismatch",
+                f"signal {sent.key} answered {sent.answer}, stored {len(stored)} times",
+                sent.job_id,
+            )
+        elif sent.answer not in ("sent", "repeated", "finished"):
+            verdict.fail("unexpected_answer", f"signal {sent.key}: {sent.answer}", sent.job_id)
+    for job_id in durable:
+        signals = snapshot.durable.signals.get(job_id, [])
+        taken = [row for row in signals if row.taken_by is not None]
+        verdict.figures["signals_taken"] += len(taken)
+        for wait, n in Counter(row.taken_by for row in taken).items():
+            if n > 1:
+                verdict.fail("signal_returned_twice", f"job {job_id}: {wait} took {n}", job_id)
+        waits = [
+            row
+            for row in snapshot.durable.steps.get(job_id, {}).values()
+            if row.kind == "signal" and row.status == "done"
+        ]
+        for wait in waits:
+            matching = [row for row in signals if row.value == wait.value]
+            if len(matching) != 1 or matching[0].taken_by != wait.name:
+                verdict.fail(
+                    "signal_returned_twice",
+                    f"job {job_id}: {wait.name} returned {wait.value}, which "
+                    f"{[row.taken_by for row in matching]} took",
+                    job_id,
+                )
+        result = snapshot.results.get(job_id)
+        returned = result.get("signals") if isinstance(result, dict) else None
+        if returned is not None:
+            values = [json.dumps(value, sort_keys=True) for value in returned]
+            if len(set(values)) != len(values):
+                verdict.fail("signal_returned_twice", f"job {job_id} got {returned}", job_id)
+            if sorted(values) != sorted(json.dumps(w.value, sort_keys=True) for w in waits):
+                verdict.fail(
+                    "durable_mismatch",
+                    f"job {job_id}: the result's signals {returned}, the waits' "
+                    f"{[w.value for w in waits]}",
+                    job_id,
+                )
+
+
+def _check_children(verdict: Verdict, snapshot: Snapshot, planned: Mapping[str, Planned]) -> None:
+    """One child per parent that asked for one; the parent's result says how its child ended."""
+    children: dict[str, list[JobRow]] = defaultdict(list)
+    for job in snapshot.jobs.values():
+        if job.parent_job_id is not None:
+            children[job.parent_job_id].append(job)
+    verdict.figures["children"] = sum(len(kids) for kids in children.values())
+    for parent, kids in children.items():
+        if len(kids) > 1:
+            ids = sorted(kid.id for kid in kids)
+            verdict.fail("duplicate_children", f"job {parent} has children {ids}", parent)
+    for job_id, job in planned.items():
+        outcome = job.payload.get("child")
+        result = snapshot.results.get(job_id)
+        if outcome is None or not isinstance(result, dict):
+            continue  # no child asked for, or the job did not succeed (checked as any job)
+        kids = children.get(job_id, [])
+        told = result.get("child") or {}
+        if not kids:
+            verdict.fail("durable_mismatch", f"job {job_id} succeeded without its child", job_id)
+        elif len(kids) > 1:
+            continue  # duplicate_children already
+        elif outcome == "ok" and told.get("result") != snapshot.results.get(kids[0].id):
+            verdict.fail(
+                "durable_mismatch",
+                f"job {job_id}: its child's result {told}, the child's "
+                f"{snapshot.results.get(kids[0].id)} ({kids[0].state})",
+                job_id,
+            )
+        elif outcome == "fails" and told.get("failed") != kids[0].state:
+            verdict.fail(
+                "durable_mismatch",
+                f"job {job_id}: told its child {told}, the child is {kids[0].state}",
+                job_id,
+            )

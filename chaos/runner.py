@@ -30,7 +30,7 @@ from chaos.system import (
     with_netloc,
     with_patroni,
 )
-from chaos.workload import Kind, Ledger, Submitter, plan
+from chaos.workload import Kind, Ledger, Signaller, Submitter, plan
 from tests.support.processes import ROOT, answers, free_port, jobrelay_env, run_cli, wait_for
 from tests.support.servers import Servers
 
@@ -205,7 +205,11 @@ class Run:
             cluster=self.cluster,
             failed_requests=lambda: self.ledger.ambiguous,
         )
-        submitter = Submitter(api_url, token, self.ledger)
+        assert self.scratch is not None
+        # chaos.durable's signals go straight to the database, past the proxies: the sender's
+        # own transaction, as a service beside jobrelay would send them.
+        signaller = Signaller(self.scratch.database_url, self.ledger)
+        submitter = Submitter(api_url, token, self.ledger, on_accepted=signaller.accepted)
         supervising = asyncio.create_task(self.supervise())
         start = time.monotonic()
         try:
@@ -218,6 +222,7 @@ class Run:
             self.load_done = time.monotonic()
             self.note(f"load done: {len(submissions)} submissions in {self.load_done - start:.1f}s")
             await injector.heal()
+            await signaller.wait()
         finally:
             supervising.cancel()
             await asyncio.gather(supervising, return_exceptions=True)
@@ -387,6 +392,21 @@ class Run:
             f"held={figures['held']}",
             f"open_attempts={figures['open_attempts']}",
             f"limit_exceeded={count['limit_exceeded']}",
+            f"durable_jobs={figures['durable_jobs']}",
+            f"steps_recorded={figures['steps_recorded']}",
+            f"step_runs={figures['step_runs']}",
+            f"step_runs_before_recorded={figures['step_runs_before_recorded']}",
+            f"step_run_again={count['step_run_again']}",
+            f"sleeps={figures['sleeps']}",
+            f"median_wake_delay={figures['median_wake_delay_ms'] / 1000:.1f}s",
+            f"max_wake_delay={figures['max_wake_delay_ms'] / 1000:.1f}s",
+            f"woke_early={count['woke_early']}",
+            f"signals_sent={figures['signals_sent']}",
+            f"signals_taken={figures['signals_taken']}",
+            f"signal_returned_twice={count['signal_returned_twice']}",
+            f"children={figures['children']}",
+            f"duplicate_children={count['duplicate_children']}",
+            f"durable_mismatch={count['durable_mismatch']}",
             f"violations={sum(count.values())}",
             f"quiescence={f'{quiescence:.1f}s' if quiescence is not None else 'timeout'}",
             f"elapsed={time.monotonic() - self.started:.0f}s",

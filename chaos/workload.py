@@ -4,27 +4,33 @@ The plan is a pure function of the seed: a mix of job kinds, each under its own 
 some keys submitted twice (later, or at the same moment) and some jobs cancelled right after
 they are accepted. Every job has a priority of its own, and a share of them (``LIMITED``) runs
 under ``chaos.limited``'s concurrency limit per key (chaos/handlers.py), most of them on a few
-busy keys so the limit is reached. A share of the slots (``WORKFLOW_SHARE``) is a workflow
-instead (docs/workflows.md): a diamond and a chain of the same job kinds, so the handlers'
-failures and the faults reach jobs that wait for others too; a workflow counts its jobs against
-the plan's number of jobs. The client retries a 5xx or a broken connection with the same key:
-the earlier request may have committed (the ambiguous commit), and the key makes the retry
-safe.
+busy keys so the limit is reached. Another share (``DURABLE``) is ``chaos.durable``: steps, a
+durable sleep of 1-3 s, two waits for a signal that ``Signaller`` sends at a planned delay after
+the job is accepted (before or after the wait starts), and a child job. A share of the slots
+(``WORKFLOW_SHARE``) is a workflow instead (docs/workflows.md): a diamond and a chain of the
+same job kinds, so the handlers' failures and the faults reach jobs that wait for others too; a
+workflow counts its jobs against the plan's number of jobs. The client retries a 5xx or a
+broken connection with the same key: the earlier request may have committed (the ambiguous
+commit), and the key makes the retry safe.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 import httpx
+import psycopg
 
-from chaos.handlers import LIMITED
+from chaos.handlers import DURABLE, LIMITED, SIGNAL
+from jobrelay.db.engine import libpq_url
 
 RETRY_PAUSE = (0.2, 2.0)  # growing pause between retries of an ambiguous request
 
@@ -35,6 +41,7 @@ class Kind(StrEnum):
     TRANSIENT = "transient"  # fails on its first 1–2 attempts, then succeeds
     PERMANENT = "permanent"  # fails permanently on every attempt: must end quarantined
     LIMITED = "limited"  # chaos.limited: at most its limit of one key run at once
+    DURABLE = "durable"  # chaos.durable: steps, a sleep, signals and a child
 
 
 KIND_WEIGHTS = {
@@ -43,6 +50,7 @@ KIND_WEIGHTS = {
     Kind.TRANSIENT: 18,
     Kind.PERMANENT: 10,
     Kind.LIMITED: 15,
+    Kind.DURABLE: 14,  # about 12% of the jobs
 }
 PRIORITIES = (-10, 0, 0, 0, 5, 50)  # every job's priority is drawn from these
 LIMITED_KEYS = 30  # chaos.limited's keys; the first ones far busier than the last (1/rank)
@@ -59,6 +67,10 @@ WORKFLOW_SHAPE: dict[str, tuple[str, ...]] = {
     "f": ("e",),
     "g": ("f",),
 }
+DURABLE_SLEEP = (1.0, 3.0)  # a chaos.durable job's durable sleep, seconds (most have one)
+# When the run sends a signal, seconds after the job was accepted: before its sleep ends (so
+# before the wait starts) or well after.
+SIGNAL_DELAYS = (0.0, 6.0)
 LATER_DUPLICATE_SLOTS = 200  # a later duplicate comes up to this many slots after its original
 
 
@@ -71,6 +83,9 @@ class Planned:
     priority: int = 0
     max_attempts: int | None = None
     cancel: bool = False
+    # chaos.durable with signals: the delay of each signal sent after the job was accepted
+    # (two for its two waits, sometimes a third that no wait takes).
+    signal_delays: tuple[float, ...] = ()
 
     def body(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -177,7 +192,21 @@ def _planned(rng: random.Random, key: str, kind: Kind) -> Planned:
                 "seconds": round(rng.uniform(*LIMITED_SECONDS), 3),
             }
             return Planned(key, kind, LIMITED, payload)
+        case Kind.DURABLE:
+            return _planned_durable(rng, key)
     raise AssertionError(kind)  # pragma: no cover
+
+
+def _planned_durable(rng: random.Random, key: str) -> Planned:
+    sleep = round(rng.uniform(*DURABLE_SLEEP), 3) if rng.random() < 0.8 else 0.0
+    signals = rng.random() < 0.6
+    child = rng.choices([None, "ok", "fails"], [4, 5, 1])[0]
+    payload = {"sleep": sleep, "signals": signals, "child": child}
+    delays: tuple[float, ...] = ()
+    if signals:
+        count = 3 if rng.random() < 0.2 else 2
+        delays = tuple(round(rng.uniform(*SIGNAL_DELAYS), 3) for _ in range(count))
+    return Planned(key, Kind.DURABLE, DURABLE, payload, signal_delays=delays)
 
 
 @dataclass
@@ -223,9 +252,18 @@ class WorkflowRecord(Answers):
     jobs: dict[str, set[str]] = field(default_factory=dict)  # ref -> job ids answered
 
 
+@dataclass(frozen=True)
+class SentSignal:
+    job_id: str
+    key: str  # its idempotency key
+    value: dict[str, Any]
+    answer: str  # jobrelay_signal's: sent, repeated, finished, unknown (or "gave up: …")
+
+
 @dataclass
 class Ledger:
     records: dict[str, KeyRecord] = field(default_factory=dict)
+    signals: list[SentSignal] = field(default_factory=list)
     workflows: dict[str, WorkflowRecord] = field(default_factory=dict)
     requests: int = 0
     ambiguous: int = 0  # 5xx or a broken connection: retried with the same key
@@ -241,7 +279,13 @@ class Ledger:
 
 class Submitter:
     def __init__(
-        self, api_url: str, token: str, ledger: Ledger, *, give_up_after: float = 180.0
+        self,
+        api_url: str,
+        token: str,
+        ledger: Ledger,
+        *,
+        give_up_after: float = 180.0,
+        on_accepted: Callable[[Planned, str], None] | None = None,
     ) -> None:
         self.client = httpx.AsyncClient(
             base_url=api_url,
@@ -251,6 +295,7 @@ class Submitter:
         )
         self.ledger = ledger
         self.give_up_after = give_up_after
+        self.on_accepted = on_accepted  # each planned job's first acceptance, with its id
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -278,6 +323,8 @@ class Submitter:
             return
         record = self.ledger.record(job)
         document = await self._accept("/v1/jobs", job.key, job.body(), record, submission)
+        if document is not None and not submission.duplicate and self.on_accepted:
+            self.on_accepted(job, str(document["id"]))
         if document is not None and job.cancel and not submission.duplicate:
             await self._cancel(record, str(document["id"]))
 
@@ -286,8 +333,11 @@ class Submitter:
         document = await self._accept(
             "/v1/workflows", workflow.key, workflow.body(), record, submission
         )
+        steps = {step.ref: step.job for step in workflow.steps}
         for ref, job in (document or {}).get("jobs", {}).items():
             record.jobs.setdefault(ref, set()).add(str(job["id"]))
+            if ref in steps and not submission.duplicate and self.on_accepted:
+                self.on_accepted(steps[ref], str(job["id"]))
 
     async def _accept(
         self, path: str, key: str, body: dict[str, Any], record: Answers, submission: Submission
@@ -340,3 +390,55 @@ def _json(response: httpx.Response) -> Any:
         return response.json()
     except ValueError:
         return {"raw": response.text[:200]}
+
+
+class Signaller:
+    """Sends ``chaos.durable``'s signals in the database with ``jobrelay_signal`` (as a sender's
+    own transaction would), each at its planned delay after its job was accepted, under an
+    idempotency key of its own; retried (same key) while PostgreSQL is restarting."""
+
+    def __init__(self, database_url: str, ledger: Ledger, *, give_up_after: float = 120.0) -> None:
+        self.url = libpq_url(database_url)
+        self.ledger = ledger
+        self.give_up_after = give_up_after
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def accepted(self, job: Planned, job_id: str) -> None:
+        for number, delay in enumerate(job.signal_delays, start=1):
+            task = asyncio.create_task(self._send(job_id, f"{job.key}:{number}", delay))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def wait(self) -> None:
+        while self.tasks:
+            await asyncio.gather(*self.tasks)
+
+    async def _send(self, job_id: str, key: str, delay: float) -> None:
+        await asyncio.sleep(delay)
+        value = {"key": key}  # unique: the checker finds each wait's signal by its value
+        deadline = time.monotonic() + self.give_up_after
+        while True:
+            try:
+                answer = await self._signal(job_id, key, value)
+                break
+            except psycopg.Error as error:
+                if not isinstance(error, psycopg.OperationalError):  # not an outage: final
+                    answer = f"failed: {type(error).__name__}: {str(error)[:200]}"
+                    break
+                if time.monotonic() > deadline:
+                    answer = f"gave up: {type(error).__name__}"
+                    break
+                await asyncio.sleep(0.5)
+        self.ledger.signals.append(SentSignal(job_id, key, value, answer))
+
+    async def _signal(self, job_id: str, key: str, value: dict[str, Any]) -> str:
+        async with await psycopg.AsyncConnection.connect(
+            self.url, autocommit=True, connect_timeout=5
+        ) as connection:
+            cursor = await connection.execute(
+                "SELECT jobrelay.jobrelay_signal(%s, %s, %s::jsonb, %s)",
+                (job_id, SIGNAL, json.dumps(value), key),
+            )
+            row = await cursor.fetchone()
+        assert row is not None
+        return str(row[0])

@@ -1,7 +1,8 @@
 """The short chaos profile, as CI runs it: the whole system under a fixed seed's faults must end
 with nothing lost, doubled or wrongly quarantined, no key of ``chaos.limited`` over its
-concurrency limit, and no workflow job started before its parents succeeded or released twice
-(``python -m chaos`` exits 0)."""
+concurrency limit, no workflow job started before its parents succeeded or released twice, and
+no durable step run again after it was recorded, signal returned to two waits or sleeper woken
+before its time (``python -m chaos`` exits 0)."""
 
 from __future__ import annotations
 
@@ -24,3 +25,9 @@ def test_short_chaos_profile_loses_and_doubles_nothing(tmp_path: Path) -> None:
     assert " child_started_before_parent_finished=0 " in summary
     assert " released_twice=0 " in summary
     assert " workflow_jobs=0 " not in summary  # the workflows' share did run
+    assert " step_run_again=0 " in summary
+    assert " signal_returned_twice=0 " in summary
+    assert " woke_early=0 " in summary
+    assert " duplicate_children=0 " in summary
+    for share in ("durable_jobs", "sleeps", "signals_taken", "children"):
+        assert f" {share}=0 " not in summary  # the durable share did run

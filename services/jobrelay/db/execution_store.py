@@ -364,7 +364,9 @@ class PgExecutionStore:
             return Deferred(row.patience_over, row.available_at, row.type_unknown_since)
         async with self.store.transaction() as connection:  # the rare path: why not?
             current = (
-                await connection.execute(q.JOB_BY_ID, {"id": job_id, "client_id": None})
+                await connection.execute(
+                    q.JOB_BY_ID, {"id": job_id, "client_id": None, "steps": None}
+                )
             ).first()
             if current is None:
                 return Refused(Refusal.UNKNOWN_JOB)

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from psycopg.errors import UndefinedTable
 from psycopg.pq import ExecStatus, TransactionStatus
@@ -51,6 +51,10 @@ from jobrelay.db.rows import job_from_row, journal_entry, steps_from_json
 from jobrelay.db.schema import translator
 
 __all__ = ["AcceptResult", "Store", "job_from_row"]
+
+# How much of a job's recorded steps a read brings (``get_job``): their names, kinds and times,
+# or those with their values.
+StepsShown = Literal["names", "values"]
 
 
 class Store:
@@ -271,8 +275,16 @@ class Store:
 
     # --- reading ----------------------------------------------------------------------------
 
-    async def get_job(self, job_id: uuid.UUID, *, client_id: uuid.UUID | None = None) -> Job | None:
-        row = await self.fetch_one(q.JOB_BY_ID, id=job_id, client_id=client_id)
+    async def get_job(
+        self,
+        job_id: uuid.UUID,
+        *,
+        client_id: uuid.UUID | None = None,
+        steps: StepsShown | None = None,
+    ) -> Job | None:
+        """The job (of ``client_id``, None: any client's); ``steps``: with its recorded steps
+        read in the same statement, ``"values"`` with their values (None: not read)."""
+        row = await self.fetch_one(q.JOB_BY_ID, id=job_id, client_id=client_id, steps=steps)
         return None if row is None else job_from_row(row)
 
     async def steps_of(
@@ -430,7 +442,11 @@ class Store:
     async def trace(self, job_id: uuid.UUID) -> JobTrace | None:
         """Everything recorded about one job (summarized by ``core.trace.trace_document``)."""
         async with self.transaction() as connection:  # one snapshot for a consistent story
-            row = (await connection.execute(q.JOB_BY_ID, {"id": job_id, "client_id": None})).first()
+            row = (
+                await connection.execute(
+                    q.JOB_BY_ID, {"id": job_id, "client_id": None, "steps": None}
+                )
+            ).first()
             if row is None:
                 return None
             client = (await connection.execute(q.CLIENT_NAME_OF_JOB, {"job_id": job_id})).first()

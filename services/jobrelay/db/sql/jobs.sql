@@ -20,8 +20,10 @@ WHERE j.client_id = :client_id
 -- name: job_by_id
 -- :client_id NULL means "any client" (operators and the CLI); the API always passes its caller.
 -- ``no_consumer``: a live job of a type that no consumer serves now (docs/job-types.md, "Where
--- a job goes"): one primary-key read of job_types. Its recorded steps are read apart
--- (signals.sql, steps_of_job), by the views that show them only.
+-- a job goes"): one primary-key read of job_types. ``steps``: its recorded steps in the order
+-- they were recorded, for the views that show them (:steps 'names', or 'values' with their
+-- values, which can be large; '[]' for none); NULL, not read, when :steps is NULL: the
+-- reads that do not show them (a cancel, the wait's polls) skip the subquery.
 SELECT j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, j.state,
        j.attempts, j.max_attempts, j.available_at, j.lease_token, j.lease_until,
        j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at, j.run_at,
@@ -30,7 +32,14 @@ SELECT j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, 
        j.wake_at, j.waiting_on, j.parent_job_id,
        (j.state IN ('queued', 'retrying') AND NOT EXISTS (
            SELECT 1 FROM jobrelay.job_types t WHERE t.name = j.type AND t.served_until > now()))
-       AS no_consumer
+       AS no_consumer,
+       CASE WHEN CAST(:steps AS text) IS NOT NULL THEN coalesce(
+           (SELECT jsonb_agg(CASE WHEN CAST(:steps AS text) = 'values'
+                                  THEN to_jsonb(s) - 'job_id'
+                                  ELSE to_jsonb(s) - 'job_id' - 'value' END
+                             ORDER BY s.at, s.name)
+            FROM jobrelay.job_steps s WHERE s.job_id = j.id),
+           '[]'::jsonb) END AS steps
 FROM jobrelay.jobs j LEFT JOIN jobrelay.job_results r ON r.job_id = j.id
 WHERE j.id = :id AND (CAST(:client_id AS uuid) IS NULL OR j.client_id = :client_id);
 

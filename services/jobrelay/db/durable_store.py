@@ -54,7 +54,17 @@ CHILD_OPTIONS = frozenset(
 class _StepRequest:
     fence: Fence
     name: str
+    value: Any
     value_json: str
+
+
+def _recorded(request: _StepRequest, row: Any) -> StepRecord | Gone:
+    """A request's record: written now (the value asked), or by its own earlier try whose
+    answer was lost (the value that try recorded); None: not written, the lease is gone."""
+    if row is None:
+        return LEASE_GONE
+    value = row.value if row.earlier else request.value
+    return StepRecord(request.name, StepKind.STEP, row.attempt, row.at, StepStatus.DONE, value)
 
 
 class PgDurableStore:
@@ -73,7 +83,7 @@ class PgDurableStore:
     # --- steps ------------------------------------------------------------------------------
 
     async def record_step(self, fence: Fence, name: str, value: Any) -> StepRecord | Gone:
-        return await self._steps.submit(_StepRequest(fence, name, json.dumps(value)))
+        return await self._steps.submit(_StepRequest(fence, name, value, json.dumps(value)))
 
     async def _record_group(self, requests: Sequence[_StepRequest]) -> list[StepRecord | Gone]:
         """One statement for the group (RECORD_STEPS); each request gets its row (written now,
@@ -86,8 +96,10 @@ class PgDurableStore:
             names=[r.name for r in requests],
             step_values=[r.value_json for r in requests],
         )
-        found = {(row.job_id, row.name, row.attempt): _record(row) for row in rows}
-        return [found.get((r.fence.job_id, r.name, r.fence.attempt), LEASE_GONE) for r in requests]
+        found = {(row.job_id, row.name, row.attempt): row for row in rows}
+        return [
+            _recorded(r, found.get((r.fence.job_id, r.name, r.fence.attempt))) for r in requests
+        ]
 
     # --- sleeps -----------------------------------------------------------------------------
 
@@ -300,15 +312,4 @@ async def _record_child(
             "step_value": value_json,
             "child_id": child_id,
         },
-    )
-
-
-def _record(row: Any) -> StepRecord:
-    return StepRecord(
-        name=row.name,
-        kind=StepKind(row.kind),
-        attempt=row.attempt,
-        at=row.at,
-        status=StepStatus(row.status),
-        value=row.value,
     )

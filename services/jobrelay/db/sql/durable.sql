@@ -15,9 +15,11 @@
 -- The steps of a group of attempts in one statement (db/group_commit.py): each row written only
 -- while its job is running under that request's token and a live lease; the job's row is
 -- share-locked (FOR SHARE, in id order) so that a claim of it after an expiry waits for this
--- statement, and its steps read at that claim hold this one. A name recorded already keeps its
--- row (ON CONFLICT DO NOTHING). A request whose earlier try committed and lost its answer finds
--- its own attempt's row (``found``); any other request not written is not returned.
+-- statement (and reads the steps again after it: db/execution_store.py). A name recorded
+-- already keeps its row (ON CONFLICT DO NOTHING). A request whose earlier try committed and
+-- lost its answer finds its own attempt's row (``found``, looked up only for the requests not
+-- written now, with the value it recorded); any other request not written is not returned. A
+-- value written now is not sent back: the caller has it.
 WITH asked AS (
     SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:lease_tokens AS uuid[]),
                          CAST(:attempts AS int[]), CAST(:names AS text[]),
@@ -32,11 +34,14 @@ WITH asked AS (
     INSERT INTO jobrelay.job_steps (job_id, name, kind, status, attempt, value)
     SELECT job_id, name, 'step', 'done', attempt, CAST(step_value AS jsonb) FROM fenced
     ON CONFLICT (job_id, name) DO NOTHING
-    RETURNING job_id, name, kind, status, attempt, at, value
+    RETURNING job_id, name, attempt, at, false AS earlier, CAST(NULL AS jsonb) AS value
+), unwritten AS (
+    SELECT a.job_id, a.name, a.attempt FROM asked a
+    WHERE NOT EXISTS (SELECT 1 FROM written w WHERE w.job_id = a.job_id AND w.name = a.name)
 ), found AS (
-    SELECT s.job_id, s.name, s.kind, s.status, s.attempt, s.at, s.value
-    FROM jobrelay.job_steps s JOIN asked a
-         ON s.job_id = a.job_id AND s.name = a.name AND s.attempt = a.attempt
+    SELECT s.job_id, s.name, s.attempt, s.at, true AS earlier, s.value
+    FROM unwritten u JOIN jobrelay.job_steps s
+         ON s.job_id = u.job_id AND s.name = u.name AND s.attempt = u.attempt
     WHERE s.kind = 'step'
 )
 SELECT * FROM written

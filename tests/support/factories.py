@@ -47,6 +47,8 @@ def _state_defaults(state: JobState | str, values: dict[str, Any]) -> dict[str, 
         defaults["attempts"] = 1
     if state is JobState.WAITING:  # for a parent that has not succeeded (no edge is made)
         defaults["waiting_for"] = 1
+    if state is JobState.SLEEPING:  # a sleep of an hour (durable execution)
+        defaults["wake_at"] = defaults["available_at"] = func.now() + timedelta(hours=1)
     if state is JobState.RUNNING:
         defaults["lease_token"] = func.gen_random_uuid()
         defaults["lease_until"] = func.now() + timedelta(seconds=30)

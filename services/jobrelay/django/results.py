@@ -27,6 +27,7 @@ STATUS_OF_STATE: dict[JobState, TaskResultStatus] = {
     JobState.WAITING: READY,
     JobState.RETRYING: READY,  # ready to be executed again
     JobState.RUNNING: RUNNING,
+    JobState.SLEEPING: RUNNING,  # started, and asleep between its attempts (durable execution)
     JobState.SUCCEEDED: SUCCESSFUL,
     JobState.QUARANTINED: FAILED,
     JobState.CANCELLED: FAILED,  # "unable to start", in Django's words

@@ -47,7 +47,7 @@ def _state_defaults(state: JobState | str, values: dict[str, Any]) -> dict[str, 
         defaults["attempts"] = 1
     if state is JobState.WAITING:  # for a parent that has not succeeded (no edge is made)
         defaults["waiting_for"] = 1
-    if state is JobState.SLEEPING:  # a sleep of an hour (durable execution)
+    if state is JobState.SLEEPING and "waiting_on" not in values:  # a plain sleep of an hour
         defaults["wake_at"] = defaults["available_at"] = func.now() + timedelta(hours=1)
     if state is JobState.RUNNING:
         defaults["lease_token"] = func.gen_random_uuid()

@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 # scripts/servers.py needs only the standard library: `make down` works before any venv exists.
 SCRIPT_PYTHON = $(if $(wildcard $(PYTHON)),$(PYTHON),python3)
 
-.PHONY: install environment lock dist test-latest run test test-local test-local-integration test-local-others test-side-by-side test-pgbouncer test-python313 test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster bench-durable lock-bench-dbos chaos chaos-cluster chaos-failover clean
+.PHONY: install environment lock dist test-latest run test test-local test-local-integration test-local-others test-side-by-side test-pgbouncer test-python313 test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster bench-durable bench-footprint lock-bench-dbos chaos chaos-cluster chaos-failover clean
 
 ## install: exactly the locked versions (requirements/dev.txt), then jobrelay itself, editable
 ## (into the active virtual environment, else into .venv, made when missing)
@@ -210,6 +210,14 @@ bench-cluster: environment
 DURABLE_BENCH_ARGS ?=
 bench-durable: environment
 	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m benchmarks.durable $(DURABLE_BENCH_ARGS)
+
+## bench-footprint: what a plain job's life writes in PostgreSQL, from outside: rows per table,
+## WAL bytes, commits and the HOT share of its updates, over FOOTPRINT_JOBS jobs submitted
+## through the API (benchmarks/footprint.py; FOOTPRINT_ARGS="--wal-detail" adds pg_waldump's view)
+FOOTPRINT_JOBS ?= 2000
+FOOTPRINT_ARGS ?=
+bench-footprint: environment
+	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m benchmarks.footprint --jobs $(FOOTPRINT_JOBS) $(FOOTPRINT_ARGS)
 
 ## lock-bench-dbos: re-resolve requirements/bench-dbos.txt from requirements/bench-dbos.in (DBOS,
 ## bench-durable's peer, locked apart from jobrelay: it is never installed beside it)

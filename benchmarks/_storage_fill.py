@@ -4,9 +4,10 @@ Every job looks like one that went through the real path (accept → relay → c
 
 - a ``jobs`` row: ``succeeded`` with ``attempts`` 1, or (``QUARANTINE_MODULUS``: about 3%)
   ``quarantined`` with one of ``QUARANTINE_CODES`` and its ``last_error``;
-- its ``outbox`` row, published (one publish attempt);
-- four ``job_events``: received, published (``outbox <id>``), claimed, succeeded/quarantined
-  (an ``unexpected_error`` carries its failure document as the consumer stores it);
+- its ``outbox`` row, published (one publish attempt), which is its ``published`` entry;
+- its claim and, succeeded, its success in its row (the lean journal, migration 0018), and,
+  quarantined, one ``job_events`` row (an ``unexpected_error`` carries its failure document as
+  the consumer stores it);
 - a ``job_results`` row for each succeeded job.
 
 Jobs are spread round-robin over ``FILL_CLIENTS`` clients (with known tokens, so a benchmark can
@@ -102,6 +103,9 @@ _CHUNK_SQL = """
 WITH g AS MATERIALIZED (
     SELECT n, created, {job_id} AS id,
            nextval(pg_get_serial_sequence('outbox', 'id')) AS outbox_id,
+           nextval('jobrelay.job_events_id_seq') AS journal_id,
+           nextval('jobrelay.job_events_id_seq') AS claim_seq,
+           nextval('jobrelay.job_events_id_seq') AS end_seq,
            (CAST(%(clients)s AS uuid[]))[1 + mod(n, CAST(%(client_count)s AS bigint))] AS client_id,
            1 + mod(n / %(client_count)s, %(type_count)s) AS t,
            CASE WHEN mod(n, %(modulus)s) < %(quarantined)s
@@ -122,30 +126,28 @@ WITH g AS MATERIALIZED (
 ), jobs_in AS (
     INSERT INTO jobrelay.jobs (id, client_id, idempotency_key, request_hash, type, payload, state,
                       attempts, max_attempts, available_at, last_error_code, last_error,
-                      created_at, updated_at, finished_at)
+                      created_at, updated_at, finished_at, claimed_seq, claimed_at, claimed_by,
+                      finished_seq)
     SELECT id, client_id, 'fill-' || n, (CAST(%(hashes)s AS text[]))[t],
            (CAST(%(types)s AS text[]))[t], CAST(%(payload)s AS jsonb),
            CASE WHEN q IS NULL THEN 'succeeded' ELSE 'quarantined' END,
            attempts, %(max_attempts)s, created, code, (CAST(%(errors)s AS text[]))[q],
-           created, finished, finished
+           created, finished, finished, claim_seq, created + interval '10 ms',
+           'consumer storage-fill:1', CASE WHEN q IS NULL THEN end_seq END
     FROM j
 ), outbox_in AS (
     INSERT INTO jobrelay.outbox (id, job_id, available_at, created_at, published_at,
-        publish_attempts)
-    SELECT outbox_id, id, created, created, created + interval '5 ms', 1 FROM j
+        publish_attempts, journal_id, leased_at, delivers_attempt)
+    SELECT outbox_id, id, created, created, created + interval '5 ms', 1, journal_id,
+           created + interval '4 ms', 1 FROM j
 ), results_in AS (
     INSERT INTO jobrelay.job_results (job_id, result, attempt, created_at)
     SELECT id, CAST(%(result)s AS jsonb), attempts, finished FROM j WHERE q IS NULL
 )
-INSERT INTO jobrelay.job_events (job_id, at, event, attempt, detail, error)
-SELECT j.id, j.created + e.after, e.event, e.attempt, e.detail, e.error
-FROM j CROSS JOIN LATERAL (VALUES
-    (interval '0', 'received', 0, NULL, NULL),
-    (interval '5 ms', 'published', 0, 'outbox ' || j.outbox_id, NULL),
-    (interval '10 ms', 'claimed', j.attempts, 'consumer storage-fill:1', NULL),
-    (interval '30 ms', CASE WHEN j.q IS NULL THEN 'succeeded' ELSE 'quarantined' END,
-     j.attempts, j.code, CASE WHEN j.q = 1 THEN CAST(%(failure)s AS jsonb) END)
-) AS e(after, event, attempt, detail, error)
+INSERT INTO jobrelay.job_events (id, job_id, at, event, attempt, detail, error)
+SELECT end_seq, id, finished, 'quarantined', attempts, code,
+       CASE WHEN q = 1 THEN CAST(%(failure)s AS jsonb) END
+FROM j WHERE q IS NOT NULL
 """
 
 

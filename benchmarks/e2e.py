@@ -98,8 +98,8 @@ WITH j AS (
            CAST(%(payload)s AS jsonb), 3
     FROM unnest(CAST(%(ids)s AS uuid[])) WITH ORDINALITY AS g(id, n)
     RETURNING id, available_at
-), o AS (INSERT INTO jobrelay.outbox (job_id, available_at) SELECT id, available_at FROM j)
-INSERT INTO jobrelay.job_events (job_id, event, attempt) SELECT id, 'received', 0 FROM j
+)
+INSERT INTO jobrelay.outbox (job_id, available_at) SELECT id, available_at FROM j
 """
 
 # Every count is of the run's client alone: the database may hold other jobs
@@ -125,7 +125,8 @@ SELECT count(*) FILTER (WHERE finished_at IS NOT NULL) AS n,
        EXTRACT(EPOCH FROM min(finished_at)) AS first,
        EXTRACT(EPOCH FROM max(finished_at)) AS last,
        (SELECT count(*) FROM jobrelay.job_results WHERE job_id IN (SELECT id FROM mine)) AS results,
-       (SELECT count(*) FROM jobrelay.job_events WHERE job_id IN (SELECT id FROM mine)) AS events,
+       (SELECT count(*) FROM jobrelay.job_journal WHERE job_id IN (SELECT id FROM mine))
+           AS events,
        (SELECT count(published_at) FROM sent) AS published,
        (SELECT EXTRACT(EPOCH FROM max(published_at) - min(published_at)) FROM sent) AS relaying
 FROM mine
@@ -135,12 +136,11 @@ FROM mine
 LATENCY_STAGES = """
 SELECT EXTRACT(EPOCH FROM r.created_at - j.created_at) AS total,
        EXTRACT(EPOCH FROM o.published_at - j.created_at) AS relay,
-       EXTRACT(EPOCH FROM c.at - o.published_at) AS delivery,
-       EXTRACT(EPOCH FROM r.created_at - c.at) AS execution
+       EXTRACT(EPOCH FROM j.claimed_at - o.published_at) AS delivery,
+       EXTRACT(EPOCH FROM r.created_at - j.claimed_at) AS execution
 FROM jobrelay.jobs j
 JOIN jobrelay.job_results r ON r.job_id = j.id
 JOIN jobrelay.outbox o ON o.job_id = j.id
-JOIN jobrelay.job_events c ON c.job_id = j.id AND c.event = 'claimed'
 WHERE j.idempotency_key LIKE %(prefix)s
 """
 

@@ -47,8 +47,8 @@ WITH j AS (
     VALUES (%s, %s, %s, %s, 'catalog.export', %s, 3)
     ON CONFLICT (client_id, idempotency_key) DO NOTHING
     RETURNING id, available_at
-), o AS (INSERT INTO jobrelay.outbox (job_id, available_at) SELECT id, available_at FROM j)
-INSERT INTO jobrelay.job_events (job_id, event, attempt) SELECT id, 'received', 0 FROM j
+)
+INSERT INTO jobrelay.outbox (job_id, available_at) SELECT id, available_at FROM j
 """
 
 

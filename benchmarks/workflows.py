@@ -72,7 +72,7 @@ SELECT EXTRACT(EPOCH FROM p.last - min(j.created_at)) AS fan_out,
        EXTRACT(EPOCH FROM min(e.at) FILTER (WHERE e.event = 'published') - p.last),
        EXTRACT(EPOCH FROM min(e.at) FILTER (WHERE e.event = 'claimed') - p.last),
        EXTRACT(EPOCH FROM max(j.finished_at) - p.last)
-FROM jobrelay.jobs j JOIN jobrelay.job_events e ON e.job_id = j.id
+FROM jobrelay.jobs j JOIN jobrelay.job_journal e ON e.job_id = j.id
 CROSS JOIN LATERAL (
     SELECT max(parent.finished_at) AS last FROM jobrelay.job_dependencies d
     JOIN jobrelay.jobs parent ON parent.id = d.parent_id WHERE d.job_id = j.id

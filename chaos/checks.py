@@ -180,9 +180,9 @@ def read_database(database_url: str) -> Snapshot:
         limited_journal = [
             JournalEntry(str(job_id), event, int(attempt), at)
             for job_id, event, attempt, at in connection.execute(
-                "SELECT e.job_id, e.event, e.attempt, e.at FROM jobrelay.job_events e"
+                "SELECT e.job_id, e.event, e.attempt, e.at FROM jobrelay.job_journal e"
                 " JOIN jobrelay.jobs j ON j.id = e.job_id"
-                " WHERE j.type = %s AND e.event = ANY(%s) ORDER BY e.job_id, e.id",
+                " WHERE j.type = %s AND e.event = ANY(%s) ORDER BY e.job_id, e.seq",
                 (LIMITED, ["claimed", *ATTEMPT_ENDS]),
             )
         ]
@@ -240,9 +240,9 @@ def _read_durable(connection: psycopg.Connection[Any]) -> DurableFacts:
             SignalRow(str(job_id), key, value, taken_by)
         )
     for job_id, attempt, at in connection.execute(
-        "SELECT e.job_id, e.attempt, e.at FROM jobrelay.job_events e"
+        "SELECT e.job_id, e.attempt, e.at FROM jobrelay.job_journal e"
         " JOIN jobrelay.jobs j ON j.id = e.job_id"
-        " WHERE j.type = %s AND e.event = 'claimed' ORDER BY e.job_id, e.id",
+        " WHERE j.type = %s AND e.event = 'claimed' ORDER BY e.job_id, e.seq",
         (DURABLE,),
     ):
         facts.claims.setdefault(str(job_id), []).append((int(attempt), at))
@@ -271,9 +271,9 @@ def _read_workflows(
     first: dict[str, dict[str, datetime]] = {"claimed": {}, "succeeded": {}}
     releases: dict[str, list[str]] = defaultdict(list)
     for job_id, event, at in connection.execute(
-        "SELECT e.job_id, e.event, e.at FROM jobrelay.job_events e JOIN jobrelay.jobs j ON j.id = "
+        "SELECT e.job_id, e.event, e.at FROM jobrelay.job_journal e JOIN jobrelay.jobs j ON j.id = "
         "e.job_id"
-        " WHERE j.workflow_id IS NOT NULL AND e.event = ANY(%s) ORDER BY e.job_id, e.id",
+        " WHERE j.workflow_id IS NOT NULL AND e.event = ANY(%s) ORDER BY e.job_id, e.seq",
         (["claimed", "succeeded", *RELEASE_EVENTS],),
     ):
         if event in first:

@@ -129,7 +129,7 @@ async def test_the_django_example_confirms_its_orders_and_rolls_back_a_declined_
     assert await scalar(store, "SELECT count(*) FROM orders_order") == len(ORDERS)
     assert await scalar(store, "SELECT count(*) FROM jobrelay.jobs") == len(ORDERS)
     assert await scalar(store, "SELECT DISTINCT type FROM jobrelay.jobs") == TASK_TYPE
-    deferrals = "SELECT count(*) FROM jobrelay.job_events WHERE event = 'deferred'"
+    deferrals = "SELECT count(*) FROM jobrelay.job_journal WHERE event = 'deferred'"
     assert await scalar(store, deferrals) == 0  # the plain consumer never received one
 
 

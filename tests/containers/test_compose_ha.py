@@ -60,7 +60,7 @@ pytestmark = [pytest.mark.timeout(900), compose_test_opt_in]
 RESULTS_SQL = """
 SELECT j.id, j.state,
        (SELECT count(*) FROM jobrelay.job_results r WHERE r.job_id = j.id),
-       (SELECT count(*) FROM jobrelay.job_events e WHERE e.job_id = j.id AND e.event = 'succeeded')
+       (SELECT count(*) FROM jobrelay.job_journal e WHERE e.job_id = j.id AND e.event = 'succeeded')
 FROM jobrelay.jobs j
 """
 

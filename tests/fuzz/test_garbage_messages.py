@@ -349,7 +349,7 @@ async def test_garbage_on_the_work_queue_is_quarantined_or_harmlessly_acked_and_
     kinds = Counter(m.kind for _, m in messages)
     assert harmless and len(poison) > MESSAGES // 2, kinds
     before = await snapshot(store)
-    last_event = await scalar(store, "SELECT max(id) FROM jobrelay.job_events")
+    last_event = await scalar(store, "SELECT max(seq) FROM jobrelay.job_journal")
 
     async with running_consumer(cfg) as consumer:
         for start in range(0, len(messages), BATCH):
@@ -390,7 +390,7 @@ async def test_garbage_on_the_work_queue_is_quarantined_or_harmlessly_acked_and_
         assert await snapshot(store) == before
         new_events = await rows(
             store,
-            "SELECT event, count(*) FROM jobrelay.job_events WHERE id > :last GROUP BY event",
+            "SELECT event, count(*) FROM jobrelay.job_journal WHERE seq > :last GROUP BY event",
             last=last_event,
         )
         assert [tuple(row) for row in new_events] == [("duplicate_delivery", len(harmless))]

@@ -121,7 +121,7 @@ async def test_the_cancel_button_cancels_every_job_not_finished(
     assert await states_of(store, view.id) == {JobState.CANCELLED}
     (event,) = await rows(
         store,
-        "SELECT detail FROM jobrelay.job_events WHERE job_id = :id AND event = 'cancelled'",
+        "SELECT detail FROM jobrelay.job_journal WHERE job_id = :id AND event = 'cancelled'",
         id=view.jobs[0].id,
     )
     assert event.detail.startswith("by an operator in the console")

@@ -99,7 +99,7 @@ async def claimed_at_or_after_its_wake(store: Store, job_id: uuid.UUID) -> bool:
         await scalar(
             store,
             "SELECT bool_and(c.at >= s.wake_at) FROM jobrelay.job_steps s"
-            " JOIN jobrelay.job_events c ON c.job_id = s.job_id AND c.event = 'claimed'"
+            " JOIN jobrelay.job_journal c ON c.job_id = s.job_id AND c.event = 'claimed'"
             " AND c.at > s.at WHERE s.job_id = :id AND s.kind = 'sleep'",
             id=job_id,
         )
@@ -260,12 +260,12 @@ async def test_a_workflow_job_records_a_step_and_sleeps_and_its_dependent_runs_a
     # a's sleep released nothing: b was claimed once a had succeeded.
     a_done = await scalar(
         store,
-        "SELECT at FROM jobrelay.job_events WHERE job_id = :id AND event = 'succeeded'",
+        "SELECT at FROM jobrelay.job_journal WHERE job_id = :id AND event = 'succeeded'",
         id=ids["a"],
     )
     b_first = await scalar(
         store,
-        "SELECT min(at) FROM jobrelay.job_events WHERE job_id = :id AND event = 'claimed'",
+        "SELECT min(at) FROM jobrelay.job_journal WHERE job_id = :id AND event = 'claimed'",
         id=ids["b"],
     )
     assert b_first >= a_done

@@ -245,12 +245,12 @@ async def test_a_slot_freed_by_an_expired_lease_is_journaled_before_the_claim_th
     assert running == 1
     expired_at = await scalar(
         store,
-        "SELECT at FROM jobrelay.job_events WHERE job_id = :id AND event = 'lease_expired'",
+        "SELECT at FROM jobrelay.job_journal WHERE job_id = :id AND event = 'lease_expired'",
         id=first,
     )
     claimed_at = await scalar(
         store,
-        "SELECT at FROM jobrelay.job_events WHERE job_id = :id AND event = 'claimed'",
+        "SELECT at FROM jobrelay.job_journal WHERE job_id = :id AND event = 'claimed'",
         id=second,
     )
     assert expired_at <= claimed_at
@@ -443,7 +443,7 @@ async def test_a_paused_queue_claims_nothing_while_paused_and_everything_after_t
         assert (
             await scalar(
                 store,
-                "SELECT count(*) FROM jobrelay.job_events WHERE job_id = ANY(:ids) AND event = "
+                "SELECT count(*) FROM jobrelay.job_journal WHERE job_id = ANY(:ids) AND event = "
                 "'claimed'",
                 ids=jobs,
             )
@@ -535,7 +535,7 @@ async def test_a_consumer_killed_holding_a_slot_frees_it_when_its_lease_expires(
             await wait_finished(store, [after], within=20)
     claimed_at = await scalar(
         store,
-        "SELECT at FROM jobrelay.job_events WHERE job_id = :id AND event = 'claimed'",
+        "SELECT at FROM jobrelay.job_journal WHERE job_id = :id AND event = 'claimed'",
         id=after,
     )
     assert claimed_at >= lease_until  # the slot was free once the dead consumer's lease expired
@@ -562,7 +562,7 @@ async def test_a_limit_written_at_runtime_takes_effect_within_5_seconds(
 async def _claim_times(store: Store, jobs: list[uuid.UUID]) -> list[float]:
     found = await rows(
         store,
-        "SELECT EXTRACT(EPOCH FROM at)::float8 AS at FROM jobrelay.job_events"
+        "SELECT EXTRACT(EPOCH FROM at)::float8 AS at FROM jobrelay.job_journal"
         " WHERE job_id = ANY(:ids) AND event = 'claimed' ORDER BY at",
         ids=jobs,
     )
@@ -578,9 +578,9 @@ async def _journal_overlaps(store: Store, jobs: list[uuid.UUID]) -> int:
     found = await rows(
         store,
         "SELECT j.concurrency_key AS key, c.at AS claimed, f.at AS finished"
-        " FROM jobrelay.jobs j JOIN jobrelay.job_events c ON c.job_id = j.id AND c.event = "
+        " FROM jobrelay.jobs j JOIN jobrelay.job_journal c ON c.job_id = j.id AND c.event = "
         "'claimed'"
-        " JOIN jobrelay.job_events f ON f.job_id = j.id AND f.event = 'succeeded'"
+        " JOIN jobrelay.job_journal f ON f.job_id = j.id AND f.event = 'succeeded'"
         " WHERE j.id = ANY(:ids)",
         ids=jobs,
     )

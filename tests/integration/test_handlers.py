@@ -244,7 +244,7 @@ async def test_known_secrets_in_a_failure_reach_no_stored_row_and_no_log_line(
             await worker(store, cfg, known).handle(StandInDelivery(job_id, "handlers.leaky"))
         stored = await rows(
             store,
-            "SELECT e::text FROM jobrelay.job_events e WHERE job_id = :id "
+            "SELECT e::text FROM jobrelay.job_journal e WHERE job_id = :id "
             "UNION ALL SELECT j::text FROM jobrelay.jobs j WHERE id = :id",
             id=job_id,
         )

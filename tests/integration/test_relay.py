@@ -97,7 +97,7 @@ async def test_rows_become_persistent_messages_with_the_exact_body_and_propertie
         assert state[outbox_id].published_at is None
         assert state[outbox_id].publish_attempts == 0
     events = await store.fetch_all(
-        text("SELECT job_id, detail FROM jobrelay.job_events WHERE event = 'published'")
+        text("SELECT job_id, detail FROM jobrelay.job_journal WHERE event = 'published'")
     )
     assert sorted((e.job_id, e.detail) for e in events) == sorted(
         (job_id, f"outbox {outbox_id}") for outbox_id, job_id in due
@@ -302,7 +302,7 @@ async def test_an_expired_lease_is_rescued_exactly_once_with_two_dispatchers_run
         text(
             """
             SELECT j.id, j.state,
-                   (SELECT count(*) FROM jobrelay.job_events e
+                   (SELECT count(*) FROM jobrelay.job_journal e
                      WHERE e.job_id = j.id AND e.event = 'lease_expired') AS expired_events,
                    (SELECT count(*) FROM jobrelay.outbox o WHERE o.job_id = j.id) AS outbox_rows
             FROM jobrelay.jobs j

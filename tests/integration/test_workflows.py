@@ -83,7 +83,7 @@ async def outbox_rows(store: Store, job_id: uuid.UUID) -> int:
 
 async def releases(store: Store, job_id: uuid.UUID) -> int:
     sql = (
-        "SELECT count(*) FROM jobrelay.job_events "
+        "SELECT count(*) FROM jobrelay.job_journal "
         "WHERE job_id = :id AND event = 'parents_succeeded'"
     )
     return await count_of(store, sql, job_id)

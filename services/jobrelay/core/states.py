@@ -23,7 +23,8 @@ class JobState(StrEnum):
 
 
 class JobEvent(StrEnum):
-    """Entries of the transition journal (``job_events.event``)."""
+    """Entries of the transition journal (``job_journal.event``: ``job_events`` rows, and the
+    ``received``, ``published``, ``claimed`` and ``succeeded`` a job's rows tell)."""
 
     RECEIVED = "received"
     PUBLISHED = "published"
@@ -74,7 +75,9 @@ class Transition:
     name: str
     source: frozenset[JobState]
     target: JobState | None  # None: the state is kept (only the due time moves)
-    journal: tuple[JobEvent, ...]  # the entries it writes to ``job_events``, in order
+    # The entries it adds to the job's journal, in order: ``job_events`` rows, except a claim's
+    # and a success's, which the job's row tells (the view ``job_journal``, migration 0018).
+    journal: tuple[JobEvent, ...]
     fenced: bool = False  # only the holder of the claim's lease token may make it
     lease: Lease = Lease.ANY  # asked of the lease when the job is `running`
 

@@ -102,3 +102,5 @@ STEP_KINDS_0016 = ("step", "sleep", "signal", "child")
 STEP_STATUSES_0016 = ("done", "waiting", "timed_out")
 # The function a sender calls in its own transaction to send a signal (db/sql/signals.sql too).
 FUNCTIONS_0016 = ("jobrelay_signal",)
+# The views (0018): the journal as it reads.
+VIEWS_0018 = ("job_journal",)

@@ -21,12 +21,14 @@ from sqlalchemy import TextClause, event
 from sqlalchemy.engine import Engine
 
 from jobrelay.core.settings import DEFAULT_SCHEMA
-from jobrelay.db.history import FUNCTIONS_0011, FUNCTIONS_0016
+from jobrelay.db.history import FUNCTIONS_0011, FUNCTIONS_0016, VIEWS_0018
 from jobrelay.db.tables import metadata
 
-# The objects statements name: every table of the models and every function of the migrations.
+# The objects statements name: every table of the models, every function and view of the
+# migrations.
 OBJECTS = frozenset(
-    {table.name for table in metadata.tables.values()} | {*FUNCTIONS_0011, *FUNCTIONS_0016}
+    {table.name for table in metadata.tables.values()}
+    | {*FUNCTIONS_0011, *FUNCTIONS_0016, *VIEWS_0018}
 )
 
 # The sequences statements name, always as a quoted regclass: the journal's ids, drawn when a

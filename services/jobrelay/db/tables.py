@@ -166,6 +166,13 @@ jobs = Table(
     _moment("wake_at"),
     Column("waiting_on", JSONB),
     Column("parent_job_id", UUID(as_uuid=True), ForeignKey("jobs.id", ondelete="SET NULL")),
+    # The lean journal (migration 0018; docs/life-of-a-job.md, "The journal"): the current
+    # attempt's claim (its place in the journal, when, by whom) and a success's place, which
+    # the view ``job_journal`` tells as entries instead of ``job_events`` rows.
+    Column("claimed_seq", BigInteger),
+    _moment("claimed_at"),
+    Column("claimed_by", Text),
+    Column("finished_seq", BigInteger),
     CheckConstraint(
         "(state = 'sleeping') = (wake_at IS NOT NULL OR waiting_on IS NOT NULL)",
         name="sleeping_has_a_wake",
@@ -344,6 +351,13 @@ outbox = Table(
     Column("priority", SmallInteger, nullable=False, server_default=text("0")),
     Column("client_id", UUID(as_uuid=True)),
     Column("type", Text),
+    # The ``published`` entry of a confirmed row (migration 0018): its place in the journal and
+    # its time, both drawn by the lease whose publish the broker confirmed, and the attempt its
+    # message delivers. NULL until then, and in rows published before 0018 (their entry is a
+    # ``job_events`` row).
+    Column("journal_id", BigInteger),
+    _moment("leased_at"),
+    Column("delivers_attempt", Integer),
     CheckConstraint(f"priority BETWEEN {PRIORITY_MIN} AND {PRIORITY_MAX}", name="priority_range"),
     # The relay's hot path: due, unpublished rows, oldest first.
     Index(

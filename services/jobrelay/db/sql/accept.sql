@@ -5,12 +5,13 @@
 -- `:name`. `python -m jobrelay.db.sql <name>` prints a statement exactly as it runs.
 
 -- name: accept_job
--- One statement writes the job, its outbox row and the `received` event: they commit together
--- or not at all. ON CONFLICT DO NOTHING waits for a concurrent insert of the same key to finish,
--- so of N identical concurrent requests exactly one inserts and the others see its row. It has
--- no conflict target, so a live job of the same client, type and unique key
--- (ux_jobs_live_unique_key) also makes it insert nothing: of N concurrent unique submissions one
--- inserts, and the others find that job (LIVE_JOB_BY_UNIQUE_KEY).
+-- One statement writes the job and its outbox row: they commit together or not at all. The
+-- job's `received` entry is its row's created_at (db/sql/jobs.sql, JOB_EVENTS). ON CONFLICT
+-- DO NOTHING waits for a concurrent insert of the same key to finish, so of N identical
+-- concurrent requests exactly one inserts and the others see its row. It has no conflict
+-- target, so a live job of the same client, type and unique key (ux_jobs_live_unique_key) also
+-- makes it insert nothing: of N concurrent unique submissions one inserts, and the others find
+-- that job (LIVE_JOB_BY_UNIQUE_KEY).
 -- The caller knows every column of the new job but the database's times: only those come back
 -- (reading back the whole row, its payload parsed again, was a fifth of the accept's driver CPU).
 WITH j AS (
@@ -29,8 +30,6 @@ WITH j AS (
 ), new_outbox AS (
     INSERT INTO jobrelay.outbox (job_id, available_at, priority, client_id, type)
     SELECT id, available_at, priority, client_id, type FROM j
-), new_event AS (
-    INSERT INTO jobrelay.job_events (job_id, event, attempt) SELECT id, 'received', 0 FROM j
 )
 SELECT created_at, updated_at, available_at FROM j;
 
@@ -62,8 +61,6 @@ WITH asked AS (
 ), new_outbox AS (
     INSERT INTO jobrelay.outbox (job_id, available_at, priority, client_id, type)
     SELECT id, available_at, priority, client_id, type FROM j
-), new_event AS (
-    INSERT INTO jobrelay.job_events (job_id, event, attempt) SELECT id, 'received', 0 FROM j
 )
 SELECT id, idempotency_key, created_at, available_at FROM j;
 

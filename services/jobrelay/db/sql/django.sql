@@ -6,14 +6,14 @@
 
 -- name: django_task_result
 -- One job as a Django TaskResult shows it, if :client (a client's name or id) owns it: the job
--- and its stored result, when each attempt started (the journal's claims, whose detail names
--- the consumer: Django's worker_ids), and every failed attempt's error document.
+-- and its stored result, when each attempt started (the journal's claims, job_journal, whose
+-- detail names the consumer: Django's worker_ids), and every failed attempt's error document.
 SELECT j.id, j.type, j.payload, j.state, j.attempts, j.created_at, j.finished_at,
        r.result,
-       coalesce((SELECT array_agg(e.at ORDER BY e.id) FROM jobrelay.job_events e
+       coalesce((SELECT array_agg(e.at ORDER BY e.seq) FROM jobrelay.job_journal e
                  WHERE e.job_id = j.id AND e.event = 'claimed'), '{}') AS claimed_at,
-       coalesce((SELECT array_agg(coalesce(e.detail, '') ORDER BY e.id)
-                 FROM jobrelay.job_events e
+       coalesce((SELECT array_agg(coalesce(e.detail, '') ORDER BY e.seq)
+                 FROM jobrelay.job_journal e
                  WHERE e.job_id = j.id AND e.event = 'claimed'), '{}') AS claimed_by,
        coalesce((SELECT jsonb_agg(e.error ORDER BY e.id) FROM jobrelay.job_events e
                  WHERE e.job_id = j.id AND e.error IS NOT NULL), '[]') AS errors

@@ -33,7 +33,14 @@ WITH asked AS (
     SELECT paused_at IS NULL AS open FROM jobrelay.queues
     WHERE name = CAST(:queue AS text) FOR KEY SHARE
 ), before AS (
-    SELECT id, state AS previous_state FROM jobrelay.jobs
+    -- The claim this one replaces (an earlier attempt's, the row tells only the latest),
+    -- and a place in the journal for an expiry, drawn before the new claim's.
+    SELECT id, state AS previous_state, attempts AS previous_attempt,
+           claimed_seq AS previous_seq, claimed_at AS previous_at,
+           claimed_by AS previous_by,
+           CASE WHEN state = 'running' THEN nextval('jobrelay.job_events_id_seq') END
+               AS expiry_seq
+    FROM jobrelay.jobs
     WHERE id IN (SELECT job_id FROM asked)
       AND coalesce((SELECT open FROM queue), true)  -- no row: no pause to keep
     -- NO KEY: the journal rows other transactions insert for these jobs (their foreign
@@ -44,7 +51,12 @@ WITH asked AS (
     SET state = 'running', attempts = j.attempts + 1, lease_token = a.asked_token,
         lease_until = now() + make_interval(secs => a.asked_seconds), updated_at = now(),
         type_unknown_since = NULL,  -- a consumer that knows the type has it now
-        wake_at = NULL, waiting_on = NULL  -- a sleeper's time has come
+        wake_at = NULL, waiting_on = NULL,  -- a sleeper's time has come
+        -- The `claimed` entry, told by the row (JOB_EVENTS). At the statement's clock, not
+        -- its transaction's start: a claim under a limit waits for its slot's lock within its
+        -- transaction, and the journal must not date it before the finish that freed the slot.
+        claimed_seq = nextval('jobrelay.job_events_id_seq'), claimed_at = clock_timestamp(),
+        claimed_by = a.asked_detail
     FROM before b JOIN asked a ON a.job_id = b.id
     WHERE j.id = b.id AND j.attempts < j.max_attempts
       -- a consumer claims only a job it can run (NULL: any type)
@@ -66,18 +78,19 @@ WITH asked AS (
               j.replayed_attempts, j.parent_job_id,
               (SELECT jsonb_agg(to_jsonb(s) - 'job_id' ORDER BY s.at, s.name)
                FROM jobrelay.job_steps s WHERE s.job_id = j.id) AS steps,
-              b.previous_state, a.asked_detail
+              b.previous_state, b.previous_attempt, b.previous_seq, b.previous_at,
+              b.previous_by, b.expiry_seq, j.claimed_at
 ), new_events AS (
-    -- One INSERT, so the journal reads in order: the expiry first, then the new claim.
-    -- At the statement's clock, not its transaction's start: a claim under a limit waits
-    -- for its slot's lock within its transaction, and the journal must not date it before
-    -- the finish that freed the slot.
-    INSERT INTO jobrelay.job_events (job_id, event, attempt, detail, at)
-    SELECT id, 'lease_expired', attempts - 1, 'lease expired; re-claimed by a consumer',
-           clock_timestamp()
-    FROM claimed WHERE previous_state = 'running'
+    -- What the row forgets now, in the journal: the claim replaced (with its own place and
+    -- time: it reads where it happened), and an expired lease, placed before the new claim.
+    -- A first claim writes nothing here.
+    INSERT INTO jobrelay.job_events (id, job_id, event, attempt, detail, at)
+    SELECT previous_seq, id, 'claimed', previous_attempt, previous_by, previous_at
+    FROM claimed WHERE previous_seq IS NOT NULL
     UNION ALL
-    SELECT id, 'claimed', attempts, asked_detail, clock_timestamp() FROM claimed
+    SELECT expiry_seq, id, 'lease_expired', attempts - 1,
+           'lease expired; re-claimed by a consumer', claimed_at
+    FROM claimed WHERE previous_state = 'running'
 )
 SELECT * FROM claimed;
 
@@ -124,7 +137,7 @@ WHERE id = ANY(CAST(:ids AS uuid[])) AND cancel_requested_at IS NOT NULL;
 -- Every exit of a worker from `running`, for a group of jobs: each row's decided outcome (its
 -- :targets entry: succeeded, retrying, quarantined or cancelled) with its state, result or retry
 -- (due :retry_delays seconds after the database's now(), a new outbox row), error (cleared by a
--- success) and journal entry, all in one statement, and only while that row's
+-- success) and journal entry (a success's is told by its row), all in one statement, and only while that row's
 -- lease is the worker's and alive. A retry of a job whose client asked to cancel it meanwhile
 -- ends it `cancelled` instead (``ends_as``; no outbox row). The rows moved come back as (id,
 -- asked_token, target, ends_as): two reports on one job in a group (a stale worker's and the
@@ -158,6 +171,9 @@ WITH asked AS (
         last_error = CASE WHEN a.ends_as <> 'succeeded'
                           THEN coalesce(a.error, j.last_error) END,
         finished_at = CASE WHEN a.ends_as <> 'retrying' THEN now() END,
+        -- A success's `succeeded` entry is told by the row (JOB_EVENTS): its place here.
+        finished_seq = CASE WHEN a.ends_as = 'succeeded'
+                            THEN nextval('jobrelay.job_events_id_seq') END,
         updated_at = now()
     FROM decided a
     WHERE j.id = a.job_id
@@ -177,8 +193,7 @@ WITH asked AS (
     WHERE ends_as = 'retrying'
 ), event AS (
     INSERT INTO jobrelay.job_events (job_id, event, attempt, detail, error)
-    SELECT id, CASE ends_as WHEN 'succeeded' THEN 'succeeded'
-                            WHEN 'retrying' THEN 'retry_scheduled'
+    SELECT id, CASE ends_as WHEN 'retrying' THEN 'retry_scheduled'
                             WHEN 'quarantined' THEN 'quarantined'
                             WHEN 'cancelled' THEN 'cancelled' END,
            attempts,
@@ -192,7 +207,7 @@ WITH asked AS (
                WHEN target = 'cancelled' THEN 'its cancel was requested'
            END,
            CAST(failure AS jsonb)
-    FROM moved
+    FROM moved WHERE ends_as <> 'succeeded'
 )
 -- include: dependents_of
 

@@ -44,10 +44,12 @@ FROM jobrelay.jobs j LEFT JOIN jobrelay.job_results r ON r.job_id = j.id
 WHERE j.id = :id AND (CAST(:client_id AS uuid) IS NULL OR j.client_id = :client_id);
 
 -- name: job_events
-SELECT e.id, e.at, e.event, e.attempt, e.detail, e.error
-FROM jobrelay.job_events e
+-- A job's journal in order: the view job_journal (migration 0018) reads job_events and the
+-- entries a job's own rows tell (received, published, claimed, succeeded), each in its place.
+SELECT e.seq, e.at, e.event, e.attempt, e.detail, e.error
+FROM jobrelay.job_journal e
 WHERE e.job_id = :job_id
-ORDER BY e.id;
+ORDER BY e.seq;
 
 -- name: list_jobs
 -- Keyset pagination, newest first: the cursor is the (created_at, id) of the last row seen.

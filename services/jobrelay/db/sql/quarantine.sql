@@ -196,7 +196,9 @@ WITH lost AS (
            OR j.type = ANY(CAST(:empty_own_types AS text[])))
       AND (SELECT count(*) FROM jobrelay.job_events e
            WHERE e.job_id = j.id AND e.event = 'redispatched'
-             AND e.id > coalesce((SELECT max(c.id) FROM jobrelay.job_events c
+             -- since its latest claim: the row's, else a journaled one (written before 0018)
+             AND e.id > coalesce(j.claimed_seq,
+                                 (SELECT max(c.id) FROM jobrelay.job_events c
                                   WHERE c.job_id = j.id AND c.event = 'claimed'), 0))
           < :cap
     ORDER BY j.available_at

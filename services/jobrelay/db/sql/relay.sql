@@ -259,23 +259,18 @@ RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent,
           top.priority, top.turn, top.available_at AS due_at;
 
 -- name: mark_published
--- The confirmed rows of a batch, each as LEASE returned it: its `published` entry takes the
--- journal id and the time its lease drew, and the attempt it delivers (see LEASE_OUTBOX_BATCH).
-WITH confirmed AS (
-    SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:journal_ids AS bigint[]),
-                         CAST(:attempts AS integer[]), CAST(:leased_at AS timestamptz[]))
-        AS c(id, journal_id, attempt, leased_at)
-), done AS (
-    UPDATE jobrelay.outbox o SET published_at = now(), last_error = NULL
-    FROM confirmed c
-    WHERE o.id = c.id AND o.published_at IS NULL
-    RETURNING o.id, o.job_id, c.journal_id, c.attempt, c.leased_at
-)
-INSERT INTO jobrelay.job_events (id, job_id, event, attempt, detail, at)
-SELECT coalesce(d.journal_id, nextval('jobrelay.job_events_id_seq')), d.job_id, 'published',
-       d.attempt, 'outbox ' || d.id, coalesce(d.leased_at, now())
-FROM done d
-RETURNING job_id;
+-- The confirmed rows of a batch, each as LEASE returned it. The row is its own `published`
+-- entry (JOB_EVENTS): it keeps the journal id and the time its lease drew, and the attempt it
+-- delivers (see LEASE_OUTBOX_BATCH); a row marked by a caller that has none takes a new place.
+UPDATE jobrelay.outbox o
+SET published_at = now(), last_error = NULL,
+    journal_id = coalesce(c.journal_id, nextval('jobrelay.job_events_id_seq')),
+    leased_at = coalesce(c.leased_at, now()), delivers_attempt = c.attempt
+FROM unnest(CAST(:ids AS bigint[]), CAST(:journal_ids AS bigint[]),
+            CAST(:attempts AS integer[]), CAST(:leased_at AS timestamptz[]))
+     AS c(id, journal_id, attempt, leased_at)
+WHERE o.id = c.id AND o.published_at IS NULL
+RETURNING o.job_id;
 
 -- name: mark_publish_failed
 UPDATE jobrelay.outbox
@@ -342,12 +337,24 @@ SELECT id, 'lease_expired', attempts, :detail FROM rescued
 RETURNING job_id;
 
 -- name: delete_published_outbox
-DELETE FROM jobrelay.outbox WHERE id IN (
-    SELECT id FROM jobrelay.outbox
-    WHERE published_at IS NOT NULL
-      AND published_at < now() - make_interval(secs => :retention_seconds)
-    LIMIT :limit
-);
+-- Retention of the published rows of live jobs (a finished job's go with it, DELETE_FINISHED_JOBS).
+-- A row is the job's `published` entry (MARK_PUBLISHED), so the entry is journaled as it goes.
+WITH gone AS (
+    DELETE FROM jobrelay.outbox WHERE id IN (
+        SELECT o.id FROM jobrelay.outbox o
+        WHERE o.published_at IS NOT NULL
+          AND o.published_at < now() - make_interval(secs => :retention_seconds)
+          AND NOT EXISTS (SELECT 1 FROM jobrelay.jobs j
+                          WHERE j.id = o.job_id AND j.finished_at IS NOT NULL)
+        LIMIT :limit
+    )
+    RETURNING id, job_id, journal_id, leased_at, delivers_attempt
+), kept AS (
+    INSERT INTO jobrelay.job_events (id, job_id, event, attempt, detail, at)
+    SELECT journal_id, job_id, 'published', delivers_attempt, 'outbox ' || id, leased_at
+    FROM gone WHERE journal_id IS NOT NULL
+)
+SELECT id FROM gone;
 
 -- name: delete_finished_jobs
 -- Retention of finished jobs: the oldest of one state, a batch at a time, through the index on

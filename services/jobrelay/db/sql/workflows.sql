@@ -8,8 +8,9 @@
 -- name: accept_workflow
 -- A workflow and all its jobs in one statement: the workflow row (nothing else when its key was
 -- used: the caller reads that one, WORKFLOW_BY_KEY), its jobs (waiting while they have parents,
--- else queued with their outbox rows), their edges and their `received` events. The jobs' keys
--- are the workflow's (core/workflows.py::job_key); their request hash is the workflow's.
+-- else queued with their outbox rows) and their edges (a job's `received` entry is its row's
+-- created_at). The jobs' keys are the workflow's (core/workflows.py::job_key); their request
+-- hash is the workflow's.
 WITH w AS (
     INSERT INTO jobrelay.workflows (id, client_id, idempotency_key, request_hash, on_failure)
     VALUES (:id, :client_id, :idempotency_key, :request_hash, :on_failure)
@@ -44,8 +45,6 @@ WITH w AS (
     INSERT INTO jobrelay.outbox (job_id, available_at, priority, client_id, type)
     SELECT id, available_at, priority, client_id, type FROM j
     WHERE state = 'queued'
-), new_event AS (
-    INSERT INTO jobrelay.job_events (job_id, event, attempt) SELECT id, 'received', 0 FROM j
 )
 SELECT id, created_at FROM w;
 

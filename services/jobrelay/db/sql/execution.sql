@@ -121,7 +121,8 @@ WHERE id = ANY(CAST(:ids AS uuid[])) AND cancel_requested_at IS NOT NULL;
 
 -- fragment: finish_moves
 -- makes: complete retry quarantine cancel_running
--- The body of FINISH_JOBS and FINISH_PLAIN_JOBS, written once. Every exit of a worker from `running`, for a group of jobs: each row's decided outcome (its
+-- The body of FINISH_JOBS and FINISH_PLAIN_JOBS, written once.
+-- Every exit of a worker from `running`, for a group of jobs: each row's decided outcome (its
 -- :targets entry: succeeded, retrying, quarantined or cancelled) with its state, result or retry
 -- (due :retry_delays seconds after the database's now(), a new outbox row), error (cleared by a
 -- success) and journal entry, all in one statement, and only while that row's

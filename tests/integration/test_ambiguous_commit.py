@@ -187,7 +187,8 @@ async def test_a_completion_whose_commit_landed_but_whose_answer_was_lost_is_ack
     cfg = make_settings()
     job_id = await submit(store, await new_client(store), "test.count", {"tag": "once"})
     delivery = StandInDelivery(job_id, "test.count")
-    lost_answers.arm(q.FINISH_JOBS)
+    # A plain job (no workflow, no parent): its finish is FINISH_JOBS' lean twin.
+    lost_answers.arm(q.FINISH_PLAIN_JOBS)
 
     verdict = await worker(store, cfg).handle(delivery)
 
@@ -205,7 +206,7 @@ async def test_a_completion_lost_for_longer_than_the_patience_is_requeued_and_th
     cfg = make_settings()
     job_id = await submit(store, await new_client(store), "test.count", {"tag": "once"})
     first = StandInDelivery(job_id, "test.count")
-    lost_answers.arm(q.FINISH_JOBS, times=10**6)  # every answer lost, for the whole patience
+    lost_answers.arm(q.FINISH_PLAIN_JOBS, times=10**6)  # every answer lost, for the whole patience
     verdict = await worker(store, cfg, store_patience=0.3).handle(first)
 
     # The worker gave up waiting for an answer: the message must survive.
@@ -227,7 +228,7 @@ async def test_a_completion_lost_for_longer_than_the_patience_is_requeued_and_th
     [
         (
             {"mode": "transient", "times": 1},
-            q.FINISH_JOBS,
+            q.FINISH_PLAIN_JOBS,
             "retried",
             "retrying",
             "retry_scheduled",
@@ -235,7 +236,7 @@ async def test_a_completion_lost_for_longer_than_the_patience_is_requeued_and_th
         ),
         (
             {"mode": "permanent", "times": 1},
-            q.FINISH_JOBS,
+            q.FINISH_PLAIN_JOBS,
             "quarantined",
             "quarantined",
             "quarantined",
@@ -311,7 +312,7 @@ async def test_through_the_broker_a_lost_completion_answer_leaves_one_result_and
     cfg = make_settings()
     client_id = await new_client(store)
     jobs = [await submit(store, client_id, "test.count", {"tag": str(n)}) for n in range(5)]
-    lost_answers.arm(q.FINISH_JOBS, times=len(jobs))
+    lost_answers.arm(q.FINISH_PLAIN_JOBS, times=len(jobs))
     await mark_outbox_published(store)
     async with running_consumer(cfg):
         await publish_jobs(cfg, [(job_id, "test.count") for job_id in jobs])

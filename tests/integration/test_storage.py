@@ -13,10 +13,12 @@ from typing import Any
 import pytest
 from sqlalchemy import delete, func, text
 
-from jobrelay.core.jobs import JobRequest
+from jobrelay.core.execution import Claimed, LeaseTerms
+from jobrelay.core.jobs import JobRequest, Outcome, Quarantine, Succeeded
 from jobrelay.core.states import TERMINAL_STATES, JobState
 from jobrelay.db import queries as q
 from jobrelay.db import tables
+from jobrelay.db.execution_store import PgExecutionStore
 from jobrelay.db.relay_store import RelayStore
 from jobrelay.db.store import Store
 from tests.support import factories
@@ -97,10 +99,42 @@ async def test_concurrent_finishes_are_all_counted(store: Store) -> None:
     await assert_stats_match_a_full_count(store)
 
 
+async def test_a_group_finished_in_one_statement_writes_one_delta_per_bucket(store: Store) -> None:
+    """The counts are written per statement (migration 0017): a group commit of twelve
+    outcomes appends one delta per (state, code), each the exact count."""
+    executions = PgExecutionStore(store, queue=None)
+    jobs = await factories.jobs(store, 12)
+    claims = [await executions.claim(job.id, LeaseTerms.fresh(30)) for job in jobs]
+    assert all(isinstance(claim, Claimed) for claim in claims)
+    outcomes: list[Outcome] = [Succeeded({})] * 8 + [Quarantine("permanent_error", "no")] * 4
+    await asyncio.gather(
+        *(
+            executions.finish(
+                claim.job.id,
+                lease_token=claim.lease_token,
+                attempt=1,
+                outcome=outcome,
+                related=False,
+            )
+            for claim, outcome in zip(claims, outcomes, strict=True)
+            if isinstance(claim, Claimed)
+        )
+    )
+    deltas = await store.fetch_all(
+        text("SELECT state, code, n FROM jobrelay.job_count_deltas ORDER BY 1")
+    )
+    assert [tuple(row) for row in deltas] == [
+        ("quarantined", "permanent_error", 4),
+        ("succeeded", "", 8),
+    ]
+    await assert_stats_match_a_full_count(store)
+
+
 async def test_the_dispatchers_maintenance_folds_the_deltas_into_the_totals(store: Store) -> None:
     await factories.jobs(store, 5, state=JobState.SUCCEEDED)
     await factories.jobs(store, 2, state=JobState.QUARANTINED, last_error_code="delivery_limit")
-    assert await factories.count(store, tables.job_count_deltas) == 7
+    # One delta per bucket and statement (migration 0017), each its statement's count.
+    assert await factories.count(store, tables.job_count_deltas) == 2
     maintainer = store_maintenance(store, interval=0.05)
     maintenance = asyncio.create_task(maintainer.run())
     try:

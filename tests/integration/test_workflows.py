@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from sqlalchemy import text
 
 from jobrelay.core.execution import Claimed, ClaimRules, Held, LeaseTerms, Refused
 from jobrelay.core.flow import Limit
@@ -25,6 +26,7 @@ from jobrelay.db.quarantine_store import QuarantineStore
 from jobrelay.db.store import Store
 from jobrelay.db.workflow_store import WorkflowStore, WorkflowSubmission
 from tests.conftest import MakeSettings
+from tests.support import factories
 from tests.support.consumer_kit import StandInDelivery, new_client, registry, rows, scalar, worker
 
 TYPE = "test.count"
@@ -362,3 +364,58 @@ async def test_a_handler_reads_its_parents_results_and_reports_progress(
     assert (progress["fraction"], progress["message"]) == (1.0, "done")
     # 3 jobs x 1,001 reports each, written a few times per job at most
     assert 3 <= run.progress.writes <= 3 * 6
+
+
+async def test_a_parent_finished_beside_plain_jobs_in_one_group_still_releases_its_child(
+    store: Store, client_id: uuid.UUID, executions: PgExecutionStore
+) -> None:
+    """The plain jobs alone would take FINISH_PLAIN_JOBS; the parent sends the whole group
+    through FINISH_JOBS, and its child is released."""
+    ids = await submit_graph(store, client_id, {"a": (), "b": ("a",)})
+    plain = [job.id for job in await factories.jobs(store, 3, client_id=client_id)]
+    parent = await claim(executions, ids["a"])
+    claims = [await claim(executions, job_id) for job_id in plain]
+    groups = executions._finishes.groups
+    await asyncio.gather(
+        *(
+            executions.finish(
+                c.job.id,
+                lease_token=c.lease_token,
+                attempt=1,
+                outcome=Succeeded({}),
+                related=c.job.workflow_id is not None,
+            )
+            for c in [*claims, parent]
+        )
+    )
+    assert executions._finishes.groups == groups + 1  # one statement for the four
+    assert await states(store, ids) == {"a": "succeeded", "b": "queued"}
+    assert (await outbox_rows(store, ids["b"]), await releases(store, ids["b"])) == (1, 1)
+    finished = await store.fetch_all(
+        q.FINISH_PLAIN_JOBS, **finish_params([await claim(executions, ids["b"])])
+    )
+    assert [row.ends_as for row in finished] == ["succeeded"]  # the lean one ends a job alike
+
+
+async def test_a_finish_that_also_cancels_dependents_counts_each_bucket_once_and_exactly(
+    store: Store, client_id: uuid.UUID, executions: PgExecutionStore
+) -> None:
+    """FINISH_JOBS writes ``jobs`` in two CTEs (the finish and dependents_of): the statement
+    triggers (migration 0017) fire once, their transition tables holding both."""
+    ids = await submit_graph(store, client_id, {"a": (), "b": ("a",), "c": ("b",), "x": ()})
+    async with store.transaction() as connection:
+        await connection.execute(text("DELETE FROM jobrelay.job_count_deltas"))
+    claimed = await claim(executions, ids["a"])
+    await executions.finish(
+        ids["a"],
+        lease_token=claimed.lease_token,
+        attempt=1,
+        outcome=Quarantine("permanent_error", "no"),
+    )
+    deltas = await store.fetch_all(
+        text("SELECT state, code, n FROM jobrelay.job_count_deltas ORDER BY 1")
+    )
+    assert [tuple(row) for row in deltas] == [
+        ("cancelled", "dependency_failed", 2),
+        ("quarantined", "permanent_error", 1),
+    ]

@@ -271,7 +271,13 @@ class InMemoryExecutionStore:
         return job is not None and job.lease_token == lease.token and bool(job.cancel_requested_at)
 
     async def finish(
-        self, job_id: uuid.UUID, *, lease_token: uuid.UUID, attempt: int, outcome: Outcome
+        self,
+        job_id: uuid.UUID,
+        *,
+        lease_token: uuid.UUID,
+        attempt: int,
+        outcome: Outcome,
+        related: bool = True,
     ) -> Finish:
         self._reach()
         job = self.jobs.get(job_id)

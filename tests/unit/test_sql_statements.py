@@ -103,6 +103,19 @@ def test_a_statement_is_printed_as_it_runs(capsys: pytest.CaptureFixture[str]) -
     assert capsys.readouterr().out == queries.FINISH_JOBS.text + ";\n"
 
 
+def test_a_statement_may_begin_with_an_include() -> None:
+    source = (
+        "-- name: a\n-- Its comment.\n-- include: body\nSELECT 1;\n"
+        "-- fragment: body\nWITH x AS (SELECT 1)\n"
+    )
+    (statement,) = parse({"begins.sql": source}).values()
+    assert statement.sql == "WITH x AS (SELECT 1)\nSELECT 1"
+    assert statement.comment == "Its comment."
+    for name in ("finish_jobs", "finish_plain_jobs"):
+        assert STATEMENTS[name].sql.startswith("WITH asked AS (")
+        assert STATEMENTS[name].includes[0] == "finish_moves"
+
+
 def test_an_unknown_name_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["finish_job"]) == 2
     assert "no statement named finish_job" in capsys.readouterr().err

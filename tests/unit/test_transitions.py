@@ -35,6 +35,9 @@ from tests.support.transitions import CANCELLABLE_STATES, TRANSITIONS
 # can end a parent (the fragment dependents_of), a cancel, of one job or of a workflow's, and a
 # sleeper's wake (by its child's end, in dependents_of, or into a hold, HOLD_JOB).
 SHARED_TRANSITIONS = frozenset({PARENTS_SUCCEEDED, DEPENDENCY_FAILED, CANCEL, WAKE})
+# FINISH_JOBS and its lean twin, the same body (the fragment finish_moves) with and without the
+# workflow release: for a group with no job of a workflow and no child (db/execution_store.py).
+WORKER_EXITS = {"FINISH_JOBS", "FINISH_PLAIN_JOBS"}
 
 
 @pytest.mark.parametrize("name", sorted(q.STATE_WRITES))
@@ -87,7 +90,8 @@ def test_a_lease_asked_of_a_running_job_changes_its_guard() -> None:
 def test_the_exits_of_a_worker_share_one_guard_so_one_statement_makes_them_all() -> None:
     exits = (COMPLETE, RETRY, QUARANTINE, CANCEL_RUNNING)
     assert len({guard(t, "a.asked_token") for t in exits}) == 1
-    assert set(exits) <= set(q.STATE_WRITES["FINISH_JOBS"])
+    for name in WORKER_EXITS:
+        assert set(exits) == set(q.STATE_WRITES[name]) - SHARED_TRANSITIONS
 
 
 def test_every_exit_of_a_worker_from_running_is_one_statement() -> None:
@@ -95,11 +99,21 @@ def test_every_exit_of_a_worker_from_running_is_one_statement() -> None:
     makers = {
         name for name, made in q.STATE_WRITES.items() if {t.name for t in made} & worker_exits
     }
-    assert makers == {"FINISH_JOBS"}
+    assert makers == WORKER_EXITS
+    # The lean one is the full one without its workflow release, word for word.
+    answer = "SELECT id, asked_token, target, ends_as FROM moved"
+    plain = q.FINISH_PLAIN_JOBS.text.removesuffix(answer).rstrip()
+    assert q.FINISH_JOBS.text.startswith(plain) and q.FINISH_JOBS.text.endswith(answer)
+    assert "moved_dependents" in q.FINISH_JOBS.text and "moved_dependents" not in plain
 
 
 def test_every_transition_is_made_by_exactly_one_statement_but_the_shared_ones() -> None:
-    made = [t for transitions in q.STATE_WRITES.values() for t in transitions]
+    made = [
+        t
+        for name, transitions in q.STATE_WRITES.items()
+        for t in transitions
+        if name != "FINISH_PLAIN_JOBS"  # FINISH_JOBS' twin (above)
+    ]
     alone = [t.name for t in made if t not in SHARED_TRANSITIONS]
     assert sorted(alone) == sorted(t.name for t in ALL_TRANSITIONS if t not in SHARED_TRANSITIONS)
     assert {t.name for t in made} == {t.name for t in ALL_TRANSITIONS}
@@ -110,7 +124,9 @@ def test_every_statement_that_can_end_a_job_of_a_workflow_moves_its_dependents()
     ending = {
         name
         for name, made in q.STATE_WRITES.items()
-        if any(t.target in TERMINAL_STATES for t in made) and name != "CANCEL_WORKFLOW_JOBS"
+        if any(t.target in TERMINAL_STATES for t in made)
+        # a workflow's own cancel, and the finish of a group with no job of a workflow or child
+        and name not in {"CANCEL_WORKFLOW_JOBS", "FINISH_PLAIN_JOBS"}
     }
     moving = {name for name, made in q.STATE_WRITES.items() if DEPENDENCY_FAILED in made}
     assert ending == moving

@@ -368,7 +368,11 @@ class Worker:
             finish = await _shielded(
                 self.patiently(
                     lambda: self.store.finish(
-                        job.id, lease_token=claim.lease_token, attempt=job.attempts, outcome=outcome
+                        job.id,
+                        lease_token=claim.lease_token,
+                        attempt=job.attempts,
+                        outcome=outcome,
+                        related=job.workflow_id is not None or job.parent_job_id is not None,
                     )
                 )
             )

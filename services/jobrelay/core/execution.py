@@ -280,10 +280,18 @@ class ExecutionStore(Protocol):
         ...
 
     async def finish(
-        self, job_id: uuid.UUID, *, lease_token: uuid.UUID, attempt: int, outcome: Outcome
+        self,
+        job_id: uuid.UUID,
+        *,
+        lease_token: uuid.UUID,
+        attempt: int,
+        outcome: Outcome,
+        related: bool = True,
     ) -> Finish:
         """Carry out a decided outcome once, fenced by the lease token (a retry of a job
-        whose cancel was requested: cancelled instead, ``Finish.CANCELLED``)."""
+        whose cancel was requested: cancelled instead, ``Finish.CANCELLED``). ``related``: the
+        job may be a workflow's or a child (its claim row has a workflow or a parent), so its
+        end moves other jobs; False, from the claim row, spares the finish that work."""
         ...
 
     async def release(self, job_id: uuid.UUID, *, lease_token: uuid.UUID, detail: str) -> bool:

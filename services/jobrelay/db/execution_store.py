@@ -5,7 +5,8 @@ answers with, and re-exports).
 Claims and final writes are group commits (``db/group_commit.py``): the deliveries a consumer
 has in flight together share one statement, one round trip and one commit, each row fenced by
 its own lease token. A row the statement did not move takes the rare path alone. Every exit of
-a worker from `running` (success, retry, quarantine, cancel) is the one guarded ``FINISH_JOBS``.
+a worker from `running` (success, retry, quarantine, cancel) is the one guarded ``FINISH_JOBS``,
+or its lean twin ``FINISH_PLAIN_JOBS`` for a group with no job of a workflow and no child.
 The heartbeats' cancel polls are grouped the same way (one read for the jobs in flight).
 
 Every write that reports on a job is fenced by the lease token of the claim that made it, so a
@@ -27,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from jobrelay.core.execution import (
@@ -75,6 +77,13 @@ class _ClaimRequest:
     job_type: str | None
 
 
+def finish_statement(requests: Sequence[_FinishRequest]) -> TextClause:
+    """``FINISH_PLAIN_JOBS`` for a group in which no job is a workflow's or a child: the
+    workflow release (the fragment dependents_of) would find no edge to follow. One related job
+    and the whole group takes ``FINISH_JOBS``, which finishes plain jobs just as well."""
+    return q.FINISH_JOBS if any(r.related for r in requests) else q.FINISH_PLAIN_JOBS
+
+
 @dataclass(frozen=True)
 class _FinishRequest:
     """One row of ``FINISH_JOBS``: a decided outcome, the fields it does not use left None."""
@@ -87,6 +96,7 @@ class _FinishRequest:
     error_code: str | None = None
     error: str | None = None
     failure: str | None = None  # JSON
+    related: bool = True  # a workflow's job or a child, as far as the caller knows
 
     @classmethod
     def of(cls, job_id: uuid.UUID, lease_token: uuid.UUID, outcome: Outcome) -> _FinishRequest:
@@ -209,7 +219,7 @@ class PgExecutionStore:
         """One statement carries out every decided outcome of the group whose lease is still
         held; each request learns the state its row was moved to (None: not moved)."""
         rows = await self.store.fetch_all(
-            q.FINISH_JOBS,
+            finish_statement(requests),
             ids=[r.job_id for r in requests],
             lease_tokens=[r.lease_token for r in requests],
             targets=[r.target.value for r in requests],
@@ -394,11 +404,18 @@ class PgExecutionStore:
         return await self._cancel_polls.submit(_CancelPoll(job_id, lease.token))
 
     async def finish(
-        self, job_id: uuid.UUID, *, lease_token: uuid.UUID, attempt: int, outcome: Outcome
+        self,
+        job_id: uuid.UUID,
+        *,
+        lease_token: uuid.UUID,
+        attempt: int,
+        outcome: Outcome,
+        related: bool = True,
     ) -> Finish:
         """Carry out a decided outcome in one transaction, fenced by the lease token. A retry
-        of a job whose cancel was requested ends it cancelled instead (``Finish.CANCELLED``)."""
-        ends_as = await self._write(job_id, lease_token, outcome)
+        of a job whose cancel was requested ends it cancelled instead (``Finish.CANCELLED``).
+        ``related``: the job may be a workflow's or a child (``finish_statement``)."""
+        ends_as = await self._write(job_id, lease_token, outcome, related)
         if ends_as is not None:
             if ends_as is JobState.CANCELLED and not isinstance(outcome, Cancelled):
                 return Finish.CANCELLED
@@ -417,12 +434,13 @@ class PgExecutionStore:
             return Finish.STALE
 
     async def _write(
-        self, job_id: uuid.UUID, lease_token: uuid.UUID, outcome: Outcome
+        self, job_id: uuid.UUID, lease_token: uuid.UUID, outcome: Outcome, related: bool
     ) -> JobState | None:
         """State, result or retry (a new outbox row), error and journal: one statement for the
         group, fenced by each row's token (``FINISH_JOBS``). The state it moved the job to, or
         None when the lease is no longer ours."""
-        return await self._finishes.submit(_FinishRequest.of(job_id, lease_token, outcome))
+        request = _FinishRequest.of(job_id, lease_token, outcome)
+        return await self._finishes.submit(dataclasses.replace(request, related=related))
 
     async def release(self, job_id: uuid.UUID, *, lease_token: uuid.UUID, detail: str) -> bool:
         """Give a running job back (shutdown): `queued` again, the attempt still counted."""

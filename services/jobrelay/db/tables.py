@@ -416,8 +416,9 @@ job_events = Table(
 )
 
 # How many finished jobs there are, by state and error code ('' for none): ``job_totals`` plus
-# the deltas not folded into it yet. Row triggers on ``jobs`` (migration 0003) append +1/-1 to
-# ``job_count_deltas`` as jobs enter and leave finished states; the dispatcher folds them into
+# the deltas not folded into it yet. Statement triggers on ``jobs`` (migration 0017; row triggers
+# from 0003 until then) append to ``job_count_deltas`` one row per (state, code) a statement
+# changed, the net of the jobs entering and leaving finished states; the dispatcher folds them into
 # the totals (``queries.FOLD_JOB_COUNTS``). The stats read these few rows, never the jobs.
 job_totals = Table(
     "job_totals",

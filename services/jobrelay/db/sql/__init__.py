@@ -16,7 +16,9 @@ guards against them). What varies is a ``:name`` parameter, never text. One thin
 ``-- fragment:`` block, written once, that a statement takes in where a line reads ``--
 include: <fragment>`` (expanded here, once, at load; the statement makes the fragment's
 transitions too): ``dependents_of`` (workflows.sql), the moves of a workflow's waiting jobs,
-in every statement that can end their parent. ``python -m jobrelay.db.sql NAME`` prints a
+in every statement that can end their parent, and ``finish_moves`` (execution.sql), the body
+that FINISH_JOBS shares with its lean twin FINISH_PLAIN_JOBS (a statement may begin with an
+include). ``python -m jobrelay.db.sql NAME`` prints a
 statement exactly as it runs, to paste into psql or EXPLAIN.
 """
 
@@ -57,7 +59,7 @@ class _Block:
 
 def _blocks(file: str, source: str) -> list[_Block]:
     """The blocks of one file: a header line, its comment lines (the first line that is neither
-    a comment nor blank starts the statement), the statement's lines."""
+    a comment nor blank, or an include, starts the statement), the statement's lines."""
     blocks: list[_Block] = []
     for line in source.splitlines():
         if header := _HEADER.match(line):
@@ -66,7 +68,7 @@ def _blocks(file: str, source: str) -> list[_Block]:
         if not blocks:
             continue  # the file's own comment, before its first block
         block = blocks[-1]
-        if block.body or not (line.startswith("--") or not line.strip()):
+        if block.body or _INCLUDE.match(line) or not (line.startswith("--") or not line.strip()):
             block.body.append(line)
         elif makes := _MAKES.match(line):
             block.makes = tuple(makes[1].split())

@@ -132,8 +132,9 @@ RETURNING lease_until, cancel_requested_at IS NOT NULL AS cancel_requested;
 SELECT id, lease_token FROM jobrelay.jobs
 WHERE id = ANY(CAST(:ids AS uuid[])) AND cancel_requested_at IS NOT NULL;
 
--- name: finish_jobs
+-- fragment: finish_moves
 -- makes: complete retry quarantine cancel_running
+-- The body of FINISH_JOBS and FINISH_PLAIN_JOBS, written once.
 -- Every exit of a worker from `running`, for a group of jobs: each row's decided outcome (its
 -- :targets entry: succeeded, retrying, quarantined or cancelled) with its state, result or retry
 -- (due :retry_delays seconds after the database's now(), a new outbox row), error (cleared by a
@@ -209,7 +210,20 @@ WITH asked AS (
            CAST(failure AS jsonb)
     FROM moved WHERE ends_as <> 'succeeded'
 )
+
+-- name: finish_jobs
+-- Every exit of a worker from `running`, for a group of jobs (the fragment finish_moves), and
+-- the moves it makes of their workflows' dependents and waiting parents (dependents_of).
+-- include: finish_moves
 -- include: dependents_of
+
+SELECT id, asked_token, target, ends_as FROM moved;
+
+-- name: finish_plain_jobs
+-- FINISH_JOBS without dependents_of, for a group in which no job has a workflow or a parent
+-- (db/execution_store.py chooses): such a job has no edge to follow, so the workflow release
+-- would only probe the indexes and find nothing.
+-- include: finish_moves
 
 SELECT id, asked_token, target, ends_as FROM moved;
 

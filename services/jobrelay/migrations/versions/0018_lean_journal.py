@@ -38,7 +38,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0018"
-down_revision = "0016"  # TEMP no branch labels, no dependencies
+down_revision = "0017"  # no branch labels, no dependencies
 
 _ENQUEUE_0010 = importlib.import_module("jobrelay.migrations.versions.0010_enqueue_function")
 _RECEIVED_ROW = """, new_event AS (

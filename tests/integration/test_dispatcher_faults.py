@@ -93,10 +93,13 @@ async def test_a_dispatcher_killed_after_publish_before_published_at_commits_pub
     await insert_jobs(store, 1)
     with dispatcher(settings, tmp_path / "first.log") as first:
         await eventually(lambda: all_published(store), what="the dispatcher to be up")
-        # Hold off every write to job_events: marking a row published needs one, so the
-        # dispatcher publishes, gets the confirm and then waits before published_at commits.
+        # Hold off every mark: the dispatcher publishes, gets the confirm and then waits
+        # before published_at commits (a trigger of the test's own takes a lock it holds).
+        async with store.transaction() as connection:
+            for statement in HOLD_MARKS:
+                await connection.execute(text(statement))
         async with store.transaction() as blocker:
-            await blocker.execute(text("LOCK TABLE jobrelay.job_events IN SHARE MODE"))
+            await blocker.execute(text(f"SELECT pg_advisory_xact_lock({MARK_LOCK})"))
             [(outbox_id, job_id)] = await insert_jobs(store, 1)
             await eventually(
                 lambda: depth_is(settings.amqp_url, 2, SLEEP_QUEUE), what="the message confirmed"
@@ -128,6 +131,23 @@ async def test_a_dispatcher_killed_after_publish_before_published_at_commits_pub
     copies = [m for m in messages if m.message_id == str(outbox_id)]
     assert len(copies) == 2, "a duplicate message, nothing lost"
     assert {m.correlation_id for m in copies} == {str(job_id)}
+
+
+# The test's stand-in for a mark that cannot commit: setting published_at waits for MARK_LOCK.
+MARK_LOCK = 4242
+HOLD_MARKS = (
+    f"""
+    CREATE FUNCTION jobrelay.test_hold_marks() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NEW.published_at IS NOT NULL AND OLD.published_at IS NULL THEN
+            PERFORM pg_advisory_xact_lock({MARK_LOCK});
+        END IF;
+        RETURN NEW;
+    END $$
+    """,
+    "CREATE TRIGGER test_hold_marks BEFORE UPDATE ON jobrelay.outbox"
+    " FOR EACH ROW EXECUTE FUNCTION jobrelay.test_hold_marks()",
+)
 
 
 async def _marking_waits_on_lock(store: Store) -> bool:

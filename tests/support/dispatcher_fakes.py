@@ -185,8 +185,10 @@ class FakeDepths:
     """The broker's ready counts by queue, as a test sets them."""
 
     ready: dict[str, int] = field(default_factory=dict)
+    reads: int = 0  # how often the counts were asked for
 
     async def depths(self, queues: Sequence[str]) -> dict[str, QueueDepth]:
+        self.reads += 1
         return {queue: QueueDepth(self.ready.get(queue, 0), 0) for queue in queues}
 
     async def close(self) -> None:

@@ -80,8 +80,7 @@ async def test_a_full_window_holds_the_backlog_and_rechecks_soon() -> None:
     )
 
 
-async def test_the_broker_is_asked_again_only_when_the_rows_leased_since_could_fill_the_window(
-) -> None:
+async def test_the_broker_is_asked_again_when_the_leased_rows_could_fill_the_window() -> None:
     outbox = InMemoryOutbox()
     depths = FakeDepths({"default": 100})
     now = [0.0]

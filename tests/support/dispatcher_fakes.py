@@ -52,6 +52,7 @@ class InMemoryOutbox:
     broker_blocks: dict[str, str] = field(default_factory=dict)
     controls: FlowControls = field(default_factory=FlowControls)
     queues: set[str] = field(default_factory=set)
+    due_asks: int = 0  # calls of next_due_in
     # Ids as a sequence hands them out: never one again, even after retention deleted rows.
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1), repr=False)
 
@@ -137,6 +138,7 @@ class InMemoryOutbox:
 
     async def next_due_in(self) -> float | None:
         self._check()
+        self.due_asks += 1
         pending = [r.due_at - self.now for r in self.rows.values() if not r.published]
         return min(pending) if pending else None
 
@@ -185,8 +187,10 @@ class FakeDepths:
     """The broker's ready counts by queue, as a test sets them."""
 
     ready: dict[str, int] = field(default_factory=dict)
+    reads: int = 0  # how often the counts were asked for
 
     async def depths(self, queues: Sequence[str]) -> dict[str, QueueDepth]:
+        self.reads += 1
         return {queue: QueueDepth(self.ready.get(queue, 0), 0) for queue in queues}
 
     async def close(self) -> None:

@@ -211,3 +211,14 @@ async def test_the_loop_wakes_when_the_next_row_comes_due_not_at_the_poll() -> N
     finally:
         relay.stop()
         await asyncio.wait_for(task, STOPPED_WITHIN)
+
+
+async def test_a_relay_woken_during_a_batch_does_not_ask_for_the_next_due_time() -> None:
+    outbox, publisher = InMemoryOutbox(), FakePublisher()
+    relay = make_relay(outbox, publisher)
+    outbox.add(due_in=60)
+    await relay._wait_for_work()  # not woken: the due time bounds the wait
+    assert outbox.due_asks == 1
+    relay.wake()  # a NOTIFY while the last batch was out
+    await relay._wait_for_work()
+    assert outbox.due_asks == 1

@@ -6,6 +6,7 @@ from jobrelay.core.flow import Limit, Rate, limits_in_force
 from jobrelay.core.relay import FlowControls, QueuePick
 from jobrelay.dispatcher.window import (
     HELD_RECHECK_SECONDS,
+    WINDOW_MEASURE_SECONDS,
     WINDOW_RECHECK_SECONDS,
     RelayWindow,
     plan_fill,
@@ -77,6 +78,27 @@ async def test_a_full_window_holds_the_backlog_and_rechecks_soon() -> None:
         flow.metrics.registry.get_sample_value("jobrelay_relay_backlog_held", {"queue": "default"})
         == 10
     )
+
+
+async def test_the_broker_is_asked_again_when_the_leased_rows_could_fill_the_window() -> None:
+    outbox = InMemoryOutbox()
+    depths = FakeDepths({"default": 100})
+    now = [0.0]
+    flow = RelayWindow(outbox, depths, window=400, clock=lambda: now[0])
+    outbox.add()
+    assert len(await flow.lease(200, 20.0)) == 1 and depths.reads == 1
+    outbox.add()  # 100 ready + 1 leased since + 1 in flight + a batch: room for sure
+    assert len(await flow.lease(200, 20.0)) == 1 and depths.reads == 1
+    for _ in range(150):
+        outbox.add()
+    assert len(await flow.lease(200, 20.0)) == 150 and depths.reads == 1
+    depths.ready["default"] = 350  # what was leased is ready now: the estimate leaves no room
+    outbox.add()
+    assert await flow.lease(200, 20.0) == [] and depths.reads == 2
+    assert flow.recheck_in == WINDOW_RECHECK_SECONDS
+    depths.ready["default"] = 0
+    now[0] += WINDOW_MEASURE_SECONDS  # an old read is asked again, room or not
+    assert len(await flow.lease(200, 20.0)) == 1 and depths.reads == 3
 
 
 async def test_a_paused_queue_is_held_and_rechecked_without_a_busy_loop() -> None:

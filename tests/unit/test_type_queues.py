@@ -76,7 +76,7 @@ async def test_the_window_counts_the_queues_of_served_types_only() -> None:
     )
     flow = RelayWindow(outbox, depths, window=5)
     await flow.refresh(force=True)
-    assert await flow._ready() == {"default": 3}  # 1 shared + 2 of a; the other held nothing
+    assert await flow._read_ready() == {"default": 3}  # 1 shared + 2 of a; the other held nothing
 
 
 async def test_a_long_jobs_early_ack_frees_its_slot() -> None:

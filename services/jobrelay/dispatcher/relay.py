@@ -302,7 +302,11 @@ class Relay:
     async def _wait_for_work(self) -> None:
         """Until NOTIFY, the next row's due time, the poll interval or stop, whichever first.
         Rows due but held back (a full window, a pause, a limit) are tried again after the
-        flow's recheck interval, not at once."""
+        flow's recheck interval, not at once. Woken already (a NOTIFY while the last batch
+        was out): no wait, so the due time is not asked for either, a round trip that would
+        only delay the new rows."""
+        if self.wakeup.is_set():
+            return
         timeout = self.config.poll_interval
         try:
             due_in = await self.store.next_due_in()

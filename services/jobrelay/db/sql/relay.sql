@@ -18,7 +18,13 @@
 -- (leased_at: the database's clock, like every journal entry). It carries the attempt the
 -- message delivers (delivers_attempt): the job's next one while it is due and has one left (a
 -- lease-expired or exhausted job's message delivers no new one). The flow picks return the same.
-WITH due AS (
+WITH unsynced AS (
+    -- The lease's commit waits for no WAL flush (an fsync: most of the lease's time in the
+    -- path of a job). A lease lost in a crash only makes its rows due again, a duplicate
+    -- publish at worst, as after a dispatcher's crash; and any later flushed commit (the
+    -- claim, the mark) flushes this one first, the WAL being one sequence.
+    SELECT set_config('synchronous_commit', 'off', true)
+), due AS (
     SELECT id FROM jobrelay.outbox
     WHERE published_at IS NULL AND available_at <= now()
     ORDER BY available_at
@@ -28,7 +34,7 @@ WITH due AS (
 UPDATE jobrelay.outbox o
 SET available_at = now() + make_interval(secs => :lease_seconds),
     publish_attempts = o.publish_attempts + 1
-FROM due, jobrelay.jobs j
+FROM due, jobrelay.jobs j, unsynced
 WHERE o.id = due.id AND j.id = o.job_id
 RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent,
           nextval('jobrelay.job_events_id_seq') AS journal_id, now() AS leased_at,
@@ -58,7 +64,10 @@ RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent,
 -- This pick reads no key and skips nothing per key (no limit is in force): a filter there
 -- alone would make the planner misjudge the scan (a bitmap scan and a sort of the client's
 -- whole backlog). LEASE_FLOW_PICK_LIMITED is the same pick with those.
-WITH RECURSIVE limits AS (
+WITH RECURSIVE unsynced AS (
+    -- The lease's commit waits for no WAL flush: see LEASE_OUTBOX_BATCH.
+    SELECT set_config('synchronous_commit', 'off', true)
+), limits AS (
     SELECT * FROM unnest(
         CAST(:limit_types AS text[]), CAST(:limit_concurrency AS integer[]),
         CAST(:limit_burst AS integer[])
@@ -142,7 +151,7 @@ WITH RECURSIVE limits AS (
 UPDATE jobrelay.outbox o
 SET available_at = now() + make_interval(secs => :lease_seconds),
     publish_attempts = o.publish_attempts + 1
-FROM top, jobrelay.jobs j
+FROM top, jobrelay.jobs j, unsynced
 WHERE o.id = ANY(ARRAY(SELECT id FROM due)) AND top.id = o.id AND j.id = o.job_id
 RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent,
           nextval('jobrelay.job_events_id_seq') AS journal_id, now() AS leased_at,
@@ -156,7 +165,10 @@ RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent,
 -- key (its job's, for a per-key limit) and skips blocked keys. The per-client pick is an
 -- ordered index scan either way: a type blocked as a whole is filtered in it (no join), a
 -- blocked key among the client's next :lookahead rows after it.
-WITH RECURSIVE limits AS (
+WITH RECURSIVE unsynced AS (
+    -- The lease's commit waits for no WAL flush: see LEASE_OUTBOX_BATCH.
+    SELECT set_config('synchronous_commit', 'off', true)
+), limits AS (
     SELECT * FROM unnest(
         CAST(:limit_types AS text[]), CAST(:limit_concurrency AS integer[]),
         CAST(:limit_burst AS integer[])
@@ -249,7 +261,7 @@ WITH RECURSIVE limits AS (
 UPDATE jobrelay.outbox o
 SET available_at = now() + make_interval(secs => :lease_seconds),
     publish_attempts = o.publish_attempts + 1
-FROM top, jobrelay.jobs j
+FROM top, jobrelay.jobs j, unsynced
 WHERE o.id = ANY(ARRAY(SELECT id FROM due)) AND top.id = o.id AND j.id = o.job_id
 RETURNING o.id, o.job_id, j.type, o.publish_attempts, j.traceparent,
           nextval('jobrelay.job_events_id_seq') AS journal_id, now() AS leased_at,

@@ -293,12 +293,16 @@ async def claim_together(
     )
 
 
+async def keyed_jobs(store: Store, key: str, n: int) -> list[uuid.UUID]:
+    client_id = await new_client(store)
+    return [await keyed_job(store, client_id, "demo.sleep", key, seconds=0) for _ in range(n)]
+
+
 async def test_deliveries_of_one_key_that_arrive_together_claim_its_free_slots_in_one_group(
     store: Store,
 ) -> None:
-    client_id = await new_client(store)
     rules = limited(Limit(concurrency=3, per_key=True))
-    jobs = [await keyed_job(store, client_id, "demo.sleep", "k", seconds=0) for _ in range(8)]
+    jobs = await keyed_jobs(store, "k", 8)
     executions = PgExecutionStore(store)
 
     answers = await claim_together(executions, jobs, rules)
@@ -313,13 +317,11 @@ async def test_deliveries_of_one_key_that_arrive_together_claim_its_free_slots_i
 
 
 async def test_one_group_counts_each_of_its_keys_on_its_own(store: Store) -> None:
-    client_id = await new_client(store)
     rules = limited(Limit(concurrency=1, per_key=True))
-    a_jobs = [await keyed_job(store, client_id, "demo.sleep", "a", seconds=0) for _ in range(3)]
-    b_job = await keyed_job(store, client_id, "demo.sleep", "b", seconds=0)
+    a_jobs, b_jobs = await keyed_jobs(store, "a", 3), await keyed_jobs(store, "b", 1)
     executions = PgExecutionStore(store)
 
-    answers = await claim_together(executions, [*a_jobs, b_job], rules)
+    answers = await claim_together(executions, [*a_jobs, *b_jobs], rules)
 
     assert executions._limited_claims.groups == 1
     assert sum(isinstance(answer, Claimed) for answer in answers[:3]) == 1
@@ -343,9 +345,8 @@ async def test_the_free_slot_of_a_group_goes_to_its_highest_priority_job(store: 
 async def test_two_consumers_claiming_one_key_in_groups_never_exceed_its_limit(
     store: Store,
 ) -> None:
-    client_id = await new_client(store)
     rules = limited(Limit(concurrency=2, per_key=True))
-    jobs = [await keyed_job(store, client_id, "demo.sleep", "k", seconds=0) for _ in range(12)]
+    jobs = await keyed_jobs(store, "k", 12)
     first, second = PgExecutionStore(store), PgExecutionStore(store)
 
     answers = [

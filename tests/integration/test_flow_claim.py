@@ -281,6 +281,130 @@ async def test_concurrent_claims_of_one_key_take_its_one_slot_once(store: Store)
     assert sum(isinstance(answer, Held) for answer in answers) == 7
 
 
+# --- limited claims in groups ---------------------------------------------------------------
+
+
+async def claim_together(
+    executions: PgExecutionStore, jobs: list[uuid.UUID], rules: ClaimRules
+) -> list[Claimed | Refused | Held]:
+    """The claims of deliveries that arrived together (one turn of the event loop)."""
+    return await asyncio.gather(
+        *(executions.claim(job_id, LeaseTerms.fresh(LEASE), rules=rules) for job_id in jobs)
+    )
+
+
+async def keyed_jobs(store: Store, key: str, n: int) -> list[uuid.UUID]:
+    client_id = await new_client(store)
+    return [await keyed_job(store, client_id, "demo.sleep", key, seconds=0) for _ in range(n)]
+
+
+async def test_deliveries_of_one_key_that_arrive_together_claim_its_free_slots_in_one_group(
+    store: Store,
+) -> None:
+    rules = limited(Limit(concurrency=3, per_key=True))
+    jobs = await keyed_jobs(store, "k", 8)
+    executions = PgExecutionStore(store)
+
+    answers = await claim_together(executions, jobs, rules)
+
+    assert executions._limited_claims.groups == 1
+    assert sum(isinstance(answer, Claimed) for answer in answers) == 3
+    held = [answer for answer in answers if isinstance(answer, Held)]
+    assert len(held) == 5 and {h.reason for h in held} == {HoldReason.CONCURRENCY}
+    states = [await job_state(store, job_id) for job_id in jobs]
+    assert sorted(states) == [("queued", 0)] * 5 + [("running", 1)] * 3
+    assert [e for e, _ in await events(store, held[0].job.id)][-1] == "held"
+
+
+async def test_one_group_counts_each_of_its_keys_on_its_own(store: Store) -> None:
+    rules = limited(Limit(concurrency=1, per_key=True))
+    a_jobs, b_jobs = await keyed_jobs(store, "a", 3), await keyed_jobs(store, "b", 1)
+    executions = PgExecutionStore(store)
+
+    answers = await claim_together(executions, [*a_jobs, *b_jobs], rules)
+
+    assert executions._limited_claims.groups == 1
+    assert sum(isinstance(answer, Claimed) for answer in answers[:3]) == 1
+    assert isinstance(answers[3], Claimed)
+
+
+async def test_the_free_slot_of_a_group_goes_to_its_highest_priority_job(store: Store) -> None:
+    client_id = await new_client(store)
+    rules = limited(Limit(concurrency=1))
+    jobs = [await submit(store, client_id, "demo.sleep", {"seconds": 0}) for _ in range(3)]
+    async with store.transaction() as connection:
+        await connection.execute(
+            text("UPDATE jobrelay.jobs SET priority = 5 WHERE id = :id"), {"id": jobs[2]}
+        )
+
+    answers = await claim_together(PgExecutionStore(store), jobs, rules)
+
+    assert [type(answer) for answer in answers] == [Held, Held, Claimed]
+
+
+async def test_two_consumers_claiming_one_key_in_groups_never_exceed_its_limit(
+    store: Store,
+) -> None:
+    rules = limited(Limit(concurrency=2, per_key=True))
+    jobs = await keyed_jobs(store, "k", 12)
+    first, second = PgExecutionStore(store), PgExecutionStore(store)
+
+    answers = [
+        answer
+        for group in await asyncio.gather(
+            claim_together(first, jobs[::2], rules), claim_together(second, jobs[1::2], rules)
+        )
+        for answer in group
+    ]
+
+    assert sum(isinstance(answer, Claimed) for answer in answers) == 2
+    assert sum(isinstance(answer, Held) for answer in answers) == 10
+    running = await scalar(
+        store,
+        "SELECT count(*) FROM jobrelay.jobs WHERE state = 'running' AND concurrency_key = 'k'",
+    )
+    assert running == 2
+
+
+async def test_two_deliveries_of_one_job_in_a_group_claim_it_once(store: Store) -> None:
+    client_id = await new_client(store)
+    rules = limited(Limit(concurrency=5))
+    job_id = await submit(store, client_id, "demo.sleep", {"seconds": 0})
+
+    answers = await claim_together(PgExecutionStore(store), [job_id, job_id], rules)
+
+    assert isinstance(answers[0], Claimed)
+    assert isinstance(answers[1], Refused) and answers[1].reason is Refusal.DUPLICATE
+    assert await job_state(store, job_id) == ("running", 1)
+
+
+async def test_a_group_claims_a_job_whose_lease_expired_without_rescuing_it(
+    store: Store,
+) -> None:
+    """The group's own expired job is re-claimed (``lease_expired`` then ``claimed``, no new
+    outbox row), while another expired job of its slot is freed first."""
+    client_id = await new_client(store)
+    rules = limited(Limit(concurrency=1))
+    mine = await submit(store, client_id, "demo.sleep", {"seconds": 0})
+    other = await submit(store, client_id, "demo.sleep", {"seconds": 0})
+    executions = PgExecutionStore(store)
+    assert isinstance(await claim(store, mine, lease=0.3), Claimed)  # no rules: no limit yet
+    assert isinstance(await claim(store, other, lease=0.3), Claimed)
+    await asyncio.sleep(0.5)
+    outbox_rows = await scalar(
+        store, "SELECT count(*) FROM jobrelay.outbox WHERE job_id = :id", id=mine
+    )
+
+    [answer] = await claim_together(executions, [mine], rules)
+
+    assert isinstance(answer, Claimed) and answer.reclaimed
+    assert await job_state(store, other) == ("queued", 1)
+    assert await job_state(store, mine) == ("running", 2)
+    assert [e for e, _ in await events(store, mine)][-2:] == ["lease_expired", "claimed"]
+    after = await scalar(store, "SELECT count(*) FROM jobrelay.outbox WHERE job_id = :id", id=mine)
+    assert after == outbox_rows
+
+
 async def test_a_runtime_limit_holds_jobs_claimed_in_a_group_before_the_consumer_read_it(
     store: Store,
 ) -> None:

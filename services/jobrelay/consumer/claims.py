@@ -105,8 +105,9 @@ class Claims:
         )
 
     def rules_for(self, job_type: str) -> ClaimRules:
-        """How to claim a job of ``job_type``: in a transaction of its own when a limit is in
-        force for it (a runtime row, else the registry's), in a group otherwise."""
+        """How to claim a job of ``job_type``: in the group of the limited claims (one
+        transaction, exact checks) when a limit is in force for it (a runtime row, else the
+        registry's), in the group statement otherwise."""
         runtime = self.runtime_limits()
         code = self.registry.types[job_type].limit if job_type in self.registry else None
         in_force = runtime.get(job_type, code)

@@ -78,9 +78,10 @@ class ClaimRules:
     (which every claim re-checks).
 
     ``limited``: a limit is in force for the job's type (the code's, or a runtime row the
-    consumer read): the claim runs in a transaction that takes the type's (or key's) slot and
-    rate token exactly. Otherwise it goes in a group with the others, and a job of a type with
-    a runtime limit the consumer has not read yet is claimed the exact way anyway.
+    consumer read): the claim runs, with the other limited claims that arrive together, in a
+    transaction that takes the type's (or key's) slot and rate token exactly. Otherwise it goes
+    in the group statement with the others, and a job of a type with a runtime limit the
+    consumer has not read yet is claimed the exact way anyway.
     ``code_limit``: the registry's limit of the type (a runtime row wins over it).
     ``hold_seconds``: how long a job found at its concurrency limit is held."""
 

@@ -12,11 +12,13 @@ The heartbeats' cancel polls are grouped the same way (one read for the jobs in 
 Every write that reports on a job is fenced by the lease token of the claim that made it, so a
 worker whose lease expired and was taken over can never complete, retry or quarantine the job.
 
-Flow control (docs/flow-control.md): no job of the consumer's paused queue is claimed, and a
-job whose type has a limit in force is claimed in a transaction of its own that takes its
-concurrency slot and rate token exactly; either way a job that may not start is held (put back,
-due later, attempts untouched). A group's claim refused for a pause or a runtime limit the
-consumer had not read yet takes that transaction too.
+Flow control (docs/flow-control.md): no job of the consumer's paused queue is claimed, and the
+jobs whose types have a limit in force are claimed in a group of their own, in one transaction
+that takes each slot's lock once, counts it once and claims what fits in one ``CLAIM_JOBS``
+(exactly: the slots and rate tokens are taken under their locks); either way a job that may not
+start is held (put back, due later, attempts untouched). A claim refused for a pause or a
+runtime limit the consumer had not read yet, and the rare request the group leaves unanswered,
+takes a transaction of its own.
 """
 
 from __future__ import annotations
@@ -85,6 +87,22 @@ def finish_statement(requests: Sequence[_FinishRequest]) -> TextClause:
 
 
 @dataclass(frozen=True)
+class _LimitedClaim:
+    request: _ClaimRequest
+    rules: ClaimRules
+
+
+@dataclass
+class _Slot:
+    """One concurrency slot (a type, and a key when per key) asked for by a group's claims."""
+
+    job_type: str
+    key: str
+    limit: Limit
+    claims: list[tuple[int, Job]] = dataclasses.field(default_factory=list)  # (position, job)
+
+
+@dataclass(frozen=True)
 class _FinishRequest:
     """One row of ``FINISH_JOBS``: a decided outcome, the fields it does not use left None."""
 
@@ -143,6 +161,7 @@ class PgExecutionStore:
         self.store = store
         self.queue = queue
         self._claims = GroupCommit(self._claim_group, max_size=self.GROUP_SIZE)
+        self._limited_claims = GroupCommit(self._claim_limited_group, max_size=self.GROUP_SIZE)
         self._finishes = GroupCommit(self._finish_group, max_size=self.GROUP_SIZE)
         self._cancel_polls = GroupCommit(self._cancel_poll_group, max_size=4 * self.GROUP_SIZE)
 
@@ -150,6 +169,7 @@ class PgExecutionStore:
         """Wait for the groups in flight."""
         await self._cancel_polls.close()
         await self._claims.close()
+        await self._limited_claims.close()
         await self._finishes.close()
 
     async def claim(
@@ -174,9 +194,16 @@ class PgExecutionStore:
             if row is not None:
                 claimed = _claimed(row, lease.token)
                 return await self._steps_read_again(claimed) if claimed.reclaimed else claimed
-        # Under a limit, or the rare path: claim, hold or find out why not, in one transaction.
+        else:
+            answer = await self._limited_claims.submit(_LimitedClaim(request, rules))
+            if answer is not None:
+                return answer
+        # The rare path: claim, hold or find out why not, in a transaction of its own.
         async with self.store.transaction() as connection:
-            return await self._claim_exactly(connection, request, rules)
+            (answer,) = await self._claim_exactly(connection, [_LimitedClaim(request, rules)])
+            if answer is None:  # not expected: a single claim is always answered
+                raise AssertionError(f"claim of job {job_id} left unanswered")
+            return answer
 
     async def _steps_read_again(self, claimed: Claimed) -> Claimed:
         """A job taken from an expired lease, with its steps read again, a statement after the
@@ -199,6 +226,14 @@ class PgExecutionStore:
         rows = await self.store.fetch_all(q.CLAIM_JOBS, **self._claim_params(requests))
         claimed = {(row.id, row.lease_token): row for row in rows}
         return [claimed.get((r.job_id, r.lease_token)) for r in requests]
+
+    async def _claim_limited_group(
+        self, claims: Sequence[_LimitedClaim]
+    ) -> list[ClaimResult | None]:
+        """The claims of jobs under a limit that arrived together, in one transaction; None
+        for a request the group leaves to a transaction of its own."""
+        async with self.store.transaction() as connection:
+            return await self._claim_exactly(connection, claims)
 
     def _claim_params(
         self, requests: Sequence[_ClaimRequest], *, checked: bool = False
@@ -244,84 +279,162 @@ class PgExecutionStore:
         return [(r.job_id, r.lease_token) in requested for r in requests]
 
     async def _claim_exactly(
-        self, connection: AsyncConnection, request: _ClaimRequest, rules: ClaimRules
-    ) -> ClaimResult:
-        """Claim the job in this transaction, after the checks that must hold exactly: its
-        queue not paused, a slot and a rate token under the type's limit in force (a runtime
-        row, else ``rules.code_limit``); or hold it; or say why it cannot be claimed."""
-        candidate = (
-            await connection.execute(q.CLAIM_CANDIDATE, {"id": request.job_id, "queue": self.queue})
-        ).first()
-        if candidate is None:
-            return Refused(Refusal.UNKNOWN_JOB)
-        job = job_from_row(candidate)
-        if job.state == JobState.RUNNING and job.lease_token == request.lease_token:
-            return Claimed(job, request.lease_token, reclaimed=False)  # our own earlier claim
-        if request.job_type is not None and job.type != request.job_type:
-            return Refused(Refusal.OTHER_TYPE, job)  # the caller decides by the job's own type
-        if not candidate.claimable:
-            return await self._unclaimable(connection, job)
-        if candidate.queue_paused:
-            return await self._hold(
-                connection, job, HoldReason.PAUSED, 0.0, f"queue {self.queue!r} is paused"
-            )
-        limit = limit_from_row(candidate) if candidate.has_runtime_limit else rules.code_limit
-        if limit is not None:
-            held = await self._take_slot_and_token(
-                connection, job, limit, candidate.concurrency_key, rules
-            )
-            if held is not None:
-                return held
+        self, connection: AsyncConnection, claims: Sequence[_LimitedClaim]
+    ) -> list[ClaimResult | None]:
+        """Claim the jobs in this transaction, after the checks that must hold exactly: the
+        queue not paused, a slot and a rate token under each type's limit in force (a runtime
+        row, else the request's ``code_limit``); or hold each that may not start; or say why it
+        cannot be claimed. None: a request left to a transaction of its own (a second request
+        for a job of the group, or a second expired lease of one slot)."""
+        answers: list[ClaimResult | None] = [None] * len(claims)
+        ids = list(dict.fromkeys(c.request.job_id for c in claims))
         rows = (
-            await connection.execute(q.CLAIM_JOBS, self._claim_params([request], checked=True))
+            await connection.execute(q.CLAIM_CANDIDATES, {"ids": ids, "queue": self.queue})
         ).all()
-        if rows:
-            return _claimed(rows[0], request.lease_token)
-        return await self._unclaimable(connection, job)  # not expected: its row is locked
+        candidates = {row.id: row for row in rows}
+        seen: set[uuid.UUID] = set()
+        slots: dict[tuple[str, str], _Slot] = {}
+        free_to_start: list[tuple[int, Job, Limit | None]] = []  # no concurrency limit
+        for position, claim in enumerate(claims):
+            request = claim.request
+            if request.job_id in seen:
+                continue  # a duplicate delivery in the group: asked again alone, after it
+            seen.add(request.job_id)
+            candidate = candidates.get(request.job_id)
+            if candidate is None:
+                answers[position] = Refused(Refusal.UNKNOWN_JOB)
+                continue
+            job = job_from_row(candidate)
+            if job.state == JobState.RUNNING and job.lease_token == request.lease_token:
+                answers[position] = Claimed(job, request.lease_token, reclaimed=False)  # ours
+            elif request.job_type is not None and job.type != request.job_type:
+                answers[position] = Refused(Refusal.OTHER_TYPE, job)  # the caller decides
+            elif not candidate.claimable:
+                answers[position] = await self._unclaimable(connection, job)
+            elif candidate.queue_paused:
+                answers[position] = await self._hold(
+                    connection, job, HoldReason.PAUSED, 0.0, f"queue {self.queue!r} is paused"
+                )
+            else:
+                runtime = candidate.has_runtime_limit
+                limit = limit_from_row(candidate) if runtime else claim.rules.code_limit
+                if limit is None or limit.concurrency is None:
+                    free_to_start.append((position, job, limit))
+                    continue
+                key = limit_key(limit, candidate.concurrency_key)
+                slot = slots.setdefault((job.type, key), _Slot(job.type, key, limit))
+                if job.state == JobState.RUNNING and any(
+                    other.state == JobState.RUNNING for _, other in slot.claims
+                ):
+                    continue  # one expired lease per slot is spared its rescue: asked alone
+                slot.claims.append((position, job))
+        starting = free_to_start + await self._take_slots(connection, claims, slots, answers)
+        await self._take_tokens_and_claim(connection, claims, starting, answers)
+        return answers
 
-    async def _take_slot_and_token(
+    async def _take_slots(
         self,
         connection: AsyncConnection,
-        job: Job,
-        limit: Limit,
-        concurrency_key: str | None,
-        rules: ClaimRules,
-    ) -> ClaimResult | None:
-        """Take the job's concurrency slot and its rate token under ``limit``, in this
-        transaction; None when taken, else the job held (``Held``)."""
-        key = limit_key(limit, concurrency_key)
-        slot = {"type": job.type, "key": key}
-        of_key = f" for key {key[:100]!r}" if limit.per_key else ""
-        if limit.concurrency is not None:
-            await connection.execute(q.TAKE_SLOT_LOCK, slot)
-            # The slot's jobs whose lease expired (their consumer died) go back to queued, with
-            # their lease_expired event, before the count: the slot they free is in the
-            # journal before the claim that takes it, and at most the limit is ever running.
-            await connection.execute(
-                q.RESCUE_EXPIRED_LEASES,
+        claims: Sequence[_LimitedClaim],
+        slots: dict[tuple[str, str], _Slot],
+        answers: list[ClaimResult | None],
+    ) -> list[tuple[int, Job, Limit | None]]:
+        """Lock every slot once (in one statement), free its expired leases, count it once:
+        the claims that fit its free slots, higher priority first then in arrival order; the
+        others held (their ``answers``)."""
+        if not slots:
+            return []
+        chosen = list(slots.values())
+        types, keys = [s.job_type for s in chosen], [s.key for s in chosen]
+        await connection.execute(q.TAKE_SLOT_LOCKS, {"types": types, "keys": keys})
+        except_ids = [job.id for slot in chosen for _, job in slot.claims]
+        counts = {
+            (row.type, row.key): row
+            for row in await connection.execute(
+                q.RUNNING_IN_SLOTS,
                 {
-                    **slot,
-                    "limit": SLOT_RESCUE_LIMIT,
-                    "except_id": job.id,
-                    "per_key": limit.per_key,
-                    "detail": "lease expired; its concurrency slot freed for a claim",
+                    "types": types,
+                    "keys": keys,
+                    "per_keys": [s.limit.per_key for s in chosen],
+                    "except_ids": except_ids,
                 },
             )
-            running = (
-                await connection.execute(q.RUNNING_IN_SLOT, {**slot, "per_key": limit.per_key})
-            ).scalar_one()
-            if running >= limit.concurrency:
-                detail = f"concurrency limit {limit.concurrency} reached{of_key}"
-                return await self._hold(
-                    connection, job, HoldReason.CONCURRENCY, rules.hold_seconds, detail
+        }
+        starting: list[tuple[int, Job, Limit | None]] = []
+        for slot in chosen:
+            count = counts[(slot.job_type, slot.key)]
+            if count.expired:
+                await self._rescue_expired(connection, slot)
+            free = max(slot.limit.concurrency or 0, 0) - count.running
+            ordered = sorted(slot.claims, key=lambda claim: (-claim[1].priority, claim[0]))
+            for position, job in ordered[: max(free, 0)]:
+                starting.append((position, job, slot.limit))
+            for position, job in ordered[max(free, 0) :]:
+                detail = f"concurrency limit {slot.limit.concurrency} reached{_of_key(slot)}"
+                answers[position] = await self._hold(
+                    connection,
+                    job,
+                    HoldReason.CONCURRENCY,
+                    claims[position].rules.hold_seconds,
+                    detail,
                 )
-        if limit.rate is not None:
+        return starting
+
+    async def _rescue_expired(self, connection: AsyncConnection, slot: _Slot) -> None:
+        """The slot's jobs whose lease expired (their consumer died) go back to queued, with
+        their lease_expired event, before the claims: the slot they free is in the journal
+        before the claim that takes it, and at most the limit is ever running. The group's own
+        job of the slot that holds an expired lease is spared: it is being claimed (a second one,
+        rarer still, is rescued, then asked alone after the group, ``_claim_exactly``)."""
+        running = [job.id for _, job in slot.claims if job.state == JobState.RUNNING]
+        await connection.execute(
+            q.RESCUE_EXPIRED_LEASES,
+            {
+                "type": slot.job_type,
+                "key": slot.key,
+                "limit": SLOT_RESCUE_LIMIT,
+                "except_id": running[0] if running else slot.claims[0][1].id,
+                "per_key": slot.limit.per_key,
+                "detail": "lease expired; its concurrency slot freed for a claim",
+            },
+        )
+
+    async def _take_tokens_and_claim(
+        self,
+        connection: AsyncConnection,
+        claims: Sequence[_LimitedClaim],
+        starting: list[tuple[int, Job, Limit | None]],
+        answers: list[ClaimResult | None],
+    ) -> None:
+        """A rate token for each job that may start under a rate (in the order of the slots,
+        as every claim takes them), the ones without held; then one CLAIM_JOBS for the rest."""
+        to_claim: list[tuple[int, Job]] = []
+        for position, job, limit in sorted(starting, key=lambda s: (s[1].type, _key(s), s[0])):
+            if limit is None or limit.rate is None:
+                to_claim.append((position, job))
+                continue
+            slot = {"type": job.type, "key": limit_key(limit, job.concurrency_key)}
             token = {**slot, "interval": limit.rate.interval}
-            if (await connection.execute(q.TAKE_TYPE_TOKEN, token)).first() is None:
-                wait = (await connection.execute(q.TYPE_TOKEN_WAIT, slot)).scalar_one()
-                detail = f"rate {limit.rate} reached{of_key}"
-                return await self._hold(connection, job, HoldReason.RATE, wait, detail)
-        return None
+            if (await connection.execute(q.TAKE_TYPE_TOKEN, token)).first() is not None:
+                to_claim.append((position, job))
+                continue
+            wait = (await connection.execute(q.TYPE_TOKEN_WAIT, slot)).scalar_one()
+            of_key = f" for key {slot['key'][:100]!r}" if limit.per_key else ""
+            answers[position] = await self._hold(
+                connection, job, HoldReason.RATE, wait, f"rate {limit.rate} reached{of_key}"
+            )
+        if not to_claim:
+            return
+        requests = [claims[position].request for position, _ in to_claim]
+        params = self._claim_params(requests, checked=True)
+        rows = {row.id: row for row in await connection.execute(q.CLAIM_JOBS, params)}
+        for position, job in to_claim:
+            row = rows.get(job.id)
+            answers[position] = (
+                _claimed(row, claims[position].request.lease_token)
+                if row is not None
+                else await self._unclaimable(connection, job)  # not expected: its row is locked
+            )
 
     async def _hold(
         self,
@@ -473,6 +586,15 @@ class PgExecutionStore:
             q.RECORD_EVENT,
             {"job_id": job_id, "event": event.value, "attempt": attempt, "detail": detail},
         )
+
+
+def _of_key(slot: _Slot) -> str:
+    return f" for key {slot.key[:100]!r}" if slot.limit.per_key else ""
+
+
+def _key(starting: tuple[int, Job, Limit | None]) -> str:
+    _, job, limit = starting
+    return "" if limit is None else limit_key(limit, job.concurrency_key)
 
 
 def _claimed(row: Any, lease_token: uuid.UUID) -> Claimed:

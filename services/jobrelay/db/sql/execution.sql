@@ -14,7 +14,7 @@
 -- Nothing of the consumer's queue (:queue, NULL: none) is claimed while it is paused: its row is
 -- share-locked first (FOR KEY SHARE, before any job row), so a pause (PAUSE_QUEUE locks the row
 -- FOR UPDATE) waits for the claims under way, and a claim that waited for a pause sees it.
--- A request not :checked (its type's limit checked by the caller's transaction, CLAIM_CANDIDATE
+-- A request not :checked (its type's limit checked by the caller's transaction, CLAIM_CANDIDATES
 -- below) claims only a job of a type without a runtime limit (``type_limits``). Nothing of a
 -- cancelled workflow is claimed (it is cancelled as soon as the workflow's cancel reaches it).
 --
@@ -297,13 +297,14 @@ SELECT j.state, j.attempts, r.attempt AS result_attempt
 FROM jobrelay.jobs j LEFT JOIN jobrelay.job_results r ON r.job_id = j.id
 WHERE j.id = :id;
 
--- name: claim_candidate
--- A job of a type with a limit in force is claimed in one transaction (docs/flow-control.md):
--- CLAIM_CANDIDATE locks the consumer's queue row (FOR KEY SHARE, as CLAIM_JOBS) and the job's
--- row, and reads the type's runtime limit; with a concurrency limit, TAKE_SLOT_LOCK serializes
--- the claims of the type (or key) and RUNNING_IN_SLOT counts its slots in use, in a statement
--- of its own so its snapshot sees every claim that held the lock before; TAKE_TYPE_TOKEN takes
--- a start from the type's rate; then CLAIM_JOBS claims it (:checked). Or HOLD_JOB puts it back.
+-- name: claim_candidates
+-- The jobs of types with a limit in force that arrived together are claimed in one transaction
+-- (docs/flow-control.md): CLAIM_CANDIDATES locks the consumer's queue row (FOR KEY SHARE, as
+-- CLAIM_JOBS) and the jobs' rows (in id order, as CLAIM_JOBS), and reads their types' runtime
+-- limits; with a concurrency limit, TAKE_SLOT_LOCKS serializes the claims of each type (or key)
+-- and RUNNING_IN_SLOTS counts their slots in use, in a statement of its own so its snapshot sees
+-- every claim that held a lock before; TAKE_TYPE_TOKEN takes a start from a type's rate; then
+-- one CLAIM_JOBS claims those that fit (:checked). HOLD_JOB puts each of the others back.
 -- A slot is a running job under a live lease: a consumer that dies frees it as the lease
 -- expires, with nothing to clean up.
 WITH queue AS MATERIALIZED (
@@ -330,22 +331,39 @@ SELECT j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, 
        (SELECT jsonb_agg(to_jsonb(s) - 'job_id' ORDER BY s.at, s.name)
         FROM jobrelay.job_steps s WHERE s.job_id = j.id) AS steps
 FROM jobrelay.jobs j LEFT JOIN jobrelay.type_limits l ON l.type = j.type
-WHERE j.id = :id
-  AND (SELECT count(*) FROM queue) >= 0  -- the queue's row is locked before the job's
+WHERE j.id = ANY(CAST(:ids AS uuid[]))
+  AND (SELECT count(*) FROM queue) >= 0  -- the queue's row is locked before the jobs'
+ORDER BY j.id
 FOR UPDATE OF j;
 
--- name: take_slot_lock
+-- name: take_slot_locks
 -- One lock per type and limit key ('' for the whole type), released at COMMIT (a transaction's
 -- lock, never a session's: a pooler such as PgBouncer may hand the session to another client).
-SELECT pg_advisory_xact_lock(hashtext(CAST(:type AS text)), hashtext(CAST(:key AS text)));
+-- Taken in the order of the locks' own numbers, in every transaction, so two claims that share
+-- slots wait for each other instead of deadlocking (OFFSET 0: the subquery stays ordered below
+-- the function calls).
+SELECT pg_advisory_xact_lock(s.type_hash, s.key_hash)
+FROM (SELECT DISTINCT hashtext(type) AS type_hash, hashtext(key) AS key_hash
+      FROM unnest(CAST(:types AS text[]), CAST(:keys AS text[])) AS s(type, key)
+      ORDER BY 1, 2 OFFSET 0) s;
 
--- name: running_in_slot
--- The slots in use: running jobs of the type (and key, when per key; '' is a job without one)
--- under a live lease (ix_jobs_running_type_key).
-SELECT count(*) AS running FROM jobrelay.jobs
-WHERE type = :type AND state = 'running' AND lease_until > now()
-  AND (NOT CAST(:per_key AS boolean) OR concurrency_key = CAST(:key AS text)
-       OR (CAST(:key AS text) = '' AND concurrency_key IS NULL));
+-- name: running_in_slots
+-- Each asked slot's slots in use: running jobs of the type (and key, when per key; '' is a job
+-- without one) under a live lease (ix_jobs_running_type_key); and how many of its jobs hold an
+-- expired lease, the jobs being claimed (:except_ids) aside: the claim frees those first
+-- (RESCUE_EXPIRED_LEASES), so that a slot freed by an expiry is journaled before it is taken.
+-- That is rare: the rescue runs only for a slot that has one.
+SELECT s.type, s.key,
+       count(j.id) FILTER (WHERE j.lease_until > now()) AS running,
+       count(j.id) FILTER (WHERE j.lease_until < now()
+                             AND NOT (j.id = ANY(CAST(:except_ids AS uuid[])))) AS expired
+FROM unnest(CAST(:types AS text[]), CAST(:keys AS text[]), CAST(:per_keys AS boolean[]))
+     AS s(type, key, per_key)
+LEFT JOIN jobrelay.jobs j
+  ON j.type = s.type AND j.state = 'running'
+ AND (NOT s.per_key OR j.concurrency_key = s.key
+      OR (s.key = '' AND j.concurrency_key IS NULL))
+GROUP BY s.type, s.key;
 
 -- name: take_type_token
 -- A start from the type's (or key's) rate: the generic cell rate algorithm of TAKE_RATE_TOKEN

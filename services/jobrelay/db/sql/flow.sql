@@ -10,7 +10,7 @@ SELECT name, paused_at, paused_by FROM jobrelay.queues ORDER BY name;
 
 -- name: pause_queue
 -- The pause is exact at claim: a claim holds the queue's row (FOR KEY SHARE, CLAIM_JOBS and
--- CLAIM_CANDIDATE) while it checks paused_at and claims, so this lock waits for the claims under
+-- CLAIM_CANDIDATES) while it checks paused_at and claims, so this lock waits for the claims under
 -- way and every claim after it sees the pause. Pausing a paused queue keeps its first time and
 -- operator. (The figures of the queues: QUEUE_BACKLOGS and QUEUE_RUNNING, the relay's.)
 WITH locked AS (SELECT name FROM jobrelay.queues WHERE name = :name FOR UPDATE)

@@ -6,12 +6,13 @@ delivers again is exactly what was not acked."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aio_pika
 import pytest
-from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
 from jobrelay.broker.acks import AckRouter, GroupAcked
 from jobrelay.broker.topology import declare_topology, declare_work_queue
@@ -38,6 +39,21 @@ async def work_queue(amqp_url: str) -> AsyncIterator[str]:
     finally:
         await connection.close()
     yield queue.name
+
+
+@contextlib.asynccontextmanager
+async def delivered(
+    amqp_url: str, queue_name: str
+) -> AsyncIterator[tuple[AbstractChannel, list[Any]]]:
+    """A consumer's channel holding every message of the queue unacked; closed on the way out,
+    as a consumer that died (what it did not settle goes back)."""
+    connection = await aio_pika.connect(amqp_url)
+    try:
+        channel = await connection.channel()
+        await channel.set_qos(prefetch_count=MESSAGES)
+        yield channel, await take_all(await channel.get_queue(queue_name))
+    finally:
+        await connection.close()
 
 
 async def take_all(queue: AbstractQueue) -> list[Any]:
@@ -74,11 +90,7 @@ async def bodies_left(amqp_url: str, queue_name: str) -> list[bytes]:
 async def test_a_grouped_ack_never_covers_a_running_or_nacked_delivery_and_a_restart_redelivers_exactly_the_unacked(  # noqa: E501
     amqp_url: str, work_queue: str
 ) -> None:
-    connection = await aio_pika.connect(amqp_url)
-    try:
-        channel = await connection.channel()
-        await channel.set_qos(prefetch_count=MESSAGES)
-        received = await take_all(await channel.get_queue(work_queue))
+    async with delivered(amqp_url, work_queue) as (channel, received):
         router = AckRouter()
         deliveries = {
             int(m.body): GroupAcked(m, router.groups_for(m), m) for m in received
@@ -93,8 +105,7 @@ async def test_a_grouped_ack_never_covers_a_running_or_nacked_delivery_and_a_res
         assert groups.acks == 6
         assert groups.frames < groups.acks  # the run 1-3 went as one multiple ack
         assert not channel.is_closed  # the broker took every frame (no tag acked twice)
-    finally:
-        await connection.close()  # 8-10 go back, as from a consumer that died
+    # 8-10 went back when the channel closed.
 
     faults.rabbit_restart_app()
     assert sorted(await bodies_left(amqp_url, work_queue)) == [b"10", b"8", b"9"]
@@ -105,18 +116,12 @@ async def test_a_grouped_ack_never_covers_a_running_or_nacked_delivery_and_a_res
 async def test_an_ack_above_a_running_delivery_leaves_it_to_be_redelivered(
     amqp_url: str, work_queue: str
 ) -> None:
-    connection = await aio_pika.connect(amqp_url)
-    try:
-        channel = await connection.channel()
-        await channel.set_qos(prefetch_count=MESSAGES)
-        received = await take_all(await channel.get_queue(work_queue))
+    async with delivered(amqp_url, work_queue) as (channel, received):
         router = AckRouter()
         deliveries = [GroupAcked(m, router.groups_for(m), m) for m in received]
         # Everything acked in one turn but the first delivery, still running.
         await asyncio.gather(*(delivery.ack() for delivery in deliveries[1:]))
         assert not channel.is_closed
-    finally:
-        await connection.close()
 
     faults.rabbit_restart_app()
     assert await bodies_left(amqp_url, work_queue) == [b"1"]

@@ -87,7 +87,7 @@ async def test_a_long_jobs_early_ack_frees_its_slot() -> None:
         ConsumerMetrics(),
         on_sent=lambda: freed.append("slot"),
     )
-    early.arm({})
+    early.arm(dict)
     for _ in range(500):  # waits for the ack, whatever the machine's pace
         if freed:
             break

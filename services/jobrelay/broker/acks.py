@@ -22,7 +22,7 @@ from jobrelay.core.execution import Delivery, ForwardingDelivery
 
 
 class Acknowledgeable(Protocol):
-    """What ``AckGroups`` needs of a broker delivery (aio-pika's IncomingMessage fits)."""
+    """What ``AckGroups`` needs of a delivery (``broker/deliveries.py``'s ``RawDelivery``)."""
 
     @property
     def delivery_tag(self) -> int | None: ...

@@ -24,6 +24,7 @@ import aio_pika.exceptions
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage, AbstractQueue
 
+from jobrelay.broker.deliveries import RawDelivery
 from jobrelay.broker.publisher import build_message
 from jobrelay.core.jobs import QuarantinedJob
 from jobrelay.core.message import Envelope, MalformedMessage
@@ -364,7 +365,7 @@ async def restore(
 DEATH_HEADERS = ("x-death", "x-first-death-reason", "x-first-death-queue", "x-first-death-exchange")
 
 
-def broker_can_dead_letter(message: AbstractIncomingMessage) -> bool:
+def broker_can_dead_letter(message: RawDelivery) -> bool:
     """False when the message carries an ``x-death`` header the broker did not write for us.
 
     RabbitMQ updates ``x-death`` when it dead-letters a message, and on a value it does not
@@ -373,22 +374,20 @@ def broker_can_dead_letter(message: AbstractIncomingMessage) -> bool:
     the header, so a work-queue message that has one came from another publisher (or was moved
     back from the quarantine by hand): such a message is dead-lettered by hand instead.
     """
-    return "x-death" not in (message.headers or {})
+    return "x-death" not in message.headers
 
 
 UnderlayChannel = Callable[[], Awaitable[aiormq.abc.AbstractChannel]]
 
 
 class LateDeadLetter:
-    """An aio-pika delivery as the worker settles it (``core/execution.py``'s ``Delivery``),
-    which can still reach the quarantine after its ack: a long job acked early
+    """A delivery (``broker/deliveries.py``) as the worker settles it (``core/execution.py``'s
+    ``Delivery``), which can still reach the quarantine after its ack: a long job acked early
     (docs/long-jobs.md) that then ends quarantined. ``dead_letter_after_ack`` publishes the copy
     the broker would have dead-lettered, on ``channel()``, the consumer's channel as it is now
     (the one the message came on may have closed since: a reconnect), in confirm mode."""
 
-    def __init__(
-        self, message: AbstractIncomingMessage, queue: str, channel: UnderlayChannel
-    ) -> None:
+    def __init__(self, message: RawDelivery, queue: str, channel: UnderlayChannel) -> None:
         self.message = message
         self.queue = queue
         self.channel = channel
@@ -425,26 +424,27 @@ class DeadLetterByHand(LateDeadLetter):
 
 
 async def publish_dead_letter(
-    channel: aiormq.abc.AbstractChannel, message: AbstractIncomingMessage, queue: str
+    channel: aiormq.abc.AbstractChannel, message: RawDelivery, queue: str
 ) -> None:
     """Publish a copy of ``message`` to the quarantine exchange, marked as a dead letter of
     ``queue`` with reason ``rejected`` as the broker would have marked it (what the sweep and
     the replay read: ``describe``), without the death headers a publisher may have forged.
     Raises unless the broker confirmed it."""
     headers: dict[str, Any] = {
-        key: value for key, value in (message.headers or {}).items() if key not in DEATH_HEADERS
+        key: value for key, value in message.headers.items() if key not in DEATH_HEADERS
     }
     headers |= {"x-first-death-reason": "rejected", "x-first-death-queue": queue}
+    original = message.properties
     properties = aiormq.spec.Basic.Properties(
-        content_type=message.content_type,
-        content_encoding=message.content_encoding,
+        content_type=original.content_type,
+        content_encoding=original.content_encoding,
         headers=headers,
         delivery_mode=2,
-        correlation_id=message.correlation_id,
-        message_id=message.message_id,
-        timestamp=message.timestamp,
-        message_type=message.type,
-        app_id=message.app_id,
+        correlation_id=original.correlation_id,
+        message_id=original.message_id,
+        timestamp=original.timestamp,
+        message_type=original.message_type,
+        app_id=original.app_id,
     )
     confirmation = await channel.basic_publish(
         message.body, exchange=QUARANTINE_EXCHANGE, routing_key=queue, properties=properties

@@ -83,28 +83,39 @@ class EarlyAck:
         self.sent = False
         self.on_sent = on_sent  # the consumer frees the job's slot then
         self.extra: dict[str, object] = {}
-        self._timer: asyncio.Task[None] | None = None
+        self._describe: Callable[[], dict[str, object]] = dict
+        # A timer, not a task: most jobs end long before it is due, and a sleeping task per
+        # delivery costs more than a timer handle; the ack's task is made only when it fires.
+        self._timer: asyncio.TimerHandle | None = None
+        self._ack: asyncio.Task[None] | None = None
 
-    def arm(self, extra: dict[str, object]) -> None:
-        """The claim committed: from now on the lease may hold the job alone."""
-        if self.after_seconds <= 0 or self._timer is not None:
+    def arm(self, describe: Callable[[], dict[str, object]]) -> None:
+        """The claim committed: from now on the lease may hold the job alone. ``describe``
+        gives the job's log fields, called only if the early ack happens."""
+        if self.after_seconds <= 0 or self._timer is not None or self._ack is not None:
             return
-        self.extra = extra
-        self._timer = asyncio.create_task(self._ack_when_due())
+        self._describe = describe
+        loop = asyncio.get_running_loop()
+        # The loop's clock is time.monotonic, the clock ``due`` was computed on.
+        self._timer = loop.call_at(self.due, self._fire)
 
     async def disarm(self) -> None:
         """The run ended: an ack not yet begun never happens; one being written ends first."""
         timer, self._timer = self._timer, None
-        if timer is None:
-            return
-        if not self.sent:
-            timer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await timer
+        if timer is not None:
+            timer.cancel()  # a no-op once it fired: then ``_ack`` is its task
+        ack, self._ack = self._ack, None
+        if ack is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await ack
 
-    async def _ack_when_due(self) -> None:
-        await asyncio.sleep(max(0.0, self.due - time.monotonic()))
-        self.sent = True  # before the first await of the ack: a cancel cannot split the two
+    def _fire(self) -> None:
+        self._timer = None
+        self.sent = True  # before the ack is even begun: a disarm cannot split the two
+        self._ack = asyncio.ensure_future(self._ack_now())
+
+    async def _ack_now(self) -> None:
+        self.extra = self._describe()
         if self.on_sent is not None:
             self.on_sent()
         log.info(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from jobrelay.metrics import ProcessMetrics
 
@@ -38,6 +38,12 @@ class ConsumerMetrics(ProcessMetrics):
             "jobrelay_consumer_in_flight_jobs",
             "Deliveries being processed right now.",
         )
+        # Counted in a plain int and read at scrape time: no gauge lock twice per delivery.
+        self.running = 0
+        self.in_flight.set_function(lambda: self.running)
+        # Each label set's child, looked up once: labels() takes a lock and builds a key.
+        self._delivered: dict[str, Counter] = {}
+        self._ran: dict[tuple[str, str], Histogram] = {}
         self.store_errors = self.counter(
             "jobrelay_consumer_store_unavailable_total",
             "Database calls that failed because PostgreSQL could not be reached.",
@@ -51,3 +57,18 @@ class ConsumerMetrics(ProcessMetrics):
             "jobrelay_consumer_settle_errors_total",
             "Acks or nacks that failed (channel gone after a reconnect); the message comes again.",
         )
+
+    def delivered(self, outcome: str) -> None:
+        """One delivery settled with ``outcome``."""
+        child = self._delivered.get(outcome)
+        if child is None:
+            child = self._delivered[outcome] = self.deliveries.labels(outcome)
+        child.inc()
+
+    def ran(self, job_type: str, outcome: str, seconds: float) -> None:
+        """One attempt of ``job_type`` ran ``seconds`` to ``outcome``."""
+        key = (job_type, outcome)
+        child = self._ran.get(key)
+        if child is None:
+            child = self._ran[key] = self.job_duration.labels(job_type, outcome)
+        child.observe(seconds)

@@ -25,17 +25,13 @@ from functools import partial
 from typing import Any
 
 import aiormq.abc
-from aio_pika.abc import (
-    AbstractChannel,
-    AbstractIncomingMessage,
-    AbstractQueue,
-    AbstractRobustConnection,
-)
+from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
 from aio_pika.exceptions import ChannelInvalidStateError
 
 from jobrelay.broker import quarantine
 from jobrelay.broker.acks import AckRouter, GroupAcked
 from jobrelay.broker.connection import cause_of, connect_broker_robust
+from jobrelay.broker.deliveries import RawDelivery, Subscription
 from jobrelay.broker.topology import (
     declare_topology,
     declare_type_queues,
@@ -135,7 +131,8 @@ class Consumer:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.acks = AckRouter()
         self.worker: Worker | None = None
-        self.channel: AbstractChannel | None = None  # robust: the same object across reconnects
+        # Robust: the same object across reconnects.
+        self.channel: AbstractRobustChannel | None = None
         self.consuming = False
         self.stopping = False  # set once: deliveries waiting for a slot are not begun then
         # Several queues each deliver up to the prefetch: the slots keep ``concurrency``.
@@ -215,7 +212,7 @@ class Consumer:
 
     async def _subscribe(
         self, stop: asyncio.Event
-    ) -> tuple[AbstractRobustConnection, list[tuple[AbstractQueue, str]]] | None:
+    ) -> tuple[AbstractRobustConnection, list[Subscription]] | None:
         """Connect (robustly: later drops reconnect by themselves), declare the topology and
         start consuming, again with a doubling pause while the broker is unreachable or goes
         away in between; None once stopped, or when the broker refuses the setup."""
@@ -258,9 +255,9 @@ class Consumer:
 
     async def _declare_and_consume(
         self, connection: AbstractRobustConnection
-    ) -> list[tuple[AbstractQueue, str]]:
+    ) -> list[Subscription]:
         """Declare the topology and its types' queues, then consume the shared queue and each
-        type's queue (a queue and its consumer tag each)."""
+        type's queue, at aiormq's level (``broker/deliveries.py``)."""
         settings = self.settings
         channel = await connection.channel()
         self.channel = channel
@@ -282,10 +279,12 @@ class Consumer:
             delivery_limit=settings.delivery_limit,
             group_size=settings.quorum_group_size,
         )
-        return [
-            (queue, await queue.consume(partial(self._on_message, queue.name), no_ack=False))
-            for queue in [shared, *own.values()]
-        ]
+        subscriptions = []
+        for queue in [shared, *own.values()]:
+            subscription = Subscription(channel, queue.name, partial(self._on_message, queue.name))
+            await subscription.start()
+            subscriptions.append(subscription)
+        return subscriptions
 
     def _on_channel_closed(self, _channel: object, error: BaseException | None) -> None:
         """The broker closed the channel because a delivery stayed unacked past its
@@ -316,9 +315,7 @@ class Consumer:
             },
         )
 
-    async def _consume_until(
-        self, stop: asyncio.Event, subscriptions: list[tuple[AbstractQueue, str]]
-    ) -> None:
+    async def _consume_until(self, stop: asyncio.Event, subscriptions: list[Subscription]) -> None:
         self.consuming = True
         log.info(
             "consuming",
@@ -336,11 +333,11 @@ class Consumer:
         self.stopping = True
         with contextlib.suppress(Exception):
             async with asyncio.timeout(5):
-                for queue, tag in subscriptions:
-                    await queue.cancel(tag)
+                for subscription in subscriptions:
+                    await subscription.cancel()
         await self._drain()
 
-    async def _on_message(self, queue: str, message: AbstractIncomingMessage) -> None:
+    def _on_message(self, queue: str, message: RawDelivery) -> None:
         """A delivery from ``queue`` (the one a quarantine copy names as where it died)."""
         # Our own task, not aio-pika's: a broker reconnect must not cancel a running handler.
         assert self.worker is not None

@@ -28,7 +28,7 @@ def slept(
     suspended: Suspended, seconds: float, job: Job, metrics: ConsumerMetrics, extra: dict[str, Any]
 ) -> Verdict:
     """The job sleeps: say until when, or what for, and ack its message."""
-    metrics.job_duration.labels(job.type, DeliveryOutcome.SLEPT).observe(seconds)
+    metrics.ran(job.type, DeliveryOutcome.SLEPT, seconds)
     context: dict[str, Any] = {**extra, "event": "sleeping"}
     until = ""
     if suspended.wake_at is not None:

@@ -166,7 +166,7 @@ class Worker:
         ``traceparent``: the message's trace context (its header), which the execution
         continues (``jobrelay/telemetry.py``); ``on_acked_early``: called when a long job's
         message is acked before its outcome."""
-        self.metrics.in_flight.inc()
+        self.metrics.running += 1
         verdict = INTERRUPTED
         execution = telemetry.executing(traceparent)
         early = EarlyAck(delivery, self.long_job_ack_seconds, self.metrics, on_sent=on_acked_early)
@@ -186,7 +186,7 @@ class Worker:
             await early.disarm()
             await self._settle(delivery, verdict, early)
             execution.end(verdict.outcome)
-            self.metrics.in_flight.dec()
+            self.metrics.running -= 1
         return verdict
 
     async def process(
@@ -215,17 +215,18 @@ class Worker:
         """Run a claimed job and decide its outcome, then store it in one call (``_conclude``);
         a lost lease, or parents' results that could not be read, store nothing."""
         job = claim.job
-        extra = {"job_id": str(job.id), "attempt": job.attempts, "type": job.type}
         telemetry.execution_claimed(job)  # from here on the handler's trace is the job's
-        log.info("claimed", extra={**extra, "event": "claimed"})
+        if log.isEnabledFor(logging.INFO):  # the bench and most deployments hide INFO
+            log.info("claimed", extra={**_fields(job), "event": "claimed"})
         if early is not None:
-            early.arm(dict(extra))  # the claim committed: the lease may hold the job alone
+            # The claim committed: the lease may hold the job alone.
+            early.arm(lambda: _fields(job))
         if job.cancel_requested_at is not None:
             # Asked of an earlier attempt that ended before it could carry it out (its consumer
             # crashed or stopped): the handler does not run again.
             log.info(
                 "cancel requested earlier: not run",
-                extra={**extra, "event": LeaseEnd.CANCEL_REQUESTED},
+                extra={**_fields(job), "event": LeaseEnd.CANCEL_REQUESTED},
             )
             return await self._conclude(claim, Cancelled(), 0.0)
         try:
@@ -240,21 +241,21 @@ class Worker:
         except StoreUnavailable:  # its parents' results could not be read
             log.warning(
                 "parents' results not read: database unreachable; requeued",
-                extra={**extra, "event": "store_unavailable"},
+                extra={**_fields(job), "event": "store_unavailable"},
             )
             return STORE_UNAVAILABLE
         if isinstance(run, HandlerRun) and isinstance(run.interrupt, Suspended):
-            return slept(run.interrupt, run.seconds, job, self.metrics, extra)
+            return slept(run.interrupt, run.seconds, job, self.metrics, _fields(job))
         if isinstance(run, HandlerRun) and isinstance(run.interrupt, CancelPending):
             run = CancelRequested(run.seconds)  # it would have slept with its cancel pending
         elif isinstance(run, HandlerRun) and run.interrupt is not None:  # LeaseGone
             run = LeaseLost(LeaseEnd.TAKEN, run.seconds)
         if isinstance(run, LeaseLost):
-            return self._lease_lost(job, run, extra)
+            return self._lease_lost(job, run, _fields(job))
         if isinstance(run, CancelRequested):
             log.info(
                 "cancel requested: handler stopped",
-                extra={**extra, "event": LeaseEnd.CANCEL_REQUESTED},
+                extra={**_fields(job), "event": LeaseEnd.CANCEL_REQUESTED},
             )
             return await self._conclude(claim, Cancelled(), run.seconds)
         outcome = decide_outcome(
@@ -272,7 +273,7 @@ class Worker:
     async def _settle(self, delivery: Delivery, verdict: Verdict, early: EarlyAck) -> None:
         """The one place a delivery is acked or nacked, once its outcome is committed (a
         message acked early is settled by ``EarlyAck.settle``)."""
-        self.metrics.deliveries.labels(verdict.outcome).inc()
+        self.metrics.delivered(verdict.outcome)
         if early.sent:
             await early.settle(verdict, self.backoff)
             return
@@ -345,7 +346,7 @@ class Worker:
         """No outcome is ours to store: the message is requeued (the job is another
         attempt's now, or its lease expires and it comes back)."""
         self.metrics.lease_losses.inc()
-        self.metrics.job_duration.labels(job.type, DeliveryOutcome.LEASE_LOST).observe(run.seconds)
+        self.metrics.ran(job.type, DeliveryOutcome.LEASE_LOST, run.seconds)
         log.warning(
             "lease lost (%s): handler abandoned, no outcome reported",
             run.reason,
@@ -363,7 +364,6 @@ class Worker:
         """The one store call for a decided outcome — result and state in one guarded
         transaction, fenced by the lease token — shielded from cancellation."""
         job = claim.job
-        extra = {"job_id": str(job.id), "attempt": job.attempts, "type": job.type}
         try:
             finish = await _shielded(
                 self.patiently(
@@ -379,18 +379,19 @@ class Worker:
         except StoreUnavailable:
             log.warning(
                 "outcome not stored: database unreachable; requeued",
-                extra={**extra, "event": "store_unavailable"},
+                extra={**_fields(job), "event": "store_unavailable"},
             )
             return STORE_UNAVAILABLE
         verdict = verdict_of(outcome, finish)
-        self.metrics.job_duration.labels(job.type, verdict.outcome).observe(seconds)
+        self.metrics.ran(job.type, verdict.outcome, seconds)
         if finish is Finish.STALE:
             log.warning(
                 "outcome rejected: the lease is no longer ours",
-                extra={**extra, "event": "stale_completion_rejected"},
+                extra={**_fields(job), "event": "stale_completion_rejected"},
             )
         elif isinstance(outcome, Succeeded | Cancelled):
-            log.info("attempt finished", extra={**extra, "event": verdict.outcome})
+            if log.isEnabledFor(logging.INFO):
+                log.info("attempt finished", extra={**_fields(job), "event": verdict.outcome})
         else:
             summary = outcome.failure.summary() if outcome.failure else outcome.error
             context = _outcome_context(outcome, finish)
@@ -400,9 +401,14 @@ class Worker:
                 "attempt failed: %s",
                 summary,
                 exc_info=error,
-                extra={**extra, "event": verdict.outcome, **context},
+                extra={**_fields(job), "event": verdict.outcome, **context},
             )
         return verdict
+
+
+def _fields(job: Job) -> dict[str, Any]:
+    """A job's fields on each of its log lines; built only for a line that is written."""
+    return {"job_id": str(job.id), "attempt": job.attempts, "type": job.type}
 
 
 def _outcome_context(outcome: Outcome, finish: Finish) -> dict[str, str]:

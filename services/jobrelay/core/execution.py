@@ -162,7 +162,7 @@ class Renewal(StrEnum):
 
 class Delivery(Protocol):
     """What the worker needs of a broker delivery: the wrappers of ``broker/acks.py`` and
-    ``broker/quarantine.py`` around aio-pika's IncomingMessage."""
+    ``broker/quarantine.py`` around ``broker/deliveries.py``'s ``RawDelivery``."""
 
     @property
     def body(self) -> bytes: ...

@@ -179,9 +179,13 @@ endif
 clean-data:
 	$(MAKE) --no-print-directory down DELETE=1
 
-## bench: every benchmark, each beside its baseline measured in the same run
+## bench: every benchmark, each beside its baseline measured in the same run; then the peers that
+## store every job's outcome too (Celery with its PostgreSQL result backend, procrastinate 3.10,
+## DBOS 3.4.0: benchmarks/peers.py) beside e2e's jobrelay figures (its --json, in BENCH_E2E_JSON).
+## procrastinate and DBOS run from .local/venv-peers, made from requirements/bench-peers.txt once.
+BENCH_E2E_JSON ?= .local/bench/e2e.json
 bench: environment
-	$(PYTHON) scripts/servers.py run -- sh -c '$(PYTHON) -m benchmarks.submit && $(PYTHON) -m benchmarks.relay && $(PYTHON) -m benchmarks.e2e'
+	$(PYTHON) scripts/servers.py run -- sh -c '$(PYTHON) -m benchmarks.submit && $(PYTHON) -m benchmarks.relay && $(PYTHON) -m benchmarks.e2e --json $(BENCH_E2E_JSON) && $(PYTHON) -m benchmarks.peers --e2e-json $(BENCH_E2E_JSON)'
 
 ## bench-storage: empty database beside one holding STORAGE_JOBS finished jobs (docs/storage.md)
 STORAGE_JOBS ?= 1000000

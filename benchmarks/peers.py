@@ -46,7 +46,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +63,12 @@ from tests.support.servers import create_vhost, delete_vhost, vhost_amqp_url
 PEERS = ("celery+pg", "procrastinate", "dbos")
 PROCRASTINATE_APP = ROOT / "benchmarks" / "_procrastinate_app.py"
 
-# What the polls ask while a peer runs: how many outcomes are stored (the window at the end).
-CELERY_DONE = "SELECT count(*) FROM celery_taskmeta WHERE status = 'SUCCESS'"
+# What the polls ask while a peer runs: how many outcomes are stored, succeeded and failed; then
+# once at the end, the window: the outcomes and the first and last completion (epoch seconds).
+CELERY_DONE = """
+SELECT count(*) FILTER (WHERE status = 'SUCCESS'), count(*) FILTER (WHERE status = 'FAILURE')
+FROM celery_taskmeta
+"""
 CELERY_WINDOW = """
 SELECT count(*), EXTRACT(EPOCH FROM min(date_done)), EXTRACT(EPOCH FROM max(date_done))
 FROM celery_taskmeta WHERE status = 'SUCCESS'
@@ -92,36 +95,46 @@ def scratch_database(ctx: e2e.Context, peer: str) -> Any:
         databases.admin_execute(ctx.admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-async def watch(
+async def measure(
+    ctx: e2e.Context,
     name: str,
+    url: str,
     worker: subprocess.Popen[bytes],
     meter: e2e.CpuMeter,
-    done: Callable[[], Awaitable[int]],
-    jobs: int,
-    timeout: float,
-) -> int:
-    """Until ``done()`` reaches ``jobs``; the meter runs from the first completion to the last.
-    Returns the completions seen when it started."""
-    deadline = time.perf_counter() + timeout
-    seen = 0
-    while (count := await done()) < jobs:
-        if count and not seen:
-            seen = count
-            meter.start()
-        if worker.poll() is not None:
-            raise SystemExit(f"{name} worker exited with {worker.returncode}")
-        if time.perf_counter() > deadline:
-            raise SystemExit(f"{name}: only {count}/{jobs} done after {timeout}s")
-        await asyncio.sleep(0.05)
-    meter.stop()
-    return seen
-
-
-async def window(url: str, statement: str) -> tuple[int, float, float]:
-    async with await psycopg.AsyncConnection.connect(libpq_url(url), autocommit=True) as conn:
-        cursor = await conn.execute(statement)
-        n, first, last = await cursor.fetchone()  # type: ignore[misc]
-    return int(n), float(first), float(last)
+    statements: tuple[str, str],
+    started: float,
+) -> e2e.Throughput:
+    """Polls ``statements``' first (succeeded, failed) until every job succeeded, the meter
+    running from the first completion to the last; stops the worker; reads the window with the
+    second. ``started``: when the worker was started."""
+    done_sql, window_sql = statements
+    jobs, deadline, seen = ctx.args.jobs, started + ctx.args.timeout, 0
+    try:
+        async with await psycopg.AsyncConnection.connect(libpq_url(url), autocommit=True) as conn:
+            while True:
+                cursor = await conn.execute(done_sql)
+                done, failed = await cursor.fetchone()  # type: ignore[misc]
+                if failed:
+                    raise SystemExit(f"{name}: {failed} no-op jobs failed")
+                if done and not seen:
+                    seen = done
+                    meter.start()
+                if done >= jobs:
+                    meter.stop()
+                    break
+                if worker.poll() is not None:
+                    raise SystemExit(f"{name} worker exited with {worker.returncode}")
+                if time.perf_counter() > deadline:
+                    raise SystemExit(f"{name}: only {done}/{jobs} done after {ctx.args.timeout}s")
+                await asyncio.sleep(0.05)
+            wall = time.perf_counter() - started
+            cursor = await conn.execute(window_sql)
+            n, first, last = await cursor.fetchone()  # type: ignore[misc]
+    finally:
+        e2e.stop_process(worker)
+    result = e2e.Throughput(name, int(n), wall, float(first), float(last))
+    result.cpu = meter.per_thousand(jobs - seen)
+    return result
 
 
 # --- Celery with its PostgreSQL result backend ---------------------------------------------------
@@ -162,25 +175,10 @@ async def celery_run(ctx: e2e.Context, jobs: int) -> e2e.Throughput:
         started = time.perf_counter()
         worker = e2e.start_celery(ctx, BENCH_CELERY_RESULT_BACKEND=backend_url)
         meter = e2e.CpuMeter({"celery": [worker.pid]})
-        try:
-            async with await psycopg.AsyncConnection.connect(
-                libpq_url(url), autocommit=True
-            ) as conn:
-
-                async def done() -> int:
-                    cursor = await conn.execute(CELERY_DONE)
-                    [count] = await cursor.fetchone()  # type: ignore[misc]
-                    return int(count)
-
-                seen = await watch("celery", worker, meter, done, jobs, ctx.args.timeout)
-            wall = time.perf_counter() - started
-        finally:
-            e2e.stop_process(worker)
-        n, first, last = await window(url, CELERY_WINDOW)
-    result = e2e.Throughput("celery+pg", n, wall, first, last)
-    result.cpu = meter.per_thousand(jobs - seen)
+        statements = (CELERY_DONE, CELERY_WINDOW)
+        result = await measure(ctx, "celery+pg", url, worker, meter, statements, started)
     left = await e2e.queue_messages(ctx.celery_url, celery_app.QUEUE)
-    result.notes.append(f"stored: {n:,} celery_taskmeta rows; {left} messages left in the queue")
+    result.notes.append(f"stored: {result.jobs:,} results; {left} messages left in the queue")
     return result
 
 
@@ -215,24 +213,8 @@ async def procrastinate_run(ctx: e2e.Context, python: Path, jobs: int) -> e2e.Th
         worker = start_procrastinate_worker(python, conninfo, ctx.args.concurrency)
         meter = e2e.CpuMeter({"procrastinate": [worker.pid]})
         meter.groups.pop("rabbitmq", None)  # it needs no broker: an idle one's CPU is not its cost
-        try:
-            async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
-
-                async def done() -> int:
-                    cursor = await conn.execute(PROCRASTINATE_DONE)
-                    succeeded, failed = await cursor.fetchone()  # type: ignore[misc]
-                    if failed:
-                        raise SystemExit(f"procrastinate: {failed} jobs failed")
-                    return int(succeeded)
-
-                seen = await watch("procrastinate", worker, meter, done, jobs, ctx.args.timeout)
-            wall = time.perf_counter() - started
-        finally:
-            e2e.stop_process(worker)
-        n, first, last = await window(url, PROCRASTINATE_WINDOW)
-    result = e2e.Throughput("procrastinate", n, wall, first, last)
-    result.cpu = meter.per_thousand(jobs - seen)
-    return result
+        statements = (PROCRASTINATE_DONE, PROCRASTINATE_WINDOW)
+        return await measure(ctx, "procrastinate", url, worker, meter, statements, started)
 
 
 # --- the run -------------------------------------------------------------------------------------
@@ -267,7 +249,7 @@ async def run(ctx: e2e.Context, python: Path) -> dict[str, list[e2e.Throughput]]
 
 def report(runs: dict[str, list[e2e.Throughput]], e2e_json: str | None) -> None:
     """Each peer's medians; with e2e's, jobrelay's beside them and the ratios jobrelay/peer."""
-    figures = {
+    figures: dict[str, dict[str, Any]] = {
         peer: {"steady": median([run.steady for run in measured]), "cpu": e2e.median_cpu(measured)}
         for peer, measured in runs.items()
         if measured

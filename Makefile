@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 # scripts/servers.py needs only the standard library: `make down` works before any venv exists.
 SCRIPT_PYTHON = $(if $(wildcard $(PYTHON)),$(PYTHON),python3)
 
-.PHONY: install environment lock dist test-latest run test test-local test-local-integration test-local-others test-side-by-side test-pgbouncer test-python313 test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster bench-durable bench-footprint lock-bench-dbos chaos chaos-cluster chaos-failover clean
+.PHONY: install environment lock dist test-latest run test test-local test-local-integration test-local-others test-side-by-side test-pgbouncer test-python313 test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster bench-durable bench-footprint lock-bench-peers chaos chaos-cluster chaos-failover clean
 
 ## install: exactly the locked versions (requirements/dev.txt), then jobrelay itself, editable
 ## (into the active virtual environment, else into .venv, made when missing)
@@ -179,9 +179,13 @@ endif
 clean-data:
 	$(MAKE) --no-print-directory down DELETE=1
 
-## bench: every benchmark, each beside its baseline measured in the same run
+## bench: every benchmark, each beside its baseline measured in the same run; then the peers that
+## store every job's outcome too (Celery with its PostgreSQL result backend, procrastinate 3.10,
+## DBOS 3.4.0: benchmarks/peers.py) beside e2e's jobrelay figures (its --json, in BENCH_E2E_JSON).
+## procrastinate and DBOS run from .local/venv-peers, made from requirements/bench-peers.txt once.
+BENCH_E2E_JSON ?= .local/bench/e2e.json
 bench: environment
-	$(PYTHON) scripts/servers.py run -- sh -c '$(PYTHON) -m benchmarks.submit && $(PYTHON) -m benchmarks.relay && $(PYTHON) -m benchmarks.e2e'
+	$(PYTHON) scripts/servers.py run -- sh -c '$(PYTHON) -m benchmarks.submit && $(PYTHON) -m benchmarks.relay && $(PYTHON) -m benchmarks.e2e --json $(BENCH_E2E_JSON) && $(PYTHON) -m benchmarks.peers --e2e-json $(BENCH_E2E_JSON)'
 
 ## bench-storage: empty database beside one holding STORAGE_JOBS finished jobs (docs/storage.md)
 STORAGE_JOBS ?= 1000000
@@ -205,8 +209,9 @@ bench-cluster: environment
 
 ## bench-durable: plain jobs beside jobs of one and of five steps, and DBOS 3.4.0's queue with one
 ## step per workflow, alternated per round: jobs/s, CPU ms per 1,000 jobs, the ratios
-## (benchmarks/durable.py). DBOS runs from .local/venv-dbos, made from requirements/bench-dbos.txt
-## when missing. DURABLE_BENCH_ARGS="--jobs 2000 --rounds 3 --variants plain,dbos" to vary.
+## (benchmarks/durable.py). DBOS runs from .local/venv-peers, made from
+## requirements/bench-peers.txt when missing or older than the lock.
+## DURABLE_BENCH_ARGS="--jobs 2000 --rounds 3 --variants plain,dbos" to vary.
 DURABLE_BENCH_ARGS ?=
 bench-durable: environment
 	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m benchmarks.durable $(DURABLE_BENCH_ARGS)
@@ -219,11 +224,12 @@ FOOTPRINT_ARGS ?=
 bench-footprint: environment
 	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m benchmarks.footprint --jobs $(FOOTPRINT_JOBS) $(FOOTPRINT_ARGS)
 
-## lock-bench-dbos: re-resolve requirements/bench-dbos.txt from requirements/bench-dbos.in (DBOS,
-## bench-durable's peer, locked apart from jobrelay: it is never installed beside it)
-lock-bench-dbos: environment
+## lock-bench-peers: re-resolve requirements/bench-peers.txt from requirements/bench-peers.in (DBOS
+## and procrastinate, the peers of bench and bench-durable, locked apart from jobrelay: they are
+## never installed beside it)
+lock-bench-peers: environment
 	$(UV) pip compile --universal --python-version 3.11 --generate-hashes \
-		--custom-compile-command 'make lock-bench-dbos' requirements/bench-dbos.in -o requirements/bench-dbos.txt
+		--custom-compile-command 'make lock-bench-peers' requirements/bench-peers.in -o requirements/bench-peers.txt
 
 ## chaos: the long chaos run (>=10,000 jobs, >=50 faults) on throwaway servers; prints one
 ## summary line, exits non-zero on any violation. CHAOS_ARGS="--profile short --seed 7" to vary.

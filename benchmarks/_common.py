@@ -163,6 +163,28 @@ def start_service(args: list[str], env_overrides: dict[str, str]) -> subprocess.
     )
 
 
+PEERS_VENV = ROOT / ".local" / "venv-peers"
+PEERS_LOCK = ROOT / "requirements" / "bench-peers.txt"
+
+
+def peers_python() -> Path:
+    """The python of ``.local/venv-peers``: the peers jobrelay is measured beside (DBOS,
+    procrastinate), exactly as ``requirements/bench-peers.txt`` locks them (hashes required),
+    never installed beside jobrelay. Made once; made again when the lock is newer than it."""
+    python = PEERS_VENV / "bin" / "python"
+    stamp = PEERS_VENV / ".installed"
+    if stamp.exists() and stamp.stat().st_mtime >= PEERS_LOCK.stat().st_mtime:
+        return python
+    print(f"installing {PEERS_LOCK.relative_to(ROOT)} into {PEERS_VENV.relative_to(ROOT)}")
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(PEERS_VENV)], check=True)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--require-hashes", "-r", str(PEERS_LOCK)],
+        check=True,
+    )
+    stamp.touch()
+    return python
+
+
 def wait_http(url: str, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -1,12 +1,14 @@
-"""DBOS's side of ``benchmarks/durable.py``: a workflow of one step on a DBOS queue. Run by the
-python of ``.local/venv-dbos`` (DBOS 3.4.0 from its own lock, ``requirements/bench-dbos.txt``),
+"""DBOS's side of ``benchmarks/durable.py`` (a workflow of one step on a DBOS queue) and of
+``benchmarks/peers.py`` (a workflow of no step, the no-op). Run by the python of
+``.local/venv-peers`` (DBOS 3.4.0 from the peers' own lock, ``requirements/bench-peers.txt``),
 which has no jobrelay: this file imports the standard library and DBOS only.
 
     python benchmarks/_dbos_app.py prepare SYSTEM_DATABASE_URL CONCURRENCY POLL_SECONDS
-    python benchmarks/_dbos_app.py enqueue SYSTEM_DATABASE_URL N PREFIX
+    python benchmarks/_dbos_app.py enqueue SYSTEM_DATABASE_URL N PREFIX [one_step|noop]
     python benchmarks/_dbos_app.py work SYSTEM_DATABASE_URL CONCURRENCY POLL_SECONDS
 
-``prepare`` creates DBOS's tables and the queue's row. ``enqueue`` puts N workflows on the queue
+``prepare`` creates DBOS's tables and the queue's row. ``enqueue`` puts N workflows (of one step
+by default) on the queue
 through ``DBOSClient`` (no worker runs them yet), under the worker's application name and
 version: a DBOS worker dequeues only workflows of its own application version. ``work`` launches
 DBOS with the queue registered (``worker_concurrency`` CONCURRENCY, polled every POLL_SECONDS:
@@ -26,7 +28,7 @@ from dbos import DBOS, DBOSClient, DBOSConfig
 NAME = "jobrelay-bench"
 VERSION = "bench-1"
 QUEUE = "bench"
-WORKFLOW = "bench_one_step"
+WORKFLOWS = {"one_step": "bench_one_step", "noop": "bench_noop"}
 
 
 @DBOS.step(name="bench_step")
@@ -35,9 +37,14 @@ def one() -> int:
     return 1
 
 
-@DBOS.workflow(name=WORKFLOW)
+@DBOS.workflow(name=WORKFLOWS["one_step"])
 def one_step() -> int:
     return one()
+
+
+@DBOS.workflow(name=WORKFLOWS["noop"])
+def noop() -> None:
+    """Nothing: the workflow's status row, its (empty) result and the queue's work alone."""
 
 
 def config(url: str) -> DBOSConfig:
@@ -49,13 +56,13 @@ def config(url: str) -> DBOSConfig:
     }
 
 
-def enqueue(url: str, n: int, prefix: str) -> None:
+def enqueue(url: str, n: int, prefix: str, workflow: str) -> None:
     client = DBOSClient(system_database_url=url, application_name=NAME)
     try:
         for number in range(n):
             client.enqueue(
                 {
-                    "workflow_name": WORKFLOW,
+                    "workflow_name": WORKFLOWS[workflow],
                     "queue_name": QUEUE,
                     "workflow_id": f"{prefix}{number}",
                     "app_version": VERSION,
@@ -90,7 +97,7 @@ if __name__ == "__main__":
     if command == "prepare":
         prepare(url, int(rest[0]), float(rest[1]))
     elif command == "enqueue":
-        enqueue(url, int(rest[0]), rest[1])
+        enqueue(url, int(rest[0]), rest[1], rest[2] if len(rest) > 2 else "one_step")
     elif command == "work":
         work(url, int(rest[0]), float(rest[1]))
     else:

@@ -13,8 +13,8 @@ Variants, each on ``--jobs`` jobs written before its services start, timed until
   (``--concurrency``), a confirmed publish, claim, handler, result, ack per job;
 - ``one step``: ``bench.one_step``, the same with ``await context.step("one", fn)``;
 - ``five steps``: ``bench.five_steps``, five such steps;
-- ``dbos``: DBOS 3.4.0 (``benchmarks/_dbos_app.py``, run by the python of ``.local/venv-dbos``,
-  made from ``requirements/bench-dbos.txt`` when missing): a workflow of one step on a queue
+- ``dbos``: DBOS 3.4.0 (``benchmarks/_dbos_app.py``, run by the python of ``.local/venv-peers``,
+  made from ``requirements/bench-peers.txt`` when missing): a workflow of one step on a queue
   registered with ``worker_concurrency`` = ``--concurrency`` and polled every ``--dbos-poll``
   seconds (its default, 1 s, would measure the poll), its system database a scratch database of
   the same PostgreSQL; the workflows enqueued by ``DBOSClient`` before the worker starts.
@@ -46,15 +46,13 @@ sys.path.insert(0, str(ROOT))
 import psycopg
 
 from benchmarks import e2e
-from benchmarks._common import median, scratch_run
+from benchmarks._common import median, peers_python, scratch_run
 from benchmarks.durable_handlers import FIVE_STEPS, HANDLERS, ONE_STEP, PLAIN
 from jobrelay.core.fingerprint import request_hash
 from jobrelay.core.ids import new_id
 from jobrelay.db.engine import libpq_url
 from tests.support import databases
 
-DBOS_VENV = ROOT / ".local" / "venv-dbos"
-DBOS_LOCK = ROOT / "requirements" / "bench-dbos.txt"
 DBOS_APP = ROOT / "benchmarks" / "_dbos_app.py"
 
 OURS = {"plain": PLAIN, "one step": ONE_STEP, "five steps": FIVE_STEPS}
@@ -163,22 +161,6 @@ async def _wait_jobrelay(
 # --- DBOS ---------------------------------------------------------------------------------------
 
 
-def dbos_python() -> Path:
-    """The python of ``.local/venv-dbos``, made from the lock (hashes required) when missing."""
-    python = DBOS_VENV / "bin" / "python"
-    stamp = DBOS_VENV / ".installed"
-    if stamp.exists() and stamp.stat().st_mtime >= DBOS_LOCK.stat().st_mtime:
-        return python
-    print(f"installing DBOS from {DBOS_LOCK.relative_to(ROOT)} into {DBOS_VENV.relative_to(ROOT)}")
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(DBOS_VENV)], check=True)
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--require-hashes", "-r", str(DBOS_LOCK)],
-        check=True,
-    )
-    stamp.touch()
-    return python
-
-
 def dbos_app(python: Path, *argv: str) -> None:
     done = subprocess.run(
         [str(python), str(DBOS_APP), *argv], capture_output=True, text=True, check=False
@@ -187,15 +169,18 @@ def dbos_app(python: Path, *argv: str) -> None:
         raise SystemExit(f"dbos {argv[0]} failed:\n{done.stderr[-3000:]}")
 
 
-async def dbos_run(ctx: e2e.Context, python: Path, jobs: int) -> e2e.Throughput:
-    """DBOS's queue on a fresh system database: ``jobs`` workflows enqueued, then one worker."""
+async def dbos_run(
+    ctx: e2e.Context, python: Path, jobs: int, workflow: str = "one_step"
+) -> e2e.Throughput:
+    """DBOS's queue on a fresh system database: ``jobs`` workflows enqueued, then one worker;
+    ``workflow`` one of ``benchmarks/_dbos_app.py``'s (``one_step``, ``noop``)."""
     name = f"jobrelay_bench_dbos_{uuid.uuid4().hex[:8]}"
     databases.admin_execute(ctx.admin_url, f'CREATE DATABASE "{name}"')
     url = libpq_url(databases.with_database(ctx.admin_url, name))
     try:
         settings = (str(ctx.args.concurrency), str(ctx.args.dbos_poll))
         await asyncio.to_thread(dbos_app, python, "prepare", url, *settings)
-        await asyncio.to_thread(dbos_app, python, "enqueue", url, str(jobs), "bench-")
+        await asyncio.to_thread(dbos_app, python, "enqueue", url, str(jobs), "bench-", workflow)
         return await _dbos_measure(ctx, python, url, jobs)
     finally:
         databases.admin_execute(ctx.admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -317,7 +302,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    python = dbos_python()
+    python = peers_python()
     with scratch_run("durable") as scratch:
         ctx = e2e.Context(
             admin_url=scratch.admin_url,

@@ -1,7 +1,7 @@
 """No-op jobs per second from submit to stored result, beside a Celery baseline in the same run.
 
     python scripts/servers.py run -- python -m benchmarks.e2e \\
-        [--jobs 5000] [--consumers 1] [--concurrency 32] [--rounds 2] [--profile]
+        [--jobs 5000] [--consumers 1] [--concurrency 32] [--rounds 2] [--profile] [--json PATH]
 
 Reads JOBRELAY_DATABASE_URL (admin: creates a scratch database), JOBRELAY_AMQP_URL and
 JOBRELAY_RABBITMQ_API_URL (creates two scratch vhosts, one per system); drops them at the end.
@@ -32,7 +32,9 @@ Rates: "steady" = completions between the first and the last completion (startup
 figure the ratio is taken on); "wall" = jobs / (process start → last completion). CPU seconds
 per 1,000 jobs of each process (and of PostgreSQL and RabbitMQ) over the steady window show where
 a 2-core machine's time goes. ``--profile`` adds one more jobrelay run under py-spy
-(``--nonblocking``) and summarizes the dispatcher's and the consumers' profiles.
+(``--nonblocking``) and summarizes the dispatcher's and the consumers' profiles. ``--json PATH``
+writes the medians of the throughput runs, which ``benchmarks/peers.py --e2e-json`` sets beside
+the peers'.
 
 On a RabbitMQ cluster (JOBRELAY_AMQP_URL lists its nodes) the jobrelay services get the whole
 list; Celery, which takes one URL here, and the queue counts use the first node. RabbitMQ's CPU is
@@ -451,12 +453,14 @@ async def transactions(ctx: Context) -> int:
 # --- Celery --------------------------------------------------------------------------------
 
 
-def start_celery(ctx: Context) -> subprocess.Popen[bytes]:
+def start_celery(ctx: Context, **more_env: str) -> subprocess.Popen[bytes]:
+    """``more_env``: more BENCH_CELERY_* settings (``benchmarks/celery_app.py``)."""
     args = ctx.args
     env = os.environ | {
         "BENCH_CELERY_BROKER_URL": ctx.celery_url,
         "BENCH_CELERY_COMPLETIONS": str(ctx.completions),
         "PYTHONPATH": str(ROOT),
+        **more_env,
     }
     log = open(ctx.workdir / "celery-worker.log", "ab")  # noqa: SIM115 (the child keeps it)
     return subprocess.Popen(
@@ -793,6 +797,21 @@ class Results:
     jobrelay_latency: dict[str, list[float]] = field(default_factory=dict)
     celery_latency: list[float] = field(default_factory=list)  # apply_async -> task ran, ms
 
+    def summary(self) -> dict[str, Any]:
+        """The medians ``--json`` writes (``benchmarks/peers.py --e2e-json`` reads them): per
+        system, steady jobs/s and CPU ms per 1,000 jobs of each process measured."""
+        return {
+            system: {"steady": median([run.steady for run in runs]), "cpu": median_cpu(runs)}
+            for system, runs in (("jobrelay", self.jobrelay), ("celery", self.celery))
+            if runs
+        }
+
+
+def median_cpu(runs: list[Throughput]) -> dict[str, float]:
+    """CPU ms per 1,000 jobs of each process, the median over the runs that measured it."""
+    names = dict.fromkeys(name for run in runs for name in run.cpu)
+    return {name: median([run.cpu[name] for run in runs if name in run.cpu]) for name in names}
+
 
 def report(jobrelay: list[Throughput], celery: list[Throughput]) -> None:
     for run in jobrelay + celery:
@@ -878,6 +897,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile-dir", default="/tmp/jobrelay-e2e-profile")
     parser.add_argument("--skip-celery", action="store_true")
     parser.add_argument("--skip-jobrelay", action="store_true")
+    parser.add_argument("--json", help="also write the medians to this file (for peers.py)")
     args = parser.parse_args(argv)
     args.celery_concurrency = args.celery_concurrency or args.consumers * args.concurrency
     return args
@@ -890,7 +910,10 @@ def main() -> int:
     api_url = os.environ.get("JOBRELAY_RABBITMQ_API_URL")
     if not (amqp_base and api_url):
         sys.exit("run under `python scripts/servers.py run -- python -m benchmarks.e2e`")
-    measure(args, admin_url, amqp_base, api_url)
+    results = measure(args, admin_url, amqp_base, api_url)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(results.summary(), indent=2) + "\n")
     return 0
 
 

@@ -130,6 +130,32 @@ async def test_a_group_finished_in_one_statement_writes_one_delta_per_bucket(sto
     await assert_stats_match_a_full_count(store)
 
 
+async def _deltas(store: Store) -> list[tuple[Any, ...]]:
+    rows = await store.fetch_all(text("SELECT state, code, n FROM jobrelay.job_count_deltas"))
+    return [tuple(row) for row in rows]
+
+
+async def test_a_finish_adds_to_a_free_total_in_place_and_to_a_held_one_as_a_delta(
+    store: Store,
+) -> None:
+    """A bucket whose total exists and no other transaction holds is added to in place: no
+    delta to write and fold (migration 0017). Held, a delta is appended instead of waiting."""
+    await factories.jobs(store, 3, state=JobState.SUCCEEDED)
+    assert await RelayStore(store).fold_job_counts() == 1  # the total of succeeded exists now
+    await factories.jobs(store, 2, state=JobState.SUCCEEDED)
+    assert await _deltas(store) == []
+
+    async with store.transaction() as holder:
+        await holder.execute(
+            text("SELECT n FROM jobrelay.job_totals WHERE state = 'succeeded' FOR UPDATE")
+        )
+        await factories.jobs(store, 4, state=JobState.SUCCEEDED)  # another transaction
+        assert await _deltas(store) == [("succeeded", "", 4)]
+    await assert_stats_match_a_full_count(store)
+    totals = await store.fetch_all(text("SELECT n FROM jobrelay.job_totals WHERE code = ''"))
+    assert [row.n for row in totals] == [5]
+
+
 async def test_the_dispatchers_maintenance_folds_the_deltas_into_the_totals(store: Store) -> None:
     await factories.jobs(store, 5, state=JobState.SUCCEEDED)
     await factories.jobs(store, 2, state=JobState.QUARANTINED, last_error_code="delivery_limit")

@@ -3,8 +3,9 @@
 Until now three row triggers on ``jobs`` (0003) appended one ``job_count_deltas`` row per job
 entering or leaving a finished state, which the dispatcher deletes when it folds them into
 ``job_totals``: two row writes for every plain job. Here they become statement triggers with
-transition tables: a statement appends one delta per (state, code) whose count it changed, the
-net of its rows (a group commit of a hundred successes writes one row, not a hundred).
+transition tables: a statement adds, per (state, code) whose count it changed, the net of its rows
+(a group commit of a hundred successes writes one row, not a hundred): to the bucket's total in
+place when no other transaction is adding to it, else as a delta row, folded later.
 
 PostgreSQL 15 allows neither a column list nor WHEN on a trigger with transition tables, so the
 function filters: it counts, under their old bucket -1 and under their new one +1, the rows in a
@@ -38,32 +39,58 @@ _FINISHED = "state IN ({})".format(", ".join(repr(state) for state in TERMINAL_S
 
 # The transition tables are named per trigger (an INSERT has no old rows, a DELETE no new
 # ones); PL/pgSQL plans a branch's statement only when it runs, so one function serves all three.
+# Each branch says its ``moves``, (state, code, n) per bucket, then ADD_MOVES adds them.
 COUNT_FINISHED = f"""
 CREATE OR REPLACE FUNCTION jobrelay_count_finished() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        INSERT INTO job_count_deltas (state, code, n)
-        SELECT state, coalesce(last_error_code, ''), count(*) FROM new_jobs
-        WHERE {_FINISHED} GROUP BY 1, 2;
+        WITH moves AS (
+            SELECT state, coalesce(last_error_code, '') AS code, count(*) AS n FROM new_jobs
+            WHERE {_FINISHED} GROUP BY 1, 2
+        ){{add_moves}}
     ELSIF TG_OP = 'DELETE' THEN
-        INSERT INTO job_count_deltas (state, code, n)
-        SELECT state, coalesce(last_error_code, ''), -count(*) FROM old_jobs
-        WHERE {_FINISHED} GROUP BY 1, 2;
+        WITH moves AS (
+            SELECT state, coalesce(last_error_code, '') AS code, -count(*) AS n FROM old_jobs
+            WHERE {_FINISHED} GROUP BY 1, 2
+        ){{add_moves}}
     ELSE
-        INSERT INTO job_count_deltas (state, code, n)
-        SELECT state, code, sum(n) FROM (
-            SELECT state, coalesce(last_error_code, '') AS code, -1 AS n FROM old_jobs
-            WHERE {_FINISHED}
-            UNION ALL
-            SELECT state, coalesce(last_error_code, ''), 1 FROM new_jobs
-            WHERE {_FINISHED}
-        ) AS moves
-        GROUP BY 1, 2 HAVING sum(n) <> 0;
+        WITH moves AS (
+            SELECT state, code, sum(n) AS n FROM (
+                SELECT state, coalesce(last_error_code, '') AS code, -1 AS n FROM old_jobs
+                WHERE {_FINISHED}
+                UNION ALL
+                SELECT state, coalesce(last_error_code, ''), 1 FROM new_jobs
+                WHERE {_FINISHED}
+            ) AS each_row
+            GROUP BY 1, 2 HAVING sum(n) <> 0
+        ){{add_moves}}
     END IF;
     RETURN NULL;
 END
 $$
 """
+
+# A bucket's total is added to in place when no other transaction is adding to it (its row
+# taken with SKIP LOCKED: a finish never waits for another): one row written per statement and
+# bucket, and nothing left to fold. A bucket another transaction holds, or one with no total
+# yet, gets a delta row as before, which the dispatcher folds (FOLD_JOB_COUNTS waits for the
+# holder's commit, never the other way round).
+ADD_MOVES = """, free AS (
+            SELECT t.state, t.code FROM job_totals t
+            JOIN moves m ON m.state = t.state AND m.code = t.code
+            ORDER BY t.state, t.code
+            FOR UPDATE OF t SKIP LOCKED
+        ), added AS (
+            UPDATE job_totals t SET n = t.n + m.n
+            FROM moves m JOIN free f ON f.state = m.state AND f.code = m.code
+            WHERE t.state = m.state AND t.code = m.code
+            RETURNING t.state, t.code
+        )
+        INSERT INTO job_count_deltas (state, code, n)
+        SELECT m.state, m.code, m.n FROM moves m
+        WHERE NOT EXISTS (SELECT 1 FROM added a WHERE a.state = m.state AND a.code = m.code);"""
+
+COUNT_FINISHED = COUNT_FINISHED.replace("{add_moves}", ADD_MOVES)
 
 REFERENCING = {
     "INSERT": "NEW TABLE AS new_jobs",

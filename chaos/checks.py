@@ -182,7 +182,7 @@ def read_database(database_url: str) -> Snapshot:
             for job_id, event, attempt, at in connection.execute(
                 "SELECT e.job_id, e.event, e.attempt, e.at FROM jobrelay.job_journal e"
                 " JOIN jobrelay.jobs j ON j.id = e.job_id"
-                " WHERE j.type = %s AND e.event = ANY(%s) ORDER BY e.job_id, e.seq",
+                " WHERE j.type = %s AND e.event = ANY(%s) ORDER BY e.job_id, e.seq, e.at",
                 (LIMITED, ["claimed", *ATTEMPT_ENDS]),
             )
         ]
@@ -242,7 +242,7 @@ def _read_durable(connection: psycopg.Connection[Any]) -> DurableFacts:
     for job_id, attempt, at in connection.execute(
         "SELECT e.job_id, e.attempt, e.at FROM jobrelay.job_journal e"
         " JOIN jobrelay.jobs j ON j.id = e.job_id"
-        " WHERE j.type = %s AND e.event = 'claimed' ORDER BY e.job_id, e.seq",
+        " WHERE j.type = %s AND e.event = 'claimed' ORDER BY e.job_id, e.seq, e.at",
         (DURABLE,),
     ):
         facts.claims.setdefault(str(job_id), []).append((int(attempt), at))
@@ -273,7 +273,7 @@ def _read_workflows(
     for job_id, event, at in connection.execute(
         "SELECT e.job_id, e.event, e.at FROM jobrelay.job_journal e JOIN jobrelay.jobs j ON j.id = "
         "e.job_id"
-        " WHERE j.workflow_id IS NOT NULL AND e.event = ANY(%s) ORDER BY e.job_id, e.seq",
+        " WHERE j.workflow_id IS NOT NULL AND e.event = ANY(%s) ORDER BY e.job_id, e.seq, e.at",
         (["claimed", "succeeded", *RELEASE_EVENTS],),
     ):
         if event in first:

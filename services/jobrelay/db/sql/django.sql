@@ -10,9 +10,9 @@
 -- detail names the consumer: Django's worker_ids), and every failed attempt's error document.
 SELECT j.id, j.type, j.payload, j.state, j.attempts, j.created_at, j.finished_at,
        r.result,
-       coalesce((SELECT array_agg(e.at ORDER BY e.seq) FROM jobrelay.job_journal e
+       coalesce((SELECT array_agg(e.at ORDER BY e.seq, e.at) FROM jobrelay.job_journal e
                  WHERE e.job_id = j.id AND e.event = 'claimed'), '{}') AS claimed_at,
-       coalesce((SELECT array_agg(coalesce(e.detail, '') ORDER BY e.seq)
+       coalesce((SELECT array_agg(coalesce(e.detail, '') ORDER BY e.seq, e.at)
                  FROM jobrelay.job_journal e
                  WHERE e.job_id = j.id AND e.event = 'claimed'), '{}') AS claimed_by,
        coalesce((SELECT jsonb_agg(e.error ORDER BY e.id) FROM jobrelay.job_events e

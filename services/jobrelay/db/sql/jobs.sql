@@ -46,10 +46,13 @@ WHERE j.id = :id AND (CAST(:client_id AS uuid) IS NULL OR j.client_id = :client_
 -- name: job_events
 -- A job's journal in order: the view job_journal (migration 0018) reads job_events and the
 -- entries a job's own rows tell (received, published, claimed, succeeded), each in its place.
+-- Two entries share a place only after a crash that lost a lease's unflushed commit (the relay
+-- leases without waiting for the flush, docs/failover.md): its sequence values may be drawn
+-- again, and the entries' times order them.
 SELECT e.seq, e.at, e.event, e.attempt, e.detail, e.error
 FROM jobrelay.job_journal e
 WHERE e.job_id = :job_id
-ORDER BY e.seq;
+ORDER BY e.seq, e.at;
 
 -- name: list_jobs
 -- Keyset pagination, newest first: the cursor is the (created_at, id) of the last row seen.

@@ -19,7 +19,10 @@ FAILS_ONCE = {"type": "demo.fail", "payload": {"mode": "transient", "times": 1},
 async def written_rows(system: System, job_id: str) -> list[tuple[str, int]]:
     """The job's ``job_events`` rows, as written, in journal order."""
     rows = await system.store.fetch_all(
-        text("SELECT event, attempt FROM jobrelay.job_events WHERE job_id = :id ORDER BY id"),
+        text(
+            "SELECT event, attempt FROM jobrelay.job_events WHERE job_id = :id"
+            " ORDER BY coalesce(seq, id)"
+        ),
         id=uuid.UUID(job_id),
     )
     return [(row.event, row.attempt) for row in rows]

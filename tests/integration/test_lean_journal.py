@@ -7,6 +7,8 @@ import uuid
 
 from sqlalchemy import text
 
+from jobrelay.core.execution import Claimed, LeaseTerms
+from jobrelay.db.execution_store import PgExecutionStore
 from jobrelay.db.relay_store import RelayStore
 from jobrelay.db.store import Store
 from tests.support.consumer_kit import new_client, scalar, submit
@@ -70,3 +72,34 @@ async def test_a_finished_jobs_published_rows_stay_until_the_job_goes(store: Sto
     assert await RelayStore(store).delete_published(3600, 10) == 0
 
     assert [event for _, event, _, _ in await journal(store, job_id)] == ["received", "published"]
+
+
+async def test_a_place_drawn_twice_never_makes_a_claim_fail(store: Store) -> None:
+    """A lease whose unflushed commit a crash lost may have its journal place drawn again
+    (docs/failover.md): an entry journaled from a row keeps its place in seq, never as an id
+    that could be taken."""
+    job_id = await submit(store, await new_client(store), "demo.sleep", {"seconds": 0})
+    async with store.transaction() as connection:
+        taken = (
+            await connection.execute(
+                text(
+                    "INSERT INTO jobrelay.job_events (job_id, event, attempt, detail)"
+                    " VALUES (:id, 'held', 0, 'a row that took the place') RETURNING id"
+                ),
+                {"id": job_id},
+            )
+        ).scalar_one()
+        # As if an earlier attempt's claim had drawn the same place.
+        await connection.execute(
+            text(
+                "UPDATE jobrelay.jobs SET claimed_seq = :taken, claimed_at = now(),"
+                " claimed_by = 'an earlier consumer' WHERE id = :id"
+            ),
+            {"id": job_id, "taken": taken},
+        )
+
+    claim = await PgExecutionStore(store, queue=None).claim(job_id, LeaseTerms.fresh(30))
+
+    assert isinstance(claim, Claimed)
+    events = [event for _, event, _, _ in await journal(store, job_id)]
+    assert events.count("claimed") == 2, events

@@ -409,6 +409,9 @@ job_events = Table(
     Column("detail", Text),
     # The failed attempt's exception: {"class", "message", "traceback"}, secrets masked.
     Column("error", JSONB),
+    # The entry's place in the journal when it was drawn before the row was written (an entry
+    # a job's row told first, migration 0018); NULL: its id is its place.
+    Column("seq", BigInteger),
     CheckConstraint(_in_list("event", JOB_EVENTS), name="event_known"),
     Index("ix_job_events_job_id_id", "job_id", "id"),
     # The stats count the last hour's redispatches; nothing else reads the journal by time.

@@ -83,8 +83,8 @@ WITH asked AS (
 ), new_events AS (
     -- What the row forgets now, in the journal: the claim replaced (with its own place and
     -- time: it reads where it happened), and an expired lease, placed before the new claim.
-    -- A first claim writes nothing here.
-    INSERT INTO jobrelay.job_events (id, job_id, event, attempt, detail, at)
+    -- A first claim writes nothing here. The place goes in seq, the row's id is its own.
+    INSERT INTO jobrelay.job_events (seq, job_id, event, attempt, detail, at)
     SELECT previous_seq, id, 'claimed', previous_attempt, previous_by, previous_at
     FROM claimed WHERE previous_seq IS NOT NULL
     UNION ALL

@@ -362,7 +362,7 @@ WITH gone AS (
     )
     RETURNING id, job_id, journal_id, leased_at, delivers_attempt
 ), kept AS (
-    INSERT INTO jobrelay.job_events (id, job_id, event, attempt, detail, at)
+    INSERT INTO jobrelay.job_events (seq, job_id, event, attempt, detail, at)
     SELECT journal_id, job_id, 'published', delivers_attempt, 'outbox ' || id, leased_at
     FROM gone WHERE journal_id IS NOT NULL
 )

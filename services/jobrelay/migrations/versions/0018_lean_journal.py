@@ -16,7 +16,9 @@ every job's hot path. They are now read from columns the hot path writes anyway:
 
 ``job_journal`` is the journal as it reads: ``job_events`` and those entries, each with its
 ``seq`` (its place: a journal id; 0 for received, which comes first), one view readable in
-psql. Everything else a job lives through (retries, failures, redeliveries, holds,
+psql. An entry journaled from a row later keeps its place in ``job_events.seq`` (its own id
+is new: a place drawn by a lease whose commit a crash lost may be drawn again, and must never
+make an insert fail). Everything else a job lives through (retries, failures, redeliveries, holds,
 quarantines, replays, steps, signals) is still a ``job_events`` row.
 
 Jobs written before this revision keep their entries in ``job_events``: their new columns are
@@ -50,7 +52,7 @@ ENQUEUE_SIGNATURE = "jobrelay_enqueue(text, text, jsonb, text, timestamptz, int)
 # (``WHERE job_id = ...``) reads one index entry of jobs, of outbox and of job_events each.
 JOURNAL_VIEW = """
 CREATE VIEW job_journal AS
-SELECT e.job_id, e.id AS seq, e.at, e.event, e.attempt, e.detail, e.error
+SELECT e.job_id, coalesce(e.seq, e.id) AS seq, e.at, e.event, e.attempt, e.detail, e.error
 FROM job_events e
 WHERE e.event <> 'received'
 UNION ALL
@@ -94,6 +96,7 @@ def upgrade() -> None:
     op.add_column("jobs", sa.Column("claimed_at", sa.DateTime(timezone=True), nullable=True))
     op.add_column("jobs", sa.Column("claimed_by", sa.Text(), nullable=True))
     op.add_column("jobs", sa.Column("finished_seq", sa.BigInteger(), nullable=True))
+    op.add_column("job_events", sa.Column("seq", sa.BigInteger(), nullable=True))
     op.add_column("outbox", sa.Column("journal_id", sa.BigInteger(), nullable=True))
     op.add_column("outbox", sa.Column("leased_at", sa.DateTime(timezone=True), nullable=True))
     op.add_column("outbox", sa.Column("delivers_attempt", sa.Integer(), nullable=True))
@@ -106,19 +109,27 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     # Back to rows: every entry the view told from columns becomes the job_events row the
-    # previous revision wrote, with its place as id; a received entry (a job that has none)
-    # takes a negative one, so that it reads first, as it was.
+    # previous revision wrote, with its place as id where that id is free; a received entry (a
+    # job that has none) takes a negative one, so that it reads first, as it was. A row that
+    # kept its place in seq takes it as its id where free.
+    op.execute(
+        "UPDATE job_events e SET id = e.seq WHERE e.seq IS NOT NULL "
+        "AND NOT EXISTS (SELECT 1 FROM job_events x WHERE x.id = e.seq)"
+    )
     op.execute(
         "INSERT INTO job_events (id, job_id, event, attempt, detail, error, at) "
-        "SELECT CASE WHEN seq = 0 THEN -nextval('job_events_id_seq') ELSE seq END, "
+        "SELECT CASE WHEN seq = 0 OR EXISTS (SELECT 1 FROM job_events x WHERE x.id = v.seq) "
+        "THEN -nextval('job_events_id_seq') ELSE seq END, "
         "job_id, event, attempt, detail, error, at FROM job_journal v "
         "WHERE event IN ('received', 'published', 'claimed', 'succeeded') "
-        "AND NOT EXISTS (SELECT 1 FROM job_events e WHERE e.id = v.seq) "
+        "AND NOT EXISTS (SELECT 1 FROM job_events e WHERE coalesce(e.seq, e.id) = v.seq "
+        "AND e.job_id = v.job_id AND e.event = v.event) "
         "AND NOT (event = 'received' AND EXISTS (SELECT 1 FROM job_events e "
         "WHERE e.job_id = v.job_id AND e.event = 'received')) "
         "ORDER BY seq"
     )
     op.execute("DROP VIEW job_journal")
+    op.drop_column("job_events", "seq")
     op.execute(_ENQUEUE_0010.ENQUEUE)
     op.execute(_pinned_enqueue())
     op.execute(_ENQUEUE_0010.ENQUEUE_COMMENT)

@@ -115,6 +115,41 @@ def accept_steps(client_id: uuid.UUID, submission: Submission) -> Steps[AcceptRe
     raise RuntimeError("an idempotency key's job kept vanishing between insert and read")
 
 
+def many_params(
+    ids: Sequence[uuid.UUID], client_ids: Sequence[uuid.UUID], submissions: Sequence[Submission]
+) -> dict[str, Any]:
+    """ACCEPT_JOBS' arrays: a new job ``ids[i]`` of ``client_ids[i]`` for ``submissions[i]``."""
+    requests = [submission.request for submission in submissions]
+    flows = [request.job_flow for request in requests]
+    return {
+        "ids": list(ids),
+        "client_ids": list(client_ids),
+        "idempotency_keys": [request.idempotency_key for request in requests],
+        "request_hashes": [submission.fingerprint for submission in submissions],
+        "types": [request.type for request in requests],
+        "payloads": [submission.payload_json for submission in submissions],
+        "max_attempts": [request.max_attempts for request in requests],
+        "run_ats": [request.run_at for request in requests],
+        "delays": [request.delay_seconds for request in requests],
+        "priorities": [flow.priority or 0 for flow in flows],
+        "concurrency_keys": [flow.concurrency_key for flow in flows],
+        "unique_keys": [flow.unique_key for flow in flows],
+        "traceparents": [submission.traceparent for submission in submissions],
+    }
+
+
+def made_by_row(client_id: uuid.UUID, submission: Submission, row: Any) -> AcceptResult:
+    """The answer to a submission whose job ACCEPT_JOBS inserted (``row``: its returned row)."""
+    job = submission.request.as_new_job(
+        row.id,
+        client_id,
+        at=row.created_at,
+        available_at=row.available_at,
+        traceparent=submission.traceparent,
+    )
+    return AcceptResult(job=job, created=True, conflict=False)
+
+
 def drive(steps: Steps[T], execute: Callable[[TextClause, dict[str, Any]], list[Any]]) -> T:
     """Run every statement of ``steps`` with ``execute`` and return what ``steps`` returns."""
     step = next(steps)

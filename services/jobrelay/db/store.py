@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
 from jobrelay.core.durable import StepRecord
+from jobrelay.core.errors import StoreUnavailable
 from jobrelay.core.idempotency import Submission, decide
 from jobrelay.core.ids import new_id
 from jobrelay.core.jobs import CancelAnswer, Job, JobRequest, JournalEntry, SignalAnswer
@@ -44,9 +45,12 @@ from jobrelay.db.accept import (
     all_present,
     drive_async,
     held_by_row,
+    made_by_row,
+    many_params,
 )
 from jobrelay.db.arrays import with_array_literals
 from jobrelay.db.engine import PoolMode, is_primary_gone, make_engine, translated_errors
+from jobrelay.db.group_commit import GroupCommit
 from jobrelay.db.rows import job_from_row, journal_entry, steps_from_json
 from jobrelay.db.schema import translator
 
@@ -75,6 +79,9 @@ class Store:
         self.schema = schema
         self._translate = translator(schema)
         self._sql_cache: dict[TextClause, str] = {}
+        self._inserts: GroupCommit[tuple[uuid.UUID, Submission], AcceptResult | None] = GroupCommit(
+            self._insert_group
+        )
 
     @classmethod
     def connect(
@@ -115,6 +122,7 @@ class Store:
         )
 
     async def close(self) -> None:
+        await self._inserts.close()  # the accepts in flight end first: theirs may be a commit
         await self.fast_engine.dispose()
         await self.engine.dispose()
 
@@ -188,8 +196,36 @@ class Store:
         self, client_id: uuid.UUID, request: JobRequest, *, traceparent: str | None = None
     ) -> AcceptResult:
         """``traceparent``: the W3C trace context stored with a new job (core/telemetry_context.py).
-        Not part of the request: a key's job keeps the one it was made with."""
-        return await self._accept(client_id, Submission.of(request, traceparent))
+        Not part of the request: a key's job keeps the one it was made with.
+
+        The submissions that arrive together share one insert (group commit, ``_insert_group``):
+        one statement, one commit and one WAL flush for all of them, each answered alone. One
+        whose insert made nothing (its key held, or its unique key live), or whose group's
+        statement failed on a row, is accepted alone (``accept_steps``), which reads what holds
+        it or meets its own error. A database gone, or an answer lost, is each one's as it is
+        a single accept's: ``StoreUnavailable`` (the client retries with its key)."""
+        submission = Submission.of(request, traceparent)
+        try:
+            made = await self._inserts.submit((client_id, submission))
+        except StoreUnavailable:
+            raise
+        except Exception:  # a row of the group failed the statement: each alone, below
+            made = None
+        return made if made is not None else await self._accept(client_id, submission)
+
+    async def _insert_group(
+        self, group: Sequence[tuple[uuid.UUID, Submission]]
+    ) -> list[AcceptResult | None]:
+        """One ACCEPT_JOBS for the submissions of ``group``: each one's new job, or None."""
+        ids = [new_id() for _ in group]
+        client_ids = [client_id for client_id, _ in group]
+        submissions = [submission for _, submission in group]
+        rows = await self.fetch_all(q.ACCEPT_JOBS, **many_params(ids, client_ids, submissions))
+        made = {row.id: row for row in rows}
+        return [
+            None if job_id not in made else made_by_row(client_id, submission, made[job_id])
+            for job_id, (client_id, submission) in zip(ids, group, strict=True)
+        ]
 
     async def _accept(self, client_id: uuid.UUID, submission: Submission) -> AcceptResult:
         return await drive_async(accept_steps(client_id, submission), self._rows)
@@ -211,27 +247,11 @@ class Store:
         fingerprints = [submission.fingerprint for submission in submissions]
         ids = [new_id() for _ in requests]
         keys = [request.idempotency_key for request in requests]
-        flows = [request.job_flow for request in requests]
         async with self.transaction() as connection:
             inserted = {
                 row.idempotency_key: row
                 for row in await connection.execute(
-                    q.ACCEPT_JOBS,
-                    {
-                        "client_id": client_id,
-                        "ids": ids,
-                        "idempotency_keys": keys,
-                        "request_hashes": fingerprints,
-                        "types": [request.type for request in requests],
-                        "payloads": [submission.payload_json for submission in submissions],
-                        "max_attempts": [request.max_attempts for request in requests],
-                        "run_ats": [request.run_at for request in requests],
-                        "delays": [request.delay_seconds for request in requests],
-                        "priorities": [flow.priority or 0 for flow in flows],
-                        "concurrency_keys": [flow.concurrency_key for flow in flows],
-                        "unique_keys": [flow.unique_key for flow in flows],
-                        "traceparent": traceparent,
-                    },
+                    q.ACCEPT_JOBS, many_params(ids, [client_id] * len(ids), submissions)
                 )
             }
             # Keys that existed, or came twice in this batch: their jobs as they are now.
@@ -249,14 +269,7 @@ class Store:
         position = {job_id: index for index, job_id in enumerate(ids)}
         for row in inserted.values():  # the items that made their key's job
             index = position[row.id]
-            job = requests[index].as_new_job(
-                row.id,
-                client_id,
-                at=row.created_at,
-                available_at=row.available_at,
-                traceparent=traceparent,
-            )
-            results[index] = AcceptResult(job=job, created=True, conflict=False)
+            results[index] = made_by_row(client_id, submissions[index], row)
         for index, key in enumerate(keys):
             if results[index] is not None:
                 continue

@@ -34,27 +34,29 @@ WITH j AS (
 SELECT created_at, updated_at, available_at FROM j;
 
 -- name: accept_jobs
--- A batch's new jobs in one statement (``POST /v1/jobs/batch``): the same rows as ACCEPT_JOB,
--- one per element of the arrays. A key that exists (or repeats within the batch) inserts
--- nothing and comes back in no row; the caller reads those jobs with JOBS_BY_KEYS. The jobs of
--- one request share its trace context (:traceparent).
+-- Many new jobs in one statement: the same rows as ACCEPT_JOB, one per element of the arrays,
+-- each of its client and with its trace context. A batch's (``POST /v1/jobs/batch``: one
+-- client, one trace context) or the single submissions that arrived together (the accept's
+-- group commit, db/store.py). A key that exists (or repeats within the statement) inserts
+-- nothing and comes back in no row; the caller reads those jobs (JOBS_BY_KEYS, or the single
+-- accept).
 WITH asked AS (
     SELECT a.*, coalesce(a.run_at, now() + make_interval(secs => a.delay_seconds)) AS due
-    FROM unnest(CAST(:ids AS uuid[]), CAST(:idempotency_keys AS text[]),
-                CAST(:request_hashes AS text[]), CAST(:types AS text[]),
-                CAST(:payloads AS jsonb[]), CAST(:max_attempts AS int[]),
-                CAST(:run_ats AS timestamptz[]), CAST(:delays AS float8[]),
-                CAST(:priorities AS smallint[]), CAST(:concurrency_keys AS text[]),
-                CAST(:unique_keys AS text[]))
-         AS a(id, idempotency_key, request_hash, type, payload, max_attempts, run_at,
-              delay_seconds, priority, concurrency_key, unique_key)
+    FROM unnest(CAST(:ids AS uuid[]), CAST(:client_ids AS uuid[]),
+                CAST(:idempotency_keys AS text[]), CAST(:request_hashes AS text[]),
+                CAST(:types AS text[]), CAST(:payloads AS jsonb[]),
+                CAST(:max_attempts AS int[]), CAST(:run_ats AS timestamptz[]),
+                CAST(:delays AS float8[]), CAST(:priorities AS smallint[]),
+                CAST(:concurrency_keys AS text[]), CAST(:unique_keys AS text[]),
+                CAST(:traceparents AS text[]))
+         AS a(id, client_id, idempotency_key, request_hash, type, payload, max_attempts,
+              run_at, delay_seconds, priority, concurrency_key, unique_key, traceparent)
 ), j AS (
     INSERT INTO jobrelay.jobs (id, client_id, idempotency_key, request_hash, type, payload,
                       max_attempts, run_at, available_at, traceparent, priority,
                       concurrency_key, unique_key)
-    SELECT id, :client_id, idempotency_key, request_hash, type, payload, max_attempts,
-           due, coalesce(due, now()), CAST(:traceparent AS text), priority,
-           concurrency_key, unique_key
+    SELECT id, client_id, idempotency_key, request_hash, type, payload, max_attempts,
+           due, coalesce(due, now()), traceparent, priority, concurrency_key, unique_key
     FROM asked
     ON CONFLICT DO NOTHING  -- a used key, or a live job of a unique key (ACCEPT_JOB)
     RETURNING id, idempotency_key, created_at, available_at, priority, client_id, type

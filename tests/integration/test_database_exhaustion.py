@@ -93,7 +93,14 @@ async def test_out_of_connections_every_service_answers_or_waits_and_recovers_by
                 ready = await http.get("/readyz")
                 assert ready.status_code == 503
                 assert ready.json()["checks"]["database"] == "unavailable"
-            await asyncio.sleep(2.0)  # the dispatcher and the consumer meet the refusals meanwhile
+
+            async def dispatcher_said_so() -> bool:
+                return "database unavailable" in dispatcher.output()
+
+            # Held until the dispatcher met a refusal (its next lease, within a poll interval;
+            # a fixed pause was a race on a loaded machine); the consumer meets them meanwhile.
+            await eventually(dispatcher_said_so, what="the dispatcher's outage in its log")
+            await asyncio.sleep(1.0)
             assert api.alive() and dispatcher.alive() and consumer.alive()
 
         # Connections are free again: the same processes work on, a retrying client included.
@@ -103,8 +110,3 @@ async def test_out_of_connections_every_service_answers_or_waits_and_recovers_by
         await system.wait_for("succeeded", during.id, after.id, what="jobs after the exhaustion")
         assert api.alive() and dispatcher.alive() and consumer.alive()
         assert "Traceback" not in api.output()
-
-        async def dispatcher_said_so() -> bool:
-            return "database unavailable" in dispatcher.output()
-
-        await eventually(dispatcher_said_so, what="the dispatcher's outage in its log")

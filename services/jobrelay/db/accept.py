@@ -57,7 +57,9 @@ def held_by_row(row: Any, fingerprint: str) -> AcceptResult:
     return AcceptResult.held(job_from_row(row), decide(row.request_hash, fingerprint))
 
 
-def accept_steps(client_id: uuid.UUID, submission: Submission) -> Steps[AcceptResult]:
+def accept_steps(
+    client_id: uuid.UUID, submission: Submission, *, inserted_nothing: bool = False
+) -> Steps[AcceptResult]:
     """Two statements, each atomic: the insert of job + outbox row + event, then (only when the
     key existed) a read of the job that holds it. ON CONFLICT waits for a concurrent insert of
     the same key to commit, so the read finds it, unless retention deleted that job in between:
@@ -66,29 +68,18 @@ def accept_steps(client_id: uuid.UUID, submission: Submission) -> Steps[AcceptRe
     A unique submission whose insert met a live job of its unique key rather than its
     idempotency key reads that job (LIVE_JOB_BY_UNIQUE_KEY) and answers it, deduplicated; when
     that job finished in between, nothing holds the unique key any more, and the insert is
-    tried again too."""
+    tried again too.
+
+    ``inserted_nothing``: the first insert already ran elsewhere (the accept's group commit,
+    ``Store.accept_job``) and made nothing; the steps begin with the read."""
     request, fingerprint = submission.request, submission.fingerprint
     flow = request.job_flow
-    for _ in range(ACCEPT_TRIES):
+    for tried in range(ACCEPT_TRIES):
         job_id = new_id()  # time-ordered: appends at the right edge of the indexes
-        inserted = yield (
-            q.ACCEPT_JOB,
-            {
-                "id": job_id,
-                "client_id": client_id,
-                "idempotency_key": request.idempotency_key,
-                "request_hash": fingerprint,
-                "type": request.type,
-                "payload": submission.payload_json,
-                "max_attempts": request.max_attempts,
-                "run_at": request.run_at,
-                "delay_seconds": request.delay_seconds,
-                "traceparent": submission.traceparent,
-                "priority": flow.priority or 0,
-                "concurrency_key": flow.concurrency_key,
-                "unique_key": flow.unique_key,
-            },
-        )
+        if inserted_nothing and tried == 0:
+            inserted: list[Any] = []
+        else:
+            inserted = yield _insert_step(job_id, client_id, submission)
         if inserted:
             job = request.as_new_job(
                 job_id,
@@ -148,6 +139,29 @@ def made_by_row(client_id: uuid.UUID, submission: Submission, row: Any) -> Accep
         traceparent=submission.traceparent,
     )
     return AcceptResult(job=job, created=True, conflict=False)
+
+
+def _insert_step(job_id: uuid.UUID, client_id: uuid.UUID, submission: Submission) -> Step:
+    """ACCEPT_JOB of ``submission`` as the job ``job_id`` of ``client_id``."""
+    request, flow = submission.request, submission.request.job_flow
+    return (
+        q.ACCEPT_JOB,
+        {
+            "id": job_id,
+            "client_id": client_id,
+            "idempotency_key": request.idempotency_key,
+            "request_hash": submission.fingerprint,
+            "type": request.type,
+            "payload": submission.payload_json,
+            "max_attempts": request.max_attempts,
+            "run_at": request.run_at,
+            "delay_seconds": request.delay_seconds,
+            "traceparent": submission.traceparent,
+            "priority": flow.priority or 0,
+            "concurrency_key": flow.concurrency_key,
+            "unique_key": flow.unique_key,
+        },
+    )
 
 
 def drive(steps: Steps[T], execute: Callable[[TextClause, dict[str, Any]], list[Any]]) -> T:

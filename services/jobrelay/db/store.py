@@ -200,18 +200,23 @@ class Store:
 
         The submissions that arrive together share one insert (group commit, ``_insert_group``):
         one statement, one commit and one WAL flush for all of them, each answered alone. One
-        whose insert made nothing (its key held, or its unique key live), or whose group's
-        statement failed on a row, is accepted alone (``accept_steps``), which reads what holds
-        it or meets its own error. A database gone, or an answer lost, is each one's as it is
-        a single accept's: ``StoreUnavailable`` (the client retries with its key)."""
+        whose insert made nothing (its key held, or its unique key live) goes on alone from the
+        read of what holds it (``accept_steps``); one whose group's statement failed on a row is
+        accepted alone from the start, and meets its own error. A database gone, or an answer
+        lost, is each one's as it is a single accept's: ``StoreUnavailable`` (the client
+        retries with its key)."""
         submission = Submission.of(request, traceparent)
         try:
             made = await self._inserts.submit((client_id, submission))
         except StoreUnavailable:
             raise
-        except Exception:  # a row of the group failed the statement: each alone, below
-            made = None
-        return made if made is not None else await self._accept(client_id, submission)
+        except Exception:  # a row of the group failed the statement: each alone, from the start
+            return await self._accept(client_id, submission)
+        if made is not None:
+            return made
+        # Its insert ran and made nothing: on from the read of what holds its key.
+        steps = accept_steps(client_id, submission, inserted_nothing=True)
+        return await drive_async(steps, self._rows)
 
     async def _insert_group(
         self, group: Sequence[tuple[uuid.UUID, Submission]]

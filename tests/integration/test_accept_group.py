@@ -11,6 +11,7 @@ from sqlalchemy import text
 from jobrelay.core.jobs import JobRequest
 from jobrelay.db.accept import AcceptResult
 from jobrelay.db.store import Store
+from tests.support import factories
 from tests.support.consumer_kit import new_client
 
 
@@ -80,19 +81,7 @@ async def test_a_key_repeated_in_a_group_makes_one_job_and_a_conflict_is_told(
 
 async def test_a_row_that_fails_the_groups_insert_fails_alone(store: Store) -> None:
     alice = await new_client(store)
-    async with store.transaction() as connection:
-        await connection.execute(
-            text(
-                "CREATE FUNCTION fail_doomed() RETURNS trigger LANGUAGE plpgsql AS "
-                "$$ BEGIN RAISE EXCEPTION 'injected failure'; END $$"
-            )
-        )
-        await connection.execute(
-            text(
-                "CREATE TRIGGER fail_doomed BEFORE INSERT ON jobrelay.jobs FOR EACH ROW "
-                "WHEN (NEW.idempotency_key = 'doomed') EXECUTE FUNCTION fail_doomed()"
-            )
-        )
+    await factories.failing_inserts(store, "jobs", when="NEW.idempotency_key = 'doomed'")
     asked = [(alice, sleep_request(key), None) for key in ("fine-1", "doomed", "fine-2")]
 
     results = await asyncio.gather(

@@ -7,7 +7,6 @@ import uuid
 
 import httpx
 import pytest
-from sqlalchemy import text
 
 from jobrelay.core.settings import Settings
 from jobrelay.db.store import Store
@@ -91,19 +90,7 @@ async def test_fifty_concurrent_identical_posts_make_one_job(
 async def test_a_failure_between_the_writes_leaves_no_job_no_outbox_row_no_event(
     api: httpx.AsyncClient, alice: str, store: Store
 ) -> None:
-    async with store.transaction() as connection:
-        await connection.execute(
-            text(
-                "CREATE FUNCTION fail_event() RETURNS trigger LANGUAGE plpgsql AS "
-                "$$ BEGIN RAISE EXCEPTION 'injected failure'; END $$"
-            )
-        )
-        await connection.execute(
-            text(
-                "CREATE TRIGGER fail_event BEFORE INSERT ON jobrelay.outbox "
-                "FOR EACH ROW EXECUTE FUNCTION fail_event()"
-            )
-        )
+    await factories.failing_inserts(store, "outbox")
 
     response = await api.post("/v1/jobs", json=JS, headers=auth(alice, "doomed"))
 

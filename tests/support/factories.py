@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, Table, func, insert, select, update
+from sqlalchemy import ColumnElement, Row, Table, func, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from jobrelay.core.states import TERMINAL_STATES, JobState
@@ -202,6 +202,24 @@ async def job_events(db: Database, job_ids: Iterable[uuid.UUID], event: str, **v
 
 
 # --- readers --------------------------------------------------------------------------------
+
+
+async def failing_inserts(db: Database, table: str, *, when: str = "true") -> None:
+    """Every insert into jobrelay's ``table`` whose new row matches ``when`` (SQL over ``NEW``)
+    fails with 'injected failure', as a fault the database raised would."""
+    async with connection(db) as opened:
+        await opened.execute(
+            text(
+                f"CREATE FUNCTION fail_{table}() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RAISE EXCEPTION 'injected failure'; END $$"
+            )
+        )
+        await opened.execute(
+            text(
+                f"CREATE TRIGGER fail_{table} BEFORE INSERT ON jobrelay.{table} FOR EACH ROW "
+                f"WHEN ({when}) EXECUTE FUNCTION fail_{table}()"
+            )
+        )
 
 
 async def outbox_row(db: Database, outbox_id: int) -> Row[Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -183,6 +184,40 @@ def peers_python() -> Path:
     )
     stamp.touch()
     return python
+
+
+async def until_all_done(
+    conn: psycopg.AsyncConnection[Any],
+    done_sql: str,
+    *,
+    name: str,
+    jobs: int,
+    worker: subprocess.Popen[bytes],
+    meter: Any,
+    deadline: float,
+) -> tuple[int, tuple[Any, ...]]:
+    """Poll ``done_sql`` (its first columns: how many done, how many failed) every 50 ms until
+    ``jobs`` are done, ``meter`` running from the first completion seen to the last. Returns how
+    many were done at that first completion, and the last row read. A failure, the worker's
+    exit or the ``deadline`` (``time.perf_counter``) ends the benchmark, saying which."""
+    seen = 0
+    while True:
+        row = await (await conn.execute(done_sql)).fetchone()
+        assert row is not None
+        done, failed = row[0], row[1]
+        if failed:
+            raise SystemExit(f"{name}: {failed} no-op jobs failed")
+        if done and not seen:
+            seen = done
+            meter.start()
+        if done >= jobs:
+            meter.stop()
+            return seen, tuple(row)
+        if worker.poll() is not None:
+            raise SystemExit(f"{name} worker exited with {worker.returncode}")
+        if time.perf_counter() > deadline:
+            raise SystemExit(f"{name}: only {done}/{jobs} done in time")
+        await asyncio.sleep(0.05)
 
 
 def wait_http(url: str, timeout: float = 30) -> None:

@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 import psycopg
 
 from benchmarks import e2e
-from benchmarks._common import median, peers_python, scratch_run
+from benchmarks._common import median, peers_python, scratch_run, until_all_done
 from benchmarks.durable_handlers import FIVE_STEPS, HANDLERS, ONE_STEP, PLAIN
 from jobrelay.core.fingerprint import request_hash
 from jobrelay.core.ids import new_id
@@ -201,26 +201,18 @@ async def _dbos_measure(ctx: e2e.Context, python: Path, url: str, jobs: int) -> 
     worker = start_dbos_worker(python, url, args)
     meter = e2e.CpuMeter({"dbos": [worker.pid]})
     meter.groups.pop("rabbitmq", None)  # DBOS needs no broker: an idle one's CPU is not its cost
-    seen = 0
     try:
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
             deadline = started + args.timeout
-            while True:
-                cursor = await conn.execute(DBOS_DONE)
-                done, failed, first, last = await cursor.fetchone()  # type: ignore[misc]
-                if failed:
-                    raise SystemExit(f"dbos: {failed} workflows failed")
-                if done and not seen:
-                    seen = done
-                    meter.start()
-                if done >= jobs:
-                    meter.stop()
-                    break
-                if worker.poll() is not None:
-                    raise SystemExit(f"dbos worker exited with {worker.returncode}")
-                if time.perf_counter() > deadline:
-                    raise SystemExit(f"dbos: only {done}/{jobs} done after {args.timeout}s")
-                await asyncio.sleep(0.05)
+            seen, (done, _, first, last) = await until_all_done(
+                conn,
+                DBOS_DONE,
+                name="dbos",
+                jobs=jobs,
+                worker=worker,
+                meter=meter,
+                deadline=deadline,
+            )
         wall = time.perf_counter() - started
     finally:
         e2e.stop_process(worker)

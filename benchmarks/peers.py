@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 import psycopg
 
 from benchmarks import celery_app, durable, e2e
-from benchmarks._common import first_node, median, peers_python, server_urls
+from benchmarks._common import first_node, median, peers_python, server_urls, until_all_done
 from jobrelay.db.engine import libpq_url
 from tests.support import databases
 from tests.support.servers import create_vhost, delete_vhost, vhost_amqp_url
@@ -108,25 +108,12 @@ async def measure(
     running from the first completion to the last; stops the worker; reads the window with the
     second. ``started``: when the worker was started."""
     done_sql, window_sql = statements
-    jobs, deadline, seen = ctx.args.jobs, started + ctx.args.timeout, 0
+    jobs, deadline = ctx.args.jobs, started + ctx.args.timeout
     try:
         async with await psycopg.AsyncConnection.connect(libpq_url(url), autocommit=True) as conn:
-            while True:
-                cursor = await conn.execute(done_sql)
-                done, failed = await cursor.fetchone()  # type: ignore[misc]
-                if failed:
-                    raise SystemExit(f"{name}: {failed} no-op jobs failed")
-                if done and not seen:
-                    seen = done
-                    meter.start()
-                if done >= jobs:
-                    meter.stop()
-                    break
-                if worker.poll() is not None:
-                    raise SystemExit(f"{name} worker exited with {worker.returncode}")
-                if time.perf_counter() > deadline:
-                    raise SystemExit(f"{name}: only {done}/{jobs} done after {ctx.args.timeout}s")
-                await asyncio.sleep(0.05)
+            seen, _ = await until_all_done(
+                conn, done_sql, name=name, jobs=jobs, worker=worker, meter=meter, deadline=deadline
+            )
             wall = time.perf_counter() - started
             cursor = await conn.execute(window_sql)
             n, first, last = await cursor.fetchone()  # type: ignore[misc]

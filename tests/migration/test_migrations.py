@@ -32,6 +32,7 @@ TABLES = {
     "job_types",
     "job_steps",
     "job_signals",
+    "throttle_accepts",
 }
 # Written often, worthless after a crash (docs/overload.md): no WAL for them.
 UNLOGGED = {"rate_limits", "broker_blocks", "type_rate_buckets"}

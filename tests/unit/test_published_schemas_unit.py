@@ -19,6 +19,7 @@ from jobrelay.api.problems import problem_document, request_error_document
 from jobrelay.api.schemas import (
     MAX_BATCH_JOBS,
     BatchItem,
+    DebouncedJobView,
     DeduplicatedJobView,
     JobLinks,
     JobView,
@@ -166,7 +167,7 @@ def test_the_job_view_requires_every_field_the_api_always_sends() -> None:
     document = schema("job.schema.json")
 
     assert set(document["required"]) == fields(JobView)
-    assert set(document["properties"]) == fields(DeduplicatedJobView)
+    assert set(document["properties"]) == fields(DeduplicatedJobView) | fields(DebouncedJobView)
     assert document["additionalProperties"] is True  # the view grows
 
 
@@ -215,6 +216,8 @@ def test_a_view_with_every_field_set_matches_the_schema_as_the_api_writes_it() -
         progress=ProgressView(fraction=0.5, message=None, at=at),
         no_consumer=False,
         parent_job_id=uuid.uuid4(),
+        sequence_key="customer-7",
+        blocked_by=uuid.uuid4(),
         steps=step_views(
             (
                 StepRecord("charge", StepKind.STEP, 1, at, value={"charged": 12}),
@@ -227,6 +230,7 @@ def test_a_view_with_every_field_set_matches_the_schema_as_the_api_writes_it() -
         links=JobLinks(self=f"/v1/jobs/{uuid.uuid4()}", events=f"/v1/jobs/{uuid.uuid4()}/events"),
     )
     deduplicated = DeduplicatedJobView(**dict(view), deduplicated=True)
+    debounced = DebouncedJobView(**dict(view), debounced=True)
     # A sleeper's own fields, which no other state has.
     sleeper = view.model_copy(
         update={
@@ -242,7 +246,7 @@ def test_a_view_with_every_field_set_matches_the_schema_as_the_api_writes_it() -
     assert list(valid.iter_errors(asleep_elsewhere))  # a succeeded job waits for nothing
 
     asleep_only = {"wake_at", "waiting_for"}  # null in every other state
-    for model in (view, deduplicated):
+    for model in (view, deduplicated, debounced):
         document = model.model_dump(mode="json")
         assert all(
             document[name] is not None for name in fields(JobView) - {"lease_until", *asleep_only}

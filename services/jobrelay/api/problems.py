@@ -18,12 +18,14 @@ from jobrelay.api import routing
 from jobrelay.api.context import context_of
 from jobrelay.core.errors import (
     BrokerUnavailable,
+    DuplicateJob,
     Forbidden,
     IdempotencyConflict,
     IdempotencyKeyInvalid,
     IdempotencyKeyMissing,
     InvalidCursor,
     InvalidPayload,
+    InvalidPolicy,
     InvalidSchedule,
     JobFinished,
     JobNotFound,
@@ -35,6 +37,7 @@ from jobrelay.core.errors import (
     RequestError,
     SignalTooLarge,
     StoreUnavailable,
+    Throttled,
     TypeNotAllowed,
     Unauthorized,
     UnknownJobType,
@@ -65,6 +68,9 @@ STATUSES: dict[type[RequestError], int] = {
     JobFinished: 409,
     SignalTooLarge: 413,
     RateLimited: 429,
+    Throttled: 429,
+    DuplicateJob: 409,
+    InvalidPolicy: 422,
     UnknownJobType: 422,
     InvalidPayload: 422,
     InvalidWorkflow: 422,
@@ -161,6 +167,8 @@ async def on_request_error(request: Request, error: Exception) -> JSONResponse:
     headers = None
     if isinstance(error, RateLimited):
         context_of(request).metrics.shed("rate_limited").inc()
+        headers = retry_after(error.retry_after_seconds)
+    elif isinstance(error, Throttled):
         headers = retry_after(error.retry_after_seconds)
     return problem(
         status_of(error), error.code, error.title, error.detail, headers=headers, **error.extra

@@ -21,7 +21,7 @@ from jobrelay.core.clients import ClientListing
 from jobrelay.core.durable import StepKind, StepRecord, StepStatus
 from jobrelay.core.errors import InvalidSchedule
 from jobrelay.core.flow import Limit
-from jobrelay.core.jobs import Flow, Job, JobRequest
+from jobrelay.core.jobs import Flow, Job, JobRequest, OnDuplicate
 from jobrelay.core.jsonvalues import unstorable_json
 from jobrelay.core.runtime_limits import CONCURRENCY_MAX, check_rate, runtime_limit
 from jobrelay.core.states import JobState
@@ -77,6 +77,51 @@ class SubmitJob(BaseModel):
         description="While a job of yours of this type and unique key is queued, running or "
         "retrying, the submission answers that job (200, deduplicated) and makes none",
     )
+    # Order and submission policies (docs/flow-control.md); each fingerprinted when given.
+    sequence_key: str | None = Field(
+        None,
+        min_length=1,
+        max_length=FLOW_KEY_MAX,
+        pattern=NO_NUL,
+        description="Your jobs of one sequence key, of any types, run one at a time in the "
+        "order they were accepted; a quarantined one blocks the rest until it is replayed "
+        "and succeeds, or is cancelled",
+    )
+    unique_for_seconds: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_DELAY_SECONDS,
+        description="With unique_key: also a job of the key that ended (not cancelled) this "
+        "many seconds ago or less answers the submission",
+    )
+    on_duplicate: OnDuplicate | None = Field(
+        None,
+        description="With unique_key: return_existing (the default: 200, deduplicated) or "
+        "reject (409 duplicate_job naming the job)",
+    )
+    debounce_seconds: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_DELAY_SECONDS,
+        description="With unique_key: while the key's job is queued and has not started, "
+        "this submission replaces its payload and moves its start to now + this (200, "
+        "debounced); no run_at or delay_seconds",
+    )
+    debounce_max_seconds: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_DELAY_SECONDS,
+        description="With debounce_seconds: a debounce never moves the start later than this "
+        "many seconds after the job's first submission",
+    )
+    throttle_key: str | None = Field(
+        None,
+        min_length=1,
+        max_length=FLOW_KEY_MAX,
+        pattern=NO_NUL,
+        description="What the type's throttle counts this submission under; by default from "
+        "the type's throttle_key function, else the type's one count",
+    )
 
     @field_validator("max_attempts", "priority", mode="before")
     @classmethod
@@ -109,7 +154,22 @@ class SubmitJob(BaseModel):
             max_attempts,
             run_at=self.run_at,
             delay_seconds=self.delay_seconds,
-            flow=Flow(self.priority, self.concurrency_key, self.unique_key),
+            flow=self.flow,
+        )
+
+    @property
+    def flow(self) -> Flow:
+        """Its flow control fields as the job's request carries them."""
+        return Flow(
+            self.priority,
+            self.concurrency_key,
+            self.unique_key,
+            sequence_key=self.sequence_key,
+            unique_for_seconds=self.unique_for_seconds,
+            on_duplicate=self.on_duplicate,
+            debounce_seconds=self.debounce_seconds,
+            debounce_max_seconds=self.debounce_max_seconds,
+            throttle_key=self.throttle_key,
         )
 
 
@@ -122,6 +182,12 @@ SUBMISSION_OPTIONS = (
     "priority",
     "concurrency_key",
     "unique_key",
+    "sequence_key",
+    "unique_for_seconds",
+    "on_duplicate",
+    "debounce_seconds",
+    "debounce_max_seconds",
+    "throttle_key",
 )
 
 MAX_BATCH_JOBS = 1000
@@ -261,6 +327,14 @@ class JobView(BaseModel):
     parent_job_id: uuid.UUID | None = Field(
         None, description="The job that started it as a child (context.run_child, start_child)"
     )
+    sequence_key: str | None = Field(
+        None, description="Its sequence: it runs after your jobs of this key accepted before it"
+    )
+    blocked_by: uuid.UUID | None = Field(
+        None,
+        description="Queued in a sequence behind a quarantined job: that job, which blocks it "
+        "until it is replayed and succeeds or is cancelled; null otherwise, and in lists",
+    )
     steps: list[StepWithValue | StepView] | None = Field(
         None,
         description="What its handler recorded, in order (the single job's view; null in "
@@ -299,6 +373,8 @@ class JobView(BaseModel):
             wake_at=job.wake_at,
             waiting_for=job.waiting_for,
             parent_job_id=job.parent_job_id,
+            sequence_key=job.sequence_key,
+            blocked_by=job.blocked_by,
             steps=step_views(job.steps, values=step_values),
             links=JobLinks(self=location, events=f"{location}/events"),
         )
@@ -324,13 +400,27 @@ class DeduplicatedJobView(JobView):
     )
 
 
-def submitted_view(job: Job, *, deduplicated: bool, created: bool = False) -> JobView:
-    """A submission's answer: the job, marked when it is a live job of the unique key. A job
-    made now has recorded no step (``steps: []``, as its read answers, with no read); another
-    one's steps were not read (null)."""
+class DebouncedJobView(JobView):
+    """The answer to a debounced submission (``debounce_seconds``): the key's queued job, which
+    took this submission's payload and its new start, and no new one (docs/flow-control.md)."""
+
+    debounced: bool = Field(
+        description="Always true: the key's job now has this payload and starts later"
+    )
+
+
+def submitted_view(
+    job: Job, *, deduplicated: bool, created: bool = False, debounced: bool = False
+) -> JobView:
+    """A submission's answer: the job, marked when it is a job of the unique key that answered
+    it (deduplicated) or took its payload (debounced). A job made now has recorded no step
+    (``steps: []``, as its read answers, with no read); another one's steps were not read
+    (null)."""
     view = JobView.of(job)
     if created:
         view.steps = []
+    if debounced:
+        return DebouncedJobView(**dict(view), debounced=True)
     return DeduplicatedJobView(**dict(view), deduplicated=True) if deduplicated else view
 
 

@@ -150,6 +150,34 @@ class RateLimited(RequestError):
         self.retry_after_seconds = retry_after_seconds
 
 
+class Throttled(RequestError):
+    """Over the throttle of the submission's type (per its throttle key): refused, nothing
+    written (docs/flow-control.md, "Throttle")."""
+
+    code = "throttled"
+    title = "Over this job type's throttle; nothing was accepted, try again after Retry-After"
+
+    def __init__(self, retry_after_seconds: float, throttle: str) -> None:
+        super().__init__(f"the throttle is {throttle}")
+        self.retry_after_seconds = retry_after_seconds
+
+
+class DuplicateJob(RequestError):
+    """A unique submission with ``"on_duplicate": "reject"`` met a job of its key (live, or
+    ended within its window): nothing written; ``job_id`` names that job."""
+
+    code = "duplicate_job"
+    title = "A job of this unique key exists; nothing was accepted"
+
+
+class InvalidPolicy(RequestError):
+    """The order and submission policies of a submission do not go together (a debounce
+    without a unique key, a window beside a debounce's schedule, ...)."""
+
+    code = "invalid_policy"
+    title = "The submission's policies do not go together"
+
+
 class UnknownJobType(RequestError):
     code = "unknown_job_type"
     title = "Unknown job type"

@@ -51,18 +51,57 @@ class Rate:
 
 def parse_rate(text: str) -> Rate:
     """``"10/s"`` or ``"600/m"``: a whole number of starts, at least 1, per second or minute."""
+    return Rate(*_per_period(text, RATE_PERIODS, "rate", "10/s or 600/m"))
+
+
+def _per_period(text: str, periods: Mapping[str, int], what: str, example: str) -> tuple[int, int]:
+    """``"N/p"`` as (N, the seconds of period p of ``periods``), N a whole number of at least
+    1; else a ValueError naming ``what`` and showing ``example``."""
     count, slash, period = text.strip().partition("/")
     if (
         not slash
-        or period not in RATE_PERIODS
+        or period not in periods
         or not (count.isascii() and count.isdigit())
         or int(count) < 1
     ):
+        names = " or ".join(f"N/{name}" for name in periods)
         raise ValueError(
-            f"invalid rate {text[:50]!r}: write N/s or N/m with a whole N of at least 1 "
-            "(for example 10/s or 600/m)"
+            f"invalid {what} {text[:50]!r}: write {names} with a whole N of at least 1 "
+            f"(for example {example})"
         )
-    return Rate(int(count), RATE_PERIODS[period])
+    return int(count), periods[period]
+
+
+# "/s", "/m" and "/h": the periods a throttle may name, in seconds.
+THROTTLE_PERIODS = {"s": 1, "m": 60, "h": 3600}
+_THROTTLE_NAMES = {seconds: name for name, seconds in THROTTLE_PERIODS.items()}
+
+
+@dataclass(frozen=True)
+class Throttle:
+    """At most ``count`` submissions accepted in any ``period_seconds`` (per throttle key when
+    the submission has one): one over that is refused (``429 throttled``), where a rate would
+    accept it and delay its start (docs/flow-control.md, "Throttle")."""
+
+    count: int
+    period_seconds: int
+
+    def __post_init__(self) -> None:
+        if self.count < 1:
+            raise ValueError(f"a throttle accepts at least 1 submission, not {self.count}")
+        if self.period_seconds not in _THROTTLE_NAMES:
+            raise ValueError(
+                f"a throttle's period is 1 s, 60 s or 3600 s, not {self.period_seconds} s"
+            )
+
+    def __str__(self) -> str:
+        return f"{self.count}/{_THROTTLE_NAMES[self.period_seconds]}"
+
+
+def parse_throttle(text: str) -> Throttle:
+    """``"5/s"``, ``"100/m"`` or ``"1000/h"``: a whole number of submissions, at least 1, per
+    second, minute or hour."""
+    return Throttle(*_per_period(text, THROTTLE_PERIODS, "throttle", "5/s or 100/h"))
 
 
 @dataclass(frozen=True)

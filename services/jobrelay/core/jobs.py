@@ -89,6 +89,14 @@ class Job:
     parent_job_id: uuid.UUID | None = None
     """The job that started it with ``context.run_child`` or ``start_child``; None: none."""
 
+    sequence_key: str | None = None
+    """Its sequence (docs/flow-control.md, "Sequences"): it runs after the jobs of its client
+    and key accepted before it; None: none."""
+
+    blocked_by: uuid.UUID | None = None
+    """Waiting in a sequence behind a quarantined job: that job; read by the single job's view
+    only, None elsewhere."""
+
     steps: tuple[StepRecord, ...] | None = None
     """What it recorded (``job_steps``), in order; read by the claim (a handler's durable calls
     find them there) and the single job's view only, None elsewhere."""
@@ -116,40 +124,120 @@ class QuarantinedJob:
     traceparent: str | None = None
 
 
+class OnDuplicate(StrEnum):
+    """What a unique submission gets when a job of its key answers it (docs/flow-control.md,
+    "Deduplication window")."""
+
+    RETURN_EXISTING = "return_existing"  # 200 with that job's view, "deduplicated": true
+    REJECT = "reject"  # 409 duplicate_job naming that job
+
+
+_FLOW_KEYS = ("concurrency_key", "unique_key", "sequence_key", "throttle_key")
+_FLOW_SECONDS = ("unique_for_seconds", "debounce_seconds", "debounce_max_seconds")
+
+
 @dataclass(frozen=True)
 class Flow:
     """A job's flow control fields, as a submission asks for them or its type gives them
-    (``Registry.flow_defaults``)."""
+    (``Registry.flow_defaults``): what runs next (priority, concurrency key) and the order and
+    submission policies (docs/flow-control.md): a sequence, a unique key with its window and
+    its answer to a duplicate, a debounce, a throttle's key."""
 
     priority: int | None = None
     concurrency_key: str | None = None
     unique_key: str | None = None
+    sequence_key: str | None = None
+    """Jobs of a client and sequence key run one at a time, in the order they were accepted."""
+
+    unique_for_seconds: float | None = None
+    """The unique key also holds against a job of it that ended (not cancelled) this recently."""
+
+    on_duplicate: OnDuplicate | None = None
+    """None: ``return_existing``."""
+
+    debounce_seconds: float | None = None
+    """A submission of a unique key whose job has not started replaces its payload and moves
+    its start to now + this."""
+
+    debounce_max_seconds: float | None = None
+    """The latest start a debounce may move to, counted from the job's first submission."""
+
+    throttle_key: str | None = None
+    """The key its type's throttle counts it under; None: the type's one count."""
 
     def __post_init__(self) -> None:
         if self.priority is not None:
             check_priority(self.priority)
-        for name in ("concurrency_key", "unique_key"):
+        for name in _FLOW_KEYS:
             key = getattr(self, name)
             if key is not None and not is_valid_flow_key(key):
                 raise ValueError(f"{name} is a text of 1 to {FLOW_KEY_MAX} characters, without NUL")
+        for name in _FLOW_SECONDS:
+            seconds = getattr(self, name)
+            if seconds is not None and not is_policy_seconds(seconds):
+                raise ValueError(
+                    f"{name} is a number of seconds above 0, at most {MAX_DELAY_SECONDS}"
+                )
+        if self.on_duplicate is not None and self.on_duplicate not in set(OnDuplicate):
+            raise ValueError("on_duplicate is return_existing or reject")
 
     def over(self, defaults: Flow) -> Flow:
         """These fields, each one not given taken from ``defaults``."""
         return Flow(
-            self.priority if self.priority is not None else defaults.priority,
-            self.concurrency_key if self.concurrency_key is not None else defaults.concurrency_key,
-            self.unique_key if self.unique_key is not None else defaults.unique_key,
+            **{
+                name: mine if (mine := getattr(self, name)) is not None else getattr(defaults, name)
+                for name in _FLOW_FIELDS
+            }
         )
 
     def given(self) -> dict[str, Any]:
         """The fields given, by name: what the idempotency fingerprint adds
         (``core/fingerprint.py``)."""
-        fields = {
-            "priority": self.priority,
-            "concurrency_key": self.concurrency_key,
-            "unique_key": self.unique_key,
-        }
+        fields = {name: getattr(self, name) for name in _FLOW_FIELDS}
         return {name: value for name, value in fields.items() if value is not None}
+
+    @property
+    def is_policed(self) -> bool:
+        """Its accept runs the order and submission policies (``db/policed_accept.py``): a
+        sequence, a window, a debounce, a reject or a throttle key. A plain accept does not."""
+        return any(
+            value is not None
+            for value in (
+                self.sequence_key,
+                self.unique_for_seconds,
+                self.on_duplicate,
+                self.debounce_seconds,
+                self.throttle_key,
+            )
+        )
+
+    def check_policies(self, *, scheduled: bool) -> None:
+        """The rules between the fields of a job's flow (this one merged over its type's): a
+        ValueError naming the first broken. ``scheduled``: the submission gave a run_at or a
+        delay, which a debounce decides itself."""
+        needs_unique = ("unique_for_seconds", "on_duplicate", "debounce_seconds")
+        for name in needs_unique:
+            if getattr(self, name) is not None and self.unique_key is None:
+                raise ValueError(f"{name} needs a unique_key")
+        if self.debounce_max_seconds is not None:
+            if self.debounce_seconds is None:
+                raise ValueError("debounce_max_seconds needs debounce_seconds")
+            if self.debounce_max_seconds < self.debounce_seconds:
+                raise ValueError("debounce_max_seconds is at least debounce_seconds")
+        if self.debounce_seconds is not None and scheduled:
+            raise ValueError("debounce_seconds decides when the job runs: no run_at or delay")
+
+
+_FLOW_FIELDS = tuple(Flow.__dataclass_fields__)
+
+
+def is_policy_seconds(seconds: object) -> bool:
+    """A window or a debounce: a number of seconds above 0, at most a year."""
+    return (
+        isinstance(seconds, int | float)
+        and not isinstance(seconds, bool)
+        and 0 < seconds <= MAX_DELAY_SECONDS
+    )
 
 
 @dataclass(frozen=True)
@@ -180,6 +268,7 @@ class JobRequest:
             raise ValueError("run_at needs a time zone offset")
         if self.delay_seconds is not None and not 0 <= self.delay_seconds <= MAX_DELAY_SECONDS:
             raise ValueError(f"delay_seconds is 0 to {MAX_DELAY_SECONDS}")
+        self.job_flow.check_policies(scheduled=self.schedule is not None)
 
     @property
     def schedule(self) -> dict[str, Any] | None:
@@ -230,6 +319,7 @@ class JobRequest:
             priority=self.priority,
             concurrency_key=self.job_flow.concurrency_key,
             unique_key=self.job_flow.unique_key,
+            sequence_key=self.job_flow.sequence_key,
         )
 
 

@@ -30,11 +30,17 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 
+from jobrelay.core.batches import Batching, batching_of
 from jobrelay.core.bounds import FLOW_KEY_MAX, IDEMPOTENCY_KEY_MAX
 from jobrelay.core.durable import DurableRun, blocking
 from jobrelay.core.errors import ConfigurationError, InvalidPayload, UnknownJobType
-from jobrelay.core.flow import Limit, Rate, check_priority, parse_rate
-from jobrelay.core.jobs import Flow, is_valid_flow_key, is_valid_idempotency_key
+from jobrelay.core.flow import Limit, Rate, Throttle, check_priority, parse_rate, parse_throttle
+from jobrelay.core.jobs import (
+    Flow,
+    is_policy_seconds,
+    is_valid_flow_key,
+    is_valid_idempotency_key,
+)
 from jobrelay.core.schedules import Schedule, check_every
 
 
@@ -199,6 +205,15 @@ class JobType:
     limit: Limit | None = None
     concurrency_key: KeyFunction | None = None
     unique: KeyFunction | None = None
+    # Order and submission policies (docs/flow-control.md): the function that gives a
+    # submission without its own sequence key one; the window of its unique key (seconds);
+    # its throttle, and the function that gives a submission without its own throttle key one.
+    sequence: KeyFunction | None = None
+    unique_for: float | None = None
+    throttle: Throttle | None = None
+    throttle_key: KeyFunction | None = None
+    # A batch handler's (``BatchContext``, a list of payloads): how its consumer gathers jobs.
+    batch: Batching | None = None
     # False: closed to HTTP by default (a Django task, or declared ``api=False``): enqueued
     # from code, and over HTTP only by a client whose type patterns name it (docs/job-types.md).
     api: bool = True
@@ -250,6 +265,10 @@ def flow_options(
     rate: str | None = None,
     per_key: bool | None = None,
     unique: KeyFunction | None = None,
+    sequence: KeyFunction | None = None,
+    unique_for: float | None = None,
+    throttle: str | None = None,
+    throttle_key: KeyFunction | None = None,
 ) -> dict[str, Any]:
     """The flow-control fields of JobType ``name`` from ``registry.job``'s options, checked."""
     owner = f"job type {name!r}"
@@ -261,7 +280,13 @@ def flow_options(
         isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
     ):
         raise ValueError(f"{owner}: concurrency must be a whole number of at least 1")
-    for option, function in (("concurrency_key", concurrency_key), ("unique", unique)):
+    functions = (
+        ("concurrency_key", concurrency_key),
+        ("unique", unique),
+        ("sequence", sequence),
+        ("throttle_key", throttle_key),
+    )
+    for option, function in functions:
         if function is not None and not callable(function):
             raise ValueError(f"{owner}: {option} must be a function of the payload")
     if rate is not None and not isinstance(rate, str):
@@ -282,7 +307,33 @@ def flow_options(
         "limit": limit,
         "concurrency_key": concurrency_key,
         "unique": unique,
+        "sequence": sequence,
+        **_policy_options(owner, unique, unique_for, throttle, throttle_key),
     }
+
+
+def _policy_options(
+    owner: str,
+    unique: KeyFunction | None,
+    unique_for: float | None,
+    throttle: str | None,
+    throttle_key: KeyFunction | None,
+) -> dict[str, Any]:
+    """The window and the throttle of a type, checked (``flow_options``)."""
+    if unique_for is not None:
+        if not is_policy_seconds(unique_for):
+            raise ValueError(f"{owner}: unique_for is a number of seconds above 0, at most a year")
+        if unique is None:
+            raise ValueError(f"{owner}: unique_for needs unique= (the key it keeps unique)")
+    if throttle is not None and not isinstance(throttle, str):
+        raise ValueError(f"{owner}: throttle must be a text such as '5/s', not {throttle!r}")
+    try:
+        parsed = parse_throttle(throttle) if throttle is not None else None
+    except ValueError as error:
+        raise ValueError(f"{owner}: {error}") from None
+    if throttle_key is not None and parsed is None:
+        raise ValueError(f"{owner}: throttle_key needs a throttle to count under it")
+    return {"unique_for": unique_for, "throttle": parsed, "throttle_key": throttle_key}
 
 
 @dataclass
@@ -309,6 +360,13 @@ class Registry:
         rate: str | None = None,
         per_key: bool | None = None,
         unique: KeyFunction | None = None,
+        sequence: KeyFunction | None = None,
+        unique_for: float | None = None,
+        throttle: str | None = None,
+        throttle_key: KeyFunction | None = None,
+        batch_size: int | None = None,
+        batch_wait: float = 1.0,
+        batch_key: KeyFunction | None = None,
         api: bool = True,
     ) -> Callable[[Callable[Params, Ret]], JobDefinition[P, Params, Ret]]:
         """Decorator form: ``@registry.job("x.y", Payload)`` above an ``async def`` or a plain
@@ -320,9 +378,15 @@ class Registry:
         start, per concurrency key when ``per_key`` (by default: a concurrency when
         ``concurrency_key`` is given, a rate never), over the type otherwise;
         ``concurrency_key`` and ``unique`` give a submission without its own key one from its
-        payload (the validated model). ``api=False``: clients submit the type over HTTP only
-        when their type patterns name it (code enqueues it as any other). A bad value is a
-        ``ValueError`` naming the type."""
+        payload (the validated model). Order and submission policies: ``sequence`` gives a
+        submission's sequence key, ``unique_for`` (seconds) keeps ``unique``'s key unique
+        against jobs that ended that recently, ``throttle`` (``"5/s"``, ``"100/m"``,
+        ``"1000/h"``) refuses submissions over it, per ``throttle_key`` when given.
+        ``batch_size``: the handler takes a ``BatchContext`` and a list of up to that many
+        payloads, gathered for up to ``batch_wait`` seconds, of one ``batch_key`` value when
+        given (docs/flow-control.md, "Batch handlers"). ``api=False``: clients submit the type
+        over HTTP only when their type patterns name it (code enqueues it as any other). A bad
+        value is a ``ValueError`` naming the type."""
         if not isinstance(api, bool):
             raise ValueError(f"job type {name!r}: api must be True or False, not {api!r}")
         flow = flow_options(
@@ -333,7 +397,12 @@ class Registry:
             rate=rate,
             per_key=per_key,
             unique=unique,
+            sequence=sequence,
+            unique_for=unique_for,
+            throttle=throttle,
+            throttle_key=throttle_key,
         )
+        batch = batching_of(name, batch_size, batch_wait, batch_key)
 
         def decorate(handler: Callable[Params, Ret]) -> JobDefinition[P, Params, Ret]:
             if not callable(handler):
@@ -348,6 +417,7 @@ class Registry:
                     timeout_seconds=timeout_seconds,
                     description=(handler.__doc__ or "").strip().split("\n")[0],
                     api=api,
+                    batch=batch,
                     **flow,
                 )
             )
@@ -436,21 +506,30 @@ class Registry:
 
     def flow_defaults(self, name: str, payload: BaseModel, asked: Flow) -> Flow:
         """What type ``name`` gives a submission of ``payload`` (validated) beside what it
-        ``asked``: the type's priority, and each key it did not give from the type's function
-        of the payload. ``InvalidPayload`` when such a function fails on the payload or gives
-        no fit key: the submission cannot be keyed."""
+        ``asked``: the type's priority and window, and each key it did not give from the type's
+        function of the payload. ``InvalidPayload`` when such a function fails on the payload
+        or gives no fit key: the submission cannot be keyed."""
         job_type = self.get(name)
         keys = {}
         for option, function, given in (
             ("concurrency_key", job_type.concurrency_key, asked.concurrency_key),
             ("unique", job_type.unique, asked.unique_key),
+            ("sequence", job_type.sequence, asked.sequence_key),
+            ("throttle_key", job_type.throttle_key, asked.throttle_key),
         ):
             if function is not None and given is None:
                 keys[option] = _key_of(name, option, function, payload)
         # A priority of 0 is every job's anyway: left None, a request of a type without flow
         # options is the same value as one built without a registry.
         priority = job_type.priority or None
-        return Flow(priority, keys.get("concurrency_key"), keys.get("unique"))
+        return Flow(
+            priority,
+            keys.get("concurrency_key"),
+            keys.get("unique"),
+            sequence_key=keys.get("sequence"),
+            unique_for_seconds=job_type.unique_for,
+            throttle_key=keys.get("throttle_key"),
+        )
 
     def limits(self) -> dict[str, Limit]:
         """The limits its types declare (``@registry.job(..., concurrency=, rate=)``)."""

@@ -42,8 +42,13 @@ class AcceptResult:
     """True when the key was used for a different type or payload."""
 
     deduplicated: bool = False
-    """True when a live job of the same client, type and unique key answered the submission
-    (``job``), which made none: its idempotency key is not kept (docs/flow-control.md)."""
+    """True when a job of the same client, type and unique key answered the submission
+    (``job``: live, or ended within its window), which made none: its idempotency key is not
+    kept (docs/flow-control.md)."""
+
+    debounced: bool = False
+    """True when the submission's payload and start went to the key's queued job (``job``,
+    as it is now), which made none: its idempotency key is not kept."""
 
     @classmethod
     def held(cls, job: Job, decision: KeyDecision) -> AcceptResult:

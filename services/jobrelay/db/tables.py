@@ -20,6 +20,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    Sequence,
     SmallInteger,
     Table,
     Text,
@@ -173,6 +174,38 @@ jobs = Table(
     _moment("claimed_at"),
     Column("claimed_by", Text),
     Column("finished_seq", BigInteger),
+    # Order and submission policies (migration 0019; docs/flow-control.md): its sequence, its
+    # place in it (the order of acceptance, from ``job_sequence_order``), and whether it is
+    # queued behind the one ahead of it, with no outbox row yet.
+    Column("sequence_key", Text),
+    Column("sequence_no", BigInteger),
+    Column("sequence_waits", Boolean, nullable=False, server_default=text("false")),
+    CheckConstraint("char_length(sequence_key) <= 200", name="sequence_key_length"),
+    CheckConstraint(
+        "(sequence_key IS NULL) = (sequence_no IS NULL) AND (sequence_key IS NOT NULL "
+        "OR NOT sequence_waits)",
+        name="sequence_whole",
+    ),
+    # A sequence's jobs that have not succeeded or been cancelled, in order: the one it runs,
+    # the ones queued behind it, a quarantined one that blocks it.
+    Index(
+        "ix_jobs_sequence_unfinished",
+        "client_id",
+        "sequence_key",
+        "sequence_no",
+        postgresql_where=text(
+            "sequence_key IS NOT NULL AND state NOT IN ('succeeded', 'cancelled')"
+        ),
+    ),
+    # The ended jobs of a unique key: a deduplication window looks for the latest.
+    Index(
+        "ix_jobs_unique_ended",
+        "client_id",
+        "type",
+        "unique_key",
+        "finished_at",
+        postgresql_where=text("unique_key IS NOT NULL AND finished_at IS NOT NULL"),
+    ),
     CheckConstraint(
         "(state = 'sleeping') = (wake_at IS NOT NULL OR waiting_on IS NOT NULL)",
         name="sleeping_has_a_wake",
@@ -483,6 +516,37 @@ queues = Table(
     _set_at_insert("created_at"),
 )
 
+
+def _throttle() -> tuple[Any, ...]:
+    """A throttle's columns (migration 0019): at most ``throttle_count`` submissions accepted
+    per ``throttle_period_seconds``; both NULL: none."""
+    return (
+        Column("throttle_count", Integer),
+        Column("throttle_period_seconds", Integer),
+        CheckConstraint("throttle_count >= 1", name="throttle_count_positive"),
+        CheckConstraint("throttle_period_seconds IN (1, 60, 3600)", name="throttle_period_known"),
+        CheckConstraint(
+            "(throttle_count IS NULL) = (throttle_period_seconds IS NULL)", name="throttle_whole"
+        ),
+    )
+
+
+# The submissions of a throttled type accepted within its throttle's period, per throttle key
+# ('' for none; migration 0019): an accept counts them under the key's lock, and deletes the
+# ones older than the period.
+throttle_accepts = Table(
+    "throttle_accepts",
+    metadata,
+    Column("type", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    _set_at_insert("at"),
+    Index("ix_throttle_accepts_type_key_at", "type", "key", "at"),
+)
+
+# The order of acceptance of sequenced jobs (``jobs.sequence_no``; migration 0019).
+job_sequence_order = Sequence("job_sequence_order", metadata=metadata)
+
+
 # Runtime overrides of a type's limit (``jobrelay limits set``): a row is the limit in force.
 type_limits = Table(
     "type_limits",
@@ -497,6 +561,7 @@ type_limits = Table(
     CheckConstraint("rate_count >= 1", name="rate_count_positive"),
     CheckConstraint("rate_period_seconds IN (1, 60)", name="rate_period_known"),
     CheckConstraint("(rate_count IS NULL) = (rate_period_seconds IS NULL)", name="rate_whole"),
+    *_throttle(),
 )
 
 # Per type and key ('' when the limit is not per key), the time from which the next start fits
@@ -534,6 +599,9 @@ job_types = Table(
     Column("api", Boolean, nullable=False, server_default=text("true")),
     # Until when a consumer that runs it is known to consume its queue (MARK_TYPES_SERVED).
     Column("served_until", DateTime(timezone=True)),
+    # The code's throttle and the window of its unique key (migration 0019).
+    *_throttle(),
+    Column("unique_for_seconds", Float),
     CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
     CheckConstraint(
         "replayed_attempts >= 0 AND replayed_attempts <= attempts",

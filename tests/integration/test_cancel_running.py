@@ -71,7 +71,10 @@ async def test_a_running_sleep_cancelled_through_the_api_ends_cancelled_between_
     again = await cancel(system, job_id)
     assert again.status_code == 409
     assert again.json()["code"] == "not_cancellable"
-    assert again.json()["title"] == "Only queued, retrying or running jobs can be cancelled"
+    assert (
+        again.json()["title"]
+        == "Only jobs that have not succeeded or been cancelled can be cancelled"
+    )
 
 
 async def test_a_queued_job_is_cancelled_at_once_with_200(system: System) -> None:

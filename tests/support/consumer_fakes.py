@@ -278,6 +278,7 @@ class InMemoryExecutionStore:
         attempt: int,
         outcome: Outcome,
         related: bool = True,
+        sequenced: bool = False,
     ) -> Finish:
         self._reach()
         job = self.jobs.get(job_id)

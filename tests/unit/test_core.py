@@ -42,12 +42,14 @@ def test_the_transition_table_matches_the_spec() -> None:
     assert can_transition(JobState.SLEEPING, JobState.CANCELLED)
     assert not can_transition(JobState.SLEEPING, JobState.SUCCEEDED)  # it runs first
     assert not can_transition(JobState.QUEUED, JobState.SLEEPING)  # only a handler sleeps
+    assert can_transition(JobState.QUARANTINED, JobState.CANCELLED)  # given up: unblocks
     expected = {
         JobState.QUEUED,
         JobState.RETRYING,
         JobState.RUNNING,
         JobState.WAITING,
         JobState.SLEEPING,
+        JobState.QUARANTINED,
     }
     assert expected == CANCELLABLE_STATES
     assert set(TRANSITIONS) == set(JobState)

@@ -15,8 +15,10 @@ from jobrelay.api.metrics import ApiMetrics
 from jobrelay.api.schemas import SubmitJob
 from jobrelay.core.clients import Client, may_submit
 from jobrelay.core.errors import (
+    DuplicateJob,
     IdempotencyConflict,
     IdempotencyKeyInvalid,
+    InvalidPolicy,
     RateLimited,
     TypeNotAllowed,
 )
@@ -60,8 +62,11 @@ def job_request(
     payload = types.validate_payload(body.type, body.payload)
     settings = context_of(request).settings
     max_attempts = body.max_attempts or types.max_attempts_for(body.type, settings.max_attempts)
-    asked = body.as_request(idempotency_key, max_attempts)
-    return replace(asked, defaults=types.flow_defaults(body.type, payload, asked.flow))
+    try:  # a ValueError here is of the policies' rules (Flow.check_policies)
+        asked = body.as_request(idempotency_key, max_attempts)
+        return replace(asked, defaults=types.flow_defaults(body.type, payload, asked.flow))
+    except ValueError as error:
+        raise InvalidPolicy(str(error)) from None
 
 
 async def take_rate_limit(request: Request, client: Client, count: int = 1) -> None:
@@ -80,16 +85,24 @@ def accept_outcome(accepted: AcceptResult) -> str:
     """What a submission came to, as the metrics and the accept span name it."""
     if accepted.conflict:
         return "conflict"
+    if accepted.debounced:
+        return "debounced"  # the queued job of its unique key took its payload
     if accepted.deduplicated:
-        return "deduplicated"  # a live job of its unique key answered it
+        return "deduplicated"  # a job of its unique key answered it
     return "created" if accepted.created else "existing"
 
 
 def count_outcome(metrics: ApiMetrics, job_type: str, accepted: AcceptResult) -> None:
-    """Count the submission; ``IdempotencyConflict`` when the key was used for another one."""
+    """Count the submission; ``IdempotencyConflict`` when the key was used for another one,
+    ``DuplicateJob`` when a job of its unique key answered it and it asked to be refused."""
     if accepted.conflict:
         metrics.submissions(job_type, "conflict").inc()
         raise IdempotencyConflict(
             "the key was used for another type, payload or due time", job_id=str(accepted.job.id)
+        )
+    if accepted.rejected:
+        metrics.submissions(job_type, "rejected").inc()
+        raise DuplicateJob(
+            f"job {accepted.job.id} holds the unique key", job_id=str(accepted.job.id)
         )
     metrics.submissions(job_type, accept_outcome(accepted)).inc()

@@ -373,6 +373,7 @@ class Worker:
                         attempt=job.attempts,
                         outcome=outcome,
                         related=job.workflow_id is not None or job.parent_job_id is not None,
+                        sequenced=job.sequence_key is not None,
                     )
                 )
             )

@@ -120,7 +120,7 @@ class IdempotencyConflict(RequestError):
 
 class NotCancellable(RequestError):
     code = "not_cancellable"
-    title = "Only queued, retrying or running jobs can be cancelled"
+    title = "Only jobs that have not succeeded or been cancelled can be cancelled"
 
 
 class NotReplayable(RequestError):

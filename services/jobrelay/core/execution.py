@@ -288,11 +288,14 @@ class ExecutionStore(Protocol):
         attempt: int,
         outcome: Outcome,
         related: bool = True,
+        sequenced: bool = False,
     ) -> Finish:
         """Carry out a decided outcome once, fenced by the lease token (a retry of a job
         whose cancel was requested: cancelled instead, ``Finish.CANCELLED``). ``related``: the
         job may be a workflow's or a child (its claim row has a workflow or a parent), so its
-        end moves other jobs; False, from the claim row, spares the finish that work."""
+        end moves other jobs; False, from the claim row, spares the finish that work.
+        ``sequenced``: a job of a sequence (its claim row has a sequence key), whose end
+        releases the next job of it in the same transaction."""
         ...
 
     async def release(self, job_id: uuid.UUID, *, lease_token: uuid.UUID, detail: str) -> bool:

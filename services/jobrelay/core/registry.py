@@ -531,6 +531,10 @@ class Registry:
             throttle_key=keys.get("throttle_key"),
         )
 
+    def throttle_for(self, name: str) -> Throttle | None:
+        """Type ``name``'s throttle (``@registry.job(..., throttle=)``); None: none."""
+        return self.get(name).throttle
+
     def limits(self) -> dict[str, Limit]:
         """The limits its types declare (``@registry.job(..., concurrency=, rate=)``)."""
         return {t.name: t.limit for t in self.types.values() if t.limit is not None}

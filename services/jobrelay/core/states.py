@@ -55,6 +55,9 @@ class JobEvent(StrEnum):
     SLEEPING = "sleeping"
     SIGNALLED = "signalled"
     WOKE = "woke"
+    # Order and submission policies (docs/flow-control.md): a job of a sequence let go (its
+    # outbox row written) when the one ahead of it ended.
+    RELEASED = "released"
 
 
 class Lease(StrEnum):
@@ -165,6 +168,14 @@ CANCEL_RUNNING = Transition(
     fenced=True,
     lease=Lease.LIVE,
 )
+# A quarantined job its owner or an operator gives up on (docs/flow-control.md, "Sequences": it
+# no longer blocks its sequence).
+CANCEL_QUARANTINED = Transition(
+    "cancel_quarantined",
+    frozenset({JobState.QUARANTINED}),
+    JobState.CANCELLED,
+    (JobEvent.CANCELLED,),
+)
 REPLAY = Transition(
     "replay", frozenset({JobState.QUARANTINED}), JobState.QUEUED, (JobEvent.REPLAYED,)
 )
@@ -209,6 +220,7 @@ ALL_TRANSITIONS: tuple[Transition, ...] = (
     RESCUE,
     CANCEL,
     CANCEL_RUNNING,
+    CANCEL_QUARANTINED,
     REPLAY,
     PARENTS_SUCCEEDED,
     DEPENDENCY_FAILED,

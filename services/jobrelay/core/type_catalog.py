@@ -29,7 +29,7 @@ import jsonschema_rs
 from pydantic.errors import PydanticUserError
 
 from jobrelay.core.errors import InvalidPayload, JobrelayError, UnknownJobType
-from jobrelay.core.flow import Limit
+from jobrelay.core.flow import Limit, Throttle
 from jobrelay.core.jobs import Flow
 from jobrelay.core.jsonvalues import unstorable_json
 from jobrelay.core.registry import JobType, Registry
@@ -60,6 +60,8 @@ class RegisteredType:
     registered_by: str = ""  # the consumer, as it names itself (host:pid)
     registered_at: datetime | None = None  # set by the database
     api: bool = True  # False: closed to HTTP by default (``JobType.api``)
+    throttle: Throttle | None = None  # the code's (``JobType.throttle``)
+    unique_for: float | None = None  # the window of a unique key (``JobType.unique_for``)
 
     @classmethod
     def of(cls, job_type: JobType, *, by: str) -> RegisteredType:
@@ -74,6 +76,8 @@ class RegisteredType:
             description=job_type.description,
             registered_by=by,
             api=job_type.api,
+            throttle=job_type.throttle,
+            unique_for=job_type.unique_for,
         )
 
 
@@ -129,6 +133,8 @@ class PayloadTypes(Protocol):
     def max_attempts_for(self, name: str, default: int) -> int: ...
 
     def flow_defaults(self, name: str, payload: Any, asked: Flow) -> Flow: ...
+
+    def throttle_for(self, name: str) -> Throttle | None: ...
 
 
 # --- validating against a JSON Schema -------------------------------------------------------------
@@ -227,9 +233,12 @@ class TypeCatalog:
         registry: Registry,
         registered: Mapping[str, RegisteredType] | None = None,
         validators: SchemaValidators | None = None,
+        runtime_throttles: Mapping[str, Throttle] | None = None,
     ) -> None:
         self.registry = registry
         self.registered = dict(registered or {})
+        # The throttles set at runtime (``type_limits``), by type: they win over the code's.
+        self.runtime_throttles = dict(runtime_throttles or {})
         self.validators = validators if validators is not None else SchemaValidators()
         # By type name: a lookup on the hot path is one dict read, not a schema's text.
         self._by_name: dict[str, jsonschema_rs.Validator] = {}
@@ -285,7 +294,19 @@ class TypeCatalog:
         not travel (a submission gives its own keys)."""
         if name in self.registry:
             return self.registry.flow_defaults(name, payload, asked)
-        return Flow(self._registered(name).priority or None)
+        registered = self._registered(name)
+        return Flow(registered.priority or None, unique_for_seconds=registered.unique_for)
+
+    def throttle_for(self, name: str) -> Throttle | None:
+        """The throttle that holds for type ``name``: a runtime one (``runtime_throttles``)
+        while set, else its code's; None: none."""
+        runtime = self.runtime_throttles.get(name)
+        if runtime is not None:
+            return runtime
+        if name in self.registry:
+            return self.registry.throttle_for(name)
+        registered = self.registered.get(name)
+        return None if registered is None else registered.throttle
 
 
 class RegisteredTypes:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from sqlalchemy import TextClause
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from jobrelay.core.idempotency import KeyDecision, Submission, decide
 from jobrelay.core.ids import new_id
@@ -27,6 +28,9 @@ from jobrelay.db.rows import job_from_row
 Step = tuple[TextClause, dict[str, Any]]
 T = TypeVar("T")
 Steps = Generator[Step, list[Any], T]
+
+# The insert of a new job ``id`` of a client for a submission, as a statement to run.
+InsertStep = Callable[[uuid.UUID, uuid.UUID, Submission], Step]
 
 # Tries of an accept whose key's job retention deletes between the insert and the read.
 ACCEPT_TRIES = 3
@@ -50,6 +54,10 @@ class AcceptResult:
     """True when the submission's payload and start went to the key's queued job (``job``,
     as it is now), which made none: its idempotency key is not kept."""
 
+    rejected: bool = False
+    """True when the submission asked ``on_duplicate: reject`` and was deduplicated: its
+    interface refuses it (``DuplicateJob``, 409 duplicate_job naming ``job``)."""
+
     @classmethod
     def held(cls, job: Job, decision: KeyDecision) -> AcceptResult:
         """The answer to a submission whose key ``job`` holds (``decision``: ``decide``'s)."""
@@ -63,7 +71,11 @@ def held_by_row(row: Any, fingerprint: str) -> AcceptResult:
 
 
 def accept_steps(
-    client_id: uuid.UUID, submission: Submission, *, inserted_nothing: bool = False
+    client_id: uuid.UUID,
+    submission: Submission,
+    *,
+    inserted_nothing: bool = False,
+    insert: InsertStep | None = None,
 ) -> Steps[AcceptResult]:
     """Two statements, each atomic: the insert of job + outbox row + event, then (only when the
     key existed) a read of the job that holds it. ON CONFLICT waits for a concurrent insert of
@@ -76,7 +88,9 @@ def accept_steps(
     tried again too.
 
     ``inserted_nothing``: the first insert already ran elsewhere (the accept's group commit,
-    ``Store.accept_job``) and made nothing; the steps begin with the read."""
+    ``Store.accept_job``) and made nothing; the steps begin with the read. ``insert``: the
+    statement that inserts (the policed accept's, ``db/policed_accept.py``); None: ACCEPT_JOB."""
+    insert = insert or _insert_step
     request, fingerprint = submission.request, submission.fingerprint
     flow = request.job_flow
     for tried in range(ACCEPT_TRIES):
@@ -84,7 +98,7 @@ def accept_steps(
         if inserted_nothing and tried == 0:
             inserted: list[Any] = []
         else:
-            inserted = yield _insert_step(job_id, client_id, submission)
+            inserted = yield insert(job_id, client_id, submission)
         if inserted:
             job = request.as_new_job(
                 job_id,
@@ -148,25 +162,40 @@ def made_by_row(client_id: uuid.UUID, submission: Submission, row: Any) -> Accep
 
 def _insert_step(job_id: uuid.UUID, client_id: uuid.UUID, submission: Submission) -> Step:
     """ACCEPT_JOB of ``submission`` as the job ``job_id`` of ``client_id``."""
+    return (q.ACCEPT_JOB, insert_params(job_id, client_id, submission))
+
+
+def insert_params(
+    job_id: uuid.UUID, client_id: uuid.UUID, submission: Submission
+) -> dict[str, Any]:
+    """ACCEPT_JOB's parameters for ``submission`` as the job ``job_id`` of ``client_id``."""
     request, flow = submission.request, submission.request.job_flow
-    return (
-        q.ACCEPT_JOB,
-        {
-            "id": job_id,
-            "client_id": client_id,
-            "idempotency_key": request.idempotency_key,
-            "request_hash": submission.fingerprint,
-            "type": request.type,
-            "payload": submission.payload_json,
-            "max_attempts": request.max_attempts,
-            "run_at": request.run_at,
-            "delay_seconds": request.delay_seconds,
-            "traceparent": submission.traceparent,
-            "priority": flow.priority or 0,
-            "concurrency_key": flow.concurrency_key,
-            "unique_key": flow.unique_key,
-        },
-    )
+    return {
+        "id": job_id,
+        "client_id": client_id,
+        "idempotency_key": request.idempotency_key,
+        "request_hash": submission.fingerprint,
+        "type": request.type,
+        "payload": submission.payload_json,
+        "max_attempts": request.max_attempts,
+        "run_at": request.run_at,
+        "delay_seconds": request.delay_seconds,
+        "traceparent": submission.traceparent,
+        "priority": flow.priority or 0,
+        "concurrency_key": flow.concurrency_key,
+        "unique_key": flow.unique_key,
+    }
+
+
+def rows_on(
+    connection: AsyncConnection,
+) -> Callable[[TextClause, dict[str, Any]], Awaitable[list[Any]]]:
+    """``drive_async``'s ``execute`` on ``connection``, inside the transaction open on it."""
+
+    async def rows(statement: TextClause, params: dict[str, Any]) -> list[Any]:
+        return list((await connection.execute(statement, params)).all())
+
+    return rows
 
 
 def drive(steps: Steps[T], execute: Callable[[TextClause, dict[str, Any]], list[Any]]) -> T:

@@ -40,7 +40,7 @@ from jobrelay.core.idempotency import check_submission
 from jobrelay.core.jobs import Flow
 from jobrelay.core.states import JobState
 from jobrelay.db import queries as q
-from jobrelay.db.accept import accept_steps, drive_async
+from jobrelay.db.accept import accept_steps, drive_async, rows_on
 from jobrelay.db.group_commit import GroupCommit
 from jobrelay.db.store import Store
 
@@ -175,11 +175,9 @@ class PgDurableStore:
             if parent is None:
                 return None
             submission = dataclasses.replace(submission, traceparent=parent.traceparent)
-
-            async def rows(statement: TextClause, params: dict[str, Any]) -> list[Any]:
-                return list((await connection.execute(statement, params)).all())
-
-            accepted = await drive_async(accept_steps(parent.client_id, submission), rows)
+            accepted = await drive_async(
+                accept_steps(parent.client_id, submission), rows_on(connection)
+            )
             if accepted.conflict:
                 raise PermanentError(
                     f"child key {request.key[:100]!r} is held by a job of another type or payload",

@@ -57,6 +57,7 @@ from jobrelay.core.flow import Limit, limit_key
 from jobrelay.core.jobs import Cancelled, Job, Outcome, Quarantine, RetryLater, Succeeded
 from jobrelay.core.states import JobEvent, JobState
 from jobrelay.db import queries as q
+from jobrelay.db.arrays import with_array_literals
 from jobrelay.db.group_commit import GroupCommit
 from jobrelay.db.rows import limit_from_row, steps_from_json
 from jobrelay.db.store import Store, job_from_row
@@ -115,6 +116,7 @@ class _FinishRequest:
     error: str | None = None
     failure: str | None = None  # JSON
     related: bool = True  # a workflow's job or a child, as far as the caller knows
+    sequenced: bool = False  # a job of a sequence: its end may release the next
 
     @classmethod
     def of(cls, job_id: uuid.UUID, lease_token: uuid.UUID, outcome: Outcome) -> _FinishRequest:
@@ -252,22 +254,45 @@ class PgExecutionStore:
 
     async def _finish_group(self, requests: Sequence[_FinishRequest]) -> list[JobState | None]:
         """One statement carries out every decided outcome of the group whose lease is still
-        held; each request learns the state its row was moved to (None: not moved)."""
-        rows = await self.store.fetch_all(
-            finish_statement(requests),
-            ids=[r.job_id for r in requests],
-            lease_tokens=[r.lease_token for r in requests],
-            targets=[r.target.value for r in requests],
-            results=[r.result for r in requests],
-            retry_delays=[r.retry_delay for r in requests],
-            error_codes=[r.error_code for r in requests],
-            errors=[r.error for r in requests],
-            failures=[r.failure for r in requests],
-        )
+        held; each request learns the state its row was moved to (None: not moved). A group
+        with a job of a sequence releases the next job of each in the same transaction
+        (``_finish_and_release``)."""
+        params = {
+            "ids": [r.job_id for r in requests],
+            "lease_tokens": [r.lease_token for r in requests],
+            "targets": [r.target.value for r in requests],
+            "results": [r.result for r in requests],
+            "retry_delays": [r.retry_delay for r in requests],
+            "error_codes": [r.error_code for r in requests],
+            "errors": [r.error for r in requests],
+            "failures": [r.failure for r in requests],
+        }
+        if any(r.sequenced for r in requests):
+            rows = await self._finish_and_release(requests, params)
+        else:
+            rows = await self.store.fetch_all(finish_statement(requests), **params)
         # Keyed by outcome too: of two reports under one token (a completion and a cancel in
         # one group), only the one the statement made is answered as moved.
         moved = {(row.id, row.asked_token, row.target): JobState(row.ends_as) for row in rows}
         return [moved.get((r.job_id, r.lease_token, r.target.value)) for r in requests]
+
+    async def _finish_and_release(
+        self, requests: Sequence[_FinishRequest], params: dict[str, Any]
+    ) -> list[Any]:
+        """The finish, then, under the locks of the sequences of the jobs it moved, the release
+        of the job now first in each (docs/flow-control.md, "Sequences"): one transaction, so a
+        finish is never committed without the release it makes."""
+        async with self.store.transaction() as connection:
+            result = await connection.execute(
+                finish_statement(requests), with_array_literals(params)
+            )
+            rows = list(result.all())
+            moved = {row.id for row in rows}
+            ids = {"ids": [r.job_id for r in requests if r.sequenced and r.job_id in moved]}
+            if ids["ids"]:
+                await connection.execute(q.TAKE_SEQUENCE_LOCKS, ids)
+                await connection.execute(q.RELEASE_SEQUENCES, ids)
+        return rows
 
     async def _cancel_poll_group(self, requests: Sequence[_CancelPoll]) -> list[bool]:
         """One read for the group: which of its jobs, under the asking lease, have a cancel
@@ -524,11 +549,13 @@ class PgExecutionStore:
         attempt: int,
         outcome: Outcome,
         related: bool = True,
+        sequenced: bool = False,
     ) -> Finish:
         """Carry out a decided outcome in one transaction, fenced by the lease token. A retry
         of a job whose cancel was requested ends it cancelled instead (``Finish.CANCELLED``).
-        ``related``: the job may be a workflow's or a child (``finish_statement``)."""
-        ends_as = await self._write(job_id, lease_token, outcome, related)
+        ``related``: the job may be a workflow's or a child (``finish_statement``);
+        ``sequenced``: a job of a sequence, whose end may release the next."""
+        ends_as = await self._write(job_id, lease_token, outcome, related, sequenced)
         if ends_as is not None:
             if ends_as is JobState.CANCELLED and not isinstance(outcome, Cancelled):
                 return Finish.CANCELLED
@@ -547,13 +574,20 @@ class PgExecutionStore:
             return Finish.STALE
 
     async def _write(
-        self, job_id: uuid.UUID, lease_token: uuid.UUID, outcome: Outcome, related: bool
+        self,
+        job_id: uuid.UUID,
+        lease_token: uuid.UUID,
+        outcome: Outcome,
+        related: bool,
+        sequenced: bool,
     ) -> JobState | None:
         """State, result or retry (a new outbox row), error and journal: one statement for the
         group, fenced by each row's token (``FINISH_JOBS``). The state it moved the job to, or
         None when the lease is no longer ours."""
         request = _FinishRequest.of(job_id, lease_token, outcome)
-        return await self._finishes.submit(dataclasses.replace(request, related=related))
+        return await self._finishes.submit(
+            dataclasses.replace(request, related=related, sequenced=sequenced)
+        )
 
     async def release(self, job_id: uuid.UUID, *, lease_token: uuid.UUID, detail: str) -> bool:
         """Give a running job back (shutdown): `queued` again, the attempt still counted."""

@@ -104,3 +104,6 @@ STEP_STATUSES_0016 = ("done", "waiting", "timed_out")
 FUNCTIONS_0016 = ("jobrelay_signal",)
 # The views (0018): the journal as it reads.
 VIEWS_0018 = ("job_journal",)
+# Revision 0019 (order and submission policies, docs/flow-control.md): the journal's
+# ``released``: a job of a sequence let go when the one ahead of it ended.
+EVENTS_0019 = (*EVENTS_0016, "released")

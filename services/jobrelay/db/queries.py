@@ -46,6 +46,16 @@ ACCEPT_JOBS: TextClause = clause("accept_jobs")
 JOB_BY_KEY: TextClause = clause("job_by_key")
 LIVE_JOB_BY_UNIQUE_KEY: TextClause = clause("live_job_by_unique_key")
 
+# db/sql/policies.sql
+TAKE_POLICY_LOCKS: TextClause = clause("take_policy_locks")
+UNIQUE_KEY_HOLDER: TextClause = clause("unique_key_holder")
+DEBOUNCE_JOB: TextClause = clause("debounce_job")
+HAND_OVER_UNIQUE_KEY: TextClause = clause("hand_over_unique_key")
+TAKE_THROTTLE: TextClause = clause("take_throttle")
+ACCEPT_POLICED_JOB: TextClause = clause("accept_policed_job")
+TAKE_SEQUENCE_LOCKS: TextClause = clause("take_sequence_locks")
+RELEASE_SEQUENCES: TextClause = clause("release_sequences")
+
 # db/sql/stats.sql
 JOBS_BY_STATE: TextClause = clause("jobs_by_state")
 OUTBOX_BACKLOG: TextClause = clause("outbox_backlog")

@@ -62,6 +62,8 @@ def job_from_row(row: Any) -> Job:
         wake_at=data.get("wake_at"),
         waiting_for=data.get("waiting_on"),
         parent_job_id=data.get("parent_job_id"),
+        sequence_key=data.get("sequence_key"),
+        blocked_by=data.get("blocked_by"),
         steps=None if data.get("steps") is None else steps_from_json(data["steps"]),
     )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime
@@ -22,7 +22,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
 from jobrelay.core.durable import StepRecord
-from jobrelay.core.errors import StoreUnavailable
+from jobrelay.core.errors import StoreUnavailable, Throttled
+from jobrelay.core.flow import Throttle
 from jobrelay.core.idempotency import Submission, decide
 from jobrelay.core.ids import new_id
 from jobrelay.core.jobs import CancelAnswer, Job, JobRequest, JournalEntry, SignalAnswer
@@ -47,10 +48,12 @@ from jobrelay.db.accept import (
     held_by_row,
     made_by_row,
     many_params,
+    rows_on,
 )
 from jobrelay.db.arrays import with_array_literals
 from jobrelay.db.engine import PoolMode, is_primary_gone, make_engine, translated_errors
 from jobrelay.db.group_commit import GroupCommit
+from jobrelay.db.policed_accept import is_policed, policed_accept_steps
 from jobrelay.db.rows import job_from_row, journal_entry, steps_from_json
 from jobrelay.db.schema import translator
 
@@ -193,7 +196,12 @@ class Store:
     # --- accept -----------------------------------------------------------------------------
 
     async def accept_job(
-        self, client_id: uuid.UUID, request: JobRequest, *, traceparent: str | None = None
+        self,
+        client_id: uuid.UUID,
+        request: JobRequest,
+        *,
+        traceparent: str | None = None,
+        throttle: Throttle | None = None,
     ) -> AcceptResult:
         """``traceparent``: the W3C trace context stored with a new job (core/telemetry_context.py).
         Not part of the request: a key's job keeps the one it was made with.
@@ -204,8 +212,17 @@ class Store:
         read of what holds it (``accept_steps``); one whose group's statement failed on a row is
         accepted alone from the start, and meets its own error. A database gone, or an answer
         lost, is each one's as it is a single accept's: ``StoreUnavailable`` (the client
-        retries with its key)."""
+        retries with its key).
+
+        ``throttle``: its type's throttle (None: none). A submission under a policy
+        (``db/policed_accept.py``) is accepted in a transaction of its own; ``Throttled`` over
+        the throttle, nothing written."""
         submission = Submission.of(request, traceparent)
+        if is_policed(submission, throttle):
+            async with self.transaction() as connection:
+                return await drive_async(
+                    policed_accept_steps(client_id, submission, throttle), rows_on(connection)
+                )
         try:
             made = await self._inserts.submit((client_id, submission))
         except StoreUnavailable:
@@ -244,10 +261,21 @@ class Store:
         requests: Sequence[JobRequest],
         *,
         traceparent: str | None = None,
-    ) -> list[AcceptResult]:
+        throttles: Mapping[str, Throttle] | None = None,
+    ) -> list[AcceptResult | Throttled]:
         """Many submissions at once, each with the rules of ``accept_job``; one result per
         request, in order. The new jobs are written in one transaction: all of them or none,
-        each with ``traceparent``."""
+        each with ``traceparent``. ``throttles``: the throttled types' throttles; a submission
+        the throttle refuses gets its ``Throttled``. The submissions under a policy are
+        accepted after the others, in the same transaction, each in its own savepoint."""
+        throttles = throttles or {}
+        policed = [
+            index
+            for index, request in enumerate(requests)
+            if is_policed(Submission.of(request, traceparent), throttles.get(request.type))
+        ]
+        if policed:
+            return await self._accept_policed_batch(client_id, requests, traceparent, throttles)
         submissions = [Submission.of(request, traceparent) for request in requests]
         fingerprints = [submission.fingerprint for submission in submissions]
         ids = [new_id() for _ in requests]
@@ -289,7 +317,36 @@ class Store:
             else:  # retention deleted the key's job meanwhile: the key is free again; or a live
                 # job holds its unique key, which the single accept finds (deduplicated)
                 results[index] = await self._accept(client_id, submissions[index])
-        return all_present(results)
+        answers: list[AcceptResult | Throttled] = list(all_present(results))
+        return answers
+
+    async def _accept_policed_batch(
+        self,
+        client_id: uuid.UUID,
+        requests: Sequence[JobRequest],
+        traceparent: str | None,
+        throttles: Mapping[str, Throttle],
+    ) -> list[AcceptResult | Throttled]:
+        """A batch with submissions under a policy: each item accepted in order, in one
+        transaction, each policed one in a savepoint of its own (its locks stay held to the
+        commit, as the batch's jobs are written together)."""
+        results: list[AcceptResult | Throttled] = []
+        async with self.transaction() as connection:
+            execute = rows_on(connection)
+            for request in requests:
+                submission = Submission.of(request, traceparent)
+                throttle = throttles.get(request.type)
+                steps = (
+                    policed_accept_steps(client_id, submission, throttle)
+                    if is_policed(submission, throttle)
+                    else accept_steps(client_id, submission)
+                )
+                try:
+                    async with connection.begin_nested():
+                        results.append(await drive_async(steps, execute))
+                except Throttled as refused:
+                    results.append(refused)
+        return results
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -390,13 +447,24 @@ class Store:
         so often, so the loop ends with the answer that holds."""
         arguments = {"id": job_id, "client_id": client_id, "detail": detail}
         while True:
-            if await self.fetch_one(q.CANCEL_JOB, **arguments) is not None:
+            if await self._cancel_at_once(arguments):
                 return CancelAnswer.CANCELLED
             if await self.fetch_one(q.REQUEST_CANCEL, **arguments) is not None:
                 return CancelAnswer.REQUESTED
             job = await self.get_job(job_id, client_id=client_id)
             if job is None or job.state in TERMINAL_STATES:
                 return None
+
+    async def _cancel_at_once(self, arguments: dict[str, Any]) -> bool:
+        """CANCEL_JOB, and the release of the job's sequence it unblocks, in one transaction
+        under the sequence's lock (``TAKE_SEQUENCE_LOCKS``: none for a job without one)."""
+        ids = {"ids": [arguments["id"]]}
+        async with self.transaction() as connection:
+            await connection.execute(q.TAKE_SEQUENCE_LOCKS, ids)
+            if (await connection.execute(q.CANCEL_JOB, arguments)).first() is None:
+                return False
+            await connection.execute(q.RELEASE_SEQUENCES, ids)
+            return True
 
     # --- stats ------------------------------------------------------------------------------
 

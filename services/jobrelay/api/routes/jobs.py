@@ -38,6 +38,7 @@ from jobrelay.api.schemas import (
     BatchAnswer,
     BatchItem,
     BatchResult,
+    DebouncedJobView,
     DeduplicatedJobView,
     EventList,
     EventView,
@@ -62,6 +63,7 @@ from jobrelay.api.submission import (
 from jobrelay.api.waiting import MAX_WAIT_SECONDS, TooManyWaiters
 from jobrelay.core.bounds import SIGNAL_NAME_MAX, SIGNAL_VALUE_MAX_BYTES
 from jobrelay.core.errors import (
+    DuplicateJob,
     IdempotencyConflict,
     IdempotencyKeyInvalid,
     InvalidPayload,
@@ -70,11 +72,14 @@ from jobrelay.core.errors import (
     NotCancellable,
     RequestError,
     SignalTooLarge,
+    Throttled,
 )
+from jobrelay.core.flow import Throttle
 from jobrelay.core.jobs import CancelAnswer, JobRequest, SignalAnswer, is_valid_idempotency_key
 from jobrelay.core.jsonvalues import unstorable_json
 from jobrelay.core.states import JobState
 from jobrelay.core.trace import trace_document
+from jobrelay.core.type_catalog import PayloadTypes
 from jobrelay.db.store import AcceptResult, StepsShown
 
 log = logging.getLogger("jobrelay.api")
@@ -148,7 +153,12 @@ async def submit_job(
         # From the app's context rather than a StoreDep: one dependency fewer to solve on the
         # hot path.
         context = context_of(request)
-        accepted = await context.store.accept_job(client.id, asked, traceparent=accept.traceparent)
+        accepted = await context.store.accept_job(
+            client.id,
+            asked,
+            traceparent=accept.traceparent,
+            throttle=types.throttle_for(body.type),
+        )
         accept.accepted(accepted.job.id, body.type, client.name, accept_outcome(accepted))
         count_outcome(context.metrics, body.type, accepted)
         if log.isEnabledFor(logging.INFO):  # the line's context is not built for nothing
@@ -157,7 +167,10 @@ async def submit_job(
     # hot path, and the model above is still what the OpenAPI document describes.
     return Response(
         submitted_view(
-            accepted.job, deduplicated=accepted.deduplicated, created=accepted.created
+            accepted.job,
+            deduplicated=accepted.deduplicated,
+            created=accepted.created,
+            debounced=accepted.debounced,
         ).model_dump_json(),
         status_code=202 if accepted.created else 200,
         media_type="application/json",
@@ -179,10 +192,12 @@ router.add_api_route(
             "headers": LOCATION_HEADER,
         },
         200: {
-            "model": DeduplicatedJobView | JobView,
+            "model": DeduplicatedJobView | DebouncedJobView | JobView,
             "description": "The key was used before for the same request: that job, now. Or "
-            "a job of yours of the same type and unique_key is queued, running or retrying: "
-            "that job, with deduplicated true (the key is not kept)",
+            "a job of yours of the same type and unique_key is queued, running or retrying "
+            "(or ended within unique_for_seconds): that job, with deduplicated true. Or a "
+            "debounce moved the key's queued job: that job, with debounced true (the key is "
+            "not kept in either case)",
             "headers": LOCATION_HEADER,
         },
         **openapi.submission_problems(400, 409, 413, 422, 429),
@@ -194,12 +209,14 @@ router.add_api_route(
 _ACCEPT_LOG = {
     "created": "job accepted",
     "existing": "job submitted again with the same key",
-    "deduplicated": "job not made: a live job holds its unique key",
+    "deduplicated": "job not made: a job of its unique key answers it",
+    "debounced": "job not made: the queued job of its unique key took its payload",
 }
 _ACCEPT_EVENT = {
     "created": "received",
     "existing": "idempotent_repeat",
     "deduplicated": "deduplicated",
+    "debounced": "debounced",
 }
 
 
@@ -252,7 +269,10 @@ async def submit_batch(body: SubmitBatch, request: Request, client: ClientDep) -
         store = context_of(request).store
         accepted = (
             await store.accept_jobs(
-                client.id, [job for _, job in asked], traceparent=accept.traceparent
+                client.id,
+                [job for _, job in asked],
+                traceparent=accept.traceparent,
+                throttles=_throttles(types, {job.type for _, job in asked}),
             )
             if asked
             else []
@@ -262,7 +282,7 @@ async def submit_batch(body: SubmitBatch, request: Request, client: ClientDep) -
         accept.batch(
             client.name,
             len(body.jobs),
-            (accept_outcome(result) for result in accepted),
+            (accept_outcome(result) for result in accepted if isinstance(result, AcceptResult)),
             invalid=len(body.jobs) - len(asked),
         )
     return BatchAnswer(results=[answer for answer in answers if answer is not None])
@@ -284,13 +304,26 @@ def _item_problem(status: int, code: str, error: ValidationError) -> BatchResult
     return BatchResult(status=status, error=document)
 
 
-def _item_answer(request: Request, job: JobRequest, accepted: AcceptResult) -> BatchResult:
+def _throttles(types: PayloadTypes, names: set[str]) -> dict[str, Throttle]:
+    """The throttles of the types ``names`` that have one."""
+    found = {name: types.throttle_for(name) for name in names}
+    return {name: throttle for name, throttle in found.items() if throttle is not None}
+
+
+def _item_answer(
+    request: Request, job: JobRequest, accepted: AcceptResult | Throttled
+) -> BatchResult:
+    if isinstance(accepted, Throttled):
+        return _request_problem(accepted)
     try:
         count_outcome(context_of(request).metrics, job.type, accepted)
-    except IdempotencyConflict as error:
+    except (IdempotencyConflict, DuplicateJob) as error:
         return _request_problem(error)
     view = submitted_view(
-        accepted.job, deduplicated=accepted.deduplicated, created=accepted.created
+        accepted.job,
+        deduplicated=accepted.deduplicated,
+        created=accepted.created,
+        debounced=accepted.debounced,
     )
     return BatchResult(status=202 if accepted.created else 200, job=view)
 

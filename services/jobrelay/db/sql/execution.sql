@@ -75,7 +75,7 @@ WITH asked AS (
               j.lease_until, j.last_error_code, j.last_error, j.created_at, j.updated_at,
               j.finished_at, j.run_at, j.cancel_requested_at, j.traceparent, j.priority,
               j.concurrency_key, j.unique_key, j.workflow_id, j.workflow_ref, j.progress,
-              j.replayed_attempts, j.parent_job_id,
+              j.replayed_attempts, j.parent_job_id, j.sequence_key,
               (SELECT jsonb_agg(to_jsonb(s) - 'job_id' ORDER BY s.at, s.name)
                FROM jobrelay.job_steps s WHERE s.job_id = j.id) AS steps,
               b.previous_state, b.previous_attempt, b.previous_seq, b.previous_at,

@@ -23,7 +23,8 @@ WHERE j.client_id = :client_id
 -- a job goes"): one primary-key read of job_types. ``steps``: its recorded steps in the order
 -- they were recorded, for the views that show them (:steps 'names', or 'values' with their
 -- values, which can be large; '[]' for none); NULL, not read, when :steps is NULL: the
--- reads that do not show them (a cancel, the wait's polls) skip the subquery.
+-- reads that do not show them (a cancel, the wait's polls) skip the subquery. ``blocked_by``:
+-- a job waiting in a sequence behind a quarantined one: that one (docs/flow-control.md).
 SELECT j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, j.state,
        j.attempts, j.max_attempts, j.available_at, j.lease_token, j.lease_until,
        j.last_error_code, j.last_error, j.created_at, j.updated_at, j.finished_at, j.run_at,
@@ -39,7 +40,15 @@ SELECT j.id, j.client_id, j.idempotency_key, j.request_hash, j.type, j.payload, 
                                   ELSE to_jsonb(s) - 'job_id' - 'value' END
                              ORDER BY s.at, s.name)
             FROM jobrelay.job_steps s WHERE s.job_id = j.id),
-           '[]'::jsonb) END AS steps
+           '[]'::jsonb) END AS steps,
+       j.sequence_key,
+       CASE WHEN j.sequence_waits THEN (
+           SELECT head.id FROM (
+               SELECT b.id, b.state FROM jobrelay.jobs b
+               WHERE b.client_id = j.client_id AND b.sequence_key = j.sequence_key
+                 AND b.state NOT IN ('succeeded', 'cancelled')
+               ORDER BY b.sequence_no LIMIT 1) AS head
+           WHERE head.state = 'quarantined') END AS blocked_by
 FROM jobrelay.jobs j LEFT JOIN jobrelay.job_results r ON r.job_id = j.id
 WHERE j.id = :id AND (CAST(:client_id AS uuid) IS NULL OR j.client_id = :client_id);
 
@@ -73,8 +82,9 @@ ORDER BY j.created_at DESC, j.id DESC
 LIMIT :limit;
 
 -- name: cancel_job
--- makes: cancel
--- A job that has not started, or sleeps (docs/durable-execution.md), is cancelled; and so are
+-- makes: cancel cancel_quarantined
+-- A job that has not started, or sleeps (docs/durable-execution.md), or was quarantined (it
+-- blocks its sequence no more: docs/flow-control.md), is cancelled; and so are
 -- its child jobs (``context.run_child``, ``start_child``) that have not finished: those not
 -- running cancelled, the running ones asked to stop (as REQUEST_CANCEL). A child row another
 -- statement holds (its finish, which waits for this job's row to wake it: a cycle) is skipped
@@ -83,7 +93,7 @@ WITH moved AS (
     UPDATE jobrelay.jobs SET state = 'cancelled', waiting_for = 0, finished_at = now(),
                     wake_at = NULL, waiting_on = NULL, updated_at = now()
     WHERE id = :id AND (CAST(:client_id AS uuid) IS NULL OR client_id = :client_id)
-      AND state IN ('queued', 'retrying', 'waiting', 'sleeping')
+      AND (state IN ('queued', 'retrying', 'waiting', 'sleeping') OR state IN ('quarantined'))
     RETURNING id, attempts, state AS ends_as, workflow_id, parent_job_id
 ), children AS (
     SELECT c.id FROM jobrelay.jobs c

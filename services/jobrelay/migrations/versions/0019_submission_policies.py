@@ -1,6 +1,7 @@
 """Order and submission policies (docs/flow-control.md): sequences, deduplication windows,
 debounce and throttles.
 
+- The journal's ``released``: a job of a sequence let go when the one ahead of it ended.
 - ``jobs.sequence_key``: the jobs of a client and sequence key run one at a time, in the order
   of ``jobs.sequence_no`` (drawn from ``job_sequence_order`` while the accept holds the key's
   lock, so it is the order they were accepted in). ``jobs.sequence_waits``: queued behind the
@@ -22,12 +23,19 @@ Revises: 0018
 Create Date: 2026-12-05
 """
 
+import importlib
+
 import sqlalchemy as sa
 from alembic import op
+
+from jobrelay.db.history import EVENTS_0016, EVENTS_0019, in_list
 
 revision = "0019"
 down_revision = "0018"  # no branch labels, no dependencies
 
+# 0009's: a CHECK swapped NOT VALID, then validated.
+_swap_check = importlib.import_module("jobrelay.migrations.versions.0009_workflows")._swap_check
+EVENT_CHECK = "ck_job_events_ck_job_events_event_known"
 _UNFINISHED = "sequence_key IS NOT NULL AND state NOT IN ('succeeded', 'cancelled')"
 _THROTTLE_PERIODS = "throttle_period_seconds IN (1, 60, 3600)"
 
@@ -47,6 +55,7 @@ def _throttle_columns(table: str) -> None:
 
 
 def upgrade() -> None:
+    _swap_check("job_events", EVENT_CHECK, in_list("event", EVENTS_0019))
     op.execute("CREATE SEQUENCE job_sequence_order")
     op.add_column("jobs", sa.Column("sequence_key", sa.Text(), nullable=True))
     op.add_column("jobs", sa.Column("sequence_no", sa.BigInteger(), nullable=True))
@@ -100,3 +109,5 @@ def downgrade() -> None:
     for column in ("sequence_waits", "sequence_no", "sequence_key"):
         op.drop_column("jobs", column)
     op.execute("DROP SEQUENCE job_sequence_order")
+    op.execute("DELETE FROM job_events WHERE event = 'released'")
+    _swap_check("job_events", EVENT_CHECK, in_list("event", EVENTS_0016))

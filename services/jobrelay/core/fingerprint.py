@@ -33,9 +33,9 @@ def request_hash_of_json(
     with ``"schedule"`` between them when the request asked for a due time
     (``JobRequest.schedule``): a request without one hashes as it always did.
 
-    ``flow``: the flow control fields the submission gave itself (``Flow.given``:
-    ``priority``, ``concurrency_key``, ``unique_key``), each at its sorted place in the
-    document, and only when given: a submission that gives none hashes as before they
+    ``flow``: the flow control fields the submission gave itself (``Flow.given``: its
+    priority, keys and policies), each at its sorted place in the document, and only when
+    given: a submission that gives none hashes as before they
     existed, so a resubmission across the upgrade is still the same request. A priority is
     hashed whenever it is given, 0 too: with a type whose default is 10, "0" and "none" ask
     for different jobs. What the type fills in (its default priority, its key functions) is
@@ -44,15 +44,9 @@ def request_hash_of_json(
         when = f',"schedule":{canonical_json(schedule)}' if schedule is not None else ""
         document = f'{{"payload":{payload_json}{when},"type":{canonical_json(job_type)}}}'
         return hashlib.sha256(document.encode()).hexdigest()
-    given = flow
-    parts = [
-        ("concurrency_key", given.get("concurrency_key")),
-        ("payload", payload_json),
-        ("priority", given.get("priority")),
-        ("schedule", schedule),
-        ("type", job_type),
-        ("unique_key", given.get("unique_key")),
-    ]
+    parts = sorted(
+        {**flow, "payload": payload_json, "schedule": schedule, "type": job_type}.items()
+    )
     fields = [
         f'"{name}":{value if name == "payload" else canonical_json(value)}'
         for name, value in parts

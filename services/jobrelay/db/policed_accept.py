@@ -21,6 +21,7 @@ A plain submission never comes here: its accept is ``accept_steps`` alone.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Any
 
@@ -94,6 +95,8 @@ def policed_accept_steps(
         available_at=inserted[0].available_at,
         traceparent=submission.traceparent,
     )
+    if flow.debounce_seconds is not None:  # its due time is the debounce's
+        job = dataclasses.replace(job, run_at=job.available_at)
     return AcceptResult(job=job, created=True, conflict=False)
 
 

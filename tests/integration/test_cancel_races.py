@@ -32,21 +32,31 @@ class Racer:
         self.races_left = races
         self.lease: uuid.UUID | None = None
         self.real = store.fetch_one
+        self.real_cancel = store._cancel_at_once
 
     async def claim(self) -> None:
         claim = await self.executions.claim(self.job_id, LeaseTerms.fresh(30))
         assert isinstance(claim, Claimed)
         self.lease = claim.lease_token
 
-    async def fetch_one(self, statement: TextClause, **params: Any) -> Any:
-        row = await self.real(statement, **params)
-        if self.races_left and row is None and statement is q.CANCEL_JOB:
+    async def cancel_at_once(self, arguments: dict[str, Any]) -> bool:
+        """CANCEL_JOB (``Store._cancel_at_once``: its transaction with the sequence's release)."""
+        cancelled = await self.real_cancel(arguments)
+        if self.races_left and not cancelled:
             assert self.lease is not None
             await self.executions.release(self.job_id, lease_token=self.lease, detail="race")
-        elif self.races_left and row is None and statement is q.REQUEST_CANCEL:
+        return cancelled
+
+    async def fetch_one(self, statement: TextClause, **params: Any) -> Any:
+        row = await self.real(statement, **params)
+        if self.races_left and row is None and statement is q.REQUEST_CANCEL:
             await self.claim()
             self.races_left -= 1
         return row
+
+    def interpose(self, monkeypatch: pytest.MonkeyPatch, store: Store) -> None:
+        monkeypatch.setattr(store, "fetch_one", self.fetch_one)
+        monkeypatch.setattr(store, "_cancel_at_once", self.cancel_at_once)
 
 
 @pytest.fixture
@@ -60,7 +70,7 @@ async def test_a_cancel_racing_claims_and_releases_asks_the_running_job_to_stop(
     job_id = await submit(store, client_id, "demo.sleep", {"seconds": 30}, max_attempts=20)
     racer = Racer(store, job_id, RACES)
     await racer.claim()
-    monkeypatch.setattr(store, "fetch_one", racer.fetch_one)
+    racer.interpose(monkeypatch, store)
 
     answer = await store.cancel_job(job_id, client_id=client_id, detail="t")
 
@@ -77,19 +87,19 @@ async def test_a_cancel_racing_a_claim_of_a_queued_job_cancels_it_once_it_is_bac
     job_id = await submit(store, client_id, "demo.sleep", {"seconds": 30}, max_attempts=20)
     racer = Racer(store, job_id, RACES)
     await racer.claim()
-    monkeypatch.setattr(store, "fetch_one", racer.fetch_one)
+    racer.interpose(monkeypatch, store)
     racer.races_left = RACES
 
     # The last race leaves the job released (queued): the next try cancels it at once.
-    original = racer.fetch_one
+    original = racer.cancel_at_once
 
-    async def release_last(statement: TextClause, **params: Any) -> Any:
-        if racer.races_left == 0 and statement is q.CANCEL_JOB and racer.lease is not None:
+    async def release_last(arguments: dict[str, Any]) -> bool:
+        if racer.races_left == 0 and racer.lease is not None:
             await racer.executions.release(job_id, lease_token=racer.lease, detail="race")
             racer.lease = None
-        return await original(statement, **params)
+        return await original(arguments)
 
-    monkeypatch.setattr(store, "fetch_one", release_last)
+    monkeypatch.setattr(store, "_cancel_at_once", release_last)
     answer = await store.cancel_job(job_id, client_id=client_id, detail="t")
 
     assert answer is CancelAnswer.CANCELLED

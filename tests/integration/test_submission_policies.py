@@ -200,8 +200,9 @@ async def test_a_debounce_takes_the_last_payload_and_moves_the_start_within_its_
     # The job and its outbox row are due at that time; one job, the last payload.
     assert await outbox_due(store, job["id"]) == [moved]
     read = await api.get(f"/v1/jobs/{job['id']}", headers=auth(alice))
-    assert read.json()["payload"]["text"] == "b" and read.json()["available_at"] == (
-        second.json()["available_at"]
+    assert (
+        read.json()["payload"]["text"] == "b"
+        and read.json()["available_at"] == (second.json()["available_at"])
     )
     assert await count_jobs(store) == 1
 
@@ -232,8 +233,12 @@ async def test_two_debounces_racing_on_two_connections_make_one_job_with_one_of_
     for round_ in range(10):
         fields = {"unique_key": f"race-{round_}", "debounce_seconds": 60}
         answers = await asyncio.gather(
-            api.post("/v1/jobs", json=submit(text="x", **fields), headers=auth(alice, f"x{round_}")),
-            api.post("/v1/jobs", json=submit(text="y", **fields), headers=auth(alice, f"y{round_}")),
+            api.post(
+                "/v1/jobs", json=submit(text="x", **fields), headers=auth(alice, f"x{round_}")
+            ),
+            api.post(
+                "/v1/jobs", json=submit(text="y", **fields), headers=auth(alice, f"y{round_}")
+            ),
         )
         assert sorted(answer.status_code for answer in answers) == [200, 202]
         assert len({answer.json()["id"] for answer in answers}) == 1

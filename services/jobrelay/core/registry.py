@@ -531,6 +531,10 @@ class Registry:
             throttle_key=keys.get("throttle_key"),
         )
 
+    def largest_batch(self) -> int:
+        """The largest ``batch_size`` of its batch types; 0 without any."""
+        return max((t.batch.size for t in self.types.values() if t.batch is not None), default=0)
+
     def limits(self) -> dict[str, Limit]:
         """The limits its types declare (``@registry.job(..., concurrency=, rate=)``)."""
         return {t.name: t.limit for t in self.types.values() if t.limit is not None}

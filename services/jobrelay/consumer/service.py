@@ -127,10 +127,10 @@ class Consumer:
         self.registry = registry
         self.queue_name = work_queue_name(queue)
         self.concurrency = concurrency
-        # A batch needs its batch_size deliveries in hand at once (docs/batch-handlers.md):
-        # the prefetch and the slots are raised to the largest batch this consumer runs.
-        self.prefetch = max(concurrency, registry.largest_batch())
         self.type_queues = type_queues or {}
+        # A batch needs its batch_size deliveries in hand at once (docs/batch-handlers.md):
+        # the prefetch and the slots are raised to the largest batch of the types it takes.
+        self.prefetch = max(concurrency, registry.largest_batch(self.own_types))
         self.metrics = metrics or ConsumerMetrics()
         self.tasks: set[asyncio.Task[Any]] = set()
         self.acks = AckRouter()

@@ -84,6 +84,17 @@ async def wait_ended(store: Store, jobs: list[uuid.UUID], within: float = 60) ->
     await eventually(ended, within=within, what=f"{len(jobs)} jobs to end")
 
 
+async def run_all(
+    store: Store, cfg: Settings, job_type: str, items: list[Item], calls: Calls
+) -> tuple[list[uuid.UUID], dict[uuid.UUID, Any]]:
+    """Submit ``items``, run them to their end on a dispatcher and one consumer: the jobs, in
+    the items' order, and what became of each (``outcomes``)."""
+    jobs = await submit_items(store, job_type, items)
+    async with running_dispatcher(cfg), running_consumer(cfg, batch_registry(calls)):
+        await wait_ended(store, jobs)
+    return jobs, await outcomes(store, jobs)
+
+
 async def outcomes(store: Store, jobs: list[uuid.UUID]) -> dict[uuid.UUID, Any]:
     """Each job's state, attempts, last error code and stored results (result, attempt)."""
     found = await rows(
@@ -124,10 +135,7 @@ async def test_an_exception_for_one_job_retries_that_job_alone_which_then_succee
 ) -> None:
     calls = Calls()
     items = [Item(n=n, fail="once" if n == 3 else "") for n in range(10)]
-    jobs = await submit_items(store, "batch.echo", items)
-    async with running_dispatcher(cfg), running_consumer(cfg, batch_registry(calls)):
-        await wait_ended(store, jobs)
-    ended = await outcomes(store, jobs)
+    jobs, ended = await run_all(store, cfg, "batch.echo", items, calls)
     assert ended[jobs[3]].state == "succeeded"
     assert ended[jobs[3]].results == [[{"n": 3, "attempt": 2}, 2]]
     for n in set(range(10)) - {3}:
@@ -149,10 +157,7 @@ async def test_a_permanent_error_for_one_job_quarantines_that_job_alone(
 ) -> None:
     calls = Calls()
     items = [Item(n=n, fail="permanent" if n == 5 else "") for n in range(10)]
-    jobs = await submit_items(store, "batch.echo", items)
-    async with running_dispatcher(cfg), running_consumer(cfg, batch_registry(calls)):
-        await wait_ended(store, jobs)
-    ended = await outcomes(store, jobs)
+    jobs, ended = await run_all(store, cfg, "batch.echo", items, calls)
     refused = ended[jobs[5]]
     assert (refused.state, refused.last_error_code, refused.results) == (
         "quarantined",
@@ -165,10 +170,7 @@ async def test_a_permanent_error_for_one_job_quarantines_that_job_alone(
 async def test_a_batch_key_never_mixes_its_values_in_one_call(store: Store, cfg: Settings) -> None:
     calls = Calls()
     items = [Item(n=n, tenant="abc"[n % 3]) for n in range(45)]
-    jobs = await submit_items(store, "batch.keyed", items)
-    async with running_dispatcher(cfg), running_consumer(cfg, batch_registry(calls)):
-        await wait_ended(store, jobs)
-    ended = await outcomes(store, jobs)
+    jobs, ended = await run_all(store, cfg, "batch.keyed", items, calls)
     assert {row.state for row in ended.values()} == {"succeeded"}
     assert all(len({tenant for tenant, _ in call}) == 1 for call in calls.payloads)
     assert max(len(call) for call in calls.payloads) <= 10

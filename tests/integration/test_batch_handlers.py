@@ -32,6 +32,7 @@ class Calls:
 
     def __init__(self) -> None:
         self.payloads: list[list[tuple[str, int]]] = []
+        self.left: list[list[bool]] = []  # after the gate: context.cancelled(i) of each job
         self.gate = asyncio.Event()
         self.gate.set()
 
@@ -44,6 +45,7 @@ def batch_registry(calls: Calls) -> Registry:
     ) -> list[dict[str, Any] | Exception]:
         calls.payloads.append([(p.tenant, p.n) for p in payloads])
         await calls.gate.wait()
+        calls.left.append([context.cancelled(i) for i in range(len(payloads))])
         answers: list[dict[str, Any] | Exception] = []
         for job, payload in zip(context.jobs, payloads, strict=True):
             if payload.fail == "once" and job.attempt == 1:
@@ -200,3 +202,30 @@ async def test_a_consumer_stopped_while_its_batch_runs_loses_nothing(
     for n, job_id in enumerate(jobs):
         [(result, _attempt)] = ended[job_id].results
         assert result["n"] == n
+
+
+async def test_a_job_cancelled_while_its_batch_runs_ends_cancelled_and_the_others_succeed(
+    store: Store, cfg: Settings
+) -> None:
+    calls = Calls()
+    calls.gate.clear()
+    jobs = await submit_items(store, "batch.echo", [Item(n=n) for n in range(3)])
+    async with running_dispatcher(cfg), running_consumer(cfg, batch_registry(calls)):
+        await eventually(lambda: asyncio.sleep(0, calls.payloads), what="a batch's call")
+        [(_, n), *_] = calls.payloads[0]
+        await store.cancel_job(jobs[n], client_id=None, detail="test: cancel a batch's job")
+
+        async def cancelled() -> bool:
+            found = await rows(store, "SELECT state FROM jobrelay.jobs WHERE id = :id", id=jobs[n])
+            return found[0].state == "cancelled"
+
+        # The job's own heartbeat carries the cancel (its poll: about a second).
+        await eventually(cancelled, what="the batch's job to end cancelled")
+        calls.gate.set()
+        others = [job for job in jobs if job != jobs[n]]
+        await wait_ended(store, others)
+    ended = await outcomes(store, jobs)
+    assert (ended[jobs[n]].state, ended[jobs[n]].results) == ("cancelled", [])
+    assert [ended[job].state for job in others] == ["succeeded", "succeeded"]
+    assert calls.left[0][0] is True  # the handler saw it leave
+    assert calls.left[0][1:] == [False] * (len(calls.payloads[0]) - 1)

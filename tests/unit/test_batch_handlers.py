@@ -324,3 +324,9 @@ def test_run_batch_refuses_what_no_consumer_would_call() -> None:
     with pytest.raises(TypeError, match="run it with run_job"):
         run_batch(single, [{"to": "x"}])
     assert run_job(single, {"to": "x"}).succeeded
+
+
+def test_a_consumers_prefetch_is_raised_by_the_largest_batch_of_the_types_it_takes() -> None:
+    assert registry.largest_batch(["mail.send", "mail.keyed"]) == 3
+    assert registry.largest_batch(["mail.keyed"]) == 2
+    assert registry.largest_batch([]) == 0

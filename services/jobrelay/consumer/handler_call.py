@@ -100,7 +100,7 @@ async def call_handler(job_type: JobType, context: JobContext, payload: BaseMode
     (``interrupt``), and how long it took. Never raises but on cancel."""
     started = time.monotonic()
     try:
-        result = await invoke(job_type, context, payload, thread_name=str(context.job_id))
+        result = await invoke(job_type, context, payload, thread_name=context.job_id)
         check_result(result)
     except Exception as failure:
         return HandlerRun(None, failure, time.monotonic() - started)
@@ -109,11 +109,12 @@ async def call_handler(job_type: JobType, context: JobContext, payload: BaseMode
     return HandlerRun(result, None, time.monotonic() - started)
 
 
-async def invoke(job_type: JobType, context: Any, argument: Any, *, thread_name: str) -> Any:
+async def invoke(job_type: JobType, context: Any, argument: Any, *, thread_name: object) -> Any:
     """The type's handler called once with ``(context, argument)`` under its timeout (then a
     ``TransientError`` with the code ``timeout``), a plain ``def`` in a thread of its own named
-    after ``thread_name``: what it returned, or its error raised. A job's handler and a batch
-    handler (``consumer/batches.py``) alike."""
+    after ``thread_name`` (formatted only then: an ``async def`` pays nothing for it): what it
+    returned, or its error raised. A job's handler and a batch handler
+    (``consumer/batches.py``) alike."""
     assert job_type.handler is not None
     try:
         async with asyncio.timeout(job_type.timeout_seconds):
@@ -129,7 +130,7 @@ async def invoke(job_type: JobType, context: Any, argument: Any, *, thread_name:
         raise error from timed_out
 
 
-async def _in_thread(handler: SyncHandler, context: Any, argument: Any, name: str) -> Any:
+async def _in_thread(handler: SyncHandler, context: Any, argument: Any, name: object) -> Any:
     """Run a plain `def` handler in a thread of its own and wait for it.
 
     A thread cannot be interrupted: a timeout, a lost lease or a shutdown stops the wait, and

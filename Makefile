@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 # scripts/servers.py needs only the standard library: `make down` works before any venv exists.
 SCRIPT_PYTHON = $(if $(wildcard $(PYTHON)),$(PYTHON),python3)
 
-.PHONY: install environment lock dist test-latest run test test-local test-local-integration test-local-others test-side-by-side test-pgbouncer test-python313 test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster bench-durable bench-footprint lock-bench-peers chaos chaos-cluster chaos-failover clean
+.PHONY: install environment lock dist test-latest run test test-local test-local-integration test-local-others test-side-by-side test-pgbouncer test-python313 test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster bench-durable bench-batch-handlers bench-footprint lock-bench-peers chaos chaos-cluster chaos-failover clean
 
 ## install: exactly the locked versions (requirements/dev.txt), then jobrelay itself, editable
 ## (into the active virtual environment, else into .venv, made when missing)
@@ -215,6 +215,14 @@ bench-cluster: environment
 DURABLE_BENCH_ARGS ?=
 bench-durable: environment
 	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m benchmarks.durable $(DURABLE_BENCH_ARGS)
+
+## bench-batch-handlers: the same work (a call to an external API: 5 ms per call + 0.05 ms per
+## item) by a batch type of batch_size=100 beside one job per call, in the same run: jobs/s of
+## each and the ratio (benchmarks/batch_handlers.py).
+## BATCH_HANDLERS_BENCH_ARGS="--jobs 5000 --rounds 1" to vary.
+BATCH_HANDLERS_BENCH_ARGS ?=
+bench-batch-handlers: environment
+	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m benchmarks.batch_handlers $(BATCH_HANDLERS_BENCH_ARGS)
 
 ## bench-footprint: what a plain job's life writes in PostgreSQL, from outside: rows per table,
 ## WAL bytes, commits and the HOT share of its updates, over FOOTPRINT_JOBS jobs submitted

@@ -101,10 +101,13 @@ async def preload(ctx: e2e.Context, job_type: str, n: int) -> None:
     )
 
 
-async def jobrelay_run(ctx: e2e.Context, variant: str, jobs: int) -> e2e.Throughput:
-    """One variant end to end, as ``e2e.jobrelay_throughput`` measures the no-op."""
+async def jobrelay_run(
+    ctx: e2e.Context, variant: str, jobs: int, job_type: str | None = None
+) -> e2e.Throughput:
+    """One variant end to end, as ``e2e.jobrelay_throughput`` measures the no-op: jobs of
+    ``job_type`` (by default the variant's, ``OURS``), a type of the services' handlers."""
     await e2e.reset_jobs(ctx)
-    await preload(ctx, OURS[variant], jobs)
+    await preload(ctx, job_type or OURS[variant], jobs)
     commits_before = await e2e.transactions(ctx)
     started = time.perf_counter()
     groups = e2e.start_jobrelay(ctx)

@@ -28,6 +28,10 @@ and what a durable handler's calls raise (docs/durable-execution.md)::
 
     from jobrelay import ChildFailed, SignalTimeout
 
+and the context of a batch handler, which takes many jobs in one call (docs/batch-handlers.md)::
+
+    from jobrelay import BatchContext
+
 with ``jobrelay.libpq_url``, which turns ``JOBRELAY_DATABASE_URL`` (in any form it accepts,
 ``postgresql+psycopg://`` too) into the URL ``psycopg.connect`` takes.
 """
@@ -37,6 +41,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from jobrelay.configuration import configure
+from jobrelay.core.batches import BatchContext
 from jobrelay.core.durable import ChildFailed, SignalTimeout
 from jobrelay.core.errors import PermanentError, TransientError
 from jobrelay.core.registry import JobContext, Registry
@@ -70,6 +75,7 @@ _ENQUEUE_NAMES = frozenset(
 __all__ = [
     "ApiError",
     "AsyncClient",
+    "BatchContext",
     "ChildFailed",
     "Client",
     "IdempotencyConflict",

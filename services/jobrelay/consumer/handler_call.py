@@ -98,22 +98,10 @@ async def call_handler(job_type: JobType, context: JobContext, payload: BaseMode
     """Run the handler once: its result, or the error it ended with (a timeout is a
     ``TransientError`` with the code ``timeout``), or the durable call that ended it
     (``interrupt``), and how long it took. Never raises but on cancel."""
-    assert job_type.handler is not None
     started = time.monotonic()
     try:
-        async with asyncio.timeout(job_type.timeout_seconds):
-            if job_type.runs_in_thread:
-                result = await _in_thread(cast(SyncHandler, job_type.handler), context, payload)
-            else:
-                result = await cast(AsyncHandler, job_type.handler)(context, payload)
+        result = await invoke(job_type, context, payload, thread_name=context.job_id)
         check_result(result)
-    except TimeoutError as timed_out:
-        error: BaseException = TransientError(
-            f"handler timed out after {job_type.timeout_seconds:g}s", code="timeout"
-        )
-        # Its traceback shows where the handler was waiting when the time ran out.
-        error.__cause__ = timed_out
-        return HandlerRun(None, error, time.monotonic() - started)
     except Exception as failure:
         return HandlerRun(None, failure, time.monotonic() - started)
     except DurableInterrupt as interrupt:  # a BaseException: past the handler's own excepts
@@ -121,7 +109,28 @@ async def call_handler(job_type: JobType, context: JobContext, payload: BaseMode
     return HandlerRun(result, None, time.monotonic() - started)
 
 
-async def _in_thread(handler: SyncHandler, context: JobContext, payload: BaseModel) -> Any:
+async def invoke(job_type: JobType, context: Any, argument: Any, *, thread_name: object) -> Any:
+    """The type's handler called once with ``(context, argument)`` under its timeout (then a
+    ``TransientError`` with the code ``timeout``), a plain ``def`` in a thread of its own named
+    after ``thread_name`` (formatted only then: an ``async def`` pays nothing for it): what it
+    returned, or its error raised. A job's handler and a batch handler
+    (``consumer/batches.py``) alike."""
+    assert job_type.handler is not None
+    try:
+        async with asyncio.timeout(job_type.timeout_seconds):
+            if job_type.runs_in_thread:
+                handler = cast(SyncHandler, job_type.handler)
+                return await _in_thread(handler, context, argument, thread_name)
+            return await cast(AsyncHandler, job_type.handler)(context, argument)
+    except TimeoutError as timed_out:
+        error = TransientError(
+            f"handler timed out after {job_type.timeout_seconds:g}s", code="timeout"
+        )
+        # Its traceback shows where the handler was waiting when the time ran out.
+        raise error from timed_out
+
+
+async def _in_thread(handler: SyncHandler, context: Any, argument: Any, name: object) -> Any:
     """Run a plain `def` handler in a thread of its own and wait for it.
 
     A thread cannot be interrupted: a timeout, a lost lease or a shutdown stops the wait, and
@@ -147,7 +156,7 @@ async def _in_thread(handler: SyncHandler, context: JobContext, payload: BaseMod
         result: Any = None
         error: BaseException | None = None
         try:
-            result = call.run(handler, context, payload)
+            result = call.run(handler, context, argument)
         except StopIteration as stopped:  # a future cannot hold one
             error = RuntimeError("the handler raised StopIteration")
             error.__cause__ = stopped
@@ -156,7 +165,7 @@ async def _in_thread(handler: SyncHandler, context: JobContext, payload: BaseMod
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
             loop.call_soon_threadsafe(settle, result, error)
 
-    threading.Thread(target=run, name=f"jobrelay-handler-{context.job_id}", daemon=True).start()
+    threading.Thread(target=run, name=f"jobrelay-handler-{name}", daemon=True).start()
     return await done
 
 

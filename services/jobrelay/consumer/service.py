@@ -5,8 +5,9 @@ the shared work queue of before (a rolling upgrade's messages: what it does not 
 defers), and says which types it serves in ``job_types.served_until`` while it consumes
 (docs/job-types.md, "Where a job goes").
 
-Manual ack, prefetch = concurrency per queue taken, at most ``concurrency`` deliveries processed
-at a time (the others wait, unclaimed, for a slot), one task per delivery. A job still running after
+Manual ack, prefetch = concurrency per queue taken (raised to the largest ``batch_size`` of its
+batch types, docs/batch-handlers.md), at most that many deliveries processed at a time (the
+others wait, unclaimed, for a slot), one task per delivery. A job still running after
 ``long_job_ack_seconds`` has its message acked early and stops counting toward the prefetch:
 the broker sends one more message, so a consumer runs up to ``concurrency`` jobs that are not
 long, plus its long ones (docs/long-jobs.md). SIGTERM stops taking deliveries, lets in-flight
@@ -127,6 +128,9 @@ class Consumer:
         self.queue_name = work_queue_name(queue)
         self.concurrency = concurrency
         self.type_queues = type_queues or {}
+        # A batch needs its batch_size deliveries in hand at once (docs/batch-handlers.md):
+        # the prefetch and the slots are raised to the largest batch of the types it takes.
+        self.prefetch = max(concurrency, registry.largest_batch(self.own_types))
         self.metrics = metrics or ConsumerMetrics()
         self.tasks: set[asyncio.Task[Any]] = set()
         self.acks = AckRouter()
@@ -136,7 +140,7 @@ class Consumer:
         self.consuming = False
         self.stopping = False  # set once: deliveries waiting for a slot are not begun then
         # Several queues each deliver up to the prefetch: the slots keep ``concurrency``.
-        self.slots = asyncio.Semaphore(concurrency)
+        self.slots = asyncio.Semaphore(self.prefetch)
 
     @property
     def own_types(self) -> list[str]:
@@ -263,7 +267,7 @@ class Consumer:
         self.channel = channel
         channel.close_callbacks.add(self._on_channel_closed)
         # Per-consumer QoS: quorum queues refuse a global one.
-        await channel.set_qos(prefetch_count=self.concurrency)
+        await channel.set_qos(prefetch_count=self.prefetch)
         await declare_topology(
             channel,
             delivery_limit=settings.delivery_limit,
@@ -317,12 +321,20 @@ class Consumer:
 
     async def _consume_until(self, stop: asyncio.Event, subscriptions: list[Subscription]) -> None:
         self.consuming = True
+        if self.prefetch > self.concurrency:
+            log.info(
+                "prefetch raised from %d to %d: the largest batch_size of its batch types",
+                self.concurrency,
+                self.prefetch,
+                extra={"event": "batch_prefetch", "prefetch": self.prefetch},
+            )
         log.info(
             "consuming",
             extra={
                 "event": "consumer_started",
                 "queue": self.queue_name,
                 "concurrency": self.concurrency,
+                "prefetch": self.prefetch,
                 "types": ",".join(sorted(self.registry.types)),
                 "type_queues": len(subscriptions) - 1,
             },
@@ -331,6 +343,8 @@ class Consumer:
         log.info("stopping: no new deliveries", extra={"event": "consumer_stopping"})
         self.consuming = False
         self.stopping = True
+        if self.worker is not None:
+            self.worker.batches.drain()  # gathered jobs are called now, not after batch_wait
         with contextlib.suppress(Exception):
             async with asyncio.timeout(5):
                 for subscription in subscriptions:

@@ -4,6 +4,8 @@ heartbeat, decide, store once, and only then ack or nack — in one place, after
 
 - ``claims.py``: the claim under a fresh lease token, by the job's own type (a message may name
   another); a type this consumer does not know is deferred (``unknown_types.py``), never claimed;
+- ``batches.py``: a batch type's jobs, each claimed and leased as any job, share one call of
+  its handler (docs/batch-handlers.md);
 - ``lease.py``: the heartbeat, which also carries a client's cancel of the running job to the
   handler; ``handler_call.py``: the handler under its timeout, with its durable calls (steps,
   sleeps, signals, children: docs/durable-execution.md), written by the ``durable`` store;
@@ -31,6 +33,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from jobrelay import telemetry
+from jobrelay.consumer.batches import Batches
 from jobrelay.consumer.claims import Claims
 from jobrelay.consumer.early_ack import EarlyAck
 from jobrelay.consumer.handler_call import (
@@ -60,6 +63,7 @@ from jobrelay.consumer.verdict import (
     Verdict,
     verdict_of,
 )
+from jobrelay.core.batches import BatchJob
 from jobrelay.core.deliveries import DeliveryOutcome
 from jobrelay.core.durable import CancelPending, DurableStore, Suspended
 from jobrelay.core.errors import (
@@ -152,6 +156,7 @@ class Worker:
         )
         self.progress = ProgressReporter(store)
         self.durable = PatientDurableStore(durable, self.patiently) if durable is not None else None
+        self.batches = Batches(self.results_dir)  # batch types' open batches
 
     # --- one delivery, top to bottom --------------------------------------------------------
 
@@ -312,20 +317,23 @@ class Worker:
     ) -> HeldRun:
         """The handler under the lease's heartbeat (``consumer/lease.py``)."""
         job = claim.job
-        # A workflow's job reads its parents' results (docs/workflows.md); others skip the read.
-        parents = (
-            await self.patiently(lambda: self.store.parent_results(job.id))
-            if job.workflow_id is not None
-            else None
-        )
-        context = job_context(
-            job,
-            self.results_dir,
-            parent_results=parents,
-            progress_sink=self.progress.sink_for(claim),
-            durable=durable_run(claim, self.durable, self.lease.lease_seconds),
-        )
-        handler = asyncio.create_task(call_handler(job_type, context, payload))
+        if job_type.batch is not None:  # its part of its batch's call, the lease kept meanwhile
+            handler = asyncio.create_task(self.batches.run(job_type, _in_batch(job), payload))
+        else:
+            # A workflow's job reads its parents' results (docs/workflows.md); others skip it.
+            parents = (
+                await self.patiently(lambda: self.store.parent_results(job.id))
+                if job.workflow_id is not None
+                else None
+            )
+            context = job_context(
+                job,
+                self.results_dir,
+                parent_results=parents,
+                progress_sink=self.progress.sink_for(claim),
+                durable=durable_run(claim, self.durable, self.lease.lease_seconds),
+            )
+            handler = asyncio.create_task(call_handler(job_type, context, payload))
         try:
             held = await self.lease.watch(
                 handler, lambda: self.lease.heartbeat(claim, lease_deadline), lease_deadline
@@ -410,6 +418,14 @@ class Worker:
 def _fields(job: Job) -> dict[str, Any]:
     """A job's fields on each of its log lines; built only for a line that is written."""
     return {"job_id": str(job.id), "attempt": job.attempts, "type": job.type}
+
+
+def _in_batch(job: Job) -> BatchJob:
+    """A claimed job as its batch handler sees it; its trace context its execution's (this
+    delivery's span, when tracing is on), else the one it stored."""
+    return BatchJob(
+        job.id, job.attempts, job.max_attempts, telemetry.current_traceparent() or job.traceparent
+    )
 
 
 def _outcome_context(outcome: Outcome, finish: Finish) -> dict[str, str]:

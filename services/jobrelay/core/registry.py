@@ -22,7 +22,7 @@ import functools
 import inspect
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -534,6 +534,11 @@ class Registry:
     def throttle_for(self, name: str) -> Throttle | None:
         """Type ``name``'s throttle (``@registry.job(..., throttle=)``); None: none."""
         return self.get(name).throttle
+
+    def largest_batch(self, names: Iterable[str]) -> int:
+        """The largest ``batch_size`` of the batch types among ``names``; 0 without any."""
+        sizes = (self.types[name].batch for name in names)
+        return max((batch.size for batch in sizes if batch is not None), default=0)
 
     def limits(self) -> dict[str, Limit]:
         """The limits its types declare (``@registry.job(..., concurrency=, rate=)``)."""

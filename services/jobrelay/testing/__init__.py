@@ -9,6 +9,8 @@
   by the consumer's own code (``consumer/handler_call.py``, ``core/jobs.py::decide_outcome``):
   succeeded, retrying after a delay, or quarantined, with the error code and message the job
   would show.
+- ``run_batch(send, [payload, ...])`` / ``await run_batch_async(...)``: one call of a batch
+  handler (docs/batch-handlers.md) as a consumer makes it, and each job's ``Verdict``.
 - ``Recorder``: an in-memory stand-in for ``jobrelay.configure``'s client and for
   ``jobrelay.enqueue`` / ``enqueue_async``. ``with recorder.install():`` every enqueue (a
   definition's, with or without ``connection=``, and ``jobrelay.enqueue(...)``) is recorded and
@@ -22,6 +24,7 @@
   ``InMemoryDurableStore``, the ``DurableStore`` port in memory.
 """
 
+from jobrelay.testing.batches import run_batch, run_batch_async
 from jobrelay.testing.contexts import Progress, RecordingContext, make_context
 from jobrelay.testing.durable import ChildEnd, FakeClock, InMemoryDurableStore, Sleep
 from jobrelay.testing.lives import (
@@ -52,6 +55,8 @@ __all__ = [
     "Verdict",
     "make_context",
     "recording",
+    "run_batch",
+    "run_batch_async",
     "run_durable",
     "run_durable_async",
     "run_job",

@@ -17,7 +17,7 @@ from typing import Any, overload
 
 from pydantic import BaseModel
 
-from jobrelay.consumer.handler_call import call_handler, refusal_failure
+from jobrelay.consumer.handler_call import HandlerRun, call_handler, refusal_failure
 from jobrelay.core.bounds import DEFAULT_MAX_ATTEMPTS
 from jobrelay.core.durable import DurableInterrupt, DurableRun, Fence, StepRecord, Suspended
 from jobrelay.core.errors import InvalidPayload, PermanentError
@@ -268,7 +268,7 @@ async def _run(
     registry, name, payload = target_of(target, args)
     job_type = registry.get(name)  # UnknownJobType: a test's mistake, not a verdict
     given = context
-    context = _context(job_type, registry, context, attempt, max_attempts)
+    context = attempt_context(job_type, registry, context, attempt, max_attempts)
     if given is None:  # a context of its own records its durable calls in a fresh store
         context = first_claim(context, InMemoryDurableStore())
     elif context.durable is not None and context.loop is None and job_type.runs_in_thread:
@@ -302,21 +302,47 @@ async def run_attempt(
 ) -> Verdict:
     """One attempt in ``context``: the payload checked, the handler called, the outcome decided
     (or the attempt's durable end: ``Slept``, ``LostLease``)."""
-    name = job_type.name
     mask = Masker()
-    try:
-        if job_type.handler is None:
-            raise PermanentError(f"no handler for job type {name[:100]!r}", code="no_handler")
-        model = registry.validate_payload(name, as_stored(payload))
-    except (InvalidPayload, PermanentError) as refused:
-        failure = refusal_failure(refused, mask)
-        return Verdict(Quarantine(refused.code, failure.message, failure), context)
+    model = checked_payload(registry, job_type, payload, context, mask)
+    if isinstance(model, Verdict):
+        return model
     try:
         run = await call_handler(job_type, context, model)
     except DurableInterrupt as interrupt:
         return _interrupted(interrupt, context)
     if isinstance(run.error, DurableInterrupt):
         return _interrupted(run.error, context)
+    return decided(run, context, policy, rng, mask)
+
+
+def checked_payload(
+    registry: Registry,
+    job_type: JobType,
+    payload: Any,
+    context: JobContext,
+    mask: Masker,
+) -> BaseModel | Verdict:
+    """The payload as its handler gets it, or the verdict of a job the consumer refuses to
+    run: quarantined, its payload not its type's (``invalid_payload``) or its type without a
+    handler (``no_handler``)."""
+    name = job_type.name
+    try:
+        if job_type.handler is None:
+            raise PermanentError(f"no handler for job type {name[:100]!r}", code="no_handler")
+        return registry.validate_payload(name, as_stored(payload))
+    except (InvalidPayload, PermanentError) as refused:
+        failure = refusal_failure(refused, mask)
+        return Verdict(Quarantine(refused.code, failure.message, failure), context)
+
+
+def decided(
+    run: HandlerRun,
+    context: JobContext,
+    policy: RetryPolicy,
+    rng: random.Random | None,
+    mask: Masker,
+) -> Verdict:
+    """The verdict of a handler's run, decided by the consumer's own ``decide_outcome``."""
     outcome = decide_outcome(
         attempt=context.attempt,
         max_attempts=context.max_attempts,
@@ -353,7 +379,7 @@ def target_of(
     raise TypeError(f"{caller} runs a JobDefinition or a Registry's type, not {target!r}")
 
 
-def _context(
+def attempt_context(
     job_type: JobType,
     registry: Registry,
     context: JobContext | None,

@@ -5,12 +5,14 @@ effect is written once and is its result."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 from chaos.checks import (
     JobRow,
@@ -20,10 +22,12 @@ from chaos.checks import (
     Snapshot,
     Verdict,
     attempts_from_journal,
+    read_batch_runs,
     sequence_overlaps,
     verify,
 )
-from chaos.handlers import BATCH, BATCH_EFFECTS, BATCH_RUNS_FILE
+from chaos.handlers import BATCH, BATCH_EFFECTS, BATCH_RUNS_FILE, BatchPayload
+from chaos.handlers import registry as chaos_registry
 from chaos.workload import SEQUENCE_KEYS, Kind, Ledger, Planned, Shares, plan
 
 T0 = datetime(2026, 12, 5, tzinfo=UTC)
@@ -324,3 +328,19 @@ def test_a_plan_without_the_shares_has_no_sequence_and_no_batch_job() -> None:
     jobs = planned_jobs(Shares(sequences=False, batches=False))
 
     assert not any(job.sequence_key is not None or job.kind is Kind.BATCH for job in jobs)
+
+
+def test_the_batch_handler_fails_a_job_on_its_first_calls_and_writes_each_effect_once(
+    tmp_path: Path,
+) -> None:
+    handler = chaos_registry.types[BATCH].handler
+    context = SimpleNamespace(results_dir=tmp_path)  # the one field of BatchContext it reads
+    payloads = [BatchPayload(tag="x", fail_times=1), BatchPayload(tag="y")]
+
+    first = asyncio.run(handler(context, payloads))
+    second = asyncio.run(handler(context, payloads))
+
+    assert isinstance(first[0], Exception) and first[1]["tag"] == "y"
+    assert second[0]["tag"] == "x" and second[1]["nonce"] == first[1]["nonce"]
+    outcomes = [(run.tag, run.outcome) for run in read_batch_runs(tmp_path)]
+    assert outcomes == [("x", "failed"), ("y", "written"), ("x", "written"), ("y", "found")]

@@ -706,14 +706,16 @@ class BatchRun:
 
 
 def read_batch_runs(results_dir: Path) -> list[BatchRun]:
-    path = results_dir / BATCH_RUNS_FILE
-    if not path.exists():
-        return []
-    runs = []
-    for line in path.read_text().splitlines():
-        entry = json.loads(line)
-        runs.append(BatchRun(entry["tag"], entry["call"], int(entry["size"]), entry["outcome"]))
-    return runs
+    """The lines ``chaos.batch``'s calls logged (``chaos/handlers.py``)."""
+    return [
+        BatchRun(entry["tag"], entry["call"], int(entry["size"]), entry["outcome"])
+        for entry in _json_lines(results_dir / BATCH_RUNS_FILE)
+    ]
+
+
+def _json_lines(path: Path) -> list[dict[str, Any]]:
+    """A file of one JSON object a line, as a handler appended it; none when it is missing."""
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def _check_batches(verdict: Verdict, snapshot: Snapshot, results_dir: Path) -> None:
@@ -1079,14 +1081,10 @@ def _check_broker(verdict: Verdict, snapshot: Snapshot) -> None:
 
 def read_step_runs(results_dir: Path) -> list[StepRun]:
     """The runs ``chaos.durable``'s step functions logged (``chaos/handlers.py``)."""
-    path = results_dir / RUNS_FILE
-    if not path.exists():
-        return []
-    runs = []
-    for line in path.read_text().splitlines():
-        entry = json.loads(line)
-        runs.append(StepRun(entry["job_id"], entry["step"], int(entry["attempt"]), entry["nonce"]))
-    return runs
+    return [
+        StepRun(entry["job_id"], entry["step"], int(entry["attempt"]), entry["nonce"])
+        for entry in _json_lines(results_dir / RUNS_FILE)
+    ]
 
 
 def _planned_durable(ledger: Ledger) -> dict[str, Planned]:

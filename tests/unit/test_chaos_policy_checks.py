@@ -10,9 +10,10 @@ import json
 import random
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
+
+import pytest
 
 from chaos.checks import (
     JobRow,
@@ -29,14 +30,10 @@ from chaos.checks import (
 from chaos.handlers import BATCH, BATCH_EFFECTS, BATCH_RUNS_FILE, BatchPayload
 from chaos.handlers import registry as chaos_registry
 from chaos.workload import SEQUENCE_KEYS, Kind, Ledger, Planned, Shares, plan
+from tests.unit.test_chaos_limit_check import at  # seconds after a fixed moment
 
-T0 = datetime(2026, 12, 5, tzinfo=UTC)
 CLIENT = "client-1"
 KEY = "sequence-1"
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
 
 
 @dataclass
@@ -207,30 +204,25 @@ def test_jobs_of_one_key_under_two_clients_are_two_sequences(tmp_path: Path) -> 
     assert verdict.figures["sequence_keys"] == 2
 
 
-def test_a_job_queued_behind_an_expected_quarantine_is_blocked_not_lost(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("kind", "code", "lease_losses"),
+    [(Kind.PERMANENT, "permanent_failure", 0), (Kind.SLEEP, "attempts_exhausted", 1)],
+    ids=["a permanent failure", "attempts used up by lost leases"],
+)
+def test_jobs_queued_behind_an_expected_quarantine_are_blocked_not_lost(
+    tmp_path: Path, kind: Kind, code: str, lease_losses: int
+) -> None:
     history = History()
-    history.job("a", "quarantined", kind=Kind.PERMANENT, code="permanent_failure", finished=1)
+    history.job("a", "quarantined", kind=kind, code=code, finished=1)
     history.job("b", "queued", waits=True)
     history.job("c", "queued", waits=True)
-    history.attempt("a", 0, 1, "quarantined")
+    history.attempt("a", 0, 1, "quarantined" if kind is Kind.PERMANENT else "lease_expired")
+    history.lease_losses["a"] = lease_losses
 
     verdict = history.verdict(tmp_path)
 
     assert verdict.ok, dict(verdict.violations)
     assert verdict.figures["sequence_blocked"] == 2
-
-
-def test_a_quarantine_by_lost_leases_blocks_as_expected_too(tmp_path: Path) -> None:
-    history = History()
-    history.job("a", "quarantined", code="attempts_exhausted", finished=1)
-    history.job("b", "queued", waits=True)
-    history.attempt("a", 0, 1, "lease_expired")
-    history.lease_losses["a"] = 1
-
-    verdict = history.verdict(tmp_path)
-
-    assert verdict.ok, dict(verdict.violations)
-    assert verdict.figures["sequence_blocked"] == 1
 
 
 def test_a_job_queued_behind_an_unexpected_quarantine_is_lost(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """``python -m chaos --profile short|long|cluster|pg-failover|… [--seed N] [--jobs N]
-[--faults N] [--workdir DIR] [--keep] [--async-standby]``."""
+[--faults N] [--workdir DIR] [--keep] [--async-standby] [--no-sequences] [--no-batches]``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from chaos.runner import PROFILES, Options, run
+from chaos.workload import Shares
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +38,16 @@ def main(argv: list[str] | None = None) -> int:
         help="profiles with primary faults: a Patroni cluster whose standby is asynchronous "
         "(synchronous_mode: false), to measure what a failover loses (docs/failover.md)",
     )
+    parser.add_argument(
+        "--no-sequences",
+        action="store_true",
+        help="submit no job with a sequence key (the plan's share of them, ~15%%, is left out)",
+    )
+    parser.add_argument(
+        "--no-batches",
+        action="store_true",
+        help="submit no job of the batch type chaos.batch (its ~10%% share is left out)",
+    )
     args = parser.parse_args(argv)
     profile = PROFILES[args.profile]
     if args.jobs is not None:
@@ -47,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         profile = dataclasses.replace(profile, primary_faults=args.primary_faults)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
     synchronous = False if args.async_standby else None
-    options = Options(profile, seed, args.workdir, args.keep, synchronous)
+    shares = Shares(sequences=not args.no_sequences, batches=not args.no_batches)
+    options = Options(profile, seed, args.workdir, args.keep, synchronous, shares)
     return asyncio.run(run(options))
 
 

@@ -21,6 +21,16 @@ was released (``parents_succeeded``) twice without a ``restored`` between (``rel
 and each ended as its kind says, or ``cancelled`` with ``dependency_failed`` under a job it
 depends on that was quarantined (or cancelled so). One still ``waiting`` is lost.
 
+Sequences (docs/flow-control.md), from ``jobs.sequence_no`` and the journal: no two jobs of one
+client and sequence key ran at once (``sequence_overlaps``, attempts rebuilt as for the limit),
+and none was first claimed before every job accepted ahead of it in its key had succeeded or
+been cancelled (``sequence_order``). A job still queued behind a quarantined job of its key is
+blocked, not lost, when that quarantine is expected (a permanent failure, or attempts used up by
+lost leases); behind any other, it is lost.
+
+Batch handlers: ``chaos.batch``'s effect per job (``chaos/handlers.py``) was written once at
+most, a succeeded job's result is its effect, and no call took more than its batch size.
+
 Durable execution (docs/durable-execution.md), from ``job_steps``, ``job_signals``, the journal
 and the lines ``chaos.durable``'s step functions append (``chaos/handlers.py``): no step's
 function ran again in a later attempt than the one that recorded its value, nor twice in one
@@ -46,7 +56,15 @@ from typing import Any
 
 import psycopg
 
-from chaos.handlers import DURABLE, LIMITED, RUNS_FILE
+from chaos.handlers import (
+    BATCH,
+    BATCH_EFFECTS,
+    BATCH_RUNS_FILE,
+    BATCH_SIZE,
+    DURABLE,
+    LIMITED,
+    RUNS_FILE,
+)
 from chaos.handlers import registry as chaos_registry
 from chaos.workload import Answers, KeyRecord, Kind, Ledger, Planned, WorkflowRecord
 from jobrelay.broker.connection import connect_broker
@@ -63,6 +81,7 @@ WORK_QUEUE_PREFIX = "jobrelay.jobs."
 ATTEMPT_ENDS = ("succeeded", "retry_scheduled", "quarantined", "cancelled", "lease_expired")
 DEPENDENCY_FAILED = "dependency_failed"  # the code of a job cancelled under a failed parent
 RELEASE_EVENTS = ("parents_succeeded", "restored")
+SEQUENCE_DONE = ("succeeded", "cancelled")  # the ends that let a sequence's next job run
 
 
 @dataclass(frozen=True)
@@ -79,6 +98,21 @@ class JobRow:
     workflow_id: str | None = None
     workflow_ref: str | None = None
     parent_job_id: str | None = None  # a child job's parent (context.run_child)
+
+
+@dataclass(frozen=True)
+class SequencePlace:
+    """A sequenced job's place: its client's sequence key, its number in the order of
+    acceptance (``jobs.sequence_no``), and whether it waits, unrelayed, behind the one ahead."""
+
+    client: str
+    key: str
+    number: int
+    waits: bool = False
+
+    @property
+    def sequence(self) -> str:
+        return f"{self.client}/{self.key}"
 
 
 @dataclass(frozen=True)
@@ -107,6 +141,10 @@ class Snapshot:
     first_succeeded: dict[str, datetime] = field(default_factory=dict)  # of workflow jobs
     releases: dict[str, list[str]] = field(default_factory=dict)  # job id -> RELEASE_EVENTS
     durable: DurableFacts = field(default_factory=lambda: DurableFacts())
+    sequences: dict[str, SequencePlace] = field(default_factory=dict)  # job id -> its place
+    # The sequenced jobs' `claimed`, ATTEMPT_ENDS and journal order.
+    sequence_journal: list[JournalEntry] = field(default_factory=list)
+    batch_tags: dict[str, str] = field(default_factory=dict)  # chaos.batch job id -> its tag
 
 
 @dataclass(frozen=True)
@@ -156,10 +194,15 @@ class DurableFacts:
 
 
 def progress(database_url: str) -> tuple[int, int]:
-    """(jobs not terminal, unpublished outbox rows): both 0 at quiescence."""
+    """(jobs not terminal, unpublished outbox rows): both 0 at quiescence. A sequenced job that
+    waits behind a quarantined job of its key is not counted: it waits for an operator, who
+    never comes in a chaos run (the checker judges it)."""
     with psycopg.connect(libpq_url(database_url), connect_timeout=5) as connection:
         row = connection.execute(
-            "SELECT (SELECT count(*) FROM jobrelay.jobs WHERE state <> ALL(%s)),"
+            "SELECT (SELECT count(*) FROM jobrelay.jobs j WHERE j.state <> ALL(%s)"
+            "  AND NOT (j.sequence_waits AND EXISTS (SELECT 1 FROM jobrelay.jobs q"
+            "   WHERE q.client_id = j.client_id AND q.sequence_key = j.sequence_key"
+            "   AND q.sequence_no < j.sequence_no AND q.state = 'quarantined'))),"
             " (SELECT count(*) FROM jobrelay.outbox WHERE published_at IS NULL)",
             (list(TERMINAL),),
         ).fetchone()
@@ -177,15 +220,7 @@ def read_database(database_url: str) -> Snapshot:
                 " parent_job_id FROM jobrelay.jobs"
             )
         }
-        limited_journal = [
-            JournalEntry(str(job_id), event, int(attempt), at)
-            for job_id, event, attempt, at in connection.execute(
-                "SELECT e.job_id, e.event, e.attempt, e.at FROM jobrelay.job_journal e"
-                " JOIN jobrelay.jobs j ON j.id = e.job_id"
-                " WHERE j.type = %s AND e.event = ANY(%s) ORDER BY e.job_id, e.seq, e.at",
-                (LIMITED, ["claimed", *ATTEMPT_ENDS]),
-            )
-        ]
+        limited_journal, sequence_journal = _attempt_journals(connection)
         held_row = connection.execute(
             "SELECT count(*) FROM jobrelay.job_events WHERE event = 'held'"
         ).fetchone()
@@ -208,6 +243,7 @@ def read_database(database_url: str) -> Snapshot:
         ).fetchone()
         workflows = _read_workflows(connection)
         durable = _read_durable(connection)
+        sequences, batch_tags = _read_policies(connection)
     assert unpublished_row is not None and held_row is not None
     snapshot = Snapshot(
         jobs,
@@ -222,7 +258,48 @@ def read_database(database_url: str) -> Snapshot:
     snapshot.workflows, snapshot.parents, journal = workflows
     snapshot.first_claimed, snapshot.first_succeeded, snapshot.releases = journal
     snapshot.durable = durable
+    snapshot.sequences, snapshot.sequence_journal = sequences, sequence_journal
+    snapshot.batch_tags = batch_tags
     return snapshot
+
+
+def _attempt_journals(
+    connection: psycopg.Connection[Any],
+) -> tuple[list[JournalEntry], list[JournalEntry]]:
+    """The `claimed` and ATTEMPT_ENDS entries of ``chaos.limited``'s jobs and of the sequenced
+    jobs, each job's in journal order."""
+    limited: list[JournalEntry] = []
+    sequenced: list[JournalEntry] = []
+    for job_id, event, attempt, at, of_limited in connection.execute(
+        "SELECT e.job_id, e.event, e.attempt, e.at, j.type = %s FROM jobrelay.job_journal e"
+        " JOIN jobrelay.jobs j ON j.id = e.job_id"
+        " WHERE (j.type = %s OR j.sequence_key IS NOT NULL) AND e.event = ANY(%s)"
+        " ORDER BY e.job_id, e.seq, e.at",
+        (LIMITED, LIMITED, ["claimed", *ATTEMPT_ENDS]),
+    ):
+        entry = JournalEntry(str(job_id), event, int(attempt), at)
+        (limited if of_limited else sequenced).append(entry)
+    return limited, sequenced
+
+
+def _read_policies(
+    connection: psycopg.Connection[Any],
+) -> tuple[dict[str, SequencePlace], dict[str, str]]:
+    """The sequenced jobs' places, and ``chaos.batch``'s tags."""
+    sequences = {
+        str(job_id): SequencePlace(str(client), str(key), int(number), bool(waits))
+        for job_id, client, key, number, waits in connection.execute(
+            "SELECT id, client_id, sequence_key, sequence_no, sequence_waits FROM jobrelay.jobs"
+            " WHERE sequence_key IS NOT NULL"
+        )
+    }
+    tags = {
+        str(job_id): str(tag)
+        for job_id, tag in connection.execute(
+            "SELECT id, payload->>'tag' FROM jobrelay.jobs WHERE type = %s", (BATCH,)
+        )
+    }
+    return sequences, tags
 
 
 def _read_durable(connection: psycopg.Connection[Any]) -> DurableFacts:
@@ -468,20 +545,210 @@ def _running_at_starts(attempts: list[Attempt]) -> Iterator[tuple[datetime, tupl
             del running[n]
 
 
-def limit_excesses(attempts: Iterable[Attempt], limit: int) -> tuple[list[Excess], int]:
-    """The moments (starts) when more than ``limit`` attempts of one key ran at once, and the
-    most that ever ran at once of any key."""
+def _by_key(attempts: Iterable[Attempt]) -> list[tuple[str, list[Attempt]]]:
     by_key: dict[str, list[Attempt]] = defaultdict(list)
     for attempt in attempts:
         by_key[attempt.key].append(attempt)
+    return sorted(by_key.items())
+
+
+def limit_excesses(attempts: Iterable[Attempt], limit: int) -> tuple[list[Excess], int]:
+    """The moments (starts) when more than ``limit`` attempts of one key ran at once, and the
+    most that ever ran at once of any key."""
     excesses = []
     peak = 0
-    for key, of_key in sorted(by_key.items()):
+    for key, of_key in _by_key(attempts):
         for at, running in _running_at_starts(of_key):
             peak = max(peak, len(running))
             if len(running) > limit:
                 excesses.append(Excess(key, at, running))
     return excesses, peak
+
+
+# --- sequences ----------------------------------------------------------------------------------
+
+
+def sequence_overlaps(attempts: Iterable[Attempt]) -> list[Excess]:
+    """The moments (starts) when attempts of two jobs of one sequence (the attempts' key) ran at
+    once. The attempts are ``attempts_from_journal``'s, as for the limit: one whose lease
+    expired ends at its `lease_expired` entry (after it its work is fenced out and its job may
+    be claimed again), one the journal never ends runs until its job finished. Two attempts of
+    one job that overlap so are the lease's business, not the sequence's: not counted."""
+    overlaps = []
+    for key, of_key in _by_key(attempts):
+        for at, running in _running_at_starts(of_key):
+            if len({attempt.job_id for attempt in running}) > 1:
+                overlaps.append(Excess(key, at, running))
+    return overlaps
+
+
+def sequence_order(snapshot: Snapshot) -> list[tuple[str, str]]:
+    """(job id, what happened) for each sequenced job first claimed before every job accepted
+    ahead of it in its sequence had succeeded or been cancelled."""
+    first_claimed: dict[str, datetime] = {}
+    done: dict[str, datetime] = {}  # job id -> its last SEQUENCE_DONE entry
+    for entry in snapshot.sequence_journal:
+        if entry.event == "claimed":
+            first_claimed.setdefault(entry.job_id, entry.at)
+        elif entry.event in SEQUENCE_DONE:
+            done[entry.job_id] = entry.at
+    early = []
+    for sequence, job_ids in _in_order(snapshot).items():
+        for position, job_id in enumerate(job_ids):
+            claimed = first_claimed.get(job_id)
+            if claimed is None:
+                continue
+            for ahead in job_ids[:position]:
+                ended = _sequence_done_at(snapshot, ahead, done)
+                if ended is None or claimed < ended:
+                    state = snapshot.jobs[ahead].state if ahead in snapshot.jobs else "missing"
+                    when = ended.isoformat() if ended else "never"
+                    early.append(
+                        (
+                            job_id,
+                            f"{sequence}: job {job_id} claimed at {claimed.isoformat()}, job "
+                            f"{ahead} ahead of it {state}, done at {when}",
+                        )
+                    )
+                    break
+    return early
+
+
+def _in_order(snapshot: Snapshot) -> dict[str, list[str]]:
+    """Each sequence's job ids in the order of acceptance."""
+    places = sorted(snapshot.sequences.items(), key=lambda item: item[1].number)
+    sequences: dict[str, list[str]] = defaultdict(list)
+    for job_id, place in places:
+        sequences[place.sequence].append(job_id)
+    return dict(sequences)
+
+
+def _sequence_done_at(
+    snapshot: Snapshot, job_id: str, done: Mapping[str, datetime]
+) -> datetime | None:
+    """When the job succeeded or was cancelled (the later of its journal's last such entry and
+    its ``finished_at``); None when it ended neither way."""
+    job = snapshot.jobs.get(job_id)
+    if job is None or job.state not in SEQUENCE_DONE:
+        return None
+    moments = [at for at in (done.get(job_id), job.finished_at) if at]
+    return max(moments) if moments else None
+
+
+def blocked_by(snapshot: Snapshot, job_id: str) -> JobRow | None:
+    """The quarantined job that holds this one back: the first job ahead of it in its sequence
+    that has not succeeded or been cancelled, when that one is quarantined and this one still
+    waits queued (no outbox row); None otherwise."""
+    place = snapshot.sequences.get(job_id)
+    job = snapshot.jobs.get(job_id)
+    if place is None or job is None or job.state != "queued" or not place.waits:
+        return None
+    ahead = sorted(
+        (other.number, other_id)
+        for other_id, other in snapshot.sequences.items()
+        if other.sequence == place.sequence and other.number < place.number
+    )
+    for _, other_id in ahead:
+        other = snapshot.jobs.get(other_id)
+        if other is not None and other.state not in SEQUENCE_DONE:
+            return other if other.state == "quarantined" else None
+    return None
+
+
+def _check_sequences(
+    verdict: Verdict, snapshot: Snapshot, expected_kind: Mapping[str, Kind]
+) -> None:
+    """No two jobs of a sequence ran at once, none started before the ones ahead of it were
+    done, and a job still queued behind a quarantined one is so only behind an expected
+    quarantine."""
+    places = snapshot.sequences
+    verdict.figures["sequence_jobs"] = len(places)
+    verdict.figures["sequence_keys"] = len({place.sequence for place in places.values()})
+    for job_id in places:
+        blocker = blocked_by(snapshot, job_id)
+        if blocker is None:
+            continue
+        kind = expected_kind.get(blocker.id)
+        if kind is not None and _quarantine_expected(blocker, kind, snapshot):
+            verdict.figures["sequence_blocked"] += 1
+        else:
+            verdict.fail(
+                "lost",
+                f"job {job_id} still queued behind job {blocker.id}, quarantined "
+                f"({blocker.error_code}) unexpectedly",
+                job_id,
+            )
+    keys = {job_id: place.sequence for job_id, place in places.items()}
+    finished = {
+        job_id: job.finished_at
+        for job_id, job in snapshot.jobs.items()
+        if job_id in places and job.finished_at is not None
+    }
+    attempts = attempts_from_journal(snapshot.sequence_journal, keys, finished)
+    verdict.figures["sequence_attempts"] = len(attempts)
+    for overlap in sequence_overlaps(attempts):
+        verdict.fail("sequence_overlaps", overlap.describe(), overlap.running[-1].job_id)
+    for job_id, message in sequence_order(snapshot):
+        verdict.fail("sequence_order", message, job_id)
+
+
+# --- batch handlers -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    """One job's part in a call of ``chaos.batch``, as the handler logged it."""
+
+    tag: str
+    call: str
+    size: int  # the call's payloads
+    outcome: str  # written, found (its effect) or failed (a transient failure answered)
+
+
+def read_batch_runs(results_dir: Path) -> list[BatchRun]:
+    """The lines ``chaos.batch``'s calls logged (``chaos/handlers.py``)."""
+    return [
+        BatchRun(entry["tag"], entry["call"], int(entry["size"]), entry["outcome"])
+        for entry in _json_lines(results_dir / BATCH_RUNS_FILE)
+    ]
+
+
+def _json_lines(path: Path) -> list[dict[str, Any]]:
+    """A file of one JSON object a line, as a handler appended it; none when it is missing."""
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _check_batches(verdict: Verdict, snapshot: Snapshot, results_dir: Path) -> None:
+    """Each ``chaos.batch`` job's effect written once at most and a succeeded job's result the
+    effect itself; no call over the batch size; no effect of a job that does not exist."""
+    runs = read_batch_runs(results_dir)
+    verdict.figures["batch_jobs"] = len(snapshot.batch_tags)
+    verdict.figures["batch_calls"] = len({run.call for run in runs})
+    verdict.figures["batch_largest"] = max((run.size for run in runs), default=0)
+    verdict.figures["batch_failed_elements"] = sum(run.outcome == "failed" for run in runs)
+    for run in runs:
+        if run.size > BATCH_SIZE:
+            verdict.fail("batch_oversized", f"call {run.call} took {run.size} jobs")
+    for tag, n in Counter(run.tag for run in runs if run.outcome == "written").items():
+        if n > 1:
+            verdict.fail("duplicate_effects", f"batch effect {tag} written {n} times")
+    effects = results_dir / BATCH_EFFECTS
+    for job_id, tag in snapshot.batch_tags.items():
+        job = snapshot.jobs.get(job_id)
+        if job is None or job.state != "succeeded":
+            continue
+        path = effects / f"{tag}.json"
+        effect = json.loads(path.read_text()) if path.exists() else None
+        result = snapshot.results.get(job_id)
+        told = {k: result.get(k) for k in ("tag", "nonce")} if isinstance(result, dict) else {}
+        if effect is None or told != effect:
+            verdict.fail(
+                "missing_effect", f"batch job {job_id}: result {result}, effect {effect}", job_id
+            )
+    tags = set(snapshot.batch_tags.values())
+    for path in effects.glob("*.json") if effects.exists() else []:
+        if path.stem not in tags:
+            verdict.fail("duplicate_effects", f"batch effect {path.name} belongs to no job")
 
 
 # --- the verdict --------------------------------------------------------------------------------
@@ -524,6 +791,8 @@ def verify(ledger: Ledger, snapshot: Snapshot, logs: LogFacts, results_dir: Path
     _check_durable(verdict, ledger, snapshot, read_step_runs(results_dir))
     _check_exports(verdict, snapshot, logs, results_dir)
     _check_limit(verdict, snapshot)
+    _check_sequences(verdict, snapshot, expected_kind)
+    _check_batches(verdict, snapshot, results_dir)
     _check_broker(verdict, snapshot)
     for line in logs.bugs:
         verdict.fail("service_bug", line)
@@ -557,7 +826,11 @@ def _check_keys(
                 verdict.fail("lost", f"child job {job.id} ended {job.state}", job.id)
         elif job.workflow_id is None and job.key not in ledger.records:
             verdict.fail("duplicate_jobs", f"job {job.id} has a key never submitted: {job.key}")
-        elif job.id not in expected_kind and job.state not in TERMINAL:
+        elif (
+            job.id not in expected_kind
+            and job.state not in TERMINAL
+            and blocked_by(snapshot, job.id) is None  # judged by _check_sequences
+        ):
             verdict.fail("lost", f"job {job.id} (never acknowledged) ended {job.state}", job.id)
 
 
@@ -630,6 +903,8 @@ def _finished_job(verdict: Verdict, job_id: str, label: str, snapshot: Snapshot)
         verdict.fail("lost", f"job {job_id} ({label}) is not in the database")
         return None
     verdict.figures[job.state] += 1
+    if job.state not in TERMINAL and blocked_by(snapshot, job_id) is not None:
+        return None  # queued behind a quarantined job of its sequence: _check_sequences
     if job.state not in TERMINAL:
         parents = ", ".join(
             f"{parent} {snapshot.jobs[parent].state if parent in snapshot.jobs else 'missing'}"
@@ -652,7 +927,7 @@ def _check_ending(verdict: Verdict, job: JobRow, kind: Kind, snapshot: Snapshot)
             verdict.fail("wrong_state", f"permanent job {job.id} ended {job.state}", job.id)
         return
     if job.state == "quarantined":
-        if job.error_code == "attempts_exhausted" and snapshot.lease_losses[job.id] > 0:
+        if _exhausted_by_faults(job, snapshot):
             verdict.figures["exhausted_by_faults"] += 1
         else:
             verdict.fail(
@@ -661,6 +936,17 @@ def _check_ending(verdict: Verdict, job: JobRow, kind: Kind, snapshot: Snapshot)
                 f"{job.attempts}/{job.max_attempts}, lease losses {snapshot.lease_losses[job.id]})",
                 job.id,
             )
+
+
+def _exhausted_by_faults(job: JobRow, snapshot: Snapshot) -> bool:
+    """Quarantined for attempts that lost leases used up (an allowance, not a violation)."""
+    return job.error_code == "attempts_exhausted" and snapshot.lease_losses[job.id] > 0
+
+
+def _quarantine_expected(job: JobRow, kind: Kind, snapshot: Snapshot) -> bool:
+    return job.state == "quarantined" and (
+        kind is Kind.PERMANENT or _exhausted_by_faults(job, snapshot)
+    )
 
 
 def _check_release_order(verdict: Verdict, snapshot: Snapshot) -> None:
@@ -795,14 +1081,10 @@ def _check_broker(verdict: Verdict, snapshot: Snapshot) -> None:
 
 def read_step_runs(results_dir: Path) -> list[StepRun]:
     """The runs ``chaos.durable``'s step functions logged (``chaos/handlers.py``)."""
-    path = results_dir / RUNS_FILE
-    if not path.exists():
-        return []
-    runs = []
-    for line in path.read_text().splitlines():
-        entry = json.loads(line)
-        runs.append(StepRun(entry["job_id"], entry["step"], int(entry["attempt"]), entry["nonce"]))
-    return runs
+    return [
+        StepRun(entry["job_id"], entry["step"], int(entry["attempt"]), entry["nonce"])
+        for entry in _json_lines(results_dir / RUNS_FILE)
+    ]
 
 
 def _planned_durable(ledger: Ledger) -> dict[str, Planned]:

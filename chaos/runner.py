@@ -11,7 +11,7 @@ import shutil
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from chaos.system import (
     with_netloc,
     with_patroni,
 )
-from chaos.workload import Kind, Ledger, Signaller, Submitter, plan
+from chaos.workload import Kind, Ledger, Shares, Signaller, Submitter, plan
 from tests.support.processes import ROOT, answers, free_port, jobrelay_env, run_cli, wait_for
 from tests.support.servers import Servers
 
@@ -78,6 +78,9 @@ class Options:
     # The Patroni standby of a profile with primary faults (None: the environment's cluster
     # as it is; a synchronous one when the run starts its own).
     synchronous: bool | None = None
+    shares: Shares = field(
+        default_factory=Shares
+    )  # the sequences' and the batch jobs' shares of the plan
 
 
 def say(message: str) -> None:
@@ -188,7 +191,9 @@ class Run:
 
     async def load_under_faults(self, api_url: str, token: str) -> faults.Injector:
         rng = random.Random(self.options.seed)
-        submissions = plan(rng, self.profile.jobs, f"chaos-{self.options.seed}")
+        submissions = plan(
+            rng, self.profile.jobs, f"chaos-{self.options.seed}", self.options.shares
+        )
         planned_faults = faults.schedule(
             rng,
             self.profile.faults,
@@ -392,6 +397,17 @@ class Run:
             f"held={figures['held']}",
             f"open_attempts={figures['open_attempts']}",
             f"limit_exceeded={count['limit_exceeded']}",
+            f"sequence_jobs={figures['sequence_jobs']}",
+            f"sequence_keys={figures['sequence_keys']}",
+            f"sequence_attempts={figures['sequence_attempts']}",
+            f"sequence_blocked={figures['sequence_blocked']}",
+            f"sequence_overlaps={count['sequence_overlaps']}",
+            f"sequence_order={count['sequence_order']}",
+            f"batch_jobs={figures['batch_jobs']}",
+            f"batch_calls={figures['batch_calls']}",
+            f"batch_largest={figures['batch_largest']}",
+            f"batch_failed_elements={figures['batch_failed_elements']}",
+            f"batch_oversized={count['batch_oversized']}",
             f"durable_jobs={figures['durable_jobs']}",
             f"steps_recorded={figures['steps_recorded']}",
             f"step_runs={figures['step_runs']}",

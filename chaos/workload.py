@@ -9,7 +9,12 @@ durable sleep of 1-3 s, two waits for a signal that ``Signaller`` sends at a pla
 the job is accepted (before or after the wait starts), and a child job. A share of the slots
 (``WORKFLOW_SHARE``) is a workflow instead (docs/workflows.md): a diamond and a chain of the
 same job kinds, so the handlers' failures and the faults reach jobs that wait for others too; a
-workflow counts its jobs against the plan's number of jobs. The client retries a 5xx or a
+workflow counts its jobs against the plan's number of jobs. A share of the single jobs
+(``SEQUENCE_SHARE``) carries a ``sequence_key`` (docs/flow-control.md): ``SEQUENCE_KEYS`` keys,
+each with jobs of two types (``demo.sleep`` and a transient ``demo.fail``), and on a few keys a
+permanent failure that blocks the rest of its key until the end of the run. ``BATCH`` jobs
+(about 10%) are ``chaos.batch``, a batch handler's. Both shares can be left out (``Shares``).
+The client retries a 5xx or a
 broken connection with the same key: the earlier request may have committed (the ambiguous
 commit), and the key makes the retry safe.
 """
@@ -29,7 +34,7 @@ from typing import Any
 import httpx
 import psycopg
 
-from chaos.handlers import DURABLE, LIMITED, SIGNAL
+from chaos.handlers import BATCH, DURABLE, LIMITED, SIGNAL
 from jobrelay.db.engine import libpq_url
 
 RETRY_PAUSE = (0.2, 2.0)  # growing pause between retries of an ambiguous request
@@ -42,6 +47,7 @@ class Kind(StrEnum):
     PERMANENT = "permanent"  # fails permanently on every attempt: must end quarantined
     LIMITED = "limited"  # chaos.limited: at most its limit of one key run at once
     DURABLE = "durable"  # chaos.durable: steps, a sleep, signals and a child
+    BATCH = "batch"  # chaos.batch: a batch handler's job, failing its first call or two at times
 
 
 KIND_WEIGHTS = {
@@ -51,6 +57,7 @@ KIND_WEIGHTS = {
     Kind.PERMANENT: 10,
     Kind.LIMITED: 15,
     Kind.DURABLE: 14,  # about 12% of the jobs
+    Kind.BATCH: 13,  # about 10% of the jobs
 }
 PRIORITIES = (-10, 0, 0, 0, 5, 50)  # every job's priority is drawn from these
 LIMITED_KEYS = 30  # chaos.limited's keys; the first ones far busier than the last (1/rank)
@@ -71,6 +78,15 @@ DURABLE_SLEEP = (1.0, 3.0)  # a chaos.durable job's durable sleep, seconds (most
 # When the run sends a signal, seconds after the job was accepted: before its sleep ends (so
 # before the wait starts) or well after.
 SIGNAL_DELAYS = (0.0, 6.0)
+# Of the slots: a job with a sequence key, about 15% of the jobs (a workflow's slot holds 7).
+SEQUENCE_SHARE = 0.24
+SEQUENCE_KEYS = 40
+SEQUENCE_KINDS = (Kind.SLEEP, Kind.TRANSIENT)  # two types: a sequence runs across types
+# Every tenth key may be blocked: a permanent failure, which holds its key's later jobs queued
+# (``blocked_by``) to the end of the run, drawn for this share of the key's jobs.
+BLOCKING_KEY_EVERY = 10
+BLOCKING_SHARE = 0.1
+BATCH_FAILING = 0.2  # of the batch jobs: fail on the first one or two calls that take them
 LATER_DUPLICATE_SLOTS = 200  # a later duplicate comes up to this many slots after its original
 
 
@@ -86,6 +102,7 @@ class Planned:
     # chaos.durable with signals: the delay of each signal sent after the job was accepted
     # (two for its two waits, sometimes a third that no wait takes).
     signal_delays: tuple[float, ...] = ()
+    sequence_key: str | None = None
 
     def body(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -95,7 +112,22 @@ class Planned:
         }
         if self.max_attempts is not None:
             body["max_attempts"] = self.max_attempts
+        if self.sequence_key is not None:
+            body["sequence_key"] = self.sequence_key
         return body
+
+
+@dataclass(frozen=True)
+class Shares:
+    """Which of the plan's optional shares it holds (``python -m chaos --no-sequences``,
+    ``--no-batches``): all by default."""
+
+    sequences: bool = True
+    batches: bool = True
+
+    def kinds(self) -> dict[Kind, int]:
+        """KIND_WEIGHTS without the kinds left out."""
+        return {k: w for k, w in KIND_WEIGHTS.items() if self.batches or k is not Kind.BATCH}
 
 
 @dataclass(frozen=True)
@@ -134,16 +166,22 @@ class Submission:
         return len(self.job.steps) if isinstance(self.job, PlannedWorkflow) else 1
 
 
-def plan(rng: random.Random, count: int, prefix: str) -> list[Submission]:
-    """About ``count`` jobs (single or in workflows) and their duplicate submissions, in
-    submission order."""
+def plan(
+    rng: random.Random, count: int, prefix: str, shares: Shares = Shares()
+) -> list[Submission]:
+    """About ``count`` jobs (single, in sequences or in workflows) and their duplicate
+    submissions, in submission order."""
     entries: list[tuple[int, int, Submission]] = []  # (slot, order within the plan, submission)
     number = planned = 0
+    kinds = shares.kinds()
     while planned < count:
-        if rng.random() < WORKFLOW_SHARE:
-            job: Planned | PlannedWorkflow = _planned_workflow(rng, f"{prefix}-wf-{number}")
+        roll = rng.random()
+        if roll < WORKFLOW_SHARE:
+            job: Planned | PlannedWorkflow = _planned_workflow(rng, f"{prefix}-wf-{number}", kinds)
+        elif shares.sequences and roll < WORKFLOW_SHARE + SEQUENCE_SHARE:
+            job = _planned_in_sequence(rng, f"{prefix}-{number}")
         else:
-            job = _planned_job(rng, f"{prefix}-{number}")
+            job = _planned_job(rng, f"{prefix}-{number}", kinds)
         submission = Submission(job, duplicate=False)
         planned += submission.size
         entries.append((number, len(entries), submission))
@@ -157,16 +195,29 @@ def plan(rng: random.Random, count: int, prefix: str) -> list[Submission]:
     return [submission for _, _, submission in sorted(entries, key=lambda e: e[:2])]
 
 
-def _planned_job(rng: random.Random, key: str) -> Planned:
-    kind = rng.choices(list(KIND_WEIGHTS), list(KIND_WEIGHTS.values()))[0]
+def _planned_job(rng: random.Random, key: str, kinds: dict[Kind, int] = KIND_WEIGHTS) -> Planned:
+    kind = rng.choices(list(kinds), list(kinds.values()))[0]
     return replace(_planned(rng, key, kind), priority=rng.choice(PRIORITIES))
 
 
-def _planned_workflow(rng: random.Random, key: str) -> PlannedWorkflow:
+def _planned_in_sequence(rng: random.Random, key: str) -> Planned:
+    """A job of one of SEQUENCE_KINDS under one of SEQUENCE_KEYS, at a priority of its own (a
+    priority never reorders a sequence); on a blocking key, sometimes a permanent failure."""
+    number = rng.randint(1, SEQUENCE_KEYS)
+    kind = rng.choice(SEQUENCE_KINDS)
+    if number % BLOCKING_KEY_EVERY == 0 and rng.random() < BLOCKING_SHARE:
+        kind = Kind.PERMANENT
+    job = replace(_planned(rng, key, kind), sequence_key=f"sequence-{number}")
+    return replace(job, priority=rng.choice(PRIORITIES))
+
+
+def _planned_workflow(
+    rng: random.Random, key: str, kinds: dict[Kind, int] = KIND_WEIGHTS
+) -> PlannedWorkflow:
     """WORKFLOW_SHAPE with a job of a random kind at each ref; none is cancelled by us (a
     workflow's jobs end cancelled only when a job they depend on is quarantined)."""
     steps = tuple(
-        PlannedStep(ref, after, replace(_planned_job(rng, f"{key}:{ref}"), cancel=False))
+        PlannedStep(ref, after, replace(_planned_job(rng, f"{key}:{ref}", kinds), cancel=False))
         for ref, after in WORKFLOW_SHAPE.items()
     )
     return PlannedWorkflow(key, steps)
@@ -194,6 +245,10 @@ def _planned(rng: random.Random, key: str, kind: Kind) -> Planned:
             return Planned(key, kind, LIMITED, payload)
         case Kind.DURABLE:
             return _planned_durable(rng, key)
+        case Kind.BATCH:
+            failing = rng.random() < BATCH_FAILING
+            payload = {"tag": key, "fail_times": rng.choice([1, 2]) if failing else 0}
+            return Planned(key, kind, BATCH, payload)
     raise AssertionError(kind)  # pragma: no cover
 
 

@@ -2,7 +2,8 @@
 with nothing lost, doubled or wrongly quarantined, no key of ``chaos.limited`` over its
 concurrency limit, no workflow job started before its parents succeeded or released twice, and
 no durable step run again after it was recorded, signal returned to two waits or sleeper woken
-before its time (``python -m chaos`` exits 0)."""
+before its time, no two jobs of a sequence at once nor one started before the ones ahead of it
+were done, and each batch job's effect written once (``python -m chaos`` exits 0)."""
 
 from __future__ import annotations
 
@@ -31,3 +32,8 @@ def test_short_chaos_profile_loses_and_doubles_nothing(tmp_path: Path) -> None:
     assert " duplicate_children=0 " in summary
     for share in ("durable_jobs", "sleeps", "signals_taken", "children"):
         assert f" {share}=0 " not in summary  # the durable share did run
+    assert " sequence_overlaps=0 " in summary
+    assert " sequence_order=0 " in summary
+    assert " batch_oversized=0 " in summary
+    for share in ("sequence_jobs", "sequence_attempts", "batch_jobs", "batch_calls"):
+        assert f" {share}=0 " not in summary  # the sequences' and the batch jobs' shares ran

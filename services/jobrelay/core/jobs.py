@@ -314,7 +314,10 @@ class JobRequest:
             available_at=due,
             created_at=at,
             updated_at=at,
-            run_at=due if self.schedule is not None else None,
+            # A debounce decides its due time itself (docs/flow-control.md).
+            run_at=due
+            if self.schedule is not None or self.job_flow.debounce_seconds is not None
+            else None,
             traceparent=traceparent,
             priority=self.priority,
             concurrency_key=self.job_flow.concurrency_key,

@@ -21,14 +21,12 @@ A plain submission never comes here: its accept is ``accept_steps`` alone.
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from typing import Any
 
 from jobrelay.core.errors import Throttled
 from jobrelay.core.flow import Throttle
 from jobrelay.core.idempotency import Submission
-from jobrelay.core.ids import new_id
 from jobrelay.core.jobs import Flow, OnDuplicate
 from jobrelay.db import queries as q
 from jobrelay.db.accept import AcceptResult, Step, Steps, accept_steps, held_by_row, insert_params
@@ -80,24 +78,9 @@ def policed_accept_steps(
         return answered
     if throttle is not None:
         yield from _take_throttle(request.type, flow, throttle)
-    job_id = new_id()
-    inserted = yield _insert_step(job_id, client_id, submission)
-    if not inserted:  # a concurrent plain accept took its key or unique key: the plain rules
-        return (
-            yield from accept_steps(
-                client_id, submission, inserted_nothing=True, insert=_insert_step
-            )
-        )
-    job = request.as_new_job(
-        job_id,
-        client_id,
-        at=inserted[0].created_at,
-        available_at=inserted[0].available_at,
-        traceparent=submission.traceparent,
-    )
-    if flow.debounce_seconds is not None:  # its due time is the debounce's
-        job = dataclasses.replace(job, run_at=job.available_at)
-    return AcceptResult(job=job, created=True, conflict=False)
+    # The insert, with the sequence's place; when it makes nothing (a concurrent plain accept
+    # took its key or unique key meanwhile), the plain rules.
+    return (yield from accept_steps(client_id, submission, insert=_insert_step))
 
 
 def _unique_key_answer(client_id: uuid.UUID, submission: Submission) -> Steps[AcceptResult | None]:

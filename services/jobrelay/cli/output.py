@@ -127,6 +127,8 @@ SHOWN_FIELDS = (
     "wake_at",
     "waiting_for",
     "parent_job_id",
+    "sequence_key",
+    "blocked_by",
 )
 
 

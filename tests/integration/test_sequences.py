@@ -41,7 +41,7 @@ from jobrelay.db.store import Store
 from tests.conftest import MakeSettings, auth, make_client
 from tests.integration.test_console import console_client, signed_in
 from tests.support import factories
-from tests.support.consumer_kit import new_client, rows, running_consumer, scalar
+from tests.support.consumer_kit import new_client, rows, running_consumer, scalar, wait_states
 from tests.support.outbox import running_dispatcher
 from tests.support.processes import Service, run_cli, service_env
 from tests.support.waiting import eventually
@@ -151,23 +151,6 @@ async def job_view(api: httpx.AsyncClient, token: str, job_id: uuid.UUID) -> dic
     assert answer.status_code == 200, answer.text
     document: dict[str, Any] = answer.json()
     return document
-
-
-async def wait_states(
-    store: Store, jobs: Iterable[uuid.UUID], state: str, within: float = 30
-) -> None:
-    ids = list(jobs)
-
-    async def reached() -> bool:
-        found = await scalar(
-            store,
-            "SELECT count(*) FROM jobrelay.jobs WHERE id = ANY(:ids) AND state = :state",
-            ids=ids,
-            state=state,
-        )
-        return int(found) == len(ids)
-
-    await eventually(reached, within=within, what=f"{len(ids)} jobs to be {state}")
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,9 @@ from jobrelay.core.errors import PermanentError
 from jobrelay.core.jobs import Flow, JobRequest
 from jobrelay.core.registry import JobContext, Registry
 from jobrelay.core.settings import Settings
+from jobrelay.core.states import JobState
 from jobrelay.db import queries as q
+from jobrelay.db.relay_store import RelayStore
 from jobrelay.db.store import Store
 from tests.conftest import MakeSettings, auth, make_client
 from tests.integration.test_console import console_client, signed_in
@@ -543,3 +545,25 @@ async def test_the_list_of_sequences_reads_no_plain_job(store: Store) -> None:
     assert "Seq Scan on jobs" not in plan, plan
     assert plan.count("ix_jobs_sequence_unfinished") == 2, plan  # the lines and their heads
     print(plan)  # for the record (pytest -s)
+
+
+async def test_retention_keeps_a_quarantined_job_while_jobs_wait_behind_it(store: Store) -> None:
+    """JOBRELAY_QUARANTINE_RETENTION_HOURS deletes old quarantined jobs, but not a blocker with
+    jobs waiting behind it: gone, it could be neither replayed nor cancelled, and nothing
+    would ever release them."""
+    client = await factories.client(store, name="shop")
+    blocker, *behind = await line_of(store, client.id, "blocked", "quarantined", 2)
+    alone, *_ = await line_of(store, client.id, "alone", "quarantined", 0)
+    (plain,) = await factories.jobs(store, 1, client_id=client.id, state="quarantined")
+    long_ago = datetime.now(UTC) - timedelta(days=30)
+    await factories.set_job(store, [blocker, alone, plain.id], finished_at=long_ago)
+
+    deleted = await RelayStore(store).delete_finished_jobs(JobState.QUARANTINED, 3600, 100)
+
+    assert deleted == 2
+    left = await rows(
+        store,
+        "SELECT id FROM jobrelay.jobs WHERE id = ANY(:ids)",
+        ids=[blocker, alone, plain.id, *behind],
+    )
+    assert {row.id for row in left} == {blocker, *behind}

@@ -567,3 +567,14 @@ async def test_retention_keeps_a_quarantined_job_while_jobs_wait_behind_it(store
         ids=[blocker, alone, plain.id, *behind],
     )
     assert {row.id for row in left} == {blocker, *behind}
+
+
+async def test_a_database_not_migrated_to_sequences_is_one_line_not_a_traceback(
+    store: Store, settings: Settings
+) -> None:
+    await store.fetch_all(text("ALTER TABLE jobrelay.jobs DROP COLUMN sequence_waits"))
+    listed = run_cli(service_env(settings), "sequences", "list")
+    assert listed.returncode == 1
+    assert listed.stderr.strip().splitlines() == [
+        "jobrelay: the database has no sequences yet (revision 0019): run jobrelay migrate"
+    ]

@@ -9,6 +9,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from psycopg.errors import UndefinedColumn, UndefinedTable
+
+from jobrelay.core.errors import ConfigurationError
 from jobrelay.db import queries as q
 from jobrelay.db.store import Store
 
@@ -36,6 +39,10 @@ class WaitingSequence:
         }
 
 
+class SequencesNotMigrated(ConfigurationError):
+    """The database has no sequences yet: it was not migrated to 0019."""
+
+
 class SequenceStore:
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -45,7 +52,12 @@ class SequenceStore:
     ) -> list[WaitingSequence]:
         """The sequences with jobs waiting (``blocked``: those a quarantined job blocks only),
         blocked first, then the longest lines, at most ``limit``."""
-        rows = await self.store.fetch_all(q.WAITING_SEQUENCES, blocked=blocked, limit=limit)
+        try:
+            rows = await self.store.fetch_all(q.WAITING_SEQUENCES, blocked=blocked, limit=limit)
+        except (UndefinedTable, UndefinedColumn):
+            raise SequencesNotMigrated(
+                "the database has no sequences yet (revision 0019): run jobrelay migrate"
+            ) from None
         return [
             WaitingSequence(
                 client=row.client, key=row.key, blocked_by=row.blocked_by, waiting=int(row.waiting)

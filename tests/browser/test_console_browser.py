@@ -219,6 +219,7 @@ async def test_on_a_phone_every_page_fits_the_width_and_its_nav_wraps(
             "/ui/workflows",
             "/ui/quarantine",
             "/ui/schedules",
+            "/ui/sequences",
             "/ui/clients",
         ):
             await page.goto(deployment.base + path)

@@ -535,7 +535,8 @@ async def test_a_jobs_page_shows_its_data_as_text_with_its_trace_and_traceback(
     assert page.text.count('class="mark mark-') == 2  # received, quarantined on the line
     assert "+0.000 s" in page.text
     assert 'action="/ui/quarantine/replay"' in page.text  # quarantined: replayable
-    assert f'action="/ui/jobs/{job.id}/cancel"' not in page.text  # finished: not cancellable
+    # Quarantined: also cancellable (issue 41: a cancel unblocks its sequence).
+    assert f'action="/ui/jobs/{job.id}/cancel"' in page.text
 
 
 # Item 17 of issue 24: the "why" line of a running job showed its lease as raw ISO text

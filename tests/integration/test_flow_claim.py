@@ -49,6 +49,7 @@ from tests.support.consumer_kit import (
     running_consumer,
     scalar,
     submit,
+    wait_states,
 )
 from tests.support.outbox import running_dispatcher
 from tests.support.processes import Service, service_env
@@ -531,17 +532,7 @@ def flow_registry(*, concurrency: int | None = None, rate: str | None = None) ->
 
 
 async def wait_finished(store: Store, jobs: Iterable[uuid.UUID], within: float) -> None:
-    ids = list(jobs)
-
-    async def finished() -> bool:
-        done = await scalar(
-            store,
-            "SELECT count(*) FROM jobrelay.jobs WHERE id = ANY(:ids) AND state = 'succeeded'",
-            ids=ids,
-        )
-        return int(done) == len(ids)
-
-    await eventually(finished, within=within, what=f"{len(ids)} jobs to succeed")
+    await wait_states(store, jobs, "succeeded", within)
 
 
 def overlaps(runs: Iterable[tuple[float, float]]) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +174,24 @@ async def wait_state(store: Store, job_id: uuid.UUID, state: str, timeout: float
         return (await factories.job_row(store, job_id)).state == state
 
     await eventually(reached, within=timeout, what=f"job {job_id} to be {state}")
+
+
+async def wait_states(
+    store: Store, jobs: Iterable[uuid.UUID], state: str, within: float = 30
+) -> None:
+    """Until every job of ``jobs`` is in ``state``."""
+    ids = list(jobs)
+
+    async def reached() -> bool:
+        found = await scalar(
+            store,
+            "SELECT count(*) FROM jobrelay.jobs WHERE id = ANY(:ids) AND state = :state",
+            ids=ids,
+            state=state,
+        )
+        return int(found) == len(ids)
+
+    await eventually(reached, within=within, what=f"{len(ids)} jobs to be {state}")
 
 
 # --- broker -------------------------------------------------------------------------------

@@ -89,6 +89,9 @@ def test_another_schema_takes_the_place_of_jobrelay_in_a_sequence_named_as_a_reg
     assert leased.count("nextval('app_jobs.job_events_id_seq')") == 1
     longer = "SELECT 'jobrelay.job_events_id_seq_x'"
     assert translate(longer) == longer
+    # A sequence's place in line (issue 41): ACCEPT_POLICED_JOB's order of acceptance.
+    accepted = translate(queries.ACCEPT_POLICED_JOB.text)
+    assert accepted.count("nextval('app_jobs.job_sequence_order')") == 1
 
 
 def test_every_statement_in_another_schema_names_no_default_schema_object() -> None:

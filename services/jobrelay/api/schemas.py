@@ -757,6 +757,31 @@ class LimitList(BaseModel):
     limits: list[LimitView] = Field(description="every type with a limit in force, by name")
 
 
+class SequencesQuery(BaseModel):
+    """``GET /v1/admin/sequences?blocked=&limit=``: which sequences to list."""
+
+    blocked: bool = Field(False, description="true: only the sequences a quarantined job blocks")
+    limit: int = Field(100, ge=1, le=1000)
+
+
+class SequenceView(BaseModel):
+    """A sequence with jobs waiting in line (docs/flow-control.md)."""
+
+    client: str = Field(description="the name of the client that submitted its jobs")
+    key: str = Field(description="its sequence_key")
+    blocked_by: uuid.UUID | None = Field(
+        description="its quarantined head, which holds the key until it is replayed and "
+        "succeeds, or is cancelled; null: the head runs, or waits its turn, normally"
+    )
+    waiting: int = Field(description="how many jobs wait behind the head")
+
+
+class SequenceList(BaseModel):
+    sequences: list[SequenceView] = Field(
+        description="blocked first, then the longest lines, at most limit"
+    )
+
+
 class SetLimit(BaseModel):
     """``PUT /v1/admin/limits/{type}``: the runtime limit, in force until it is cleared
     (``DELETE``); neither a concurrency nor a rate lifts the code's limit."""

@@ -5,7 +5,7 @@ mistake a user can make.
 
 This module only assembles the parser; each command group lives in a module of its own
 (``services``, ``clients``, ``submit``, ``jobs``, ``quarantine``, ``healthcheck``, ``stats``,
-``schedules``, ``queues``, ``limits``, ``workflows``)
+``schedules``, ``queues``, ``limits``, ``sequences``, ``workflows``)
 that imports ``common`` and jobrelay's packages, never another command module.
 """
 
@@ -25,6 +25,7 @@ from jobrelay.cli import (
     quarantine,
     queues,
     schedules,
+    sequences,
     services,
     stats,
     submit,
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     schedules.register(commands)
     queues.register(commands)  # list, pause, resume
     limits.register(commands)  # list, set, clear
+    sequences.register(commands)  # list
     return parser
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from jobrelay.core.trace import timeline
@@ -11,6 +12,15 @@ from jobrelay.core.trace import timeline
 def json_value(value: Any) -> str:
     """A stored value (a result, a payload) as the JSON it is, on one line."""
     return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def aligned(table: Sequence[Sequence[str]]) -> list[str]:
+    """A table's rows (its header first) as lines, each column as wide as its widest cell."""
+    widths = [max(len(line[column]) for line in table) for column in range(len(table[0]))]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in table
+    ]
 
 
 def state_line(state: str, why: str) -> str:
@@ -117,6 +127,8 @@ SHOWN_FIELDS = (
     "wake_at",
     "waiting_for",
     "parent_job_id",
+    "sequence_key",
+    "blocked_by",
 )
 
 

@@ -16,6 +16,7 @@ from jobrelay.cli.common import (
     run_with_store,
     settings_from_env,
 )
+from jobrelay.cli.output import aligned
 from jobrelay.core.settings import parse_type_queues
 
 if TYPE_CHECKING:
@@ -51,11 +52,7 @@ def render_queues(document: dict[str, Any]) -> str:
                 _figure(queue["consumers"]),
             )
         )
-    widths = [max(len(line[column]) for line in table) for column in range(len(table[0]))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-        for line in table
-    ]
+    lines = aligned(table)
     if document["broker"] != "ok":
         lines.append(UNREACHABLE)
     return "\n".join(lines)

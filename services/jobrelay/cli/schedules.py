@@ -14,6 +14,7 @@ from jobrelay.cli.common import (
     run_with_store,
     settings_from_env,
 )
+from jobrelay.cli.output import aligned
 from jobrelay.core.schedules import SCHEDULER_CLIENT
 
 if TYPE_CHECKING:
@@ -42,11 +43,7 @@ def render_schedules(document: dict[str, Any]) -> str:
                 row["next_tick"],
             )
         )
-    widths = [max(len(line[column]) for line in table) for column in range(len(table[0]))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-        for line in table
-    ]
+    lines = aligned(table)
     return "\n".join([f"now {document['now']} (the database's clock, UTC)", *lines])
 
 

@@ -8,7 +8,7 @@ over the same store, operations and CLI code paths as ``/v1/admin`` and ``jobrel
 - ``charts.py``: the inline SVG's geometry (pure);
 - ``broker.py``: whether the broker answers, for the banner and the replay and purge buttons;
 - one module of routes per page: ``signin``, ``overview``, ``jobs``, ``quarantine``,
-  ``schedules``, ``clients``, ``queues``, ``limits``, ``workflows``.
+  ``schedules``, ``clients``, ``queues``, ``limits``, ``sequences``, ``workflows``.
 
 Every asset is served by the API itself (``static/``): no CDN, no external font, so the console
 works in a closed network. The routes are not part of the API's OpenAPI document.
@@ -26,6 +26,7 @@ from jobrelay.console import (
     quarantine,
     queues,
     schedules,
+    sequences,
     signin,
     workflows,
 )
@@ -39,7 +40,18 @@ def install(app: FastAPI) -> None:
     read (``context.py``)."""
     # Before the pages: the catch-all of signin.fallback would otherwise answer for them.
     app.mount(STATIC_PATH, ConsoleAssets(directory=STATIC_DIR), name="console-static")
-    pages = (signin, overview, jobs, workflows, quarantine, schedules, queues, limits, clients)
+    pages = (
+        signin,
+        overview,
+        jobs,
+        workflows,
+        quarantine,
+        schedules,
+        queues,
+        limits,
+        sequences,
+        clients,
+    )
     for page in pages:
         app.include_router(page.router)
     app.include_router(signin.fallback)

@@ -47,7 +47,8 @@ PAGE_SIZE = 50
 TRAIL_MAX = 30
 FIRST_PAGE = "~"  # in a trail: the page without a cursor
 STATES = [state.value for state in JobState]
-CANCELLABLE = frozenset(JobState) - TERMINAL_STATES
+# A quarantined job too: its cancel unblocks its sequence (docs/flow-control.md, "Sequences").
+CANCELLABLE = frozenset(JobState) - TERMINAL_STATES | {JobState.QUARANTINED}
 
 Text = Annotated[str, Query(max_length=200)]
 

@@ -56,6 +56,9 @@ ACCEPT_POLICED_JOB: TextClause = clause("accept_policed_job")
 TAKE_SEQUENCE_LOCKS: TextClause = clause("take_sequence_locks")
 RELEASE_SEQUENCES: TextClause = clause("release_sequences")
 
+# db/sql/sequences.sql
+WAITING_SEQUENCES: TextClause = clause("waiting_sequences")
+
 # db/sql/stats.sql
 JOBS_BY_STATE: TextClause = clause("jobs_by_state")
 OUTBOX_BACKLOG: TextClause = clause("outbox_backlog")

@@ -32,8 +32,9 @@ OBJECTS = frozenset(
 )
 
 # The sequences statements name, always as a quoted regclass: the journal's ids, drawn when a
-# job is leased for its ``published`` entry (db/sql/relay.sql, ``journal_id``).
-SEQUENCES = ("job_events_id_seq",)
+# job is leased for its ``published`` entry (db/sql/relay.sql, ``journal_id``), and the order
+# of acceptance of a sequence's jobs (db/sql/policies.sql, ACCEPT_POLICED_JOB).
+SEQUENCES = ("job_events_id_seq", "job_sequence_order")
 
 Translate = Callable[[str], str]
 

@@ -1,18 +1,28 @@
-"""``/v1/admin/queues`` and ``/v1/admin/limits``: the work queues with their figures, pause and
-resume, and the limits in force with their runtime overrides (docs/flow-control.md); admin
-clients only, like the rest of ``/v1/admin``."""
+"""``/v1/admin/queues``, ``/v1/admin/limits`` and ``/v1/admin/sequences``: the work queues with
+their figures, pause and resume, the limits in force with their runtime overrides, and the
+sequences with jobs waiting (docs/flow-control.md); admin clients only, like the rest of
+``/v1/admin``."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
 from jobrelay.api import openapi
 from jobrelay.api.context import context_of
 from jobrelay.api.deps import ADMIN_PROBLEMS, AdminDep, StoreDep
 from jobrelay.api.openapi import PROBLEM_CONTENT, problem_responses
-from jobrelay.api.schemas import NO_NUL, LimitList, LimitView, QueueList, QueueView, SetLimit
+from jobrelay.api.schemas import (
+    NO_NUL,
+    LimitList,
+    LimitView,
+    QueueList,
+    QueueView,
+    SequenceList,
+    SequencesQuery,
+    SetLimit,
+)
 from jobrelay.core.bounds import TYPE_NAME_MAX
 from jobrelay.core.errors import JobTypeNotFound, QueueNotFound
 from jobrelay.core.queues import QUEUE_NAME_MAX, QueuesReport
@@ -20,6 +30,7 @@ from jobrelay.core.registry import Registry
 from jobrelay.core.runtime_limits import limit_document
 from jobrelay.core.settings import parse_type_queues
 from jobrelay.db.flow_store import FlowStore
+from jobrelay.db.sequence_store import SequenceStore
 
 router = APIRouter(route_class=openapi.JsonBodyRoute, responses=ADMIN_PROBLEMS, tags=["admin"])
 
@@ -176,3 +187,18 @@ async def clear_limit(
     if not cleared and not await flow.is_known_type(job_type, registry_of(request)):
         raise JobTypeNotFound(unknown_type(job_type))
     return Response(status_code=204)
+
+
+@router.get(
+    "/v1/admin/sequences",
+    operation_id="listSequences",
+    response_model=SequenceList,
+    responses=problem_responses(422),
+    summary="The sequences with jobs waiting in line: blocked by a quarantined job or not "
+    "(?blocked=true: the blocked ones only)",
+)
+async def list_sequences(
+    admin: AdminDep, store: StoreDep, wanted: Annotated[SequencesQuery, Query()]
+) -> dict[str, Any]:
+    listed = await SequenceStore(store).waiting(blocked=wanted.blocked, limit=wanted.limit)
+    return {"sequences": [sequence.as_document() for sequence in listed]}

@@ -373,13 +373,20 @@ SELECT id FROM gone;
 -- (state, finished_at); their outbox rows, journal and result go with them (ON DELETE
 -- CASCADE, each through its job_id index) and ``job_totals`` is kept by its trigger. A live
 -- job is never deleted: it keeps its whole story. A row being changed right now is skipped.
+-- Nor is a quarantined job that blocks its sequence while jobs wait behind it: they wait for
+-- its replay or its cancel, and nothing would release them once it was gone
+-- (docs/flow-control.md, "Sequences"; through ix_jobs_sequence_unfinished).
 DELETE FROM jobrelay.jobs WHERE id IN (
-    SELECT id FROM jobrelay.jobs
-    WHERE state = :state AND finished_at IS NOT NULL
-      AND finished_at < now() - make_interval(secs => :retention_seconds)
-    ORDER BY finished_at
+    SELECT j.id FROM jobrelay.jobs j
+    WHERE j.state = :state AND j.finished_at IS NOT NULL
+      AND j.finished_at < now() - make_interval(secs => :retention_seconds)
+      AND NOT (j.sequence_key IS NOT NULL AND j.state = 'quarantined' AND EXISTS (
+          SELECT 1 FROM jobrelay.jobs w
+          WHERE w.client_id = j.client_id AND w.sequence_key = j.sequence_key
+            AND w.state NOT IN ('succeeded', 'cancelled') AND w.sequence_waits))
+    ORDER BY j.finished_at
     LIMIT :limit
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF j SKIP LOCKED
 );
 
 -- name: fold_job_counts

@@ -148,7 +148,7 @@ async def test_the_limits_page_lists_the_limits_in_force_and_sets_and_clears_one
         ({"job_type": "mail.send", "rate": "fast"}, "Not set: invalid rate 'fast'"),
         ({"job_type": "mail.send", "concurrency": "0"}, "Not set: a concurrency limit is from 1"),
         ({"job_type": "mail.send", "concurrency": "two"}, "Not set: the concurrency 'two' is not"),
-        ({"job_type": "mail.send"}, "Not set: give a concurrency and/or a rate"),
+        ({"job_type": "mail.send"}, "Not set: give a concurrency, a rate and/or a throttle"),
         ({"job_type": "no.such", "concurrency": "1"}, "Not set: 'no.such' is neither a job type"),
     ],
 )

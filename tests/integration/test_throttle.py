@@ -28,6 +28,7 @@ from jobrelay.core.type_catalog import registrable_types
 from jobrelay.db.store import Store
 from jobrelay.db.type_store import PgTypeStore
 from tests.conftest import auth
+from tests.support.system import cli
 from tests.support.waiting import eventually
 
 BASE_URL = "http://jobrelay.test"
@@ -50,6 +51,7 @@ def throttle_registry() -> Registry:
     registry.job("thr.hourly", Account, throttle="2/h")(handler)
     registry.job("thr.edge", Account, throttle="5/m")(handler)
     registry.job("thr.free", Account)(handler)
+    registry.job("thr.limited", Account, concurrency=2, throttle="3/m")(handler)
     return registry
 
 
@@ -268,6 +270,31 @@ async def test_a_runtime_throttle_alone_keeps_the_limit_in_force_and_wins_over_t
     assert_throttled(await submit(api, alice, "t1", "thr.three"))
     bad = await api.put("/v1/admin/limits/thr.three", json={"throttle": "5/d"}, headers=auth(admin))
     assert (bad.status_code, bad.json()["code"]) == (422, "validation_error")
+
+
+async def test_the_cli_sets_a_throttle_alone_keeping_the_limit_and_refuses_one_that_is_none(
+    settings: Settings, store: Store
+) -> None:
+    await PgTypeStore(store).register_types(registrable_types(throttle_registry(), by="test:1"))
+
+    done = await asyncio.to_thread(
+        cli, settings, "limits", "set", "thr.limited", "--throttle", "1/h"
+    )
+    bad = await asyncio.to_thread(
+        cli, settings, "limits", "set", "thr.limited", "--throttle", "5/d"
+    )
+    listed = await asyncio.to_thread(cli, settings, "limits", "list")
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("thr.limited  concurrency=2 throttle=1/h  (runtime): ")
+    row = (await store.fetch_all(text("SELECT * FROM jobrelay.type_limits")))[0]
+    assert (row.concurrency, row.throttle_count, row.throttle_period_seconds) == (2, 1, 3600)
+    assert (bad.returncode, bad.stdout) == (1, "")
+    assert bad.stderr.strip() == (
+        "jobrelay: invalid throttle '5/d': write N/s or N/m or N/h with a whole N of at least 1 "
+        "(for example 5/s or 100/h)"
+    )
+    assert "thr.three  throttle=3/m  (code)" in listed.stdout.splitlines()
 
 
 async def _true(value: object) -> bool:

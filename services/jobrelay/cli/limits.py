@@ -92,7 +92,10 @@ def cmd_limits_set(args: argparse.Namespace) -> int:
             raise _unknown(args.type)
         await flow.set_limit(args.type, limit, throttle, registry=registry)
         in_force = await flow.limit_in_force(args.type, registry)
-        print(f"{limit_line(in_force)}: in force within seconds on every dispatcher and consumer")
+        said = "in force within seconds on every dispatcher and consumer"
+        if throttle is not None:
+            said += ", the throttle at once on every API process"
+        print(f"{limit_line(in_force)}: {said}")
         return 0
 
     return run_with_store(settings, work)

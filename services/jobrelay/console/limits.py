@@ -97,7 +97,10 @@ async def set_limit(
         return await redirect(request, LIMITS_PATH, Flash("error", text))
     await flow.set_limit(job_type, limit, throttled, registry=registry)
     in_force = await flow.limit_in_force(job_type, registry)
-    text = f"Set: {limit_line(in_force)}, in force within seconds on every consumer."
+    said = "in force within seconds on every consumer"
+    if throttled is not None:
+        said += ", the throttle at once on every API process"
+    text = f"Set: {limit_line(in_force)}, {said}."
     return await redirect(request, LIMITS_PATH, Flash("ok", text))
 
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import httpx
 import pytest
-from pydantic import BaseModel
 from sqlalchemy import text
 
 from jobrelay.api.app import create_app
@@ -28,18 +27,11 @@ from jobrelay.core.type_catalog import registrable_types
 from jobrelay.db.store import Store
 from jobrelay.db.type_store import PgTypeStore
 from tests.conftest import auth
+from tests.integration.test_flow_submission import Account, handler
 from tests.support.system import cli
 from tests.support.waiting import eventually
 
 BASE_URL = "http://jobrelay.test"
-
-
-class Account(BaseModel):
-    account: str = "a"
-
-
-def handler(context: Any, payload: Any) -> dict[str, Any]:
-    return {}
 
 
 def throttle_registry() -> Registry:

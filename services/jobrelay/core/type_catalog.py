@@ -362,6 +362,8 @@ class RegisteredTypes:
         if self._stale or self._loaded_at is None:  # (None: the first read is under way)
             return True
         names = list(names)
+        if all(name in self.catalog.registry for name in names):
+            return False  # loaded handlers: what is registered does not matter
         if all(name in self.catalog for name in names):
             return False
         return self.clock() - self._loaded_at >= self.miss_reload_seconds

@@ -71,6 +71,7 @@ async def test_limits_set_list_and_clear(settings: Settings, store: Store) -> No
                 "rate": "10/s",
                 "per_key": False,
                 "source": "runtime",
+                "throttle": None,
             }
         ]
     }
@@ -116,14 +117,19 @@ async def test_limits_set_list_and_clear(settings: Settings, store: Store) -> No
             "(see 'jobrelay limits set --help')",
         ),
         (
+            ("limits", "set", "demo.sleep", "--throttle", "5/d"),
+            "jobrelay: invalid throttle '5/d': write N/s or N/m or N/h with a whole N of at least "
+            "1 (for example 5/s or 100/h)",
+        ),
+        (
             ("limits", "set", "demo.sleep"),
-            "jobrelay: give --concurrency N and/or --rate R/s|R/m (jobrelay limits clear TYPE "
-            "goes back to the code's limit)",
+            "jobrelay: give --concurrency N, --rate R/s|R/m and/or --throttle N/s|N/m|N/h "
+            "(jobrelay limits clear TYPE goes back to the code's limit)",
         ),
         (
             ("limits", "set", "demo.sleep", "--per-key"),
-            "jobrelay: give --concurrency N and/or --rate R/s|R/m (jobrelay limits clear TYPE "
-            "goes back to the code's limit)",
+            "jobrelay: give --concurrency N, --rate R/s|R/m and/or --throttle N/s|N/m|N/h "
+            "(jobrelay limits clear TYPE goes back to the code's limit)",
         ),
     ],
 )

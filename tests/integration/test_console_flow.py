@@ -142,13 +142,37 @@ async def test_the_limits_page_lists_the_limits_in_force_and_sets_and_clears_one
     assert flash_of(await console.get("/ui/limits")) == "Cleared: mail.send  no limit  (code)."
 
 
+async def test_the_limits_page_sets_a_throttle_alone_keeping_the_codes_limit_and_shows_it(
+    console: httpx.AsyncClient, store: Store, admin: str
+) -> None:
+    csrf = await signed_in(console, admin)
+    form = {"job_type": "pay.charge", "throttle": "5/m"}
+
+    answer = await console.post("/ui/limits", data=form | {"csrf": csrf})
+
+    assert answer.status_code == 303
+    (row,) = await rows(store, "SELECT * FROM jobrelay.type_limits")
+    assert (row.concurrency, row.rate_count, row.throttle_count, row.throttle_period_seconds) == (
+        2,
+        10,
+        5,
+        60,
+    )
+    page = await console.get("/ui/limits")
+    assert flash_of(page) == (
+        "Set: pay.charge  concurrency=2 rate=10/s throttle=5/m  (runtime), in force within "
+        "seconds on every consumer, the throttle at once on every API process."
+    )
+    assert "<td>5/m</td>" in page.text
+
+
 @pytest.mark.parametrize(
     ("form", "says"),
     [
         ({"job_type": "mail.send", "rate": "fast"}, "Not set: invalid rate 'fast'"),
         ({"job_type": "mail.send", "concurrency": "0"}, "Not set: a concurrency limit is from 1"),
         ({"job_type": "mail.send", "concurrency": "two"}, "Not set: the concurrency 'two' is not"),
-        ({"job_type": "mail.send"}, "Not set: give a concurrency and/or a rate"),
+        ({"job_type": "mail.send"}, "Not set: give a concurrency, a rate and/or a throttle"),
         ({"job_type": "no.such", "concurrency": "1"}, "Not set: 'no.such' is neither a job type"),
     ],
 )

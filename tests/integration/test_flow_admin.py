@@ -244,6 +244,7 @@ async def test_the_limits_in_force_are_the_codes_until_a_runtime_limit_replaces_
                 "rate": "10/s",
                 "per_key": False,
                 "source": "code",
+                "throttle": None,
             }
         ]
     }
@@ -254,6 +255,7 @@ async def test_the_limits_in_force_are_the_codes_until_a_runtime_limit_replaces_
         "rate": None,
         "per_key": False,
         "source": "code",
+        "throttle": None,
     }
 
     body = {"concurrency": 1, "rate": "600/m", "per_key": True}
@@ -263,13 +265,14 @@ async def test_the_limits_in_force_are_the_codes_until_a_runtime_limit_replaces_
     )
 
     assert put.status_code == 200, put.text
-    assert put.json() == {"type": "pay.charge", **body, "source": "runtime"}
+    assert put.json() == {"type": "pay.charge", **body, "source": "runtime", "throttle": None}
     assert mail.json() == {
         "type": "mail.send",
         "concurrency": None,
         "rate": "5/s",
         "per_key": False,
         "source": "runtime",
+        "throttle": None,
     }
     got = await flow_api.get("/v1/admin/limits/pay.charge", headers=auth(admin))
     assert got.json() == put.json()
@@ -380,6 +383,7 @@ async def test_a_whole_float_is_a_concurrency_and_nothing_lifts_the_codes_limit(
         "rate": None,
         "per_key": False,
         "source": "runtime",
+        "throttle": None,
     }
 
 

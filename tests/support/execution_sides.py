@@ -26,6 +26,7 @@ from sqlalchemy import func, text
 from jobrelay.core.execution import ExecutionStore
 from jobrelay.core.flow import Limit
 from jobrelay.core.jobs import Job
+from jobrelay.core.registry import Registry
 from jobrelay.core.states import JobEvent, JobState
 from jobrelay.db.execution_store import PgExecutionStore
 from jobrelay.db.flow_store import FlowStore
@@ -250,7 +251,7 @@ class PostgresSide:
         assert await self.flow.resume_queue("default")
 
     async def set_limit(self, job_type: str, limit: Limit) -> None:
-        await self.flow.set_limit(job_type, limit)
+        await self.flow.set_limit(job_type, limit, registry=Registry())
 
     async def close(self) -> None:
         await self.executions.close()  # the groups in flight

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from jobrelay.core.flow import Throttle
 from jobrelay.core.type_catalog import RegisteredType
 
 
@@ -17,6 +18,7 @@ class InMemoryTypeStore:
     """The ``TypeStore`` of unit tests; ``reads`` counts ``registered_types`` calls."""
 
     types: dict[str, RegisteredType] = field(default_factory=dict)
+    throttles: dict[str, Throttle] = field(default_factory=dict)  # the runtime ones
     reads: int = 0
     clock: Callable[[], datetime] | None = None
 
@@ -29,3 +31,6 @@ class InMemoryTypeStore:
         self.reads += 1
         await asyncio.sleep(0)  # a read suspends, as a database's does
         return [self.types[name] for name in sorted(self.types)]
+
+    async def runtime_throttles(self) -> dict[str, Throttle]:
+        return dict(self.throttles)

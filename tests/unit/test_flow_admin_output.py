@@ -10,10 +10,16 @@ import pytest
 
 from jobrelay.cli.queues import UNREACHABLE, render_queues
 from jobrelay.cli.stats import render_stats
-from jobrelay.core.flow import Limit, LimitInForce, Rate
+from jobrelay.core.flow import Limit, LimitInForce, Rate, Throttle
 from jobrelay.core.queues import QueuesReport, QueueState
 from jobrelay.core.relay import QueueDepth
-from jobrelay.core.runtime_limits import limit_document, limit_line, runtime_limit
+from jobrelay.core.runtime_limits import (
+    check_throttle,
+    limit_document,
+    limit_line,
+    runtime_limit,
+    throttle_only,
+)
 from jobrelay.core.stats import OutboxBacklog, PausedQueue, RetryingSummary, SystemStats
 
 SINCE = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
@@ -51,9 +57,16 @@ def test_a_limit_in_force_is_shown_with_its_source() -> None:
         "rate": "10/s",
         "per_key": True,
         "source": "code",
+        "throttle": None,
     }
     assert limit_line(code) == "pay.charge  concurrency=2 rate=10/s per key  (code)"
     assert limit_line(lifted) == "mail.send  no limit  (runtime)"
+
+
+def test_a_throttle_in_force_is_shown_beside_the_limit() -> None:
+    throttled = LimitInForce("mail.send", Limit(concurrency=4), "runtime", Throttle(5, 60))
+    assert limit_document(throttled)["throttle"] == "5/m"
+    assert limit_line(throttled) == "mail.send  concurrency=4 throttle=5/m  (runtime)"
 
 
 @pytest.mark.parametrize(
@@ -72,6 +85,34 @@ def test_a_runtime_limit_that_is_not_one_is_a_one_line_value_error(
     with pytest.raises(ValueError, match=says.replace("(", r"\(")) as raised:
         runtime_limit(concurrency, rate, per_key)
     assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("5/d", "invalid throttle '5/d': write N/s or N/m or N/h"),
+        ("0/m", "invalid throttle '0/m'"),
+        ("-1/s", "invalid throttle '-1/s'"),
+        ("five/m", "invalid throttle 'five/m'"),
+        ("5", "invalid throttle '5'"),
+        ("2000000/h", "at most 1,000,000 per period"),
+    ],
+)
+def test_a_runtime_throttle_that_is_not_one_is_a_one_line_value_error(text: str, says: str) -> None:
+    with pytest.raises(ValueError, match=says) as raised:
+        check_throttle(text)
+    assert "\n" not in str(raised.value)
+
+
+def test_a_runtime_throttle_is_the_throttle_it_names_and_alone_keeps_the_limit() -> None:
+    assert check_throttle(" 5/m ") == Throttle(5, 60)
+    assert check_throttle("1000/h") == Throttle(1000, 3600)
+    assert check_throttle("3/s") == Throttle(3, 1)
+    assert check_throttle(None) is None
+    assert throttle_only(Limit(), Throttle(5, 60))
+    assert not throttle_only(Limit(), None)
+    assert not throttle_only(Limit(concurrency=1), Throttle(5, 60))
+    assert not throttle_only(Limit(per_key=True), Throttle(5, 60))
 
 
 def test_a_runtime_limit_is_the_limit_it_names() -> None:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from jobrelay.consumer.service import register_types
 from jobrelay.core.errors import InvalidPayload, StoreUnavailable, UnknownJobType
-from jobrelay.core.flow import Limit, Rate
+from jobrelay.core.flow import Limit, Rate, Throttle
 from jobrelay.core.jobs import Flow
 from jobrelay.core.registry import JobType, Registry
 from jobrelay.core.type_catalog import (
@@ -286,17 +286,39 @@ async def test_the_first_lookup_reads_the_store_and_later_ones_do_not() -> None:
     assert store.reads == 1
 
 
-async def test_a_type_of_the_loaded_registry_never_reads_the_store() -> None:
+async def test_a_type_of_the_loaded_registry_reads_the_store_once_then_only_when_told() -> None:
+    # Once: the runtime throttles (type_limits) hold for a loaded type too.
     loaded = Registry()
     loaded.register(JobType("shop.signup", Signup))
     store = InMemoryTypeStore()
     types = RegisteredTypes(store, loaded)
 
     await types.catalog_for(["shop.signup"])
-    types.invalidate()
     await types.catalog_for(["shop.signup"])
+    assert store.reads == 1
 
-    assert store.reads == 0
+    store.throttles["shop.signup"] = Throttle(3, 60)
+    types.invalidate()  # the NOTIFY of set_type_limit
+    catalog = await types.catalog_for(["shop.signup"])
+
+    assert store.reads == 2
+    assert catalog.throttle_for("shop.signup") == Throttle(3, 60)
+
+
+def test_a_runtime_throttle_wins_over_the_codes_and_the_registered_one() -> None:
+    loaded = Registry()
+    loaded.register(JobType("shop.signup", Signup, throttle=Throttle(10, 1)))
+    elsewhere = registered(name="shop.refund", throttle=Throttle(5, 3600))
+    catalog = TypeCatalog(loaded, {"shop.refund": elsewhere})
+    assert catalog.throttle_for("shop.signup") == Throttle(10, 1)
+    assert catalog.throttle_for("shop.refund") == Throttle(5, 3600)
+
+    runtime = {"shop.signup": Throttle(1, 60), "shop.refund": Throttle(2, 60)}
+    catalog = TypeCatalog(loaded, {"shop.refund": elsewhere}, runtime_throttles=runtime)
+
+    assert catalog.throttle_for("shop.signup") == Throttle(1, 60)
+    assert catalog.throttle_for("shop.refund") == Throttle(2, 60)
+    assert catalog.throttle_for("shop.unknown") is None
 
 
 async def test_a_miss_reads_the_store_at_most_once_per_interval() -> None:

@@ -20,10 +20,15 @@ from jobrelay.core.bounds import (
 from jobrelay.core.clients import ClientListing
 from jobrelay.core.durable import StepKind, StepRecord, StepStatus
 from jobrelay.core.errors import InvalidSchedule
-from jobrelay.core.flow import Limit
+from jobrelay.core.flow import Limit, Throttle
 from jobrelay.core.jobs import Flow, Job, JobRequest, OnDuplicate
 from jobrelay.core.jsonvalues import unstorable_json
-from jobrelay.core.runtime_limits import CONCURRENCY_MAX, check_rate, runtime_limit
+from jobrelay.core.runtime_limits import (
+    CONCURRENCY_MAX,
+    check_rate,
+    check_throttle,
+    runtime_limit,
+)
 from jobrelay.core.states import JobState
 from jobrelay.core.workflows import OnFailure, WorkflowState, WorkflowView
 
@@ -751,6 +756,12 @@ class LimitView(BaseModel):
     )
     per_key: bool = Field(description="counted per concurrency key, else over the whole type")
     source: Literal["code", "runtime"]
+    throttle: str | None = Field(
+        None,
+        description="at most this many submissions accepted per second, minute or hour (one "
+        "more is refused 429 throttled): the runtime one, else the code's; null: none",
+        examples=["5/m"],
+    )
 
 
 class LimitList(BaseModel):
@@ -784,7 +795,8 @@ class SequenceList(BaseModel):
 
 class SetLimit(BaseModel):
     """``PUT /v1/admin/limits/{type}``: the runtime limit, in force until it is cleared
-    (``DELETE``); neither a concurrency nor a rate lifts the code's limit."""
+    (``DELETE``); neither a concurrency nor a rate lifts the code's limit, unless a throttle is
+    given alone: the concurrency and rate in force then stay."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -796,6 +808,13 @@ class SetLimit(BaseModel):
         examples=["10/s"],
     )
     per_key: bool = Field(False, strict=True)
+    throttle: str | None = Field(
+        None,
+        max_length=50,
+        description="N/s, N/m or N/h: at most N submissions accepted per period, the excess "
+        "refused 429 throttled; null: the code's throttle, if any",
+        examples=["5/m"],
+    )
 
     @field_validator("concurrency", mode="before")
     @classmethod
@@ -810,6 +829,15 @@ class SetLimit(BaseModel):
     def _parses(cls, rate: str | None) -> str | None:
         check_rate(rate)
         return rate
+
+    @field_validator("throttle")
+    @classmethod
+    def _throttle_parses(cls, throttle: str | None) -> str | None:
+        check_throttle(throttle)
+        return throttle
+
+    def as_throttle(self) -> Throttle | None:
+        return check_throttle(self.throttle)
 
     @model_validator(mode="after")
     def _whole_limit(self) -> SetLimit:

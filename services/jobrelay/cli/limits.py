@@ -16,7 +16,12 @@ from jobrelay.cli.common import (
     run_with_store,
     settings_from_env,
 )
-from jobrelay.core.runtime_limits import limit_document, limit_line, runtime_limit
+from jobrelay.core.runtime_limits import (
+    check_throttle,
+    limit_document,
+    limit_line,
+    runtime_limit,
+)
 
 if TYPE_CHECKING:
     from jobrelay.core.registry import Registry
@@ -31,8 +36,8 @@ HANDLERS_HELP = (
     "comma-separated module:registry list of the job types (overrides JOBRELAY_HANDLERS)"
 )
 NOTHING_TO_SET = (
-    "give --concurrency N and/or --rate R/s|R/m (jobrelay limits clear TYPE goes back to the "
-    "code's limit)"
+    "give --concurrency N, --rate R/s|R/m and/or --throttle N/s|N/m|N/h (jobrelay limits clear "
+    "TYPE goes back to the code's limit)"
 )
 
 
@@ -71,10 +76,11 @@ def cmd_limits_list(args: argparse.Namespace) -> int:
 def cmd_limits_set(args: argparse.Namespace) -> int:
     settings = settings_from_env()
     registry = _registry(args)
-    if args.concurrency is None and args.rate is None:
+    if args.concurrency is None and args.rate is None and args.throttle is None:
         raise CliError(NOTHING_TO_SET)
     try:
         limit = runtime_limit(args.concurrency, args.rate, args.per_key)
+        throttle = check_throttle(args.throttle)
     except ValueError as error:
         raise CliError(str(error)) from None
 
@@ -84,9 +90,12 @@ def cmd_limits_set(args: argparse.Namespace) -> int:
         flow = FlowStore(store)
         if not await flow.is_known_type(args.type, registry):
             raise _unknown(args.type)
-        await flow.set_limit(args.type, limit)
+        await flow.set_limit(args.type, limit, throttle, registry=registry)
         in_force = await flow.limit_in_force(args.type, registry)
-        print(f"{limit_line(in_force)}: in force within seconds on every dispatcher and consumer")
+        said = "in force within seconds on every dispatcher and consumer"
+        if throttle is not None:
+            said += ", the throttle at once on every API process"
+        print(f"{limit_line(in_force)}: {said}")
         return 0
 
     return run_with_store(settings, work)
@@ -115,7 +124,7 @@ def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
     actions = add_group(
         commands,
         "limits",
-        "the concurrency and rate limits per job type, set and cleared at runtime",
+        "the concurrency, rate and throttle limits per job type, set and cleared at runtime",
         EXAMPLES["limits set"],
     )
     listing = add_command(
@@ -139,6 +148,12 @@ def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
     )
     setting.add_argument(
         "--rate", metavar="R/s|R/m", help="at most R of the type start per second or minute"
+    )
+    setting.add_argument(
+        "--throttle",
+        metavar="N/s|N/m|N/h",
+        help="accept at most N submissions of the type per period, refuse the excess (429 "
+        "throttled); given alone, the concurrency and rate in force stay",
     )
     setting.add_argument(
         "--per-key",

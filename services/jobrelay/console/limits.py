@@ -21,7 +21,12 @@ from jobrelay.console.web import (
 )
 from jobrelay.core.bounds import TYPE_NAME_MAX
 from jobrelay.core.registry import Registry
-from jobrelay.core.runtime_limits import limit_document, limit_line, runtime_limit
+from jobrelay.core.runtime_limits import (
+    check_throttle,
+    limit_document,
+    limit_line,
+    runtime_limit,
+)
 from jobrelay.db.flow_store import FlowStore
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
@@ -73,6 +78,7 @@ async def set_limit(
     concurrency: Optional = "",
     rate: Optional = "",
     per_key: Annotated[bool, Form()] = False,
+    throttle: Optional = "",
 ) -> Response:
     registry = registry_of(request)
     flow = FlowStore(store_of(request))
@@ -80,14 +86,21 @@ async def set_limit(
         return await redirect(request, LIMITS_PATH, _unknown(job_type))
     try:
         limit = runtime_limit(_whole(concurrency), rate.strip() or None, per_key)
+        throttled = check_throttle(throttle.strip() or None)
     except ValueError as error:
         return await redirect(request, LIMITS_PATH, Flash("error", f"Not set: {error}."))
-    if limit.concurrency is None and limit.rate is None:
-        text = "Not set: give a concurrency and/or a rate (Clear goes back to the code's limit)."
+    if limit.concurrency is None and limit.rate is None and throttled is None:
+        text = (
+            "Not set: give a concurrency, a rate and/or a throttle (Clear goes back to the "
+            "code's limit)."
+        )
         return await redirect(request, LIMITS_PATH, Flash("error", text))
-    await flow.set_limit(job_type, limit)
+    await flow.set_limit(job_type, limit, throttled, registry=registry)
     in_force = await flow.limit_in_force(job_type, registry)
-    text = f"Set: {limit_line(in_force)}, in force within seconds on every consumer."
+    said = "in force within seconds on every consumer"
+    if throttled is not None:
+        said += ", the throttle at once on every API process"
+    text = f"Set: {limit_line(in_force)}, {said}."
     return await redirect(request, LIMITS_PATH, Flash("ok", text))
 
 

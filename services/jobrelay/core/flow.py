@@ -126,6 +126,9 @@ class LimitInForce:
     type: str
     limit: Limit
     source: Literal["code", "runtime"]
+    # The throttle in force: the runtime row's when it has one, else the code's (a row without
+    # a throttle leaves the code's in force; it is not a concurrency or a rate).
+    throttle: Throttle | None = None
 
 
 def limit_key(limit: Limit, concurrency_key: str | None) -> str:
@@ -137,13 +140,18 @@ def limit_key(limit: Limit, concurrency_key: str | None) -> str:
 
 
 def limit_in_force(
-    job_type: str, code: Mapping[str, Limit], runtime: Mapping[str, Limit]
+    job_type: str,
+    code: Mapping[str, Limit],
+    runtime: Mapping[str, Limit],
+    throttles: Mapping[str, Throttle] | None = None,
 ) -> LimitInForce:
     """The runtime row while there is one, else the code's limit (no limit at all: a ``Limit``
-    of nothing, from the code)."""
+    of nothing, from the code); ``throttles``: the throttle in force by type (runtime's, else
+    code's)."""
+    throttle = (throttles or {}).get(job_type)
     if job_type in runtime:
-        return LimitInForce(job_type, runtime[job_type], "runtime")
-    return LimitInForce(job_type, code.get(job_type, Limit()), "code")
+        return LimitInForce(job_type, runtime[job_type], "runtime", throttle)
+    return LimitInForce(job_type, code.get(job_type, Limit()), "code", throttle)
 
 
 def limits_in_force(code: Mapping[str, Limit], runtime: Mapping[str, Limit]) -> dict[str, Limit]:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobrelay.core.flow import Limit, LimitInForce, Rate, parse_rate
+from jobrelay.core.flow import Limit, LimitInForce, Rate, Throttle, parse_rate, parse_throttle
 
 # Far above any real need, and within the columns of ``type_limits`` (integer).
 CONCURRENCY_MAX = 100_000
 RATE_COUNT_MAX = 1_000_000
+THROTTLE_COUNT_MAX = 1_000_000
 
 
 def check_concurrency(concurrency: int | None) -> int | None:
@@ -27,6 +28,24 @@ def check_rate(text: str | None) -> Rate | None:
     if rate.count > RATE_COUNT_MAX:
         raise ValueError(f"invalid rate {text[:50]!r}: at most {RATE_COUNT_MAX:,} per period")
     return rate
+
+
+def check_throttle(text: str | None) -> Throttle | None:
+    """``"5/s"``, ``"100/m"``, ``"1000/h"`` or None; a ValueError that names the text given."""
+    if text is None:
+        return None
+    throttle = parse_throttle(text)
+    if throttle.count > THROTTLE_COUNT_MAX:
+        raise ValueError(
+            f"invalid throttle {text[:50]!r}: at most {THROTTLE_COUNT_MAX:,} per period"
+        )
+    return throttle
+
+
+def throttle_only(limit: Limit, throttle: Throttle | None) -> bool:
+    """Whether an operator gave a throttle and nothing else: the concurrency and rate in force
+    then stay as they are (a throttle alone never lifts them, ``FlowStore.set_limit``)."""
+    return throttle is not None and limit == Limit()
 
 
 def runtime_limit(concurrency: int | None, rate: str | None, per_key: bool) -> Limit:
@@ -48,6 +67,7 @@ def limit_document(limit: LimitInForce) -> dict[str, Any]:
         "rate": None if rate is None else str(rate),
         "per_key": limit.limit.per_key,
         "source": limit.source,
+        "throttle": None if limit.throttle is None else str(limit.throttle),
     }
 
 
@@ -58,6 +78,8 @@ def limit_line(limit: LimitInForce) -> str:
         parts.append(f"concurrency={limit.limit.concurrency}")
     if limit.limit.rate is not None:
         parts.append(f"rate={limit.limit.rate}")
+    if limit.throttle is not None:
+        parts.append(f"throttle={limit.throttle}")
     if not parts:
         parts.append("no limit")
     if limit.limit.per_key:

@@ -9,9 +9,10 @@ loaded registry first, the registered types second. What is code cannot travel t
 database: a registered type has no ``concurrency_key=`` or ``unique=`` function, and its
 payload is checked against the JSON Schema (jsonschema-rs), not by the pydantic model.
 
-``RegisteredTypes`` keeps the catalog in memory (no database read per submission) and reloads
-it when told (``invalidate``: a NOTIFY), on a miss at most once per ``miss_reload_seconds``,
-and every ``refresh_seconds`` (``keep_fresh``).
+``RegisteredTypes`` keeps the catalog in memory (no database read per submission), with the
+throttles set at runtime, and reloads it when told (``invalidate``: a NOTIFY of a registration
+or of a runtime limit's change), on a miss at most once per ``miss_reload_seconds``, and every
+``refresh_seconds`` (``keep_fresh``).
 """
 
 from __future__ import annotations
@@ -121,6 +122,9 @@ class TypeStore(Protocol):
 
     async def registered_types(self) -> list[RegisteredType]:
         """Every registered type."""
+
+    async def runtime_throttles(self) -> dict[str, Throttle]:
+        """The throttles set at runtime (``type_limits``), by type."""
 
 
 class PayloadTypes(Protocol):
@@ -312,7 +316,8 @@ class TypeCatalog:
 class RegisteredTypes:
     """The API's catalog, kept in memory and reloaded from a ``TypeStore``: never for a
     known type, on a miss at most once per ``miss_reload_seconds``, at the next lookup after
-    ``invalidate`` (a notification), and every ``refresh_seconds`` in ``keep_fresh``."""
+    ``invalidate`` (a notification; a loaded type's lookup too, for its runtime throttle), and
+    every ``refresh_seconds`` in ``keep_fresh``."""
 
     def __init__(
         self,
@@ -352,11 +357,13 @@ class RegisteredTypes:
         return self.catalog
 
     def _needs_load(self, names: Iterable[str]) -> bool:
-        names = list(names)
-        if all(name in self.catalog.registry for name in names):
-            return False  # loaded handlers win: what is registered does not matter
+        # Stale even for the loaded handlers' types: the runtime throttles (``type_limits``)
+        # hold for them too, and a change of one notifies as a registration does.
         if self._stale or self._loaded_at is None:  # (None: the first read is under way)
             return True
+        names = list(names)
+        if all(name in self.catalog.registry for name in names):
+            return False  # loaded handlers: what is registered does not matter
         if all(name in self.catalog for name in names):
             return False
         return self.clock() - self._loaded_at >= self.miss_reload_seconds
@@ -369,6 +376,7 @@ class RegisteredTypes:
         read = self._reads_started
         try:
             registered = await self.store.registered_types()
+            throttles = await self.store.runtime_throttles()
         except BaseException:
             self._stale = True
             raise
@@ -379,7 +387,7 @@ class RegisteredTypes:
         usable = [t for t in registered if self._compiles(t)]
         self._validators.keep_only(t.payload_schema for t in usable)
         self.catalog = TypeCatalog(
-            self.catalog.registry, {t.name: t for t in usable}, self._validators
+            self.catalog.registry, {t.name: t for t in usable}, self._validators, throttles
         )
         return self.catalog
 

@@ -12,20 +12,21 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from contextlib import asynccontextmanager
 from typing import Any
 
-from psycopg.errors import UndefinedTable
+from psycopg.errors import UndefinedColumn, UndefinedTable
 from sqlalchemy import TextClause
 from sqlalchemy.exc import ProgrammingError
 
 from jobrelay.core.errors import BrokerUnavailable, ConfigurationError
-from jobrelay.core.flow import Limit, LimitInForce, limit_in_force
+from jobrelay.core.flow import Limit, LimitInForce, Throttle, limit_in_force
 from jobrelay.core.queues import QueuesReport, QueueState
 from jobrelay.core.registry import Registry
 from jobrelay.core.relay import QueueDepth
+from jobrelay.core.runtime_limits import throttle_only
 from jobrelay.core.topology import queue_of, queue_short_name, type_queue_name
 from jobrelay.core.type_catalog import RegisteredType
 from jobrelay.db import queries as q
 from jobrelay.db.relay_store import route_params
-from jobrelay.db.rows import limit_from_row
+from jobrelay.db.rows import limit_from_row, throttle_from_row
 from jobrelay.db.store import Store
 from jobrelay.db.type_store import PgTypeStore
 
@@ -42,8 +43,13 @@ class FlowNotMigrated(ConfigurationError):
 async def _migrated() -> AsyncIterator[None]:
     try:
         yield
-    except (UndefinedTable, ProgrammingError) as error:
-        if not isinstance(getattr(error, "orig", error), UndefinedTable):
+    except (UndefinedTable, UndefinedColumn, ProgrammingError) as error:
+        cause = getattr(error, "orig", error)
+        if isinstance(cause, UndefinedColumn):  # type_limits without its throttle yet
+            raise FlowNotMigrated(
+                "the database has no runtime throttles yet (revision 0019): run jobrelay migrate"
+            ) from None
+        if not isinstance(cause, UndefinedTable):
             raise
         raise FlowNotMigrated(
             "the database has no flow-control tables yet (revision 0007): run jobrelay migrate"
@@ -111,25 +117,30 @@ class FlowStore:
         return None if row is None else limit_from_row(row)
 
     async def limits_in_force(self, registry: Registry) -> list[LimitInForce]:
-        """Every type with a limit in force: the code's (``code_limits``) and the runtime rows
-        (which win), by type name."""
-        code = await self.code_limits(registry)
-        runtime = await self.runtime_limits()
-        return [
-            limit_in_force(name, code, runtime) for name in sorted(code.keys() | runtime.keys())
-        ]
+        """Every type with a limit or a throttle in force: the code's (``code_limits``) and the
+        runtime rows (which win), by type name."""
+        code, code_throttles = await self.code_limits(registry)
+        rows = await self._all(q.TYPE_LIMIT_ROWS)
+        runtime = {row.type: limit_from_row(row) for row in rows}
+        throttles = code_throttles | _throttles(rows)
+        names = sorted(code.keys() | runtime.keys() | throttles.keys())
+        return [limit_in_force(name, code, runtime, throttles) for name in names]
 
     async def limit_in_force(self, job_type: str, registry: Registry) -> LimitInForce:
-        runtime = await self.runtime_limit(job_type)
-        overrides = {} if runtime is None else {job_type: runtime}
-        return limit_in_force(job_type, await self.code_limits(registry), overrides)
+        row = await self._one(q.TYPE_LIMIT_ROW, type=job_type)
+        overrides = {} if row is None else {job_type: limit_from_row(row)}
+        code, throttles = await self.code_limits(registry)
+        throttles |= _throttles([] if row is None else [row])
+        return limit_in_force(job_type, code, overrides, throttles)
 
-    async def code_limits(self, registry: Registry) -> dict[str, Limit]:
-        """The limits in the code: the ``registry``'s, and for a type only the consumers load,
-        the limit one registered (docs/job-types.md, "Registered types")."""
+    async def code_limits(self, registry: Registry) -> tuple[dict[str, Limit], dict[str, Throttle]]:
+        """The limits and throttles in the code: the ``registry``'s, and for a type only the
+        consumers load, the ones it registered (docs/job-types.md, "Registered types")."""
         registered = await self._registered_elsewhere(registry)
         limits = {t.name: t.limit for t in registered if t.limit is not None}
-        return limits | registry.limits()
+        throttles = {t.name: t.throttle for t in registered if t.throttle is not None}
+        loaded = {t.name: t.throttle for t in registry.types.values() if t.throttle is not None}
+        return limits | registry.limits(), throttles | loaded
 
     async def is_known_type(self, job_type: str, registry: Registry) -> bool:
         """A type of the ``registry``, or one a consumer registered: a runtime limit may be
@@ -142,8 +153,19 @@ class FlowStore:
         registered = await PgTypeStore(self.store).registered_types()
         return [t for t in registered if t.name not in registry.types]
 
-    async def set_limit(self, job_type: str, limit: Limit) -> None:
-        """The runtime limit of ``job_type`` (it replaces the code's until cleared)."""
+    async def set_limit(
+        self,
+        job_type: str,
+        limit: Limit,
+        throttle: Throttle | None = None,
+        *,
+        registry: Registry,
+    ) -> None:
+        """The runtime limit of ``job_type`` (it replaces the code's until cleared) and its
+        runtime throttle (None: the code's holds). A throttle given alone keeps the concurrency
+        and rate in force (``throttle_only``): it must not lift them."""
+        if throttle_only(limit, throttle):
+            limit = (await self.limit_in_force(job_type, registry)).limit
         rate = limit.rate
         await self._one(
             q.SET_TYPE_LIMIT,
@@ -152,6 +174,8 @@ class FlowStore:
             rate_count=None if rate is None else rate.count,
             rate_period_seconds=None if rate is None else rate.period_seconds,
             per_key=limit.per_key,
+            throttle_count=None if throttle is None else throttle.count,
+            throttle_period_seconds=None if throttle is None else throttle.period_seconds,
         )
 
     async def clear_limit(self, job_type: str) -> bool:
@@ -165,6 +189,12 @@ class FlowStore:
     async def _one(self, statement: TextClause, **params: Any) -> Any | None:
         rows = await self._all(statement, **params)
         return rows[0] if rows else None
+
+
+def _throttles(rows: Iterable[Any]) -> dict[str, Throttle]:
+    """The runtime throttles of ``type_limits`` rows, by type."""
+    found = {row.type: throttle_from_row(row) for row in rows}
+    return {job_type: throttle for job_type, throttle in found.items() if throttle is not None}
 
 
 def _by_queue(rows: Iterable[Any]) -> dict[str, int]:

@@ -169,7 +169,9 @@ JOB_TYPE_NAMES: TextClause = clause("job_type_names")
 # db/sql/types.sql
 MARK_TYPES_SERVED: TextClause = clause("mark_types_served")
 REGISTER_JOB_TYPES: TextClause = clause("register_job_types")
+REGISTER_TYPE_POLICIES: TextClause = clause("register_type_policies")
 JOB_TYPE_ROWS: TextClause = clause("job_type_rows")
+RUNTIME_THROTTLE_ROWS: TextClause = clause("runtime_throttle_rows")
 
 # db/sql/durable.sql
 RECORD_STEPS: TextClause = clause("record_steps")

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Row
 
 from jobrelay.core.durable import StepKind, StepRecord, StepStatus
-from jobrelay.core.flow import Limit, Rate
+from jobrelay.core.flow import Limit, Rate, Throttle
 from jobrelay.core.jobs import Job, JournalEntry
 from jobrelay.core.states import JobState
 
@@ -19,6 +19,13 @@ def limit_from_row(row: Any) -> Limit:
     """The limit a ``type_limits`` row sets (its columns, under the same names in any row)."""
     rate = None if row.rate_count is None else Rate(row.rate_count, row.rate_period_seconds)
     return Limit(concurrency=row.concurrency, rate=rate, per_key=bool(row.per_key))
+
+
+def throttle_from_row(row: Any) -> Throttle | None:
+    """The throttle a ``type_limits`` or ``job_types`` row sets (migration 0019); None: none."""
+    if row.throttle_count is None:
+        return None
+    return Throttle(row.throttle_count, row.throttle_period_seconds)
 
 
 def job_from_row(row: Any) -> Job:

@@ -18,13 +18,23 @@ from typing import Any
 from psycopg.errors import UndefinedColumn, UndefinedTable
 from sqlalchemy.exc import ProgrammingError
 
-from jobrelay.core.flow import Limit
+from jobrelay.core.flow import Limit, Throttle
 from jobrelay.core.type_catalog import RegisteredType
 from jobrelay.db import queries as q
-from jobrelay.db.rows import limit_from_row
+from jobrelay.db.rows import limit_from_row, throttle_from_row
 from jobrelay.db.store import Store
 
 log = logging.getLogger(__name__)
+
+
+SERVED_NOT_MIGRATED = (
+    "the database has no job_types.served_until yet (revision 0014): run jobrelay migrate; "
+    "until then the job views show no_consumer"
+)
+POLICIES_NOT_MIGRATED = (
+    "the database has no job_types.throttle_count yet (revision 0019): run jobrelay migrate; "
+    "until then an API throttles only the types it loads"
+)
 
 
 class TypesNotMigrated(Exception):
@@ -35,7 +45,7 @@ class PgTypeStore:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._warned = False  # the missing table is said once, not at every read
-        self._warned_served = False
+        self._warned_columns: set[str] = set()  # each missing column is said once
 
     @asynccontextmanager
     async def _migrated(self) -> AsyncIterator[None]:
@@ -61,27 +71,35 @@ class PgTypeStore:
                 await self.store.fetch_all(q.REGISTER_JOB_TYPES, **register_params(types))
         except TypesNotMigrated:
             return
+        await self._register_policies(types)
+
+    async def _register_policies(self, types: Sequence[RegisteredType]) -> None:
+        """The code's throttles and windows, a statement of their own: before migration 0019
+        it fails alone, with a warning, and the registration stands (the API then throttles
+        these types only when it loads their handlers)."""
+        async with self._column_missing(POLICIES_NOT_MIGRATED):
+            await self.store.fetch_all(q.REGISTER_TYPE_POLICIES, **policy_params(types))
 
     async def mark_served(self, names: Sequence[str], *, seconds: float) -> None:
         """A consumer consumes the queues of ``names``: they are served for ``seconds``."""
         if not names:
             return
+        with contextlib.suppress(TypesNotMigrated):
+            async with self._migrated(), self._column_missing(SERVED_NOT_MIGRATED):
+                await self.store.fetch_all(q.MARK_TYPES_SERVED, names=list(names), seconds=seconds)
+
+    @asynccontextmanager
+    async def _column_missing(self, warning: str) -> AsyncIterator[None]:
+        """A column of a later revision is missing: the statement is skipped, ``warning``
+        said once."""
         try:
-            with contextlib.suppress(TypesNotMigrated):
-                async with self._migrated():
-                    await self.store.fetch_all(
-                        q.MARK_TYPES_SERVED, names=list(names), seconds=seconds
-                    )
+            yield
         except (UndefinedColumn, ProgrammingError) as error:
             if not isinstance(getattr(error, "orig", error), UndefinedColumn):
                 raise
-            if not self._warned_served:
-                self._warned_served = True
-                log.warning(
-                    "the database has no job_types.served_until yet (revision 0014): run "
-                    "jobrelay migrate; until then the job views show no_consumer",
-                    extra={"event": "job_types_not_migrated"},
-                )
+            if warning not in self._warned_columns:
+                self._warned_columns.add(warning)
+                log.warning(warning, extra={"event": "job_types_not_migrated"})
 
     async def registered_types(self) -> list[RegisteredType]:
         try:
@@ -90,6 +108,17 @@ class PgTypeStore:
         except TypesNotMigrated:
             return []
         return [registered_from_row(row) for row in rows]
+
+    async def runtime_throttles(self) -> dict[str, Throttle]:
+        """The throttles set at runtime (``type_limits``), by type; none before migration
+        0007 (no table) or 0019 (no column: the statement reads none)."""
+        try:
+            async with self._migrated():
+                rows = await self.store.fetch_all(q.RUNTIME_THROTTLE_ROWS)
+        except TypesNotMigrated:
+            return {}
+        found = {row.type: throttle_from_row(row) for row in rows}
+        return {name: throttle for name, throttle in found.items() if throttle is not None}
 
 
 def register_params(types: Sequence[RegisteredType]) -> dict[str, list[Any]]:
@@ -113,6 +142,17 @@ def register_params(types: Sequence[RegisteredType]) -> dict[str, list[Any]]:
     }
 
 
+def policy_params(types: Sequence[RegisteredType]) -> dict[str, list[Any]]:
+    """``REGISTER_TYPE_POLICIES``' arrays, one per column."""
+    throttles = [t.throttle for t in types]
+    return {
+        "names": [t.name for t in types],
+        "throttle_counts": [None if th is None else th.count for th in throttles],
+        "throttle_periods": [None if th is None else th.period_seconds for th in throttles],
+        "unique_fors": [t.unique_for for t in types],
+    }
+
+
 def registered_from_row(row: Any) -> RegisteredType:
     return RegisteredType(
         name=row.name,
@@ -125,6 +165,8 @@ def registered_from_row(row: Any) -> RegisteredType:
         registered_by=row.registered_by,
         registered_at=row.registered_at,
         api=row.api,
+        throttle=throttle_from_row(row),  # the table's checks keep it whole
+        unique_for=row.unique_for_seconds,
     )
 
 

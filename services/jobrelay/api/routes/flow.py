@@ -154,7 +154,7 @@ async def get_limit(
     response_model=LimitView,
     responses={**TYPE_NOT_FOUND, **problem_responses(413, 422)},
     summary="Set a type's runtime limit (in force within seconds on every dispatcher and "
-    "consumer, until cleared)",
+    "consumer, until cleared) and throttle (on every API process at once)",
 )
 async def set_limit(
     request: Request, job_type: TypeName, body: SetLimit, admin: AdminDep, store: StoreDep
@@ -163,7 +163,7 @@ async def set_limit(
     flow = FlowStore(store)
     if not await flow.is_known_type(job_type, registry):
         raise JobTypeNotFound(unknown_type(job_type))
-    await flow.set_limit(job_type, body.as_limit())
+    await flow.set_limit(job_type, body.as_limit(), body.as_throttle(), registry=registry)
     return limit_document(await flow.limit_in_force(job_type, registry))
 
 

@@ -32,25 +32,38 @@ SELECT name, paused_at, paused_by, pg_notify('jobrelay_outbox', '')::text AS not
 FROM resumed;
 
 -- name: type_limit_rows
-SELECT type, concurrency, rate_count, rate_period_seconds, per_key
+SELECT type, concurrency, rate_count, rate_period_seconds, per_key, throttle_count,
+       throttle_period_seconds
 FROM jobrelay.type_limits ORDER BY type;
 
 -- name: type_limit_row
-SELECT type, concurrency, rate_count, rate_period_seconds, per_key
+SELECT type, concurrency, rate_count, rate_period_seconds, per_key, throttle_count,
+       throttle_period_seconds
 FROM jobrelay.type_limits WHERE type = :type;
 
 -- name: set_type_limit
-INSERT INTO jobrelay.type_limits AS t
-    (type, concurrency, rate_count, rate_period_seconds, per_key, updated_at)
-VALUES (:type, :concurrency, :rate_count, :rate_period_seconds, :per_key, now())
-ON CONFLICT (type) DO UPDATE
-SET concurrency = excluded.concurrency, rate_count = excluded.rate_count,
-    rate_period_seconds = excluded.rate_period_seconds, per_key = excluded.per_key,
-    updated_at = now()
-RETURNING type, concurrency, rate_count, rate_period_seconds, per_key;
+-- Notifies the API processes, which keep the runtime throttles in their catalog
+-- (core/type_catalog.py): they read them again at once, not at their next refresh.
+WITH written AS (
+    INSERT INTO jobrelay.type_limits AS t
+        (type, concurrency, rate_count, rate_period_seconds, per_key, throttle_count,
+         throttle_period_seconds, updated_at)
+    VALUES (:type, :concurrency, :rate_count, :rate_period_seconds, :per_key, :throttle_count,
+            :throttle_period_seconds, now())
+    ON CONFLICT (type) DO UPDATE
+    SET concurrency = excluded.concurrency, rate_count = excluded.rate_count,
+        rate_period_seconds = excluded.rate_period_seconds, per_key = excluded.per_key,
+        throttle_count = excluded.throttle_count,
+        throttle_period_seconds = excluded.throttle_period_seconds, updated_at = now()
+    RETURNING type, concurrency, rate_count, rate_period_seconds, per_key, throttle_count,
+              throttle_period_seconds
+)
+SELECT written.*, pg_notify('jobrelay_job_types', '')::text AS notified FROM written;
 
 -- name: clear_type_limit
-DELETE FROM jobrelay.type_limits WHERE type = :type RETURNING type;
+-- Notifies the API processes as SET_TYPE_LIMIT does (a runtime throttle may end here).
+WITH cleared AS (DELETE FROM jobrelay.type_limits WHERE type = :type RETURNING type)
+SELECT type, pg_notify('jobrelay_job_types', '')::text AS notified FROM cleared;
 
 -- name: job_type_names
 -- Every registered type's name: the queues `jobrelay queues list` reads beside the named ones.

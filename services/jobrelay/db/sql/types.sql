@@ -47,7 +47,47 @@ WITH registered AS (
 SELECT count(*) AS registered, pg_notify('jobrelay_job_types', '')::text AS notified
 FROM registered;
 
+-- name: register_type_policies
+-- The code's throttle and the window of its unique key (migration 0019), written after
+-- REGISTER_JOB_TYPES by a statement of their own: against a database not yet migrated to 0019
+-- this one fails alone (db/type_store.py), and the registration above stands. Only the rows
+-- that change are written and, if any, notified again (the API may have read the types between
+-- the two statements).
+WITH asked AS (
+    SELECT * FROM unnest(
+        CAST(:names AS text[]), CAST(:throttle_counts AS int[]),
+        CAST(:throttle_periods AS int[]), CAST(:unique_fors AS float8[])
+    ) AS a(name, throttle_count, throttle_period_seconds, unique_for_seconds)
+), changed AS (
+    UPDATE jobrelay.job_types t
+    SET throttle_count = a.throttle_count, throttle_period_seconds = a.throttle_period_seconds,
+        unique_for_seconds = a.unique_for_seconds
+    FROM (SELECT * FROM asked ORDER BY name) AS a
+    WHERE t.name = a.name
+      AND (t.throttle_count, t.throttle_period_seconds, t.unique_for_seconds)
+          IS DISTINCT FROM (a.throttle_count, a.throttle_period_seconds, a.unique_for_seconds)
+    RETURNING t.name
+)
+SELECT count(*) AS changed,
+       CASE WHEN count(*) > 0 THEN pg_notify('jobrelay_job_types', '')::text END AS notified
+FROM changed;
+
 -- name: job_type_rows
+-- The columns of migration 0019 are read through to_jsonb, which has them as NULL before it:
+-- an API runs against a database not yet migrated (db/type_store.py).
 SELECT name, payload_schema, max_attempts, priority, timeout_seconds, concurrency, rate_count,
-       rate_period_seconds, per_key, description, registered_by, api, registered_at
-FROM jobrelay.job_types ORDER BY name;
+       rate_period_seconds, per_key, description, registered_by, api, registered_at,
+       CAST(to_jsonb(t) ->> 'throttle_count' AS int) AS throttle_count,
+       CAST(to_jsonb(t) ->> 'throttle_period_seconds' AS int) AS throttle_period_seconds,
+       CAST(to_jsonb(t) ->> 'unique_for_seconds' AS float8) AS unique_for_seconds
+FROM jobrelay.job_types t ORDER BY name;
+
+-- name: runtime_throttle_rows
+-- The throttles set at runtime, which every API process keeps in its catalog (reloaded with the
+-- types: set_type_limit and clear_type_limit notify the same channel). Through to_jsonb as
+-- above: no row before migration 0019.
+SELECT type, CAST(to_jsonb(l) ->> 'throttle_count' AS int) AS throttle_count,
+       CAST(to_jsonb(l) ->> 'throttle_period_seconds' AS int) AS throttle_period_seconds
+FROM jobrelay.type_limits l
+WHERE to_jsonb(l) ->> 'throttle_count' IS NOT NULL
+ORDER BY type;

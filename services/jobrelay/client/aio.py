@@ -61,6 +61,12 @@ class AsyncClient(ClientBase[httpx.AsyncClient, httpx.AsyncBaseTransport]):
         priority: int | None = None,
         concurrency_key: str | None = None,
         unique_key: str | None = None,
+        sequence_key: str | None = None,
+        unique_for_seconds: float | None = None,
+        on_duplicate: str | None = None,
+        debounce_seconds: float | None = None,
+        debounce_max_seconds: float | None = None,
+        throttle_key: str | None = None,
     ) -> Job:
         call = _calls.submit(
             type,
@@ -69,7 +75,17 @@ class AsyncClient(ClientBase[httpx.AsyncClient, httpx.AsyncBaseTransport]):
             max_attempts=max_attempts,
             run_at=run_at,
             delay=delay,
-            flow=Flow(priority, concurrency_key, unique_key),
+            flow=Flow(
+                priority,
+                concurrency_key,
+                unique_key,
+                sequence_key=sequence_key,
+                unique_for_seconds=unique_for_seconds,
+                on_duplicate=on_duplicate,
+                debounce_seconds=debounce_seconds,
+                debounce_max_seconds=debounce_max_seconds,
+                throttle_key=throttle_key,
+            ),
         )
         return await self._run(call)
 

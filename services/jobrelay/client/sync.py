@@ -61,6 +61,12 @@ class Client(ClientBase[httpx.Client, httpx.BaseTransport]):
         priority: int | None = None,
         concurrency_key: str | None = None,
         unique_key: str | None = None,
+        sequence_key: str | None = None,
+        unique_for_seconds: float | None = None,
+        on_duplicate: str | None = None,
+        debounce_seconds: float | None = None,
+        debounce_max_seconds: float | None = None,
+        throttle_key: str | None = None,
     ) -> Job:
         """Submits a job (``POST /v1/jobs``) and returns it: new (``queued``), or the one
         this ``key`` made before with the same type, payload and due time. Without a key a
@@ -69,10 +75,15 @@ class Client(ClientBase[httpx.Client, httpx.BaseTransport]):
         before then. ``priority`` (-100 to 100, higher first; by default the type's),
         ``concurrency_key`` and ``unique_key`` (docs/flow-control.md) are part of the request.
         A ``unique_key`` a live job of the type already holds makes no job: that job comes
-        back with ``deduplicated`` true. The key was used for another request:
-        ``IdempotencyConflict``; another
-        error answer: ``ApiError``; the API unreachable after the retries: the last
-        ``httpx.TransportError``."""
+        back with ``deduplicated`` true. The order and submission policies
+        (docs/flow-control.md): ``sequence_key``; ``unique_for_seconds`` and ``on_duplicate``
+        (``"return_existing"``, ``"reject"``); ``debounce_seconds`` and
+        ``debounce_max_seconds`` (the key's queued job comes back with ``debounced`` true);
+        ``throttle_key``. The key was used for another request: ``IdempotencyConflict``; a
+        duplicate refused: ``DuplicateJobError`` (``job_id``); over the type's throttle:
+        ``ThrottledError`` (``retry_after``; not retried); policies that do not go together:
+        ``ApiError`` 422 ``invalid_policy``; another error answer: ``ApiError``; the API
+        unreachable after the retries: the last ``httpx.TransportError``."""
         call = _calls.submit(
             type,
             payload,
@@ -80,7 +91,17 @@ class Client(ClientBase[httpx.Client, httpx.BaseTransport]):
             max_attempts=max_attempts,
             run_at=run_at,
             delay=delay,
-            flow=Flow(priority, concurrency_key, unique_key),
+            flow=Flow(
+                priority,
+                concurrency_key,
+                unique_key,
+                sequence_key=sequence_key,
+                unique_for_seconds=unique_for_seconds,
+                on_duplicate=on_duplicate,
+                debounce_seconds=debounce_seconds,
+                debounce_max_seconds=debounce_max_seconds,
+                throttle_key=throttle_key,
+            ),
         )
         return self._run(call)
 

@@ -34,7 +34,8 @@ def request_hash_of_json(
     (``JobRequest.schedule``): a request without one hashes as it always did.
 
     ``flow``: the flow control fields the submission gave itself (``Flow.given``:
-    ``priority``, ``concurrency_key``, ``unique_key``), each at its sorted place in the
+    ``priority``, ``concurrency_key``, ``unique_key`` and the policies), each at its sorted
+    place in the
     document, and only when given: a submission that gives none hashes as before they
     existed, so a resubmission across the upgrade is still the same request. A priority is
     hashed whenever it is given, 0 too: with a type whose default is 10, "0" and "none" ask
@@ -44,18 +45,12 @@ def request_hash_of_json(
         when = f',"schedule":{canonical_json(schedule)}' if schedule is not None else ""
         document = f'{{"payload":{payload_json}{when},"type":{canonical_json(job_type)}}}'
         return hashlib.sha256(document.encode()).hexdigest()
-    given = flow
-    parts = [
-        ("concurrency_key", given.get("concurrency_key")),
-        ("payload", payload_json),
-        ("priority", given.get("priority")),
-        ("schedule", schedule),
-        ("type", job_type),
-        ("unique_key", given.get("unique_key")),
-    ]
+    # Every field given, the order and submission policies too (``sequence_key``,
+    # ``unique_for_seconds``, ``on_duplicate``, ``debounce_*``, ``throttle_key``; SPEC 22).
+    parts = {**flow, "payload": payload_json, "schedule": schedule, "type": job_type}
     fields = [
         f'"{name}":{value if name == "payload" else canonical_json(value)}'
-        for name, value in parts
+        for name, value in sorted(parts.items())
         if value is not None
     ]
     document = "{" + ",".join(fields) + "}"

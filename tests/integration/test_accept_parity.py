@@ -56,10 +56,28 @@ class Ask:
     max_attempts: int | None = None
     concurrency_key: str | None = None
     client: str = "alice"
+    # The order and submission policies. ``unique_key`` is a pattern: ``{key}`` is the
+    # idempotency key of the pair, so that no pair meets the live job of another's.
+    unique_key: str | None = None
+    sequence_key: str | None = None
+    unique_for_seconds: float | None = None
+    on_duplicate: str | None = None
+    debounce_seconds: float | None = None
+
+    def flow_fields(self, key: str) -> dict[str, Any]:
+        """The flow fields as ``jobrelay.enqueue`` and the recorder take them."""
+        return {
+            "priority": self.priority,
+            "concurrency_key": self.concurrency_key,
+            "unique_key": None if self.unique_key is None else self.unique_key.format(key=key),
+            "sequence_key": self.sequence_key,
+            "unique_for_seconds": self.unique_for_seconds,
+            "on_duplicate": self.on_duplicate,
+            "debounce_seconds": self.debounce_seconds,
+        }
 
     def submission(self, key: str) -> Submission:
         """As ``jobrelay.enqueue`` and the recorder check it (no registry: no type defaults)."""
-        flow = Flow(self.priority, self.concurrency_key)
         return check_submission(
             self.type,
             self.payload,
@@ -68,18 +86,20 @@ class Ask:
             self.delay_seconds,
             self.max_attempts,
             None,
-            flow=flow,
+            flow=Flow(**self.flow_fields(key)),
         )
 
     @property
     def in_sql(self) -> bool:
-        """The SQL function takes no delay, max_attempts or flow keys."""
-        return self.delay_seconds is None and self.max_attempts is None and not self.concurrency_key
+        """The SQL function takes no delay, max_attempts or flow keys but a sequence's."""
+        no_keys = not (self.concurrency_key or self.unique_key)
+        return self.delay_seconds is None and self.max_attempts is None and no_keys
 
     @property
     def in_workflow(self) -> bool:
         """A workflow's job has no schedule and no flow keys of its own here."""
-        return self.run_at is None and self.delay_seconds is None and not self.concurrency_key
+        no_keys = not (self.concurrency_key or self.unique_key or self.sequence_key)
+        return self.run_at is None and self.delay_seconds is None and no_keys
 
 
 @dataclass(frozen=True)
@@ -204,6 +224,47 @@ CASES = [
         workflow_expected=CONFLICT,
     ),
     Case("max_attempts or none", ask(max_attempts=2), ask(), EXISTING, workflow_expected=CONFLICT),
+    # The order and submission policies are part of the request; a key's retry is answered by
+    # its job before any policy decides (never debounced, refused or deduplicated).
+    Case("same sequence key", ask(sequence_key="s"), ask(sequence_key="s"), EXISTING),
+    Case("another sequence key", ask(sequence_key="s"), ask(sequence_key="t"), CONFLICT),
+    Case("sequence key or none", ask(sequence_key="s"), ask(), CONFLICT),
+    Case(
+        "same window",
+        ask(unique_key="u-{key}", unique_for_seconds=60),
+        ask(unique_key="u-{key}", unique_for_seconds=60),
+        EXISTING,
+    ),
+    Case(
+        "another window",
+        ask(unique_key="u-{key}", unique_for_seconds=60),
+        ask(unique_key="u-{key}", unique_for_seconds=61),
+        CONFLICT,
+    ),
+    Case(
+        "same debounce, another payload",
+        ask(unique_key="u-{key}", debounce_seconds=30),
+        ask({"course": "Rust"}, unique_key="u-{key}", debounce_seconds=30),
+        CONFLICT,
+    ),
+    Case(
+        "same debounce",
+        ask(unique_key="u-{key}", debounce_seconds=30),
+        ask(unique_key="u-{key}", debounce_seconds=30),
+        EXISTING,
+    ),
+    Case(
+        "a reject retried",
+        ask(unique_key="u-{key}", on_duplicate="reject"),
+        ask(unique_key="u-{key}", on_duplicate="reject"),
+        EXISTING,
+    ),
+    Case(
+        "reject or return_existing",
+        ask(unique_key="u-{key}", on_duplicate="reject"),
+        ask(unique_key="u-{key}", on_duplicate="return_existing"),
+        CONFLICT,
+    ),
 ]
 
 
@@ -279,8 +340,7 @@ class Shapes:
                 run_at=asked.run_at,
                 delay_seconds=asked.delay_seconds,
                 max_attempts=asked.max_attempts,
-                priority=asked.priority,
-                concurrency_key=asked.concurrency_key,
+                **asked.flow_fields(key),
             )
         except IdempotencyConflict:
             return Answer(CONFLICT, None)
@@ -299,7 +359,7 @@ class Shapes:
         try:
             row = self.sql.execute(
                 "SELECT jobrelay.jobrelay_enqueue(%s, %s, %s::jsonb, %s, run_at => %s, "
-                "priority => %s)",
+                "priority => %s, sequence_key => %s)",
                 (
                     asked.client,
                     asked.type,
@@ -307,6 +367,7 @@ class Shapes:
                     key,
                     asked.run_at,
                     asked.priority,
+                    asked.sequence_key,
                 ),
             ).fetchone()
         except psycopg.errors.UniqueViolation as error:
@@ -335,8 +396,7 @@ class Shapes:
                 run_at=asked.run_at,
                 delay=asked.delay_seconds,
                 max_attempts=asked.max_attempts,
-                priority=asked.priority,
-                concurrency_key=asked.concurrency_key,
+                **asked.flow_fields(key),
             )
         except IdempotencyConflict:
             return Answer(CONFLICT, None)
@@ -405,11 +465,11 @@ async def test_every_accept_decides_a_case_alike_and_stores_the_one_request_hash
     case: Case, shapes: Shapes
 ) -> None:
     run = shapes.by_name()
-    python_hash = case.first.submission("k").fingerprint  # the key is not hashed
     answered: dict[tuple[str, str], tuple[KeyDecision, KeyDecision]] = {}
     wanted: dict[tuple[str, str], tuple[KeyDecision, KeyDecision]] = {}
     for first_shape, second_shape in pairs(case):
         key = uuid.uuid4().hex
+        python_hash = case.first.submission(key).fingerprint  # of the key's unique key
         first = await run[first_shape](case.first, key)
         second = await run[second_shape](case.second, key)
         answered[first_shape, second_shape] = (first.decision, second.decision)
@@ -427,5 +487,6 @@ async def test_every_accept_decides_a_case_alike_and_stores_the_one_request_hash
     made, again = await shapes.batch(case.first, case.second, key)
     answered["batch", "batch"] = (made.decision, again.decision)
     wanted["batch", "batch"] = (NEW, case.expected)
+    python_hash = case.first.submission(key).fingerprint
     assert made.id is not None and shapes.stored_hash(made.id) == python_hash
     assert answered == wanted

@@ -26,9 +26,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.rows import namedtuple_row
 
 import jobrelay
 from jobrelay.client.errors import IdempotencyConflict
+from jobrelay.core.errors import DuplicateJob
 from jobrelay.core.idempotency import KeyDecision, Submission, check_submission
 from jobrelay.core.jobs import Flow
 from jobrelay.core.workflows import OnFailure, WorkflowStep
@@ -490,3 +492,129 @@ async def test_every_accept_decides_a_case_alike_and_stores_the_one_request_hash
     python_hash = case.first.submission(key).fingerprint
     assert made.id is not None and shapes.stored_hash(made.id) == python_hash
     assert answered == wanted
+
+
+# --- the policies' own answers: two submissions under two keys, through each accept ----------
+
+NEW_JOB, SAME_JOB, REFUSED = "new job", "same job", "refused"
+
+
+async def policy_answer(shapes: Shapes, shape: str, asked: Ask, key: str) -> tuple[str, Any]:
+    """What one submission got (a new job, the job of its unique key, a refusal) and its job's
+    id, through ``shape``; every shape but the recorder commits at once."""
+    if shape == "api":
+        request = asked.submission(key).request
+        result = await shapes.store.accept_job(shapes.clients[asked.client], request)
+        if result.rejected:
+            return REFUSED, result.job.id
+        return (NEW_JOB if result.created else SAME_JOB), result.job.id
+    if shape == "enqueue":
+        before = set(shapes.answered)
+        try:
+            job = jobrelay.enqueue(
+                shapes.caller,
+                client=asked.client,
+                type=asked.type,
+                payload=asked.payload,
+                key=key,
+                **asked.flow_fields(key),
+            )
+        except DuplicateJob as error:
+            return REFUSED, uuid.UUID(str(error.extra["job_id"]))
+        finally:
+            shapes.caller.commit()
+        shapes.answered.add(job.id)
+        return (SAME_JOB if job.id in before else NEW_JOB), job.id
+    if shape == "sql":
+        answer = await shapes.sql_function(asked, key)
+        return (NEW_JOB if answer.decision is NEW else SAME_JOB), answer.id
+    recorder = shapes.recorders.setdefault(asked.client, Recorder())
+    made = len(recorder.jobs)
+    try:
+        recorded = recorder.submit(asked.type, asked.payload, key=key, **asked.flow_fields(key))
+    except DuplicateJob as error:
+        return REFUSED, uuid.UUID(str(error.extra["job_id"]))
+    return (NEW_JOB if len(recorder.jobs) > made else SAME_JOB), recorded.id
+
+
+async def batch_answers(shapes: Shapes, first: Ask, second: Ask) -> list[tuple[str, Any]]:
+    """Both submissions in one ``accept_jobs``, under two keys."""
+    requests = [first.submission("b1-" + uuid.uuid4().hex).request]
+    requests.append(second.submission("b2-" + uuid.uuid4().hex).request)
+    results = await shapes.store.accept_jobs(shapes.clients[first.client], requests)
+    answers = []
+    for result in results:
+        assert isinstance(result, AcceptResult)
+        told = REFUSED if result.rejected else NEW_JOB if result.created else SAME_JOB
+        answers.append((told, result.job.id))
+    return answers
+
+
+async def both(shapes: Shapes, shape: str, first: Ask, second: Ask) -> list[tuple[str, Any]]:
+    if shape == "batch":
+        return await batch_answers(shapes, first, second)
+    return [
+        await policy_answer(shapes, shape, first, "p1-" + uuid.uuid4().hex),
+        await policy_answer(shapes, shape, second, "p2-" + uuid.uuid4().hex),
+    ]
+
+
+def job_row(shapes: Shapes, job_id: uuid.UUID) -> Any:
+    row = shapes.sql.cursor(row_factory=namedtuple_row).execute(
+        "SELECT payload, available_at > now() + interval '20 seconds' AS moved, sequence_waits, "
+        "EXISTS (SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id) AS relayable "
+        "FROM jobrelay.jobs j WHERE id = %s",
+        (job_id,),
+    ).fetchone()
+    assert row is not None, f"no job {job_id}"
+    return row
+
+
+@pytest.mark.parametrize("shape", ["api", "batch", "enqueue", "recorder"])
+async def test_a_reject_refuses_the_second_job_of_a_unique_key_in_every_accept(
+    shape: str, shapes: Shapes
+) -> None:
+    asked = ask(unique_key=f"u-{uuid.uuid4().hex}", on_duplicate="reject")
+    (first, made), (second, answered) = await both(shapes, shape, asked, asked)
+    assert (first, second) == (NEW_JOB, REFUSED)
+    assert answered == made
+
+
+@pytest.mark.parametrize("shape", ["api", "batch", "enqueue"])
+async def test_a_debounce_gives_the_queued_job_the_last_payload_in_every_accept(
+    shape: str, shapes: Shapes
+) -> None:
+    unique = f"u-{uuid.uuid4().hex}"
+    first = ask({"edit": 1}, unique_key=unique, debounce_seconds=30)
+    second = ask({"edit": 2}, unique_key=unique, debounce_seconds=30)
+    (told_first, made), (told_second, answered) = await both(shapes, shape, first, second)
+    assert (told_first, told_second, answered) == (NEW_JOB, SAME_JOB, made)
+    row = job_row(shapes, made)
+    assert row.payload == {"edit": 2} and row.moved
+
+
+@pytest.mark.parametrize("shape", ["api", "enqueue"])
+async def test_a_window_answers_with_a_job_of_the_key_that_ended_in_it_in_every_accept(
+    shape: str, shapes: Shapes
+) -> None:
+    unique = f"u-{uuid.uuid4().hex}"
+    windowed = ask(unique_key=unique, unique_for_seconds=600)
+    told, made = await policy_answer(shapes, shape, windowed, uuid.uuid4().hex)
+    shapes.sql.execute(
+        "UPDATE jobrelay.jobs SET state = 'succeeded', finished_at = now() WHERE id = %s", (made,)
+    )
+    again = await policy_answer(shapes, shape, windowed, uuid.uuid4().hex)
+    without = await policy_answer(shapes, shape, ask(unique_key=unique), uuid.uuid4().hex)
+    assert (told, again, without[0]) == (NEW_JOB, (SAME_JOB, made), NEW_JOB)
+
+
+@pytest.mark.parametrize("shape", ["api", "batch", "enqueue", "sql"])
+async def test_the_second_job_of_a_sequence_waits_without_an_outbox_row_in_every_accept(
+    shape: str, shapes: Shapes
+) -> None:
+    asked = ask(sequence_key=f"s-{uuid.uuid4().hex}")
+    (told_first, ahead), (told_second, behind) = await both(shapes, shape, asked, asked)
+    assert (told_first, told_second) == (NEW_JOB, NEW_JOB)
+    first, second = job_row(shapes, ahead), job_row(shapes, behind)
+    assert (first.sequence_waits, first.relayable) == (False, True)
+    assert (second.sequence_waits, second.relayable) == (True, False)

@@ -18,7 +18,6 @@ from jobrelay.cli.output import render_job
 from jobrelay.client import (
     ApiError,
     Client,
-    DuplicateJobError,
     IdempotencyConflict,
     Job,
     ThrottledError,
@@ -175,12 +174,11 @@ def _show(job: Job, key: str, *, accepted: bool, as_json: bool) -> None:
 
 def _refusal(error: ApiError, made_key: str | None) -> str:
     """The API's answer in a line, then its field errors: a conflict names the job that has
-    the key; a failure worth retrying names the key this command made up."""
+    the key (a refused duplicate's detail names its job); a throttle says when one more is
+    taken; a failure worth retrying names the key this command made up."""
     line = f"{error.status} {error.code}: {error.detail}"
     if isinstance(error, IdempotencyConflict) and error.job_id is not None:
         line += f" (job {error.job_id} has this key)"
-    if isinstance(error, DuplicateJobError) and error.job_id is not None:
-        line += f" (job {error.job_id} has this unique key)"
     if isinstance(error, ThrottledError) and error.retry_after is not None:
         line += f"; one more is taken in {error.retry_after:g} s"
     if error.status == 429 or error.status >= 500:

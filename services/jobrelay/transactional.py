@@ -41,7 +41,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 import psycopg
 from psycopg.rows import namedtuple_row
@@ -58,7 +58,7 @@ from jobrelay.core.clients import matches_any
 from jobrelay.core.errors import DuplicateJob
 from jobrelay.core.flow import Throttle
 from jobrelay.core.idempotency import Submission, check_key, check_submission, checked_job
-from jobrelay.core.jobs import Flow, Job, JobRequest, OnDuplicate
+from jobrelay.core.jobs import Flow, Job, JobRequest, PolicyOptions
 from jobrelay.core.registry import Registry
 from jobrelay.core.settings import DEFAULT_SCHEMA, libpq_url, validate_schema_name
 from jobrelay.core.telemetry_context import valid_traceparent
@@ -130,13 +130,8 @@ def enqueue(
     priority: int | None = None,
     concurrency_key: str | None = None,
     unique_key: str | None = None,
-    sequence_key: str | None = None,
-    unique_for_seconds: float | None = None,
-    on_duplicate: OnDuplicate | str | None = None,
-    debounce_seconds: float | None = None,
-    debounce_max_seconds: float | None = None,
-    throttle_key: str | None = None,
     schema: str = DEFAULT_SCHEMA,
+    **policies: Unpack[PolicyOptions],
 ) -> Job:
     """Write a job of ``type`` with ``payload`` for ``client`` under idempotency ``key`` in the
     transaction open on ``connection`` (psycopg 3 ``Connection``, SQLAlchemy ``Connection`` or
@@ -166,6 +161,12 @@ def enqueue(
     - A ``unique_key`` held by a live (queued, running, retrying) job of the client and type
       makes no job: ``enqueue`` returns that job, whose ``idempotency_key`` is then another
       submission's, not ``key`` (that is how to tell; ``key`` is not kept).
+    - ``policies``: ``sequence_key``, ``unique_for_seconds``, ``on_duplicate``,
+      ``debounce_seconds``, ``debounce_max_seconds``, ``throttle_key``, as on the API
+      (docs/flow-control.md). Such a submission, or one of a type the ``registry`` throttles,
+      runs ``db/policed_accept.py``'s accept: its advisory locks are held until the caller's
+      transaction ends. ``DuplicateJob`` (``on_duplicate="reject"``) and ``Throttled`` are
+      raised having written nothing; the transaction stays usable.
     - ``traceparent``: the W3C trace context the job's publish and execution continue
       (docs/observability.md); by default the caller's current OpenTelemetry span, when there
       is one. ``ValueError`` when it is not a valid ``traceparent``. Not part of the request:
@@ -190,17 +191,7 @@ def enqueue(
         max_attempts,
         registry,
         traceparent,
-        Flow(
-            priority,
-            concurrency_key,
-            unique_key,
-            sequence_key=sequence_key,
-            unique_for_seconds=unique_for_seconds,
-            on_duplicate=on_duplicate,
-            debounce_seconds=debounce_seconds,
-            debounce_max_seconds=debounce_max_seconds,
-            throttle_key=throttle_key,
-        ),  # checked here: ValueError
+        Flow(priority, concurrency_key, unique_key, **policies),  # checked here: ValueError
     )
     return drive(_accept(client, submission, _throttle(registry, type)), execute)
 
@@ -220,13 +211,8 @@ async def enqueue_async(
     priority: int | None = None,
     concurrency_key: str | None = None,
     unique_key: str | None = None,
-    sequence_key: str | None = None,
-    unique_for_seconds: float | None = None,
-    on_duplicate: OnDuplicate | str | None = None,
-    debounce_seconds: float | None = None,
-    debounce_max_seconds: float | None = None,
-    throttle_key: str | None = None,
     schema: str = DEFAULT_SCHEMA,
+    **policies: Unpack[PolicyOptions],
 ) -> Job:
     """``enqueue`` on an async connection: a psycopg ``AsyncConnection``, an SQLAlchemy
     ``AsyncConnection`` or ``AsyncSession``. Arguments, result and errors as for ``enqueue``."""
@@ -240,21 +226,9 @@ async def enqueue_async(
         max_attempts,
         registry,
         traceparent,
-        Flow(
-            priority,
-            concurrency_key,
-            unique_key,
-            sequence_key=sequence_key,
-            unique_for_seconds=unique_for_seconds,
-            on_duplicate=on_duplicate,
-            debounce_seconds=debounce_seconds,
-            debounce_max_seconds=debounce_max_seconds,
-            throttle_key=throttle_key,
-        ),  # checked here: ValueError
+        Flow(priority, concurrency_key, unique_key, **policies),  # checked here: ValueError
     )
-    return await drive_async(
-        _accept(client, submission, _throttle(registry, type)), execute
-    )
+    return await drive_async(_accept(client, submission, _throttle(registry, type)), execute)
 
 
 def enqueue_workflow(

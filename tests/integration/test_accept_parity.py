@@ -560,12 +560,17 @@ async def both(shapes: Shapes, shape: str, first: Ask, second: Ask) -> list[tupl
 
 
 def job_row(shapes: Shapes, job_id: uuid.UUID) -> Any:
-    row = shapes.sql.cursor(row_factory=namedtuple_row).execute(
-        "SELECT payload, available_at > now() + interval '20 seconds' AS moved, sequence_waits, "
-        "EXISTS (SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id) AS relayable "
-        "FROM jobrelay.jobs j WHERE id = %s",
-        (job_id,),
-    ).fetchone()
+    row = (
+        shapes.sql.cursor(row_factory=namedtuple_row)
+        .execute(
+            "SELECT payload, available_at > now() + interval '20 seconds' AS moved, "
+            "sequence_waits, "
+            "EXISTS (SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id) AS relayable "
+            "FROM jobrelay.jobs j WHERE id = %s",
+            (job_id,),
+        )
+        .fetchone()
+    )
     assert row is not None, f"no job {job_id}"
     return row
 

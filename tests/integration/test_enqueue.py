@@ -24,8 +24,8 @@ from sqlalchemy.pool import NullPool
 
 import jobrelay
 from jobrelay.core.errors import DuplicateJob, InvalidPayload, Throttled, UnknownJobType
-from jobrelay.core.flow import parse_throttle
 from jobrelay.core.fingerprint import token_hash
+from jobrelay.core.flow import parse_throttle
 from jobrelay.core.jobs import Job
 from jobrelay.core.registry import JobType, Registry
 from jobrelay.core.states import JobState

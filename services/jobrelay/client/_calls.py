@@ -139,10 +139,7 @@ def submit_many(jobs: Iterable[Mapping[str, Any]]) -> Call[list[Job | ApiError]]
 
 
 # Submit's flow control and policy arguments: ``Flow``'s fields, sent under their names.
-FLOW_FIELDS = (
-    ("priority", "concurrency_key", "unique_key", "sequence_key", "unique_for_seconds")
-    + ("on_duplicate", "debounce_seconds", "debounce_max_seconds", "throttle_key")
-)
+FLOW_FIELDS = tuple(Flow.__dataclass_fields__)
 
 # The keys of a job of submit_many: submit's arguments.
 BATCH_JOB_FIELDS = frozenset(
@@ -344,7 +341,8 @@ class Attempts(Generic[T]):
             )
             # A throttle's refusal is the type's answer, not the server's trouble: sent again
             # at once it is refused again; the caller decides when (``error.retry_after``).
-            failure = None if isinstance(error, ThrottledError) else status_failure(outcome.status_code)
+            status = outcome.status_code
+            failure = None if isinstance(error, ThrottledError) else status_failure(status)
         seconds = self.policy.wait(
             self.retries + 1, failure, repeatable=self.call.repeatable, retry_after=retry_after
         )

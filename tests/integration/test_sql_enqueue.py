@@ -683,6 +683,28 @@ async def test_a_job_enqueued_from_sql_is_relayed_and_run(
     assert (await stats(system))["jobs_by_state"].get("succeeded") == 1
 
 
+async def test_a_sequence_enqueued_from_sql_runs_in_order_released_by_the_end_of_the_first(
+    database_url: str, sql: psycopg.Connection[Any], system: System
+) -> None:
+    sleep = ("alice", "demo.sleep", '{"seconds": 0.2}')
+    [ahead] = sql.execute(ENQUEUE_IN_SEQUENCE, (*sleep, "a", "s")).fetchone() or ()
+    [behind] = sql.execute(ENQUEUE_IN_SEQUENCE, (*sleep, "b", "s")).fetchone() or ()
+    sql.commit()
+
+    with system.running("sql-sequence"):
+        await system.wait_for("succeeded", behind, what="the second job of the sequence")
+
+    with psycopg.connect(libpq_url(database_url)) as connection:
+        first_end, second_claim = connection.execute(
+            "SELECT (SELECT finished_at FROM jobrelay.jobs WHERE id = %s), "
+            "(SELECT claimed_at FROM jobrelay.jobs WHERE id = %s)",
+            (ahead, behind),
+        ).fetchone() or (None, None)
+    assert first_end is not None and second_claim is not None and second_claim >= first_end
+    events = [entry.event for entry in await system.store.job_events(behind)]
+    assert "released" in events and events.index("released") < events.index("claimed")
+
+
 async def stats(system: System) -> dict[str, Any]:
     answer = await system.api.get("/v1/admin/stats", headers=auth(system.admin))
     assert answer.status_code == 200, answer.text

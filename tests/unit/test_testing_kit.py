@@ -433,6 +433,8 @@ def test_the_recorder_keeps_each_enqueues_policies_and_refuses_a_rejected_duplic
         made = charge.enqueue(PAYLOAD, key="a", sequence_key="customer-1", throttle_key="t-1")
         with pytest.raises(ValueError, match="on_duplicate needs a unique_key"):
             charge.enqueue(PAYLOAD, key="b", on_duplicate="reject")  # the type has no unique=
+        with pytest.raises(TypeError, match="unexpected keywords: sequence"):
+            charge.enqueue(PAYLOAD, sequence="x")  # type: ignore[call-arg]
     assert (made.sequence_key, made.throttle_key) == ("customer-1", "t-1")
     recorder = Recorder()
     kept = recorder.submit("t", {}, key="k1", unique_key="u", **policies)

@@ -793,11 +793,7 @@ class JobDefinition(Generic[P, Params, Ret]):
             raise ValueError("run_at must be a datetime with a time zone offset")
         if priority is not None:
             check_priority(priority)
-        unknown = set(policies) - set(PolicyOptions.__annotations__)
-        if unknown:  # a misspelt keyword, which a type checker would have caught
-            raise TypeError(f"enqueue got unexpected keywords: {', '.join(sorted(unknown))}")
-        Flow(**policies)  # each one's range: ValueError
-        given = cast(PolicyOptions, {name: v for name, v in policies.items() if v is not None})
+        given = _given_policies(policies) if policies else PolicyOptions()
         document = self._payload(payload)
         return EnqueueRequest(
             self.registry, self.name, document, key, run_at, priority, connection, given
@@ -813,6 +809,16 @@ class JobDefinition(Generic[P, Params, Ret]):
                 f"payload of {self.name!r} must be a {self.payload_model.__name__} or a dict"
             )
         return document
+
+
+def _given_policies(policies: PolicyOptions) -> PolicyOptions:
+    """The policies an enqueue gave, checked each alone (``Flow``: ``ValueError`` out of range;
+    ``TypeError`` for a misspelt keyword, which a type checker would have caught)."""
+    unknown = set(policies) - set(PolicyOptions.__annotations__)
+    if unknown:
+        raise TypeError(f"enqueue got unexpected keywords: {', '.join(sorted(unknown))}")
+    Flow(**policies)
+    return cast(PolicyOptions, {name: v for name, v in policies.items() if v is not None})
 
 
 def _key_of(name: str, option: str, function: KeyFunction, payload: BaseModel) -> str:

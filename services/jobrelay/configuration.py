@@ -20,8 +20,9 @@ import inspect
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
+from jobrelay.core.jobs import PolicyOptions
 from jobrelay.core.registry import (
     EnqueuedJob,
     EnqueueRequest,
@@ -43,6 +44,7 @@ class SubmitsJobs(Protocol):
         key: str | None = None,
         run_at: datetime | None = None,
         priority: int | None = None,
+        **policies: Unpack[PolicyOptions],
     ) -> EnqueuedJob: ...
 
 
@@ -57,6 +59,7 @@ class SubmitsJobsAsync(Protocol):
         key: str | None = None,
         run_at: datetime | None = None,
         priority: int | None = None,
+        **policies: Unpack[PolicyOptions],
     ) -> EnqueuedJob: ...
 
 
@@ -85,6 +88,7 @@ class Configuration:
                 priority=request.priority,
                 registry=request.registry,
                 schema=self.schema,
+                **request.policies,
             )
         if self.client is None:
             raise not_configured(request.type, is_async=False, in_transaction=False)
@@ -94,6 +98,7 @@ class Configuration:
             key=request.key,
             run_at=request.run_at,
             priority=request.priority,
+            **request.policies,
         )
 
     async def enqueue_async(self, request: EnqueueRequest) -> EnqueuedJob:
@@ -110,6 +115,7 @@ class Configuration:
                 priority=request.priority,
                 registry=request.registry,
                 schema=self.schema,
+                **request.policies,
             )
         if self.async_client is None:
             raise not_configured(request.type, is_async=True, in_transaction=False)
@@ -119,6 +125,7 @@ class Configuration:
             key=request.key,
             run_at=request.run_at,
             priority=request.priority,
+            **request.policies,
         )
 
     def _client_name(self, request: EnqueueRequest) -> str | uuid.UUID:

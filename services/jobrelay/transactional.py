@@ -41,7 +41,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 import psycopg
 from psycopg.rows import namedtuple_row
@@ -55,14 +55,17 @@ from sqlalchemy.orm import Session, scoped_session
 from jobrelay import telemetry
 from jobrelay.core.bounds import DEFAULT_MAX_ATTEMPTS
 from jobrelay.core.clients import matches_any
+from jobrelay.core.errors import DuplicateJob
+from jobrelay.core.flow import Throttle
 from jobrelay.core.idempotency import Submission, check_key, check_submission, checked_job
-from jobrelay.core.jobs import Flow, Job, JobRequest
+from jobrelay.core.jobs import Flow, Job, JobRequest, PolicyOptions
 from jobrelay.core.registry import Registry
 from jobrelay.core.settings import DEFAULT_SCHEMA, libpq_url, validate_schema_name
 from jobrelay.core.telemetry_context import valid_traceparent
 from jobrelay.core.workflows import OnFailure, Workflow, WorkflowStep, workflow_step
 from jobrelay.db import queries as q
 from jobrelay.db.accept import Step, Steps, accept_steps, drive, drive_async
+from jobrelay.db.policed_accept import is_policed, policed_accept_steps
 from jobrelay.db.schema import in_schema
 from jobrelay.db.workflow_store import WorkflowSubmission, accept_workflow_steps
 
@@ -128,6 +131,7 @@ def enqueue(
     concurrency_key: str | None = None,
     unique_key: str | None = None,
     schema: str = DEFAULT_SCHEMA,
+    **policies: Unpack[PolicyOptions],
 ) -> Job:
     """Write a job of ``type`` with ``payload`` for ``client`` under idempotency ``key`` in the
     transaction open on ``connection`` (psycopg 3 ``Connection``, SQLAlchemy ``Connection`` or
@@ -157,6 +161,12 @@ def enqueue(
     - A ``unique_key`` held by a live (queued, running, retrying) job of the client and type
       makes no job: ``enqueue`` returns that job, whose ``idempotency_key`` is then another
       submission's, not ``key`` (that is how to tell; ``key`` is not kept).
+    - ``policies``: ``sequence_key``, ``unique_for_seconds``, ``on_duplicate``,
+      ``debounce_seconds``, ``debounce_max_seconds``, ``throttle_key``, as on the API
+      (docs/flow-control.md). Such a submission, or one of a type the ``registry`` throttles,
+      runs ``db/policed_accept.py``'s accept: its advisory locks are held until the caller's
+      transaction ends. ``DuplicateJob`` (``on_duplicate="reject"``) and ``Throttled`` are
+      raised having written nothing; the transaction stays usable.
     - ``traceparent``: the W3C trace context the job's publish and execution continue
       (docs/observability.md); by default the caller's current OpenTelemetry span, when there
       is one. ``ValueError`` when it is not a valid ``traceparent``. Not part of the request:
@@ -181,9 +191,9 @@ def enqueue(
         max_attempts,
         registry,
         traceparent,
-        Flow(priority, concurrency_key, unique_key),  # checked here: ValueError
+        Flow(priority, concurrency_key, unique_key, **policies),  # checked here: ValueError
     )
-    return drive(_accept(client, submission), execute)
+    return drive(_accept(client, submission, _throttle(registry, type)), execute)
 
 
 async def enqueue_async(
@@ -202,6 +212,7 @@ async def enqueue_async(
     concurrency_key: str | None = None,
     unique_key: str | None = None,
     schema: str = DEFAULT_SCHEMA,
+    **policies: Unpack[PolicyOptions],
 ) -> Job:
     """``enqueue`` on an async connection: a psycopg ``AsyncConnection``, an SQLAlchemy
     ``AsyncConnection`` or ``AsyncSession``. Arguments, result and errors as for ``enqueue``."""
@@ -215,9 +226,9 @@ async def enqueue_async(
         max_attempts,
         registry,
         traceparent,
-        Flow(priority, concurrency_key, unique_key),  # checked here: ValueError
+        Flow(priority, concurrency_key, unique_key, **policies),  # checked here: ValueError
     )
-    return await drive_async(_accept(client, submission), execute)
+    return await drive_async(_accept(client, submission, _throttle(registry, type)), execute)
 
 
 def enqueue_workflow(
@@ -339,14 +350,33 @@ def _trace_context(traceparent: str | None) -> str | None:
     return checked
 
 
-def _accept(client: str | uuid.UUID, submission: Submission) -> Generator[Step, list[Any], Job]:
-    """The client, then the accept of ``Store.accept_job`` (``db/accept.py``); a key used for
-    another request raises, having written nothing."""
+def _accept(
+    client: str | uuid.UUID, submission: Submission, throttle: Throttle | None
+) -> Generator[Step, list[Any], Job]:
+    """The client, then the accept of ``Store.accept_job``: ``db/accept.py``'s, or under a
+    policy or a ``throttle`` ``db/policed_accept.py``'s, whose advisory locks stay held until
+    the caller's transaction ends. A key used for another request, a duplicate refused
+    (``on_duplicate="reject"``) and a throttle's refusal raise, having written nothing."""
     client_id = yield from _client_id(client, (submission.request.type,))
-    accepted = yield from accept_steps(client_id, submission)
+    if is_policed(submission, throttle):
+        accepted = yield from policed_accept_steps(client_id, submission, throttle)
+    else:
+        accepted = yield from accept_steps(client_id, submission)
     if accepted.conflict:
         raise _conflict("the key was used for another type, payload or schedule", accepted.job.id)
+    if accepted.rejected:
+        raise DuplicateJob(
+            f"job {accepted.job.id} holds the unique key", job_id=str(accepted.job.id)
+        )
     return accepted.job
+
+
+def _throttle(registry: Registry | None, job_type: str) -> Throttle | None:
+    """The type's throttle in code (``@registry.job(..., throttle=)``) when a registry is
+    given; a throttle set at runtime (``jobrelay limits set``) is the API's alone."""
+    if registry is None or job_type not in registry:
+        return None
+    return registry.get(job_type).throttle
 
 
 def _accept_workflow(client: str | uuid.UUID, submission: WorkflowSubmission) -> Steps[uuid.UUID]:

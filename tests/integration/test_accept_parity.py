@@ -26,9 +26,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.rows import namedtuple_row
 
 import jobrelay
 from jobrelay.client.errors import IdempotencyConflict
+from jobrelay.core.errors import DuplicateJob
 from jobrelay.core.idempotency import KeyDecision, Submission, check_submission
 from jobrelay.core.jobs import Flow
 from jobrelay.core.workflows import OnFailure, WorkflowStep
@@ -56,10 +58,28 @@ class Ask:
     max_attempts: int | None = None
     concurrency_key: str | None = None
     client: str = "alice"
+    # The order and submission policies. ``unique_key`` is a pattern: ``{key}`` is the
+    # idempotency key of the pair, so that no pair meets the live job of another's.
+    unique_key: str | None = None
+    sequence_key: str | None = None
+    unique_for_seconds: float | None = None
+    on_duplicate: str | None = None
+    debounce_seconds: float | None = None
+
+    def flow_fields(self, key: str) -> dict[str, Any]:
+        """The flow fields as ``jobrelay.enqueue`` and the recorder take them."""
+        return {
+            "priority": self.priority,
+            "concurrency_key": self.concurrency_key,
+            "unique_key": None if self.unique_key is None else self.unique_key.format(key=key),
+            "sequence_key": self.sequence_key,
+            "unique_for_seconds": self.unique_for_seconds,
+            "on_duplicate": self.on_duplicate,
+            "debounce_seconds": self.debounce_seconds,
+        }
 
     def submission(self, key: str) -> Submission:
         """As ``jobrelay.enqueue`` and the recorder check it (no registry: no type defaults)."""
-        flow = Flow(self.priority, self.concurrency_key)
         return check_submission(
             self.type,
             self.payload,
@@ -68,18 +88,20 @@ class Ask:
             self.delay_seconds,
             self.max_attempts,
             None,
-            flow=flow,
+            flow=Flow(**self.flow_fields(key)),
         )
 
     @property
     def in_sql(self) -> bool:
-        """The SQL function takes no delay, max_attempts or flow keys."""
-        return self.delay_seconds is None and self.max_attempts is None and not self.concurrency_key
+        """The SQL function takes no delay, max_attempts or flow keys but a sequence's."""
+        no_keys = not (self.concurrency_key or self.unique_key)
+        return self.delay_seconds is None and self.max_attempts is None and no_keys
 
     @property
     def in_workflow(self) -> bool:
         """A workflow's job has no schedule and no flow keys of its own here."""
-        return self.run_at is None and self.delay_seconds is None and not self.concurrency_key
+        no_keys = not (self.concurrency_key or self.unique_key or self.sequence_key)
+        return self.run_at is None and self.delay_seconds is None and no_keys
 
 
 @dataclass(frozen=True)
@@ -204,6 +226,47 @@ CASES = [
         workflow_expected=CONFLICT,
     ),
     Case("max_attempts or none", ask(max_attempts=2), ask(), EXISTING, workflow_expected=CONFLICT),
+    # The order and submission policies are part of the request; a key's retry is answered by
+    # its job before any policy decides (never debounced, refused or deduplicated).
+    Case("same sequence key", ask(sequence_key="s"), ask(sequence_key="s"), EXISTING),
+    Case("another sequence key", ask(sequence_key="s"), ask(sequence_key="t"), CONFLICT),
+    Case("sequence key or none", ask(sequence_key="s"), ask(), CONFLICT),
+    Case(
+        "same window",
+        ask(unique_key="u-{key}", unique_for_seconds=60),
+        ask(unique_key="u-{key}", unique_for_seconds=60),
+        EXISTING,
+    ),
+    Case(
+        "another window",
+        ask(unique_key="u-{key}", unique_for_seconds=60),
+        ask(unique_key="u-{key}", unique_for_seconds=61),
+        CONFLICT,
+    ),
+    Case(
+        "same debounce, another payload",
+        ask(unique_key="u-{key}", debounce_seconds=30),
+        ask({"course": "Rust"}, unique_key="u-{key}", debounce_seconds=30),
+        CONFLICT,
+    ),
+    Case(
+        "same debounce",
+        ask(unique_key="u-{key}", debounce_seconds=30),
+        ask(unique_key="u-{key}", debounce_seconds=30),
+        EXISTING,
+    ),
+    Case(
+        "a reject retried",
+        ask(unique_key="u-{key}", on_duplicate="reject"),
+        ask(unique_key="u-{key}", on_duplicate="reject"),
+        EXISTING,
+    ),
+    Case(
+        "reject or return_existing",
+        ask(unique_key="u-{key}", on_duplicate="reject"),
+        ask(unique_key="u-{key}", on_duplicate="return_existing"),
+        CONFLICT,
+    ),
 ]
 
 
@@ -279,8 +342,7 @@ class Shapes:
                 run_at=asked.run_at,
                 delay_seconds=asked.delay_seconds,
                 max_attempts=asked.max_attempts,
-                priority=asked.priority,
-                concurrency_key=asked.concurrency_key,
+                **asked.flow_fields(key),
             )
         except IdempotencyConflict:
             return Answer(CONFLICT, None)
@@ -299,7 +361,7 @@ class Shapes:
         try:
             row = self.sql.execute(
                 "SELECT jobrelay.jobrelay_enqueue(%s, %s, %s::jsonb, %s, run_at => %s, "
-                "priority => %s)",
+                "priority => %s, sequence_key => %s)",
                 (
                     asked.client,
                     asked.type,
@@ -307,6 +369,7 @@ class Shapes:
                     key,
                     asked.run_at,
                     asked.priority,
+                    asked.sequence_key,
                 ),
             ).fetchone()
         except psycopg.errors.UniqueViolation as error:
@@ -335,8 +398,7 @@ class Shapes:
                 run_at=asked.run_at,
                 delay=asked.delay_seconds,
                 max_attempts=asked.max_attempts,
-                priority=asked.priority,
-                concurrency_key=asked.concurrency_key,
+                **asked.flow_fields(key),
             )
         except IdempotencyConflict:
             return Answer(CONFLICT, None)
@@ -405,11 +467,11 @@ async def test_every_accept_decides_a_case_alike_and_stores_the_one_request_hash
     case: Case, shapes: Shapes
 ) -> None:
     run = shapes.by_name()
-    python_hash = case.first.submission("k").fingerprint  # the key is not hashed
     answered: dict[tuple[str, str], tuple[KeyDecision, KeyDecision]] = {}
     wanted: dict[tuple[str, str], tuple[KeyDecision, KeyDecision]] = {}
     for first_shape, second_shape in pairs(case):
         key = uuid.uuid4().hex
+        python_hash = case.first.submission(key).fingerprint  # of the key's unique key
         first = await run[first_shape](case.first, key)
         second = await run[second_shape](case.second, key)
         answered[first_shape, second_shape] = (first.decision, second.decision)
@@ -427,5 +489,137 @@ async def test_every_accept_decides_a_case_alike_and_stores_the_one_request_hash
     made, again = await shapes.batch(case.first, case.second, key)
     answered["batch", "batch"] = (made.decision, again.decision)
     wanted["batch", "batch"] = (NEW, case.expected)
+    python_hash = case.first.submission(key).fingerprint
     assert made.id is not None and shapes.stored_hash(made.id) == python_hash
     assert answered == wanted
+
+
+# --- the policies' own answers: two submissions under two keys, through each accept ----------
+
+NEW_JOB, SAME_JOB, REFUSED = "new job", "same job", "refused"
+
+
+async def policy_answer(shapes: Shapes, shape: str, asked: Ask, key: str) -> tuple[str, Any]:
+    """What one submission got (a new job, the job of its unique key, a refusal) and its job's
+    id, through ``shape``; every shape but the recorder commits at once."""
+    if shape == "api":
+        request = asked.submission(key).request
+        result = await shapes.store.accept_job(shapes.clients[asked.client], request)
+        if result.rejected:
+            return REFUSED, result.job.id
+        return (NEW_JOB if result.created else SAME_JOB), result.job.id
+    if shape == "enqueue":
+        before = set(shapes.answered)
+        try:
+            job = jobrelay.enqueue(
+                shapes.caller,
+                client=asked.client,
+                type=asked.type,
+                payload=asked.payload,
+                key=key,
+                **asked.flow_fields(key),
+            )
+        except DuplicateJob as error:
+            return REFUSED, uuid.UUID(str(error.extra["job_id"]))
+        finally:
+            shapes.caller.commit()
+        shapes.answered.add(job.id)
+        return (SAME_JOB if job.id in before else NEW_JOB), job.id
+    if shape == "sql":
+        answer = await shapes.sql_function(asked, key)
+        return (NEW_JOB if answer.decision is NEW else SAME_JOB), answer.id
+    recorder = shapes.recorders.setdefault(asked.client, Recorder())
+    made = len(recorder.jobs)
+    try:
+        recorded = recorder.submit(asked.type, asked.payload, key=key, **asked.flow_fields(key))
+    except DuplicateJob as error:
+        return REFUSED, uuid.UUID(str(error.extra["job_id"]))
+    return (NEW_JOB if len(recorder.jobs) > made else SAME_JOB), recorded.id
+
+
+async def batch_answers(shapes: Shapes, first: Ask, second: Ask) -> list[tuple[str, Any]]:
+    """Both submissions in one ``accept_jobs``, under two keys."""
+    requests = [first.submission("b1-" + uuid.uuid4().hex).request]
+    requests.append(second.submission("b2-" + uuid.uuid4().hex).request)
+    results = await shapes.store.accept_jobs(shapes.clients[first.client], requests)
+    answers = []
+    for result in results:
+        assert isinstance(result, AcceptResult)
+        told = REFUSED if result.rejected else NEW_JOB if result.created else SAME_JOB
+        answers.append((told, result.job.id))
+    return answers
+
+
+async def both(shapes: Shapes, shape: str, first: Ask, second: Ask) -> list[tuple[str, Any]]:
+    if shape == "batch":
+        return await batch_answers(shapes, first, second)
+    return [
+        await policy_answer(shapes, shape, first, "p1-" + uuid.uuid4().hex),
+        await policy_answer(shapes, shape, second, "p2-" + uuid.uuid4().hex),
+    ]
+
+
+def job_row(shapes: Shapes, job_id: uuid.UUID) -> Any:
+    row = (
+        shapes.sql.cursor(row_factory=namedtuple_row)
+        .execute(
+            "SELECT payload, available_at > now() + interval '20 seconds' AS moved, "
+            "sequence_waits, "
+            "EXISTS (SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id) AS relayable "
+            "FROM jobrelay.jobs j WHERE id = %s",
+            (job_id,),
+        )
+        .fetchone()
+    )
+    assert row is not None, f"no job {job_id}"
+    return row
+
+
+@pytest.mark.parametrize("shape", ["api", "batch", "enqueue", "recorder"])
+async def test_a_reject_refuses_the_second_job_of_a_unique_key_in_every_accept(
+    shape: str, shapes: Shapes
+) -> None:
+    asked = ask(unique_key=f"u-{uuid.uuid4().hex}", on_duplicate="reject")
+    (first, made), (second, answered) = await both(shapes, shape, asked, asked)
+    assert (first, second) == (NEW_JOB, REFUSED)
+    assert answered == made
+
+
+@pytest.mark.parametrize("shape", ["api", "batch", "enqueue"])
+async def test_a_debounce_gives_the_queued_job_the_last_payload_in_every_accept(
+    shape: str, shapes: Shapes
+) -> None:
+    unique = f"u-{uuid.uuid4().hex}"
+    first = ask({"edit": 1}, unique_key=unique, debounce_seconds=30)
+    second = ask({"edit": 2}, unique_key=unique, debounce_seconds=30)
+    (told_first, made), (told_second, answered) = await both(shapes, shape, first, second)
+    assert (told_first, told_second, answered) == (NEW_JOB, SAME_JOB, made)
+    row = job_row(shapes, made)
+    assert row.payload == {"edit": 2} and row.moved
+
+
+@pytest.mark.parametrize("shape", ["api", "enqueue"])
+async def test_a_window_answers_with_a_job_of_the_key_that_ended_in_it_in_every_accept(
+    shape: str, shapes: Shapes
+) -> None:
+    unique = f"u-{uuid.uuid4().hex}"
+    windowed = ask(unique_key=unique, unique_for_seconds=600)
+    told, made = await policy_answer(shapes, shape, windowed, uuid.uuid4().hex)
+    shapes.sql.execute(
+        "UPDATE jobrelay.jobs SET state = 'succeeded', finished_at = now() WHERE id = %s", (made,)
+    )
+    again = await policy_answer(shapes, shape, windowed, uuid.uuid4().hex)
+    without = await policy_answer(shapes, shape, ask(unique_key=unique), uuid.uuid4().hex)
+    assert (told, again, without[0]) == (NEW_JOB, (SAME_JOB, made), NEW_JOB)
+
+
+@pytest.mark.parametrize("shape", ["api", "batch", "enqueue", "sql"])
+async def test_the_second_job_of_a_sequence_waits_without_an_outbox_row_in_every_accept(
+    shape: str, shapes: Shapes
+) -> None:
+    asked = ask(sequence_key=f"s-{uuid.uuid4().hex}")
+    (told_first, ahead), (told_second, behind) = await both(shapes, shape, asked, asked)
+    assert (told_first, told_second) == (NEW_JOB, NEW_JOB)
+    first, second = job_row(shapes, ahead), job_row(shapes, behind)
+    assert (first.sequence_waits, first.relayable) == (False, True)
+    assert (second.sequence_waits, second.relayable) == (True, False)

@@ -15,6 +15,7 @@ import sqlalchemy
 from sqlalchemy import text
 
 from jobrelay import ApiError, AsyncClient, Client, IdempotencyConflict, Job
+from jobrelay.client import DuplicateJobError
 from jobrelay.core.settings import Settings
 from tests.support.processes import (
     Service,
@@ -241,6 +242,39 @@ def test_a_delayed_submission_and_a_batch(api: Api) -> None:
         # The same batch again: the same jobs (the keys were the caller's or are new).
         again = client.submit_many([{"type": "catalog.export", "payload": JS, "key": "b1"}])
         assert isinstance(again[0], Job) and again[0].id == answers[0].id
+
+
+def test_the_policies_through_the_client_sequence_debounce_reject_and_a_bad_mix(
+    client: Client,
+) -> None:
+    ahead = client.submit("catalog.export", JS, sequence_key="customer-1")
+    behind = client.submit("catalog.export", MD, sequence_key="customer-1")
+    first = client.submit("catalog.export", JS, unique_key="edit-1", debounce_seconds=30)
+    debounced = client.submit("catalog.export", MD, unique_key="edit-1", debounce_seconds=30)
+    client.submit("catalog.export", JS, unique_key="once-1", on_duplicate="reject")
+    with pytest.raises(DuplicateJobError) as refused:
+        client.submit("catalog.export", MD, unique_key="once-1", on_duplicate="reject")
+    with pytest.raises(ApiError) as invalid:  # a window needs its unique key
+        client.submit("catalog.export", JS, unique_for_seconds=60)
+    [in_batch, refused_in_batch] = client.submit_many(
+        [
+            {"type": "catalog.export", "payload": JS, "sequence_key": "customer-1"},
+            {
+                "type": "catalog.export",
+                "payload": MD,
+                "unique_key": "once-1",
+                "on_duplicate": "reject",
+            },
+        ]
+    )
+
+    assert (ahead.sequence_key, behind.sequence_key) == ("customer-1", "customer-1")
+    assert ahead.state == behind.state == "queued" and behind.id != ahead.id
+    assert debounced.debounced and debounced.id == first.id and debounced.payload == MD
+    assert refused.value.job_id is not None and refused.value.status == 409
+    assert (invalid.value.status, invalid.value.code) == (422, "invalid_policy")
+    assert isinstance(in_batch, Job) and in_batch.sequence_key == "customer-1"
+    assert isinstance(refused_in_batch, DuplicateJobError) and refused_in_batch.status == 409
 
 
 def test_wait_returns_the_finished_job_or_times_out(api: Api, settings: Settings) -> None:

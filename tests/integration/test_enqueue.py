@@ -23,8 +23,9 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
 import jobrelay
-from jobrelay.core.errors import InvalidPayload, UnknownJobType
+from jobrelay.core.errors import DuplicateJob, InvalidPayload, Throttled, UnknownJobType
 from jobrelay.core.fingerprint import token_hash
+from jobrelay.core.flow import parse_throttle
 from jobrelay.core.jobs import Job
 from jobrelay.core.registry import JobType, Registry
 from jobrelay.core.states import JobState
@@ -417,6 +418,72 @@ async def test_a_registry_checks_the_type_and_payload_and_gives_its_attempts(
 
     assert (job.max_attempts, given.max_attempts) == (5, 2)
     assert await everything(store) == {"jobs": 2, "outbox": 2, "journal": 2}
+
+
+# --- the order and submission policies ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_sequence_and_a_reject_on_every_kind_of_connection(
+    kind: str, database_url: str, store: Store, alice: str
+) -> None:
+    async with transaction(kind, database_url) as tx:
+        ahead = await tx.enqueue(client="alice", key="a", sequence_key="customer-1", **EXPORT)
+        behind = await tx.enqueue(client="alice", key="b", sequence_key="customer-1", **EXPORT)
+        once = await tx.enqueue(
+            client="alice", key="c", unique_key="once", on_duplicate="reject", **EXPORT
+        )
+        with pytest.raises(DuplicateJob) as refused:
+            await tx.enqueue(
+                client="alice", key="d", unique_key="once", on_duplicate="reject", **EXPORT
+            )
+        await tx.commit()  # the refusal wrote nothing and left the transaction usable
+
+    assert refused.value.extra["job_id"] == str(once.id)
+    assert (ahead.sequence_key, behind.sequence_key) == ("customer-1", "customer-1")
+    assert len(await outbox_of(store, ahead.id)) == 1
+    assert await outbox_of(store, behind.id) == []  # waits for the one ahead to end
+    assert await everything(store) == {"jobs": 3, "outbox": 2, "journal": 3}
+
+
+async def test_a_type_throttled_in_code_refuses_the_excess_and_writes_nothing(
+    database_url: str, store: Store, alice: str
+) -> None:
+    registry = Registry()
+    registry.register(JobType("shop.mail", Mail, throttle=parse_throttle("1/h")))
+    mail = {"type": "shop.mail", "payload": {"to": "x"}, "registry": registry}
+    async with transaction("psycopg", database_url) as tx:
+        await tx.enqueue(client="alice", key="a", **mail)
+        with pytest.raises(Throttled) as throttled:
+            await tx.enqueue(client="alice", key="b", **mail)
+        retried = await tx.enqueue(client="alice", key="a", **mail)  # a key's retry: its job
+        await tx.commit()
+
+    assert 0 < throttled.value.retry_after_seconds <= 3600
+    assert retried.idempotency_key == "a"
+    assert await everything(store) == {"jobs": 1, "outbox": 1, "journal": 1}
+
+
+async def test_a_sequences_lock_is_held_until_the_caller_commits(
+    database_url: str, store: Store, alice: str
+) -> None:
+    async with (
+        transaction("psycopg-async", database_url) as first,
+        transaction("sqlalchemy-async-session", database_url) as second,
+    ):
+        ahead = await first.enqueue(client="alice", key="a", sequence_key="s", **EXPORT)
+        waiting = asyncio.create_task(
+            second.enqueue(client="alice", key="b", sequence_key="s", **EXPORT)
+        )
+        await asyncio.sleep(0.3)
+        assert not waiting.done()  # the sequence's advisory lock, taken by the first
+        await first.commit()
+        behind = await asyncio.wait_for(waiting, 10)
+        await second.commit()
+
+    # Read after the lock, the second saw the first (committed meanwhile): it waits behind it.
+    assert len(await outbox_of(store, ahead.id)) == 1
+    assert await outbox_of(store, behind.id) == []
 
 
 async def test_without_a_registry_any_type_name_is_accepted(

@@ -398,3 +398,37 @@ def test_submit_on_the_command_line_takes_priority_and_keys(
             assert refused.returncode == 1, refused.stderr
             assert message in refused.stderr
             assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+
+
+def test_submit_on_the_command_line_takes_the_policies_and_says_each_refusal_in_a_line(
+    settings: Settings, alice: str, tmp_path: Path
+) -> None:
+    from tests.support.processes import run_cli, running_api
+
+    def submit(*args: str) -> Any:
+        return run_cli(env, "submit", "demo.sleep", *args)
+
+    with running_api(settings, tmp_path) as (_, env, _):
+        env = env | {"JOBRELAY_TOKEN": alice}
+        made = submit("--payload", '{"seconds": 0}', "--sequence-key", "s1", "--json")
+        assert made.returncode == 0, made.stderr
+        assert json.loads(made.stdout)["sequence_key"] == "s1"
+        debounce = ("--unique-key", "d1", "--debounce", "30", "--debounce-max", "300")
+        first = json.loads(submit("--payload", '{"seconds": 0}', *debounce, "--json").stdout)
+        moved = submit("--payload", '{"seconds": 1}', *debounce)
+        assert moved.returncode == 0, moved.stderr
+        assert moved.stdout.startswith(f"debounced: job {first['id']} (demo.sleep) took the")
+        reject = ("--unique-key", "r1", "--on-duplicate", "reject", "--unique-for", "60")
+        kept = json.loads(submit("--payload", '{"seconds": 0}', *reject, "--json").stdout)
+        for args, message in [
+            (reject, f"409 duplicate_job: job {kept['id']} holds the unique key"),
+            (("--unique-for", "60"), "422 invalid_policy: unique_for_seconds needs a unique_key"),
+            (("--unique-key", "x", "--debounce", "0"), "debounce_seconds is a number of seconds"),
+            (("--unique-key", "x", "--debounce", "nan"), "debounce_seconds is a number of seconds"),
+        ]:
+            refused = submit("--payload", '{"seconds": 0}', *args)
+            assert refused.returncode == 1, refused.stderr
+            assert message in refused.stderr
+            assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        unknown = submit("--on-duplicate", "maybe")
+        assert unknown.returncode != 0 and "--on-duplicate" in unknown.stderr

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 import jobrelay
 from jobrelay import JobContext, Registry
+from jobrelay.core.errors import DuplicateJob
 from jobrelay.core.registry import install_enqueuer
 from jobrelay.core.settings import Settings
 from jobrelay.core.states import JobState
@@ -36,6 +37,11 @@ registry = Registry()
 @registry.job("shop.charge", Charge, max_attempts=7, priority=20)
 async def charge(context: JobContext, payload: Charge) -> dict[str, Any]:
     return {"charged": payload.amount_cents}
+
+
+@registry.job("shop.refund", Charge, unique=lambda payload: payload.order_id)
+async def refund(context: JobContext, payload: Charge) -> dict[str, Any]:
+    return {"refunded": payload.amount_cents}
 
 
 @pytest.fixture(autouse=True)
@@ -133,3 +139,36 @@ async def test_through_a_real_async_client_on_the_app_with_the_apps_registry(
     assert (job.type, job.priority, job.max_attempts, job.state) == ("shop.charge", -3, 7, "queued")
     stored = await store.get_job(job.id)
     assert stored is not None and stored.idempotency_key == job.idempotency_key
+
+
+async def test_the_policies_go_through_a_connection_and_through_a_client(
+    settings: Settings, database_url: str, store: Store, alice: str
+) -> None:
+    from jobrelay.api.app import create_app
+
+    jobrelay.configure(client_name="alice")
+    with psycopg.connect(libpq_url(database_url)) as connection:
+        ahead = charge.enqueue(
+            {"order_id": "o-5", "amount_cents": 1}, sequence_key="order-5", connection=connection
+        )
+        # The type's unique= gives the key the refusal is about.
+        kept = refund.enqueue(
+            {"order_id": "o-6", "amount_cents": 1}, on_duplicate="reject", connection=connection
+        )
+        with pytest.raises(DuplicateJob) as refused:
+            refund.enqueue(
+                {"order_id": "o-6", "amount_cents": 2}, on_duplicate="reject", connection=connection
+            )
+        connection.commit()
+    app = create_app(settings, store=store, registry=registry)
+    transport = httpx.ASGITransport(app=app)
+    async with jobrelay.AsyncClient(BASE_URL, alice, transport=transport) as client:
+        jobrelay.configure(async_client=client)
+        behind = await charge.enqueue_async(
+            {"order_id": "o-5", "amount_cents": 2}, sequence_key="order-5"
+        )
+    with pytest.raises(ValueError, match="debounce_seconds"):
+        charge.enqueue({"order_id": "o-7", "amount_cents": 1}, debounce_seconds=-1)
+    stored = await store.get_job(behind.id)
+    assert stored is not None and stored.sequence_key == ahead.sequence_key == "order-5"
+    assert refused.value.extra["job_id"] == str(kept.id)

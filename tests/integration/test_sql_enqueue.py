@@ -243,6 +243,75 @@ async def test_a_key_another_open_transaction_holds_waits_for_its_end(
     assert everything(database_url) == {"jobs": 1, "outbox": 1, "journal": 1}
 
 
+# --- a sequence (migration 0020) ---------------------------------------------------------------
+
+ENQUEUE_IN_SEQUENCE = "SELECT jobrelay.jobrelay_enqueue(%s, %s, %s::jsonb, %s, sequence_key => %s)"
+
+
+def relayable(database_url: str, job_id: uuid.UUID) -> tuple[bool, bool]:
+    """(waits in its sequence, has an outbox row) of a job, seen from outside."""
+    with psycopg.connect(libpq_url(database_url)) as connection:
+        row = connection.execute(
+            "SELECT sequence_waits, EXISTS (SELECT 1 FROM jobrelay.outbox o WHERE o.job_id = j.id) "
+            "FROM jobrelay.jobs j WHERE id = %s",
+            (job_id,),
+        ).fetchone()
+    assert row is not None
+    return bool(row[0]), bool(row[1])
+
+
+async def test_a_sequences_second_job_from_sql_waits_behind_the_first_from_python(
+    database_url: str, sql: psycopg.Connection[Any], alice: str
+) -> None:
+    ahead = jobrelay.enqueue(
+        sql, client="alice", key="a", sequence_key="s", type=EXPORT_TYPE, payload=json.loads(EXPORT)
+    )
+    [behind] = sql.execute(ENQUEUE_IN_SEQUENCE, ("alice", EXPORT_TYPE, EXPORT, "b", "s")).fetchone()
+    [other] = sql.execute(ENQUEUE_IN_SEQUENCE, ("alice", EXPORT_TYPE, EXPORT, "c", "t")).fetchone()
+    [again] = sql.execute(ENQUEUE_IN_SEQUENCE, ("alice", EXPORT_TYPE, EXPORT, "b", "s")).fetchone()
+    sql.commit()
+
+    assert relayable(database_url, ahead.id) == (False, True)
+    assert relayable(database_url, behind) == (True, False)  # no outbox row until released
+    assert relayable(database_url, other) == (False, True)  # another key runs in parallel
+    assert again == behind
+
+
+async def test_a_sequences_lock_from_sql_is_held_until_the_transaction_ends(
+    database_url: str, alice: str
+) -> None:
+    url = libpq_url(database_url)
+    async with (
+        await psycopg.AsyncConnection.connect(url) as first,
+        await psycopg.AsyncConnection.connect(url) as second,
+    ):
+        made = await first.execute(ENQUEUE_IN_SEQUENCE, ("alice", EXPORT_TYPE, EXPORT, "a", "s"))
+        [ahead] = await made.fetchone() or ()
+        waiting = asyncio.create_task(
+            second.execute(ENQUEUE_IN_SEQUENCE, ("alice", EXPORT_TYPE, EXPORT, "b", "s"))
+        )
+        await asyncio.sleep(0.3)
+        assert not waiting.done()  # the sequence's advisory lock, the first's until it ends
+        await first.commit()
+        [behind] = await (await asyncio.wait_for(waiting, 10)).fetchone() or ()
+        await second.commit()
+
+    # Read after the lock was granted: the first job, committed meanwhile, is ahead of it.
+    assert relayable(database_url, ahead) == (False, True)
+    assert relayable(database_url, behind) == (True, False)
+
+
+async def test_a_sequence_key_too_long_raises_invalid_request(
+    database_url: str, sql: psycopg.Connection[Any], alice: str
+) -> None:
+    with pytest.raises(psycopg.Error) as raised:
+        sql.execute(ENQUEUE_IN_SEQUENCE, ("alice", EXPORT_TYPE, EXPORT, "k", "s" * 201))
+    sql.rollback()
+
+    assert refused(raised.value) == ("22023", "invalid_request")
+    assert everything(database_url) == {"jobs": 0, "outbox": 0, "journal": 0}
+
+
 # --- one key, two paths: Python or the API first, then SQL -------------------------------------
 
 
@@ -612,6 +681,28 @@ async def test_a_job_enqueued_from_sql_is_relayed_and_run(
     # Counted in the stats as a job the API accepted is (the finished ones by their trigger).
     assert queued["jobs_by_state"].get("queued") == 1
     assert (await stats(system))["jobs_by_state"].get("succeeded") == 1
+
+
+async def test_a_sequence_enqueued_from_sql_runs_in_order_released_by_the_end_of_the_first(
+    database_url: str, sql: psycopg.Connection[Any], system: System
+) -> None:
+    sleep = ("alice", "demo.sleep", '{"seconds": 0.2}')
+    [ahead] = sql.execute(ENQUEUE_IN_SEQUENCE, (*sleep, "a", "s")).fetchone() or ()
+    [behind] = sql.execute(ENQUEUE_IN_SEQUENCE, (*sleep, "b", "s")).fetchone() or ()
+    sql.commit()
+
+    with system.running("sql-sequence"):
+        await system.wait_for("succeeded", behind, what="the second job of the sequence")
+
+    with psycopg.connect(libpq_url(database_url)) as connection:
+        first_end, second_claim = connection.execute(
+            "SELECT (SELECT finished_at FROM jobrelay.jobs WHERE id = %s), "
+            "(SELECT claimed_at FROM jobrelay.jobs WHERE id = %s)",
+            (ahead, behind),
+        ).fetchone() or (None, None)
+    assert first_end is not None and second_claim is not None and second_claim >= first_end
+    events = [entry.event for entry in await system.store.job_events(behind)]
+    assert "released" in events and events.index("released") < events.index("claimed")
 
 
 async def stats(system: System) -> dict[str, Any]:

@@ -96,6 +96,13 @@ def test_a_conflict_names_the_job_that_has_the_key() -> None:
     )
 
 
+def test_a_throttle_says_when_one_more_is_taken_in_its_line() -> None:
+    body = json.dumps({"status": 429, "code": "throttled", "detail": "the throttle is 5/m"})
+    error = ApiError.from_answer(429, body.encode(), reason="", retry_after=7.0)
+
+    assert _refusal(error, None) == "429 throttled: the throttle is 5/m; one more is taken in 7 s"
+
+
 def test_a_failure_worth_retrying_prints_the_key_the_command_made() -> None:
     # Guards issue 24 item 17: "retry with the same key" without the key it had made up.
     error = problem(

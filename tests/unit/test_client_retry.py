@@ -20,7 +20,7 @@ import pytest
 
 import jobrelay
 from jobrelay import ApiError, AsyncClient, Client, Job
-from jobrelay.client import IdempotencyConflict
+from jobrelay.client import DuplicateJobError, IdempotencyConflict, ThrottledError
 from jobrelay.client._retry import Failure, RetryPolicy, parse_retry_after, status_failure
 
 BASE = "http://jobrelay.test"
@@ -309,6 +309,72 @@ async def test_a_conflict_raises_at_once_with_its_code_and_is_not_retried(
     assert isinstance(error, IdempotencyConflict)
     assert error.job_id == holder and error.retry_after is None
     assert len(api.server.requests) == 1 and api.sleeps == []
+
+
+async def test_a_throttle_raises_at_once_with_its_retry_after_and_is_not_retried(
+    make_api: Callable[..., Api],
+) -> None:
+    api = make_api(problem(429, "throttled", retry_after="7", detail="the throttle is 5/m"))
+
+    with pytest.raises(ThrottledError) as raised:
+        await api("submit", "mail.send", {}, throttle_key="tenant-1")
+
+    assert (raised.value.status, raised.value.retry_after) == (429, 7.0)
+    assert len(api.server.requests) == 1 and api.sleeps == []
+    assert json.loads(api.server.requests[0].content)["throttle_key"] == "tenant-1"
+
+
+async def test_a_refused_duplicate_raises_duplicate_job_error_naming_the_job(
+    make_api: Callable[..., Api],
+) -> None:
+    holder = uuid.uuid4()
+    api = make_api(problem(409, "duplicate_job", job_id=str(holder)))
+
+    with pytest.raises(DuplicateJobError) as raised:
+        await api("submit", "t", {}, unique_key="u", on_duplicate="reject")
+
+    assert raised.value.job_id == holder and len(api.server.requests) == 1
+
+
+async def test_the_policies_are_sent_under_the_apis_names_and_only_when_given(
+    make_api: Callable[..., Api],
+) -> None:
+    def debounced(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/batch"):
+            jobs = json.loads(request.content)["jobs"]
+            views = [job_view(job["idempotency_key"]) for job in jobs]
+            return httpx.Response(
+                200, json={"results": [{"status": 202, "job": view} for view in views]}
+            )
+        view = job_view(request.headers["Idempotency-Key"])
+        return httpx.Response(200, json=view | {"debounced": True, "sequence_key": "s"})
+
+    api = make_api(debounced)
+    policies = {
+        "sequence_key": "s",
+        "unique_for_seconds": 60,
+        "on_duplicate": "return_existing",
+        "debounce_seconds": 5,
+        "debounce_max_seconds": 50.5,
+        "throttle_key": "t",
+    }
+    job = await api("submit", "t", {}, unique_key="u", **policies)
+    await api("submit_many", [{"type": "t", "unique_key": "u", **policies}, {"type": "t"}])
+
+    assert job.debounced and job.sequence_key == "s" and not job.deduplicated
+    single, batch = (json.loads(request.content) for request in api.server.requests)
+    assert single == {"type": "t", "payload": {}, "unique_key": "u", **policies}
+    first, plain = batch["jobs"]
+    assert {name: first[name] for name in policies} == policies
+    assert set(plain) == {"idempotency_key", "type", "payload"}
+
+
+def test_a_policy_out_of_range_is_refused_before_anything_is_sent() -> None:
+    with Client(BASE, TOKEN, transport=httpx.MockTransport(Server(accepted))) as client:
+        with pytest.raises(ValueError, match="on_duplicate"):
+            client.submit("t", {}, unique_key="u", on_duplicate="ignore")
+        with pytest.raises(ValueError, match="debounce_seconds"):
+            client.submit("t", {}, unique_key="u", debounce_seconds=0)
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobrelay.core.fingerprint import canonical_json, request_hash
+from jobrelay.core.jobs import Flow
 
 # Text without lone surrogates: the API refuses those before anything is hashed.
 _text = st.text(alphabet=st.characters(exclude_categories=["Cs"]))
@@ -36,3 +37,33 @@ def test_the_request_hash_is_the_hash_of_the_canonical_request(
 def test_a_type_with_quotes_and_unicode_is_spelled_as_json() -> None:
     payload = {"b": [1, {"z": "ü"}], "a": None}
     assert request_hash('odd"type\\ü', payload) == _as_stored_before('odd"type\\ü', payload)
+
+
+def test_a_flow_is_hashed_as_the_canonical_document_with_its_fields_the_policies_too() -> None:
+    flow = Flow(
+        3,
+        "c",
+        "u",
+        sequence_key="s",
+        unique_for_seconds=60,
+        on_duplicate="reject",
+        debounce_seconds=5,
+        debounce_max_seconds=30.5,
+        throttle_key="t",
+    ).given()
+    payload = {"a": 1}
+    document = canonical_json({"type": "x.y", "payload": payload, **flow})
+    assert request_hash("x.y", payload, None, flow) == hashlib.sha256(document.encode()).hexdigest()
+
+
+def test_each_policy_given_is_another_request() -> None:
+    plain = request_hash("x.y", {}, None, Flow(unique_key="u").given())
+    policies = [
+        {"sequence_key": "s"},
+        {"unique_for_seconds": 60},
+        {"on_duplicate": "reject"},
+        {"debounce_seconds": 5},
+        {"throttle_key": "t"},
+    ]
+    hashes = {request_hash("x.y", {}, None, Flow(unique_key="u", **p).given()) for p in policies}
+    assert plain not in hashes and len(hashes) == len(policies)

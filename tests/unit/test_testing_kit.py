@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 import jobrelay
 from jobrelay import JobContext, PermanentError, Registry, TransientError
-from jobrelay.core.errors import InvalidPayload, UnknownJobType
+from jobrelay.core.errors import DuplicateJob, InvalidPayload, UnknownJobType
 from jobrelay.core.registry import (
     PROGRESS_MESSAGE_MAX,
     JobType,
@@ -420,6 +420,42 @@ def test_a_unique_key_a_recorded_job_holds_answers_that_job() -> None:
     assert deduplicated.id == made.id and deduplicated.deduplicated and not made.deduplicated
     other_type = recorder.submit("shop.receipt", {}, key="c", unique_key="o-1")
     assert other_type.id != made.id
+
+
+def test_the_recorder_keeps_each_enqueues_policies_and_refuses_a_rejected_duplicate() -> None:
+    policies = {
+        "sequence_key": "customer-1",
+        "unique_for_seconds": 600,
+        "on_duplicate": "reject",
+        "throttle_key": "tenant-1",
+    }
+    with recording():
+        made = charge.enqueue(PAYLOAD, key="a", sequence_key="customer-1", throttle_key="t-1")
+        with pytest.raises(ValueError, match="on_duplicate needs a unique_key"):
+            charge.enqueue(PAYLOAD, key="b", on_duplicate="reject")  # the type has no unique=
+        with pytest.raises(TypeError, match="unexpected keywords: sequence"):
+            charge.enqueue(PAYLOAD, sequence="x")  # type: ignore[call-arg]
+    assert (made.sequence_key, made.throttle_key) == ("customer-1", "t-1")
+    recorder = Recorder()
+    kept = recorder.submit("t", {}, key="k1", unique_key="u", **policies)
+    debounced = recorder.enqueue(
+        None,
+        client="shop",
+        type="d",
+        payload={},
+        key="k2",
+        unique_key="v",
+        debounce_seconds=5,
+        debounce_max_seconds=60,
+    )
+    with pytest.raises(DuplicateJob) as refused:
+        recorder.submit("t", {"again": True}, key="k3", unique_key="u", on_duplicate="reject")
+    assert (kept.unique_for_seconds, kept.on_duplicate) == (600, "reject")
+    assert (debounced.debounce_seconds, debounced.debounce_max_seconds) == (5, 60)
+    assert refused.value.extra["job_id"] == str(kept.id) and len(recorder.jobs) == 2
+    assert recorder.assert_enqueued("t", sequence_key="customer-1") is kept
+    with pytest.raises(ValueError, match="on_duplicate"):
+        recorder.submit("t", {}, unique_key="u", on_duplicate="maybe")
 
 
 def test_assert_enqueued_says_what_was_recorded_when_nothing_matches() -> None:

@@ -15,8 +15,15 @@ import httpx
 
 from jobrelay.cli.common import CliError, Subcommands, add_command, print_json
 from jobrelay.cli.output import render_job
-from jobrelay.client import ApiError, Client, IdempotencyConflict, Job
+from jobrelay.client import (
+    ApiError,
+    Client,
+    IdempotencyConflict,
+    Job,
+    ThrottledError,
+)
 from jobrelay.core.durations import parse_duration
+from jobrelay.core.jobs import OnDuplicate
 
 EXAMPLE = 'jobrelay submit catalog.export --payload \'{"course": "JavaScript"}\' --key k1'
 
@@ -76,6 +83,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 priority=args.priority,
                 concurrency_key=args.concurrency_key,
                 unique_key=args.unique_key,
+                sequence_key=args.sequence_key,
+                unique_for_seconds=args.unique_for,
+                on_duplicate=args.on_duplicate,
+                debounce_seconds=args.debounce,
+                debounce_max_seconds=args.debounce_max,
+                throttle_key=args.throttle_key,
             )
             accepted = recorder.status == 202
             if wait_seconds is not None:
@@ -87,7 +100,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             f"cannot reach the API at {args.api_url}: {error}{_retry_hint(made_key)}"
         ) from None
     # What the client refuses to send: a malformed --key, a priority out of range, a key
-    # too long (one line, like every CLI error).
+    # too long, a window or a debounce of 0 seconds (one line, like every CLI error).
     except ValueError as error:
         raise CliError(str(error)) from None
     _show(job, key, accepted=accepted, as_json=args.json)
@@ -149,16 +162,25 @@ def _show(job: Job, key: str, *, accepted: bool, as_json: bool) -> None:
                 f"{job.unique_key}; no job made, key {key} not kept"
             )
             return
+        if job.debounced:
+            print(
+                f"debounced: job {job.id} ({job.type}) took the payload and runs from "
+                f"{job.available_at.isoformat()}; no job made, key {key} not kept"
+            )
+            return
         verb = "accepted" if accepted else "already known"
         print(f"{verb}: job {job.id} ({job.type}) is {job.state}; key {key}")
 
 
 def _refusal(error: ApiError, made_key: str | None) -> str:
     """The API's answer in a line, then its field errors: a conflict names the job that has
-    the key; a failure worth retrying names the key this command made up."""
+    the key (a refused duplicate's detail names its job); a throttle says when one more is
+    taken; a failure worth retrying names the key this command made up."""
     line = f"{error.status} {error.code}: {error.detail}"
     if isinstance(error, IdempotencyConflict) and error.job_id is not None:
         line += f" (job {error.job_id} has this key)"
+    if isinstance(error, ThrottledError) and error.retry_after is not None:
+        line += f"; one more is taken in {error.retry_after:g} s"
     if error.status == 429 or error.status >= 500:
         line += _retry_hint(made_key)
     return line + "".join(f"\n  {item}" for item in field_errors(error.problem))
@@ -233,6 +255,7 @@ def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
         metavar="KEY",
         help="no new job while one of the type with this key is queued, running or retrying",
     )
+    _policy_arguments(submit)
     submit.add_argument(
         "--api-url", default=os.environ.get("JOBRELAY_API_URL", "http://127.0.0.1:8000")
     )
@@ -249,4 +272,39 @@ def register(commands: Subcommands[argparse.ArgumentParser]) -> None:
         type=float,
         metavar="SECONDS",
         help=f"how long --wait waits (default {WAIT_SECONDS:g})",
+    )
+
+
+def _policy_arguments(submit: argparse.ArgumentParser) -> None:
+    """The order and submission policies (docs/flow-control.md), the API's fields."""
+    submit.add_argument(
+        "--sequence-key",
+        metavar="KEY",
+        help="run after the jobs of this key accepted before it, one at a time",
+    )
+    submit.add_argument(
+        "--unique-for",
+        type=float,
+        metavar="SECONDS",
+        help="with --unique-key: a job of the key that ended this recently answers too",
+    )
+    submit.add_argument(
+        "--on-duplicate",
+        choices=[choice.value for choice in OnDuplicate],
+        help="with --unique-key: what a duplicate gets (default return_existing)",
+    )
+    submit.add_argument(
+        "--debounce",
+        type=float,
+        metavar="SECONDS",
+        help="with --unique-key: the key's queued job takes this payload, runs this long after",
+    )
+    submit.add_argument(
+        "--debounce-max",
+        type=float,
+        metavar="SECONDS",
+        help="with --debounce: never later than this after the first submission",
+    )
+    submit.add_argument(
+        "--throttle-key", metavar="KEY", help="what the type's throttle counts the job under"
     )

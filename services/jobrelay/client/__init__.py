@@ -31,13 +31,24 @@
   the jobs of a ``jobrelay.Workflow`` as one graph (``POST /v1/workflows``), retried with the
   same key like a submission; ``get_workflow(id)``, ``cancel_workflow(id)``. The view has
   ``.id``, ``.state``, ``.on_failure``, ``.jobs`` (ref -> ``WorkflowJob``) and ``.counts``.
+- ``submit`` and ``submit_many`` take the order and submission policies (``sequence_key``,
+  ``unique_for_seconds``, ``on_duplicate``, ``debounce_seconds``, ``debounce_max_seconds``,
+  ``throttle_key``; docs/flow-control.md); the ``Job`` says ``deduplicated`` / ``debounced``.
 - An error answer raises ``ApiError`` (``status``, ``code``, ``detail``, ``retry_after``);
-  409 ``idempotency_conflict`` raises its subclass ``IdempotencyConflict``. The API still
+  409 ``idempotency_conflict`` raises its subclass ``IdempotencyConflict``, 409
+  ``duplicate_job`` ``DuplicateJobError`` (``job_id``), 429 ``throttled`` ``ThrottledError``
+  (never sent again: ``retry_after`` says when one would be taken). The API still
   unreachable after the retries: the last ``httpx.TransportError``. No error holds the token.
 """
 
 from jobrelay.client.aio import AsyncClient
-from jobrelay.client.errors import ApiError, IdempotencyConflict, JobFinished
+from jobrelay.client.errors import (
+    ApiError,
+    DuplicateJobError,
+    IdempotencyConflict,
+    JobFinished,
+    ThrottledError,
+)
 from jobrelay.client.models import (
     Job,
     JobLinks,
@@ -53,6 +64,7 @@ __all__ = [
     "ApiError",
     "AsyncClient",
     "Client",
+    "DuplicateJobError",
     "IdempotencyConflict",
     "Job",
     "JobFinished",
@@ -60,6 +72,7 @@ __all__ = [
     "Progress",
     "Signal",
     "Step",
+    "ThrottledError",
     "WorkflowJob",
     "WorkflowView",
 ]

@@ -17,7 +17,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from jobrelay.client._retry import Failure, RetryPolicy, parse_retry_after, status_failure
-from jobrelay.client.errors import ApiError
+from jobrelay.client.errors import ApiError, ThrottledError
 from jobrelay.client.models import BatchAnswer, Job, JobPage, Signal, WorkflowView
 from jobrelay.core.bounds import SIGNAL_NAME_MAX
 from jobrelay.core.jobs import Flow, is_valid_idempotency_key
@@ -116,9 +116,9 @@ def submit(
 
 def submit_many(jobs: Iterable[Mapping[str, Any]]) -> Call[list[Job | ApiError]]:
     """``POST /v1/jobs/batch``: each job a mapping with ``type`` and the keyword arguments of
-    ``submit`` (``payload``, ``key``, ``max_attempts``, ``run_at``, ``delay``, ``priority``,
-    ``concurrency_key``, ``unique_key``). A job without a key gets a random one here, so every
-    try of the batch carries the same keys."""
+    ``submit`` (``payload``, ``key``, ``max_attempts``, ``run_at``, ``delay`` and
+    ``FLOW_FIELDS``). A job without a key gets a random one here, so every try of the batch
+    carries the same keys."""
     items = []
     for job in jobs:
         unknown = set(job) - BATCH_JOB_FIELDS
@@ -130,7 +130,7 @@ def submit_many(jobs: Iterable[Mapping[str, Any]]) -> Call[list[Job | ApiError]]
             max_attempts=job.get("max_attempts"),
             run_at=job.get("run_at"),
             delay=job.get("delay"),
-            flow=Flow(job.get("priority"), job.get("concurrency_key"), job.get("unique_key")),
+            flow=Flow(**{name: job[name] for name in FLOW_FIELDS if name in job}),
         )
         items.append({"idempotency_key": _key(job.get("key")), **body})
     if not 1 <= len(items) <= MAX_BATCH:
@@ -138,10 +138,12 @@ def submit_many(jobs: Iterable[Mapping[str, Any]]) -> Call[list[Job | ApiError]]
     return Call("POST", "/v1/jobs/batch", _batch_results, json={"jobs": items})
 
 
+# Submit's flow control and policy arguments: ``Flow``'s fields, sent under their names.
+FLOW_FIELDS = tuple(Flow.__dataclass_fields__)
+
 # The keys of a job of submit_many: submit's arguments.
 BATCH_JOB_FIELDS = frozenset(
-    {"type", "payload", "key", "max_attempts", "run_at", "delay"}
-    | {"priority", "concurrency_key", "unique_key"}
+    {"type", "payload", "key", "max_attempts", "run_at", "delay", *FLOW_FIELDS}
 )
 
 
@@ -337,7 +339,10 @@ class Attempts(Generic[T]):
                 reason=outcome.reason_phrase,
                 retry_after=retry_after,
             )
-            failure = status_failure(outcome.status_code)
+            # A throttle's refusal is the type's answer, not the server's trouble: sent again
+            # at once it is refused again; the caller decides when (``error.retry_after``).
+            status = outcome.status_code
+            failure = None if isinstance(error, ThrottledError) else status_failure(status)
         seconds = self.policy.wait(
             self.retries + 1, failure, repeatable=self.call.repeatable, retry_after=retry_after
         )

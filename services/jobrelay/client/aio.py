@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import httpx
 
@@ -16,7 +16,7 @@ from jobrelay.client import _calls
 from jobrelay.client._calls import Attempts, Call, ClientBase, JobId, Outcome, Wait, WorkflowId
 from jobrelay.client.errors import ApiError
 from jobrelay.client.models import Job, Signal, WorkflowView
-from jobrelay.core.jobs import Flow
+from jobrelay.core.jobs import Flow, PolicyOptions
 from jobrelay.core.workflows import OnFailure, Workflow
 
 T = TypeVar("T")
@@ -61,6 +61,7 @@ class AsyncClient(ClientBase[httpx.AsyncClient, httpx.AsyncBaseTransport]):
         priority: int | None = None,
         concurrency_key: str | None = None,
         unique_key: str | None = None,
+        **policies: Unpack[PolicyOptions],
     ) -> Job:
         call = _calls.submit(
             type,
@@ -69,7 +70,7 @@ class AsyncClient(ClientBase[httpx.AsyncClient, httpx.AsyncBaseTransport]):
             max_attempts=max_attempts,
             run_at=run_at,
             delay=delay,
-            flow=Flow(priority, concurrency_key, unique_key),
+            flow=Flow(priority, concurrency_key, unique_key, **policies),
         )
         return await self._run(call)
 

@@ -83,10 +83,7 @@ class IdempotencyConflict(ApiError):
     @property
     def job_id(self) -> uuid.UUID | None:
         """The job that holds the key, when the API named it."""
-        try:
-            return uuid.UUID(str(self.problem["job_id"]))
-        except (KeyError, ValueError):
-            return None
+        return _job_id(self.problem)
 
 
 class JobFinished(ApiError):
@@ -96,11 +93,42 @@ class JobFinished(ApiError):
     code = "job_finished"
 
 
+class DuplicateJobError(ApiError):
+    """409 ``duplicate_job``: a submission with ``on_duplicate="reject"`` met a job of its
+    ``unique_key`` (live, or ended within ``unique_for_seconds``); nothing was accepted.
+    ``job_id``: that job."""
+
+    code = "duplicate_job"
+
+    @property
+    def job_id(self) -> uuid.UUID | None:
+        """The job of the unique key, when the API named it."""
+        return _job_id(self.problem)
+
+
+class ThrottledError(ApiError):
+    """429 ``throttled``: over the job type's throttle (per ``throttle_key``); nothing was
+    accepted. Not sent again by the client (docs/submitting.md): ``retry_after`` says when
+    one more would be taken."""
+
+    code = "throttled"
+
+
 # The errors raised as their own class, by the problem's code.
 _CLASSES: dict[str, type[ApiError]] = {
     IdempotencyConflict.code: IdempotencyConflict,
     JobFinished.code: JobFinished,
+    DuplicateJobError.code: DuplicateJobError,
+    ThrottledError.code: ThrottledError,
 }
+
+
+def _job_id(problem: Mapping[str, Any]) -> uuid.UUID | None:
+    """The problem's ``job_id``, when it names one."""
+    try:
+        return uuid.UUID(str(problem["job_id"]))
+    except (KeyError, ValueError):
+        return None
 
 
 # A message stays one readable line: the fields past these are in ``problem["errors"]``.

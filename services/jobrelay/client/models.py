@@ -71,8 +71,15 @@ class Job(_Answer):
     concurrency_key: str | None = None
     unique_key: str | None = None
     deduplicated: bool = False
-    """True when a live job of the same type and unique key answered the submission: this
-    job is that one, and the submission made none (docs/flow-control.md)."""
+    """True when a job of the same type and unique key (live, or ended within the
+    submission's ``unique_for_seconds``) answered the submission: this job is that one, and
+    the submission made none (docs/flow-control.md)."""
+    debounced: bool = False
+    """True when the submission's debounce gave its payload and a later start to this job,
+    the key's queued one, and made none."""
+    sequence_key: str | None = None
+    blocked_by: uuid.UUID | None = None
+    """Waiting in its sequence behind this quarantined job (the single job's read only)."""
     workflow_id: uuid.UUID | None = None
     progress: Progress | None = None
     wake_at: datetime | None = None

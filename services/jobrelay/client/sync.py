@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import httpx
 
@@ -14,7 +14,7 @@ from jobrelay.client import _calls
 from jobrelay.client._calls import Attempts, Call, ClientBase, JobId, Outcome, Wait, WorkflowId
 from jobrelay.client.errors import ApiError
 from jobrelay.client.models import Job, Signal, WorkflowView
-from jobrelay.core.jobs import Flow
+from jobrelay.core.jobs import Flow, PolicyOptions
 from jobrelay.core.workflows import OnFailure, Workflow
 
 T = TypeVar("T")
@@ -61,6 +61,7 @@ class Client(ClientBase[httpx.Client, httpx.BaseTransport]):
         priority: int | None = None,
         concurrency_key: str | None = None,
         unique_key: str | None = None,
+        **policies: Unpack[PolicyOptions],
     ) -> Job:
         """Submits a job (``POST /v1/jobs``) and returns it: new (``queued``), or the one
         this ``key`` made before with the same type, payload and due time. Without a key a
@@ -69,10 +70,15 @@ class Client(ClientBase[httpx.Client, httpx.BaseTransport]):
         before then. ``priority`` (-100 to 100, higher first; by default the type's),
         ``concurrency_key`` and ``unique_key`` (docs/flow-control.md) are part of the request.
         A ``unique_key`` a live job of the type already holds makes no job: that job comes
-        back with ``deduplicated`` true. The key was used for another request:
-        ``IdempotencyConflict``; another
-        error answer: ``ApiError``; the API unreachable after the retries: the last
-        ``httpx.TransportError``."""
+        back with ``deduplicated`` true. The order and submission policies
+        (docs/flow-control.md): ``sequence_key``; ``unique_for_seconds`` and ``on_duplicate``
+        (``"return_existing"``, ``"reject"``); ``debounce_seconds`` and
+        ``debounce_max_seconds`` (the key's queued job comes back with ``debounced`` true);
+        ``throttle_key``. The key was used for another request: ``IdempotencyConflict``; a
+        duplicate refused: ``DuplicateJobError`` (``job_id``); over the type's throttle:
+        ``ThrottledError`` (``retry_after``; not retried); policies that do not go together:
+        ``ApiError`` 422 ``invalid_policy``; another error answer: ``ApiError``; the API
+        unreachable after the retries: the last ``httpx.TransportError``."""
         call = _calls.submit(
             type,
             payload,
@@ -80,7 +86,7 @@ class Client(ClientBase[httpx.Client, httpx.BaseTransport]):
             max_attempts=max_attempts,
             run_at=run_at,
             delay=delay,
-            flow=Flow(priority, concurrency_key, unique_key),
+            flow=Flow(priority, concurrency_key, unique_key, **policies),
         )
         return self._run(call)
 

@@ -35,21 +35,22 @@ def request_hash_of_json(
 
     ``flow``: the flow control fields the submission gave itself (``Flow.given``: its
     priority, keys and policies), each at its sorted place in the document, and only when
-    given: a submission that gives none hashes as before they
-    existed, so a resubmission across the upgrade is still the same request. A priority is
-    hashed whenever it is given, 0 too: with a type whose default is 10, "0" and "none" ask
-    for different jobs. What the type fills in (its default priority, its key functions) is
-    not hashed: it follows from the type and payload, and may change with the code."""
+    given: a submission that gives none hashes as before they existed, so a resubmission
+    across the upgrade is still the same request. A priority is hashed whenever it is given,
+    0 too: with a type whose default is 10, "0" and "none" ask for different jobs. What the
+    type fills in (its default priority, its key functions) is not hashed: it follows from
+    the type and payload, and may change with the code."""
     if not flow:  # the hot path, and the document of every request before flow control
         when = f',"schedule":{canonical_json(schedule)}' if schedule is not None else ""
         document = f'{{"payload":{payload_json}{when},"type":{canonical_json(job_type)}}}'
         return hashlib.sha256(document.encode()).hexdigest()
-    parts = sorted(
-        {**flow, "payload": payload_json, "schedule": schedule, "type": job_type}.items()
-    )
+    # Every field given, the order and submission policies too (``sequence_key``,
+    # ``unique_for_seconds``, ``on_duplicate``, ``debounce_*``, ``throttle_key``:
+    # docs/flow-control.md).
+    parts = {**flow, "payload": payload_json, "schedule": schedule, "type": job_type}
     fields = [
         f'"{name}":{value if name == "payload" else canonical_json(value)}'
-        for name, value in parts
+        for name, value in sorted(parts.items())
         if value is not None
     ]
     document = "{" + ",".join(fields) + "}"

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypedDict
 
 from jobrelay.core.bounds import FLOW_KEY_MAX, IDEMPOTENCY_KEY_MAX, MAX_DELAY_SECONDS
 from jobrelay.core.durable import StepRecord
@@ -152,8 +152,8 @@ class Flow:
     unique_for_seconds: float | None = None
     """The unique key also holds against a job of it that ended (not cancelled) this recently."""
 
-    on_duplicate: OnDuplicate | None = None
-    """None: ``return_existing``."""
+    on_duplicate: OnDuplicate | str | None = None
+    """None: ``return_existing``. Given as its text (from code), it is made the enum."""
 
     debounce_seconds: float | None = None
     """A submission of a unique key whose job has not started replaces its payload and moves
@@ -180,6 +180,8 @@ class Flow:
                 )
         if self.on_duplicate is not None and self.on_duplicate not in set(OnDuplicate):
             raise ValueError("on_duplicate is return_existing or reject")
+        if self.on_duplicate is not None:  # its text, from code (enqueue, the clients): the enum
+            object.__setattr__(self, "on_duplicate", OnDuplicate(self.on_duplicate))
 
     def over(self, defaults: Flow) -> Flow:
         """These fields, each one not given taken from ``defaults``."""
@@ -229,6 +231,19 @@ class Flow:
 
 
 _FLOW_FIELDS = tuple(Flow.__dataclass_fields__)
+
+
+class PolicyOptions(TypedDict, total=False):
+    """The order and submission policies as keyword arguments of the Python ways of
+    submitting (``JobDefinition.enqueue``, the testing kit's recorder): ``Flow``'s fields of
+    the same names, which check them."""
+
+    sequence_key: str | None
+    unique_for_seconds: float | None
+    on_duplicate: OnDuplicate | str | None
+    debounce_seconds: float | None
+    debounce_max_seconds: float | None
+    throttle_key: str | None
 
 
 def is_policy_seconds(seconds: object) -> bool:

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, Unpack, cast
 
 from pydantic import BaseModel, ValidationError
 
@@ -37,6 +37,7 @@ from jobrelay.core.errors import ConfigurationError, InvalidPayload, UnknownJobT
 from jobrelay.core.flow import Limit, Rate, Throttle, check_priority, parse_rate, parse_throttle
 from jobrelay.core.jobs import (
     Flow,
+    PolicyOptions,
     is_policy_seconds,
     is_valid_flow_key,
     is_valid_idempotency_key,
@@ -590,6 +591,10 @@ class EnqueueRequest:
     connection: object | None = None
     """The caller's connection, a transaction open on it; None: through a client."""
 
+    policies: PolicyOptions = field(default_factory=lambda: PolicyOptions())
+    """The order and submission policies given (checked), by name: each way of sending takes
+    them as keyword arguments."""
+
 
 class Enqueuer(Protocol):
     """The port between a definition and what sends its jobs: ``jobrelay/configuration.py``
@@ -661,7 +666,8 @@ class JobDefinition(Generic[P, Params, Ret]):
     context, payload)`` is ``handler(context, payload)``; the consumer runs ``JobType.handler``,
     the undecorated function), and the way to enqueue jobs of its type.
 
-    ``enqueue(payload, *, key=None, run_at=None, priority=None, connection=None)``:
+    ``enqueue(payload, *, key=None, run_at=None, priority=None, connection=None,
+    **policies)``:
 
     - ``payload``: a ``Model`` or a dict, checked against the model before anything is sent
       (``InvalidPayload``, as the registry raises).
@@ -670,6 +676,9 @@ class JobDefinition(Generic[P, Params, Ret]):
       ``f"charge:{order.id}"``), and the same key with the same request answers the same job.
     - ``run_at`` (with a time zone) and ``priority`` (-100 to 100; by default the type's), as
       for any submission.
+    - ``policies``: ``sequence_key``, ``unique_for_seconds``, ``on_duplicate``,
+      ``debounce_seconds``, ``debounce_max_seconds``, ``throttle_key`` (docs/flow-control.md),
+      sent as the submission's fields of those names.
     - Without ``connection``: through the client ``jobrelay.configure(client=...)`` installed,
       a ``jobrelay.Client``; the answer is the API's view, a ``jobrelay.Job``.
     - With ``connection=``: inside the caller's open transaction (psycopg or SQLAlchemy, as
@@ -735,10 +744,11 @@ class JobDefinition(Generic[P, Params, Ret]):
         run_at: datetime | None = None,
         priority: int | None = None,
         connection: object | None = None,
+        **policies: Unpack[PolicyOptions],
     ) -> EnqueuedJob:
         """A job of this type (see the class's documentation)."""
         request = self.request(
-            payload, key=key, run_at=run_at, priority=priority, connection=connection
+            payload, key=key, run_at=run_at, priority=priority, connection=connection, **policies
         )
         enqueuer = installed_enqueuer()
         if enqueuer is None:
@@ -753,10 +763,11 @@ class JobDefinition(Generic[P, Params, Ret]):
         run_at: datetime | None = None,
         priority: int | None = None,
         connection: object | None = None,
+        **policies: Unpack[PolicyOptions],
     ) -> EnqueuedJob:
         """``enqueue`` through the configured ``AsyncClient``, or on an async connection."""
         request = self.request(
-            payload, key=key, run_at=run_at, priority=priority, connection=connection
+            payload, key=key, run_at=run_at, priority=priority, connection=connection, **policies
         )
         enqueuer = installed_enqueuer()
         if enqueuer is None:
@@ -771,10 +782,12 @@ class JobDefinition(Generic[P, Params, Ret]):
         run_at: datetime | None = None,
         priority: int | None = None,
         connection: object | None = None,
+        **policies: Unpack[PolicyOptions],
     ) -> EnqueueRequest:
         """The checked request: the payload as JSON and valid against the model, a fresh key
-        when none is given; ``ValueError`` for a key, a due time or a priority no submission
-        can have."""
+        when none is given; ``ValueError`` for a key, a due time, a priority or a policy no
+        submission can have (``Flow`` checks each policy alone; how they go together is
+        checked with the type's, where the job is accepted)."""
         if key is None:
             key = str(uuid.uuid4())
         elif not isinstance(key, str) or not is_valid_idempotency_key(key):
@@ -785,8 +798,11 @@ class JobDefinition(Generic[P, Params, Ret]):
             raise ValueError("run_at must be a datetime with a time zone offset")
         if priority is not None:
             check_priority(priority)
+        given = _given_policies(policies) if policies else PolicyOptions()
         document = self._payload(payload)
-        return EnqueueRequest(self.registry, self.name, document, key, run_at, priority, connection)
+        return EnqueueRequest(
+            self.registry, self.name, document, key, run_at, priority, connection, given
+        )
 
     def _payload(self, payload: P | dict[str, Any]) -> dict[str, Any]:
         """The payload as it will be sent: a model as its JSON, a dict as given; either way
@@ -798,6 +814,16 @@ class JobDefinition(Generic[P, Params, Ret]):
                 f"payload of {self.name!r} must be a {self.payload_model.__name__} or a dict"
             )
         return document
+
+
+def _given_policies(policies: PolicyOptions) -> PolicyOptions:
+    """The policies an enqueue gave, checked each alone (``Flow``: ``ValueError`` out of range;
+    ``TypeError`` for a misspelt keyword, which a type checker would have caught)."""
+    unknown = set(policies) - set(PolicyOptions.__annotations__)
+    if unknown:
+        raise TypeError(f"enqueue got unexpected keywords: {', '.join(sorted(unknown))}")
+    Flow(**policies)
+    return cast(PolicyOptions, {name: v for name, v in policies.items() if v is not None})
 
 
 def _key_of(name: str, option: str, function: KeyFunction, payload: BaseModel) -> str:

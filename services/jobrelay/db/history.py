@@ -107,3 +107,6 @@ VIEWS_0018 = ("job_journal",)
 # Revision 0019 (order and submission policies, docs/flow-control.md): the journal's
 # ``released``: a job of a sequence let go when the one ahead of it ended.
 EVENTS_0019 = (*EVENTS_0016, "released")
+# Revision 0020: the longest sequence key jobrelay_enqueue takes, as core/bounds.py's
+# FLOW_KEY_MAX had it then.
+FLOW_KEY_MAX_0020 = 200

@@ -11,15 +11,15 @@ import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Unpack
 
 from pydantic import BaseModel
 
 import jobrelay
-from jobrelay.core.errors import InvalidPayload
+from jobrelay.core.errors import DuplicateJob, InvalidPayload
 from jobrelay.core.idempotency import KeyDecision, Submission, check_submission, decide
 from jobrelay.core.ids import new_id
-from jobrelay.core.jobs import Flow, JobRequest
+from jobrelay.core.jobs import Flow, JobRequest, OnDuplicate, PolicyOptions
 from jobrelay.core.registry import (
     EnqueueRequest,
     Registry,
@@ -56,6 +56,15 @@ class RecordedJob:
     attempts: int = 0
     deduplicated: bool = False
     """True when a live job of the type held its ``unique_key``: this job is that one."""
+    # The order and submission policies it was enqueued with (asked, else the type's), as
+    # recorded: the recorder keeps them for a test to read, it does not enforce them (it
+    # refuses a duplicate with ``on_duplicate="reject"``, as the accept does).
+    sequence_key: str | None = None
+    unique_for_seconds: float | None = None
+    on_duplicate: str | None = None
+    debounce_seconds: float | None = None
+    debounce_max_seconds: float | None = None
+    throttle_key: str | None = None
 
     @property
     def key(self) -> str:
@@ -145,11 +154,12 @@ class Recorder:
         priority: int | None = None,
         concurrency_key: str | None = None,
         unique_key: str | None = None,
+        **policies: Unpack[PolicyOptions],
     ) -> RecordedJob:
         """``jobrelay.Client.submit``'s stand-in (a random key when none is given)."""
         if isinstance(delay, timedelta):
             delay = delay.total_seconds()
-        flow = Flow(priority, concurrency_key, unique_key)
+        flow = Flow(priority, concurrency_key, unique_key, **policies)
         return self._record(
             _Asked(type, payload, key, run_at, delay, max_attempts, flow),
         )
@@ -175,10 +185,11 @@ class Recorder:
         priority: int | None = None,
         concurrency_key: str | None = None,
         unique_key: str | None = None,
+        **policies: Unpack[PolicyOptions],
     ) -> RecordedJob:
         """``jobrelay.enqueue``'s stand-in: the connection is not used (nothing is rolled
         back), ``traceparent`` is not kept."""
-        flow = Flow(priority, concurrency_key, unique_key)
+        flow = Flow(priority, concurrency_key, unique_key, **policies)
         asked = _Asked(
             type, payload, key, run_at, delay_seconds, max_attempts, flow, registry, client, True
         )
@@ -300,6 +311,8 @@ class Recorder:
             return held_job
         live = self._live_unique(request)
         if live is not None:
+            if request.job_flow.on_duplicate is OnDuplicate.REJECT:
+                raise DuplicateJob(f"job {live.id} holds the unique key", job_id=str(live.id))
             self.calls.append(live)
             return live
         job = _new_job(submission, asked)
@@ -340,7 +353,7 @@ class _RecorderPort:
             request.payload,
             request.key,
             request.run_at,
-            flow=Flow(request.priority),
+            flow=Flow(request.priority, **request.policies),
             registry=request.registry,
             in_transaction=request.connection is not None,
         )
@@ -391,6 +404,12 @@ def _new_job(submission: Submission, asked: _Asked) -> RecordedJob:
         max_attempts=request.max_attempts,
         concurrency_key=flow.concurrency_key,
         unique_key=flow.unique_key,
+        sequence_key=flow.sequence_key,
+        unique_for_seconds=flow.unique_for_seconds,
+        on_duplicate=flow.on_duplicate,
+        debounce_seconds=flow.debounce_seconds,
+        debounce_max_seconds=flow.debounce_max_seconds,
+        throttle_key=flow.throttle_key,
         client=asked.client,
         in_transaction=asked.in_transaction,
         created_at=datetime.now(UTC),

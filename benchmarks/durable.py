@@ -105,6 +105,16 @@ async def jobrelay_run(ctx: e2e.Context, variant: str, jobs: int) -> e2e.Through
     """One variant end to end, as ``e2e.jobrelay_throughput`` measures the no-op."""
     await e2e.reset_jobs(ctx)
     await preload(ctx, OURS[variant], jobs)
+    result = await run_loaded(ctx, variant, jobs)
+    [(steps,)] = await e2e.sql(ctx, "SELECT count(*) FROM jobrelay.job_steps")
+    result.notes.insert(0, f"{steps / max(result.jobs, 1):.1f} steps recorded per job")
+    return result
+
+
+async def run_loaded(ctx: e2e.Context, name: str, jobs: int) -> e2e.Throughput:
+    """The ``jobs`` jobs the database holds, run by a dispatcher and ``ctx.args.consumers``
+    consumers started now, until every one finished (the benchmarks.sequences' run too):
+    jobs/s steady, CPU per 1,000 jobs of each process, PostgreSQL transactions per job."""
     commits_before = await e2e.transactions(ctx)
     started = time.perf_counter()
     groups = e2e.start_jobrelay(ctx)
@@ -121,13 +131,9 @@ async def jobrelay_run(ctx: e2e.Context, variant: str, jobs: int) -> e2e.Through
     commits = await e2e.transactions(ctx) - commits_before
     [row] = await e2e.sql(ctx, e2e.WINDOW, {"client_id": ctx.client_id})
     n, first, last, *_ = row
-    [(steps,)] = await e2e.sql(ctx, "SELECT count(*) FROM jobrelay.job_steps")
-    result = e2e.Throughput(variant, n, wall, float(first), float(last))
+    result = e2e.Throughput(name, n, wall, float(first), float(last))
     result.cpu = meter.per_thousand(jobs - seen)
-    result.notes.append(
-        f"{steps / max(n, 1):.1f} steps recorded per job; "
-        f"{commits / max(n, 1):.2f} PostgreSQL transactions per job"
-    )
+    result.notes.append(f"{commits / max(n, 1):.2f} PostgreSQL transactions per job")
     return result
 
 

@@ -2,17 +2,17 @@
 keys, submitted over HTTP and run end to end, alternated per round in the same run.
 
     python scripts/servers.py run -- python -m benchmarks.sequences \\
-        [--jobs 5000] [--keys 1000] [--rounds 2] [--clients 32] [--concurrency 32]
+        [--jobs 5000] [--keys 1000] [--rounds 2] [--clients 32] [--variants plain,sequenced]
 
 Reads JOBRELAY_DATABASE_URL (admin: creates a scratch database), JOBRELAY_AMQP_URL and
 JOBRELAY_RABBITMQ_API_URL (a scratch vhost); drops them at the end. ``make bench-sequences``
 runs it; ``make bench`` runs it with ``--jobs 5000 --rounds 1``.
 
-One API (``--workers`` processes) runs throughout. Each variant, per round, on an emptied
-database:
+Each variant, per round, on an emptied database:
 
-1. the accept: ``--jobs`` ``demo.sleep {"seconds": 0}`` jobs (the no-op) submitted through
-   ``POST /v1/jobs`` over ``--clients`` keep-alive connections, no other service running:
+1. the accept: an API of ``--workers`` processes started and warmed up, then ``--jobs``
+   ``demo.sleep {"seconds": 0}`` jobs (the no-op) submitted through ``POST /v1/jobs`` over
+   ``--clients`` keep-alive connections, no other service running, then the API stopped:
    accepted jobs/s, and CPU ms per 1,000 jobs of the API's processes and PostgreSQL. A plain
    submission is the plain accept (one statement, group committed); a sequenced one is the
    policed accept (``services/jobrelay/db/policed_accept.py``: a transaction taking the key's
@@ -100,22 +100,43 @@ def submitted(args: argparse.Namespace) -> int:
     return args.jobs - args.jobs % args.clients
 
 
-async def accept(ctx: e2e.Context, api: int, port: int, token: str, variant: str) -> Accept:
-    """The variant's jobs submitted over HTTP into an emptied database, nothing else running."""
+async def accept(ctx: e2e.Context, token: str, variant: str) -> Accept:
+    """The variant's jobs submitted over HTTP into an emptied database, nothing else running,
+    by an API of its own: warmed up (its pool's connections, its caches), and stopped at the
+    end, so that its backends' statistics (the commits the run counts) are flushed before the
+    run starts."""
     args = ctx.args
-    await e2e.reset_jobs(ctx)
-    meter = e2e.CpuMeter({"api": [api]})
-    meter.groups.pop("rabbitmq", None)  # the accept does not touch the broker
-    body = bodies(variant, args.keys)
-    meter.start()
-    rate, _, statuses = await http_submissions(port, token, args.jobs, args.clients, body)
-    meter.stop()
+    port = free_port()
+    # A pooled connection per HTTP connection, and shedding off: a sequenced accept holds its
+    # connection for a transaction of several statements (a plain one shares a group commit),
+    # so with the default pool (16, 8 a worker) half the clients wait for one, and on a busy
+    # machine some past the pool's 2 s: 503 database_unavailable. This measures the accept's
+    # cost, not the pool's queue.
+    api = start_api(
+        ctx.database_url,
+        port,
+        args.workers,
+        pool_size=args.clients,
+        JOBRELAY_API_MAX_CONCURRENCY="0",
+    )
+    try:
+        await http_submissions(port, token, 400, 8, bodies(variant, 8))
+        await e2e.reset_jobs(ctx)
+        meter = e2e.CpuMeter({"api": [api.pid]})
+        meter.groups.pop("rabbitmq", None)  # the accept does not touch the broker
+        meter.start()
+        rate, _, statuses = await http_submissions(
+            port, token, args.jobs, args.clients, bodies(variant, args.keys)
+        )
+        meter.stop()
+    finally:
+        e2e.stop_process(api)
     if set(statuses) != {202}:
         raise SystemExit(f"{variant}: unexpected statuses from the API: {statuses}")
     return Accept(rate, meter.per_thousand(submitted(args)))
 
 
-async def run(ctx: e2e.Context, api: int, port: int, token: str) -> Figures:
+async def run(ctx: e2e.Context, token: str) -> Figures:
     args = ctx.args
     per_key = args.jobs / args.keys
     print(
@@ -124,16 +145,13 @@ async def run(ctx: e2e.Context, api: int, port: int, token: str) -> Figures:
         f"consumer(s) x concurrency {args.concurrency}; sequenced: {args.keys:,} keys "
         f"({per_key:g} jobs a key); {os.cpu_count()} CPUs"
     )
-    # Warm up: the API's connections and caches, each kind of accept once.
     chosen = [variant for variant in VARIANTS if variant in args.variants]
-    for variant in chosen:
-        await http_submissions(port, token, 400, 8, bodies(variant, 8))
     figures = Figures()
     for round_number in range(1, args.rounds + 1):
         print(f"round {round_number}:")
         turn = (round_number - 1) % len(chosen)  # the order turns each round: drift hits all
         for variant in chosen[turn:] + chosen[:turn]:
-            accepted = await accept(ctx, api, port, token, variant)
+            accepted = await accept(ctx, token, variant)
             figures.accepts[variant].append(accepted)
             print(f"  {accepted.line(variant)}")
             result = await run_loaded(ctx, variant, submitted(args))
@@ -191,23 +209,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 async def measure(ctx: e2e.Context) -> Figures:
     client_id, token = await create_client(ctx.database_url, "bench-sequences")
     ctx.client_id = client_id  # the jobs e2e's queries count are this client's
-    port = free_port()
-    # A pooled connection per HTTP connection, and shedding off: a sequenced accept holds its
-    # connection for a transaction of several statements (a plain one shares a group commit),
-    # so with the default pool (16, 8 a worker) half the clients wait for one, and on a busy
-    # machine some past the pool's 2 s: 503 database_unavailable. This measures the accept's
-    # cost, not the pool's queue.
-    api = start_api(
-        ctx.database_url,
-        port,
-        ctx.args.workers,
-        pool_size=ctx.args.clients,
-        JOBRELAY_API_MAX_CONCURRENCY="0",
-    )
-    try:
-        return await run(ctx, api.pid, port, token)
-    finally:
-        e2e.stop_process(api)
+    return await run(ctx, token)
 
 
 def main() -> int:

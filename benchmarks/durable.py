@@ -46,7 +46,14 @@ sys.path.insert(0, str(ROOT))
 import psycopg
 
 from benchmarks import e2e
-from benchmarks._common import median, peers_python, scratch_run, until_all_done
+from benchmarks._common import (
+    chosen_variants,
+    in_turn,
+    median,
+    peers_python,
+    scratch_run,
+    until_all_done,
+)
 from benchmarks.durable_handlers import FIVE_STEPS, HANDLERS, ONE_STEP, PLAIN
 from jobrelay.core.fingerprint import request_hash
 from jobrelay.core.ids import new_id
@@ -240,9 +247,7 @@ async def run(ctx: e2e.Context, python: Path) -> Figures:
     figures = Figures()
     for round_number in range(1, args.rounds + 1):
         print(f"round {round_number}:")
-        turn = round_number - 1  # the order turns each round: drift hits every variant alike
-        chosen = [variant for variant in VARIANTS if variant in args.variants]
-        for variant in chosen[turn % len(chosen) :] + chosen[: turn % len(chosen)]:
+        for variant in in_turn(args.variants, round_number):
             if variant == "dbos":
                 result = await dbos_run(ctx, python, args.jobs)
             else:
@@ -291,9 +296,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--variants", default=",".join(VARIANTS), help=f"some of {','.join(VARIANTS)}"
     )
     args = parser.parse_args(argv)
-    args.variants = [name.strip() for name in args.variants.split(",")]
-    if unknown := set(args.variants) - set(VARIANTS):
-        parser.error(f"unknown variants {sorted(unknown)}: choose from {', '.join(VARIANTS)}")
+    args.variants = chosen_variants(parser, args.variants, VARIANTS)
     args.consumers = 1  # what e2e.start_jobrelay reads
     return args
 

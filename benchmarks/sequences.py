@@ -45,7 +45,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import e2e
-from benchmarks._common import create_client, free_port, median, scratch_run, start_api
+from benchmarks._common import (
+    chosen_variants,
+    create_client,
+    free_port,
+    in_turn,
+    median,
+    scratch_run,
+    start_api,
+)
 from benchmarks.durable import run_loaded
 from benchmarks.submit import http_submissions
 
@@ -145,12 +153,10 @@ async def run(ctx: e2e.Context, token: str) -> Figures:
         f"consumer(s) x concurrency {args.concurrency}; sequenced: {args.keys:,} keys "
         f"({per_key:g} jobs a key); {os.cpu_count()} CPUs"
     )
-    chosen = [variant for variant in VARIANTS if variant in args.variants]
     figures = Figures()
     for round_number in range(1, args.rounds + 1):
         print(f"round {round_number}:")
-        turn = (round_number - 1) % len(chosen)  # the order turns each round: drift hits all
-        for variant in chosen[turn:] + chosen[:turn]:
+        for variant in in_turn(args.variants, round_number):
             accepted = await accept(ctx, token, variant)
             figures.accepts[variant].append(accepted)
             print(f"  {accepted.line(variant)}")
@@ -198,9 +204,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--variants", default=",".join(VARIANTS), help=f"some of {','.join(VARIANTS)}"
     )
     args = parser.parse_args(argv)
-    args.variants = [name.strip() for name in args.variants.split(",")]
-    if unknown := set(args.variants) - set(VARIANTS):
-        parser.error(f"unknown variants {sorted(unknown)}: choose from {', '.join(VARIANTS)}")
+    args.variants = chosen_variants(parser, args.variants, VARIANTS)
     if args.jobs < args.clients or args.keys < 1:
         parser.error("--jobs must be at least --clients, and --keys at least 1")
     return args

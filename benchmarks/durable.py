@@ -253,11 +253,16 @@ async def run(ctx: e2e.Context, python: Path) -> Figures:
             else:
                 result = await jobrelay_run(ctx, variant, args.jobs)
             figures.runs[variant].append(result)
-            print(f"  {result.line()}")
-            for note in result.notes:
-                print(f"    {note}")
+            print_run(result)
     report(figures)
     return figures
+
+
+def print_run(result: e2e.Throughput) -> None:
+    """A run's line and its notes, as a round prints them (benchmarks.sequences too)."""
+    print(f"  {result.line()}")
+    for note in result.notes:
+        print(f"    {note}")
 
 
 def report(figures: Figures) -> None:

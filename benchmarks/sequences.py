@@ -54,7 +54,7 @@ from benchmarks._common import (
     scratch_run,
     start_api,
 )
-from benchmarks.durable import run_loaded
+from benchmarks.durable import print_run, run_loaded
 from benchmarks.submit import http_submissions
 
 VARIANTS = ("plain", "sequenced")
@@ -162,9 +162,7 @@ async def run(ctx: e2e.Context, token: str) -> Figures:
             print(f"  {accepted.line(variant)}")
             result = await run_loaded(ctx, variant, submitted(args))
             figures.runs[variant].append(result)
-            print(f"  {result.line()}")
-            for note in result.notes:
-                print(f"    {note}")
+            print_run(result)
     report(figures)
     return figures
 

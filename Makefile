@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 # scripts/servers.py needs only the standard library: `make down` works before any venv exists.
 SCRIPT_PYTHON = $(if $(wildcard $(PYTHON)),$(PYTHON),python3)
 
-.PHONY: install environment lock dist test-latest run test test-local test-local-integration test-local-others test-side-by-side test-pgbouncer test-python313 test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster bench-durable bench-batch-handlers bench-footprint lock-bench-peers chaos chaos-cluster chaos-failover clean
+.PHONY: install environment lock dist test-latest run test test-local test-local-integration test-local-others test-side-by-side test-pgbouncer test-python313 test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster bench-durable bench-batch-handlers bench-footprint lock-bench-peers chaos chaos-cluster chaos-failover clean bench-sequences
 
 ## install: exactly the locked versions (requirements/dev.txt), then jobrelay itself, editable
 ## (into the active virtual environment, else into .venv, made when missing)
@@ -185,7 +185,7 @@ clean-data:
 ## procrastinate and DBOS run from .local/venv-peers, made from requirements/bench-peers.txt once.
 BENCH_E2E_JSON ?= .local/bench/e2e.json
 bench: environment
-	$(PYTHON) scripts/servers.py run -- sh -c '$(PYTHON) -m benchmarks.submit && $(PYTHON) -m benchmarks.relay && $(PYTHON) -m benchmarks.e2e --json $(BENCH_E2E_JSON) && $(PYTHON) -m benchmarks.peers --e2e-json $(BENCH_E2E_JSON)'
+	$(PYTHON) scripts/servers.py run -- sh -c '$(PYTHON) -m benchmarks.submit && $(PYTHON) -m benchmarks.relay && $(PYTHON) -m benchmarks.e2e --json $(BENCH_E2E_JSON) && $(PYTHON) -m benchmarks.sequences --jobs 5000 --rounds 1 && $(PYTHON) -m benchmarks.peers --e2e-json $(BENCH_E2E_JSON)'
 
 ## bench-storage: empty database beside one holding STORAGE_JOBS finished jobs (docs/storage.md)
 STORAGE_JOBS ?= 1000000
@@ -223,6 +223,14 @@ bench-durable: environment
 BATCH_HANDLERS_BENCH_ARGS ?=
 bench-batch-handlers: environment
 	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m benchmarks.batch_handlers $(BATCH_HANDLERS_BENCH_ARGS)
+
+## bench-sequences: plain no-op jobs beside the same number over 1,000 sequence keys, submitted
+## over HTTP then run end to end, alternated per round: accepted jobs/s, run jobs/s, CPU ms per
+## 1,000 jobs of each phase and the ratios sequenced/plain (benchmarks/sequences.py; `make bench`
+## runs one round of 5,000). SEQUENCES_BENCH_ARGS="--jobs 10000 --rounds 3" to vary.
+SEQUENCES_BENCH_ARGS ?=
+bench-sequences: environment
+	$(PYTHON) scripts/servers.py run -- $(PYTHON) -m benchmarks.sequences $(SEQUENCES_BENCH_ARGS)
 
 ## bench-footprint: what a plain job's life writes in PostgreSQL, from outside: rows per table,
 ## WAL bytes, commits and the HOT share of its updates, over FOOTPRINT_JOBS jobs submitted

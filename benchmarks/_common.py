@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
@@ -13,7 +14,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -218,6 +219,22 @@ async def until_all_done(
         if time.perf_counter() > deadline:
             raise SystemExit(f"{name}: only {done}/{jobs} done in time")
         await asyncio.sleep(0.05)
+
+
+def chosen_variants(parser: argparse.ArgumentParser, text: str, known: Sequence[str]) -> list[str]:
+    """The variants ``--variants`` names (comma-separated), in ``known``'s order; an unknown
+    one ends the program with the parser's error."""
+    named = {name.strip() for name in text.split(",")}
+    if unknown := named - set(known):
+        parser.error(f"unknown variants {sorted(unknown)}: choose from {', '.join(known)}")
+    return [variant for variant in known if variant in named]
+
+
+def in_turn(variants: Sequence[str], round_number: int) -> list[str]:
+    """``variants`` in the order of round ``round_number`` (from 1): the order turns each
+    round, so that the machine's drift hits every variant alike."""
+    turn = (round_number - 1) % len(variants)
+    return [*variants[turn:], *variants[:turn]]
 
 
 def wait_http(url: str, timeout: float = 30) -> None:

@@ -46,7 +46,14 @@ sys.path.insert(0, str(ROOT))
 import psycopg
 
 from benchmarks import e2e
-from benchmarks._common import median, peers_python, scratch_run, until_all_done
+from benchmarks._common import (
+    chosen_variants,
+    in_turn,
+    median,
+    peers_python,
+    scratch_run,
+    until_all_done,
+)
 from benchmarks.durable_handlers import FIVE_STEPS, HANDLERS, ONE_STEP, PLAIN
 from jobrelay.core.fingerprint import request_hash
 from jobrelay.core.ids import new_id
@@ -108,6 +115,16 @@ async def jobrelay_run(
     ``job_type`` (by default the variant's, ``OURS``), a type of the services' handlers."""
     await e2e.reset_jobs(ctx)
     await preload(ctx, job_type or OURS[variant], jobs)
+    result = await run_loaded(ctx, variant, jobs)
+    [(steps,)] = await e2e.sql(ctx, "SELECT count(*) FROM jobrelay.job_steps")
+    result.notes.insert(0, f"{steps / max(result.jobs, 1):.1f} steps recorded per job")
+    return result
+
+
+async def run_loaded(ctx: e2e.Context, name: str, jobs: int) -> e2e.Throughput:
+    """The ``jobs`` jobs the database holds, run by a dispatcher and ``ctx.args.consumers``
+    consumers started now, until every one finished (the benchmarks.sequences' run too):
+    jobs/s steady, CPU per 1,000 jobs of each process, PostgreSQL transactions per job."""
     commits_before = await e2e.transactions(ctx)
     started = time.perf_counter()
     groups = e2e.start_jobrelay(ctx)
@@ -124,13 +141,9 @@ async def jobrelay_run(
     commits = await e2e.transactions(ctx) - commits_before
     [row] = await e2e.sql(ctx, e2e.WINDOW, {"client_id": ctx.client_id})
     n, first, last, *_ = row
-    [(steps,)] = await e2e.sql(ctx, "SELECT count(*) FROM jobrelay.job_steps")
-    result = e2e.Throughput(variant, n, wall, float(first), float(last))
+    result = e2e.Throughput(name, n, wall, float(first), float(last))
     result.cpu = meter.per_thousand(jobs - seen)
-    result.notes.append(
-        f"{steps / max(n, 1):.1f} steps recorded per job; "
-        f"{commits / max(n, 1):.2f} PostgreSQL transactions per job"
-    )
+    result.notes.append(f"{commits / max(n, 1):.2f} PostgreSQL transactions per job")
     return result
 
 
@@ -237,19 +250,22 @@ async def run(ctx: e2e.Context, python: Path) -> Figures:
     figures = Figures()
     for round_number in range(1, args.rounds + 1):
         print(f"round {round_number}:")
-        turn = round_number - 1  # the order turns each round: drift hits every variant alike
-        chosen = [variant for variant in VARIANTS if variant in args.variants]
-        for variant in chosen[turn % len(chosen) :] + chosen[: turn % len(chosen)]:
+        for variant in in_turn(args.variants, round_number):
             if variant == "dbos":
                 result = await dbos_run(ctx, python, args.jobs)
             else:
                 result = await jobrelay_run(ctx, variant, args.jobs)
             figures.runs[variant].append(result)
-            print(f"  {result.line()}")
-            for note in result.notes:
-                print(f"    {note}")
+            print_run(result)
     report(figures)
     return figures
+
+
+def print_run(result: e2e.Throughput) -> None:
+    """A run's line and its notes, as a round prints them (benchmarks.sequences too)."""
+    print(f"  {result.line()}")
+    for note in result.notes:
+        print(f"    {note}")
 
 
 def report(figures: Figures) -> None:
@@ -288,9 +304,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--variants", default=",".join(VARIANTS), help=f"some of {','.join(VARIANTS)}"
     )
     args = parser.parse_args(argv)
-    args.variants = [name.strip() for name in args.variants.split(",")]
-    if unknown := set(args.variants) - set(VARIANTS):
-        parser.error(f"unknown variants {sorted(unknown)}: choose from {', '.join(VARIANTS)}")
+    args.variants = chosen_variants(parser, args.variants, VARIANTS)
     args.consumers = 1  # what e2e.start_jobrelay reads
     return args
 

@@ -22,6 +22,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 
 import psycopg
 
@@ -102,10 +103,20 @@ def celery_confirmed_publishes(amqp_url: str, jobs: int, threads: int) -> float:
     return per_thread * threads / elapsed
 
 
+CATALOG_EXPORT = json.dumps({"type": "catalog.export", "payload": {"course": "JavaScript"}})
+
+
 async def http_submissions(
-    port: int, token: str, jobs: int, clients: int
+    port: int,
+    token: str,
+    jobs: int,
+    clients: int,
+    bodies: Sequence[bytes] = (CATALOG_EXPORT.encode(),),
 ) -> tuple[float, list[float], dict[int, int]]:
-    body = json.dumps({"type": "catalog.export", "payload": {"course": "JavaScript"}}).encode()
+    """``jobs`` submissions over ``clients`` keep-alive connections at once: the rate, each
+    one's latency and the statuses answered. The n-th submission's body is
+    ``bodies[n % len(bodies)]``, n counted across the connections in the order they take
+    turns (connection i sends i, i + clients, ...), so that the bodies interleave as sent."""
     per_client = jobs // clients
     run = uuid.uuid4().hex[:8]
     latencies: list[float] = []
@@ -115,7 +126,8 @@ async def http_submissions(
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         try:
             for number in range(per_client):
-                request = submission(token, f"http-{run}-{index}-{number}", body)
+                key = f"http-{run}-{index}-{number}"
+                request = submission(token, key, bodies[(number * clients + index) % len(bodies)])
                 sent = time.perf_counter()
                 writer.write(request)
                 status_line = await reader.readline()

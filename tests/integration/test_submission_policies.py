@@ -382,3 +382,51 @@ async def test_a_cancel_of_a_waiting_job_leaves_the_ones_after_it_waiting_for_th
         ("cancelled", True, False),
         ("queued", True, False),
     ]
+
+
+async def test_the_types_unique_key_is_the_one_a_refusal_or_a_debounce_needs(
+    api: httpx.AsyncClient, alice: str
+) -> None:
+    first = await api.post(
+        "/v1/jobs", json=submit("doc.report", on_duplicate="reject"), headers=auth(alice, "u1")
+    )
+    refused = await api.post(
+        "/v1/jobs", json=submit("doc.report", on_duplicate="reject"), headers=auth(alice, "u2")
+    )
+    assert first.status_code == 202 and first.json()["unique_key"] == "report-d"
+    assert (refused.status_code, refused.json()["code"]) == (409, "duplicate_job")
+    assert refused.json()["job_id"] == first.json()["id"]
+
+
+async def test_a_batch_answers_a_refused_duplicate_with_its_job_and_a_debounce_as_debounced(
+    api: httpx.AsyncClient, alice: str
+) -> None:
+    debounce = {"unique_key": "b-doc", "debounce_seconds": 60}
+    reject = {"unique_key": "b-once", "on_duplicate": "reject"}
+    first = await api.post(
+        "/v1/jobs/batch",
+        json={
+            "jobs": [
+                {**submit(text="a", **debounce), "idempotency_key": "b1"},
+                {**submit(**reject), "idempotency_key": "b2"},
+            ]
+        },
+        headers=auth(alice),
+    )
+    assert [item["status"] for item in first.json()["results"]] == [202, 202]
+    made = [item["job"]["id"] for item in first.json()["results"]]
+    again = await api.post(
+        "/v1/jobs/batch",
+        json={
+            "jobs": [
+                {**submit(text="b", **debounce), "idempotency_key": "b3"},
+                {**submit(**reject), "idempotency_key": "b4"},
+            ]
+        },
+        headers=auth(alice),
+    )
+    debounced, refused = again.json()["results"]
+    assert (debounced["status"], debounced["job"]["id"]) == (200, made[0])
+    assert debounced["job"]["debounced"] is True and debounced["job"]["payload"]["text"] == "b"
+    assert (refused["status"], refused["error"]["code"]) == (409, "duplicate_job")
+    assert refused["error"]["job_id"] == made[1]

@@ -145,9 +145,13 @@ class SubmitJob(BaseModel):
             raise ValueError(problem)
         return payload
 
-    def as_request(self, idempotency_key: str, max_attempts: int) -> JobRequest:
-        """The request for the store; ``InvalidSchedule`` for both due times, or a ``run_at``
-        without an offset (its time would depend on the server's zone)."""
+    def as_request(
+        self, idempotency_key: str, max_attempts: int, *, defaults: Flow | None = None
+    ) -> JobRequest:
+        """The request for the store, with its type's ``defaults`` (``Registry.flow_defaults``);
+        ``InvalidSchedule`` for both due times, or a ``run_at`` without an offset (its time
+        would depend on the server's zone); a ``ValueError`` for policies that do not go
+        together (``Flow.check_policies``)."""
         if self.run_at is not None and self.delay_seconds is not None:
             raise InvalidSchedule("give run_at or delay_seconds, not both")
         if self.run_at is not None and self.run_at.utcoffset() is None:
@@ -160,6 +164,7 @@ class SubmitJob(BaseModel):
             run_at=self.run_at,
             delay_seconds=self.delay_seconds,
             flow=self.flow,
+            defaults=defaults or Flow(),
         )
 
     @property
@@ -465,6 +470,11 @@ class Problem(BaseModel):
     errors: list[FieldError] | None = Field(
         None, description="Where and what, for a request that failed validation"
     )
+    job_id: str | None = Field(
+        None,
+        description="The job that holds the key: of an idempotency_conflict (its "
+        "Idempotency-Key's) or a duplicate_job (its unique key's)",
+    )
 
 
 class BatchResult(BaseModel):
@@ -472,9 +482,9 @@ class BatchResult(BaseModel):
     (202 new, 200 the key's existing job) or the problem."""
 
     status: int
-    # The deduplicated view first: generated clients try the schemas in order, and only it
-    # requires ``deduplicated``.
-    job: DeduplicatedJobView | JobView | None = None
+    # The deduplicated and debounced views first: generated clients try the schemas in order,
+    # and only they require ``deduplicated`` / ``debounced``.
+    job: DeduplicatedJobView | DebouncedJobView | JobView | None = None
     error: Problem | None = None
 
 

@@ -6,7 +6,6 @@ client's rate limit, and the counting of outcomes (``routes/jobs.py``)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 
 from fastapi import Request
 
@@ -62,9 +61,11 @@ def job_request(
     payload = types.validate_payload(body.type, body.payload)
     settings = context_of(request).settings
     max_attempts = body.max_attempts or types.max_attempts_for(body.type, settings.max_attempts)
+    # The type's defaults first: the policies' rules hold on the job's flow, which a type's
+    # unique= may complete (on_duplicate with the type's unique key).
+    defaults = types.flow_defaults(body.type, payload, body.flow)
     try:  # a ValueError here is of the policies' rules (Flow.check_policies)
-        asked = body.as_request(idempotency_key, max_attempts)
-        return replace(asked, defaults=types.flow_defaults(body.type, payload, asked.flow))
+        return body.as_request(idempotency_key, max_attempts, defaults=defaults)
     except ValueError as error:
         raise InvalidPolicy(str(error)) from None
 

@@ -57,7 +57,6 @@ from jobrelay.core.flow import Limit, limit_key
 from jobrelay.core.jobs import Cancelled, Job, Outcome, Quarantine, RetryLater, Succeeded
 from jobrelay.core.states import JobEvent, JobState
 from jobrelay.db import queries as q
-from jobrelay.db.arrays import with_array_literals
 from jobrelay.db.group_commit import GroupCommit
 from jobrelay.db.rows import limit_from_row, steps_from_json
 from jobrelay.db.store import Store, job_from_row
@@ -282,16 +281,13 @@ class PgExecutionStore:
         """The finish, then, under the locks of the sequences of the jobs it moved, the release
         of the job now first in each (docs/flow-control.md, "Sequences"): one transaction, so a
         finish is never committed without the release it makes."""
-        async with self.store.transaction() as connection:
-            result = await connection.execute(
-                finish_statement(requests), with_array_literals(params)
-            )
-            rows = list(result.all())
+        async with self.store.fast_transaction() as run:
+            rows = await run(finish_statement(requests), params)
             moved = {row.id for row in rows}
             ids = {"ids": [r.job_id for r in requests if r.sequenced and r.job_id in moved]}
             if ids["ids"]:
-                await connection.execute(q.TAKE_SEQUENCE_LOCKS, ids)
-                await connection.execute(q.RELEASE_SEQUENCES, ids)
+                await run(q.TAKE_SEQUENCE_LOCKS, ids)
+                await run(q.RELEASE_SEQUENCES, ids)
         return rows
 
     async def _cancel_poll_group(self, requests: Sequence[_CancelPoll]) -> list[bool]:

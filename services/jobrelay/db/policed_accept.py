@@ -7,7 +7,8 @@ connection inside one transaction (``Store.accept_job``'s, or the caller's for
 (``TAKE_POLICY_LOCKS``) see everything the accepts of the same keys before it committed. In
 order:
 
-1. the key's job, when the idempotency key was used (a retry is never throttled or refused);
+1. the key's job, when the idempotency key was used (a retry is never throttled or refused;
+   a submission with a sequence alone goes straight to the insert, which finds a used key);
 2. the job that holds its unique key (live, or ended within its window): a debounce moves that
    job when it has not started (``debounced``); else the submission is answered by it
    (``deduplicated``, ``rejected`` with ``on_duplicate: reject``) unless it debounces, in which
@@ -67,6 +68,10 @@ def policed_accept_steps(
     request, flow = submission.request, submission.request.job_flow
     keys = policy_lock_keys(client_id, request.type, flow, throttle)
     yield (q.TAKE_POLICY_LOCKS, {"keys": keys})
+    if flow.unique_key is None and throttle is None:
+        # A sequence alone: nothing to answer before the insert, whose conflict on a used key
+        # leads to the read of its job (a retry only spends a number of the sequence's order).
+        return (yield from accept_steps(client_id, submission, insert=_insert_step))
     held = yield (
         q.JOB_BY_KEY,
         {"client_id": client_id, "idempotency_key": request.idempotency_key},

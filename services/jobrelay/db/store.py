@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime
@@ -144,21 +144,34 @@ class Store:
         about 1 ms of Python per job in it). Rows are named tuples: ``row.id``, as with
         SQLAlchemy rows.
         """
-        sql = self._compiled(statement)
+        async with self._pooled_driver() as driver:
+            return await self._rows_on(driver, statement, params)
+
+    @asynccontextmanager
+    async def fast_transaction(
+        self,
+    ) -> AsyncIterator[Callable[[TextClause, dict[str, Any]], Awaitable[list[Any]]]]:
+        """One transaction on a connection of the fast pool, driven as ``fetch_all`` drives
+        its statement (no SQLAlchemy result per statement): what it yields runs a statement
+        in it and returns its rows. The short transactions of the rarer paths that a job may
+        still take often (a policed accept, a finish that releases a sequence's next job)."""
+        async with self._pooled_driver() as driver, driver.transaction():
+
+            async def rows(statement: TextClause, params: dict[str, Any]) -> list[Any]:
+                return await self._rows_on(driver, statement, params)
+
+            yield rows
+
+    @asynccontextmanager
+    async def _pooled_driver(self) -> AsyncIterator[Any]:
+        """A pooled psycopg connection of the fast pool, back to the pool afterwards; one that
+        failed is replaced as SQLAlchemy's own connection would be."""
         async with translated_errors(self.url):
             pooled = await self.fast_engine.raw_connection()
             try:
                 driver: Any = pooled.driver_connection
                 try:
-                    async with driver.cursor(row_factory=namedtuple_row) as cursor:
-                        await cursor.execute(sql, with_array_literals(params))
-                        # The result's status, not ``cursor.description``, which builds a
-                        # column object per column on every call.
-                        result = cursor.pgresult
-                        if result is None or result.status != ExecStatus.TUPLES_OK:
-                            return []
-                        rows: list[Any] = await cursor.fetchall()
-                        return rows
+                    yield driver
                 except BaseException as error:  # CancelledError too: a timeout may interrupt
                     if is_primary_gone(error):
                         # Its server is no longer the primary (or going away): this connection
@@ -175,6 +188,19 @@ class Store:
                     raise
             finally:
                 await greenlet_spawn(pooled.close)  # back to the pool
+
+    async def _rows_on(
+        self, driver: Any, statement: TextClause, params: dict[str, Any]
+    ) -> list[Any]:
+        async with driver.cursor(row_factory=namedtuple_row) as cursor:
+            await cursor.execute(self._compiled(statement), with_array_literals(params))
+            # The result's status, not ``cursor.description``, which builds a column object
+            # per column on every call.
+            result = cursor.pgresult
+            if result is None or result.status != ExecStatus.TUPLES_OK:
+                return []
+            rows: list[Any] = await cursor.fetchall()
+            return rows
 
     async def fetch_one(self, statement: TextClause, **params: Any) -> Any | None:
         """Run one statement in its own (implicit) transaction and return its first row."""
@@ -219,9 +245,9 @@ class Store:
         the throttle, nothing written."""
         submission = Submission.of(request, traceparent)
         if is_policed(submission, throttle):
-            async with self.transaction() as connection:
+            async with self.fast_transaction() as rows:
                 return await drive_async(
-                    policed_accept_steps(client_id, submission, throttle), rows_on(connection)
+                    policed_accept_steps(client_id, submission, throttle), rows
                 )
         try:
             made = await self._inserts.submit((client_id, submission))

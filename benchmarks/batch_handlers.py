@@ -36,7 +36,13 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import durable, e2e
 from benchmarks._common import median, scratch_run
-from benchmarks.batch_handler_types import BATCH, CONNECTIONS_VARIABLE, HANDLERS, ONE
+from benchmarks.batch_handler_types import (
+    BATCH,
+    CALL_MS_VARIABLE,
+    CONNECTIONS_VARIABLE,
+    HANDLERS,
+    ONE,
+)
 
 VARIANTS = {"one": ONE, "batch": BATCH}
 
@@ -45,7 +51,8 @@ async def run(ctx: e2e.Context) -> dict[str, list[e2e.Throughput]]:
     args = ctx.args
     print(
         f"{args.jobs:,} jobs per run, {args.rounds} round(s); 1 dispatcher + 1 consumer x "
-        f"concurrency {args.concurrency}; the API: 5 ms per call + 0.05 ms per item, "
+        f"concurrency {args.concurrency}; the API: {args.call_ms:g} ms per call + 0.05 ms per "
+        "item, "
         f"{args.api_connections} calls at a time per process; {os.cpu_count()} CPUs"
     )
     runs: dict[str, list[e2e.Throughput]] = {variant: [] for variant in VARIANTS}
@@ -85,6 +92,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--api-connections", type=int, default=4, help="the API's calls at a time per process"
     )
+    parser.add_argument(
+        "--call-ms", type=float, default=5.0, help="what one call of the API costs, ms"
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="per run")
     args = parser.parse_args(argv)
     args.consumers = 1  # what e2e.start_jobrelay reads
@@ -104,6 +114,7 @@ def main() -> int:
             extra_env={
                 "JOBRELAY_HANDLERS": HANDLERS,
                 CONNECTIONS_VARIABLE: str(args.api_connections),
+                CALL_MS_VARIABLE: str(args.call_ms),
             },
         )
         with contextlib.suppress(KeyboardInterrupt):

@@ -185,6 +185,8 @@ class Flow:
 
     def over(self, defaults: Flow) -> Flow:
         """These fields, each one not given taken from ``defaults``."""
+        if defaults == _NO_FLOW:  # a plain job's, on every accept: no new value to check
+            return self
         return Flow(
             **{
                 name: mine if (mine := getattr(self, name)) is not None else getattr(defaults, name)
@@ -202,15 +204,12 @@ class Flow:
     def is_policed(self) -> bool:
         """Its accept runs the order and submission policies (``db/policed_accept.py``): a
         sequence, a window, a debounce, a reject or a throttle key. A plain accept does not."""
-        return any(
-            value is not None
-            for value in (
-                self.sequence_key,
-                self.unique_for_seconds,
-                self.on_duplicate,
-                self.debounce_seconds,
-                self.throttle_key,
-            )
+        return (
+            self.sequence_key is not None
+            or self.unique_for_seconds is not None
+            or self.on_duplicate is not None
+            or self.debounce_seconds is not None
+            or self.throttle_key is not None
         )
 
     def check_policies(self, *, scheduled: bool) -> None:
@@ -231,6 +230,7 @@ class Flow:
 
 
 _FLOW_FIELDS = tuple(Flow.__dataclass_fields__)
+_NO_FLOW = Flow()
 
 
 class PolicyOptions(TypedDict, total=False):
@@ -283,7 +283,9 @@ class JobRequest:
             raise ValueError("run_at needs a time zone offset")
         if self.delay_seconds is not None and not 0 <= self.delay_seconds <= MAX_DELAY_SECONDS:
             raise ValueError(f"delay_seconds is 0 to {MAX_DELAY_SECONDS}")
-        self.job_flow.check_policies(scheduled=self.schedule is not None)
+        flow = self.job_flow
+        if flow.is_policed or flow.debounce_max_seconds is not None:
+            flow.check_policies(scheduled=self.schedule is not None)
 
     @property
     def schedule(self) -> dict[str, Any] | None:

@@ -15,9 +15,9 @@ for tool in node npm; do
     fi
 done
 
-logs=${JOBRELAY_TYPESCRIPT_LOGS:-.local/typescript}
+logs=$(realpath -m "${JOBRELAY_TYPESCRIPT_LOGS:-.local/typescript}")
 rm -rf "$logs" && mkdir -p "$logs"
-export JOBRELAY_BUILTINS=true JOBRELAY_RESULTS_DIR="$PWD/$logs/results"
+export JOBRELAY_BUILTINS=true JOBRELAY_RESULTS_DIR="$logs/results"
 port=$($PYTHON -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 export JOBRELAY_API_PORT=$port JOBRELAY_API_URL="http://127.0.0.1:$port"
 
@@ -51,8 +51,16 @@ then
     exit 1
 fi
 
+# The checked-in types are what openapi-typescript makes of the checked-in document (which
+# tests/unit/test_typescript_client.py holds to the API's); then `npm test` compiles the client
+# against them (tsc) before its tests.
+types_drift() {
+    npx openapi-typescript openapi.json -o "$logs/schema.d.ts" >/dev/null &&
+        cmp -s src/schema.d.ts "$logs/schema.d.ts" ||
+        { echo "make test-typescript: src/schema.d.ts is not generated from openapi.json: run make typescript-types" >&2; return 1; }
+}
 status=0
-(cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm test) || status=$?
+(cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && types_drift && npm test) || status=$?
 (cd examples/node_app && npm ci --no-audit --no-fund --loglevel=error && npm test) || status=$?
 if [ "$status" -ne 0 ]; then
     echo "make test-typescript: failed; the services' logs are in $logs" >&2

@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 # scripts/servers.py needs only the standard library: `make down` works before any venv exists.
 SCRIPT_PYTHON = $(if $(wildcard $(PYTHON)),$(PYTHON),python3)
 
-.PHONY: install environment lock dist test-latest run test test-local test-local-integration test-local-others test-side-by-side test-pgbouncer test-python313 test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster bench-durable bench-batch-handlers bench-footprint lock-bench-peers chaos chaos-cluster chaos-failover clean bench-sequences
+.PHONY: install environment lock dist test-latest run test test-typescript typescript-types test-local test-local-integration test-local-others test-side-by-side test-pgbouncer test-python313 test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster bench-durable bench-batch-handlers bench-footprint lock-bench-peers chaos chaos-cluster chaos-failover clean bench-sequences
 
 ## install: exactly the locked versions (requirements/dev.txt), then jobrelay itself, editable
 ## (into the active virtual environment, else into .venv, made when missing)
@@ -77,7 +77,8 @@ run: environment
 ## tier. Each has servers of its own. The integration tier waits on its servers more than it
 ## computes, so two at a time on 2 cores take about half the time of one after the other. A
 ## lane that fails does not stop the others (--keep-going): every failure is shown in one run.
-TEST_LANES = test-docker test-local-others test-python313 test-pgbouncer test-local-integration
+TEST_LANES = test-docker test-local-others test-python313 test-pgbouncer test-local-integration \
+	test-typescript
 test: environment
 	@echo "make: $(TEST_LANES), two at a time; each one's output follows when it ends"
 	@$(MAKE) --no-print-directory --keep-going -j2 --output-sync=target $(TEST_LANES)
@@ -139,6 +140,20 @@ test-docker: environment
 	else \
 		echo "make test: NOT RUN: the container tiers (compose-test, test-containers) need a Docker engine: run scripts/ci-docker.sh as root, then make test-docker"; \
 	fi
+
+## test-typescript: clients/typescript's tests and examples/node_app's with Node's test runner
+## (node --test) against jobrelay api, dispatcher and consumer on servers of their own
+## (scripts/test_typescript.sh); node and npm are needed, a missing one fails
+test-typescript: environment
+	JOBRELAY_SERVERS_DIR=$(abspath .local/servers-typescript) PYTHON=$(PYTHON) \
+		$(PYTHON) scripts/servers.py run -- bash scripts/test_typescript.sh
+
+## typescript-types: the OpenAPI document from the app -> clients/typescript/openapi.json ->
+## src/schema.d.ts (openapi-typescript, the lock's); tests/unit/test_typescript_client.py
+## fails while they differ from the API
+typescript-types: environment
+	$(PYTHON) scripts/openapi_document.py clients/typescript/openapi.json
+	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run types
 
 ## test-fast: unit tests only (no servers)
 test-fast: environment

@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { test } from "node:test";
 
-import { ApiError, IdempotencyConflict, JobFinished, JobrelayClient } from "../dist/index.js";
+import { ApiError, DuplicateJobError, IdempotencyConflict, JobFinished, JobrelayClient } from "../dist/index.js";
 
 const baseUrl = process.env.JOBRELAY_API_URL;
 const token = process.env.JOBRELAY_TOKEN;
@@ -124,4 +124,32 @@ test("a 404 for an unknown job", async () => {
   const error = await client.get(randomUUID()).catch((e) => e);
   assert.ok(error instanceof ApiError, String(error));
   assert.equal(error.status, 404);
+});
+
+test("the order and submission policies: a debounce, a refused duplicate, a sequence", async () => {
+  const unique = `ts-${randomUUID()}`;
+  const debounce = { unique_key: unique, debounce_seconds: 60 };
+  const first = await client.submit("catalog.export", { course: "draft 1" }, debounce);
+  const second = await client.submit("catalog.export", { course: "draft 2" }, debounce);
+  assert.equal(second.id, first.id);
+  assert.equal(second.debounced, true);
+  assert.deepEqual(second.payload, { course: "draft 2" });
+
+  const once = { unique_key: `ts-${randomUUID()}`, on_duplicate: "reject" };
+  const made = await client.submit("demo.sleep", { seconds: 30 }, once);
+  const refused = await client.submit("demo.sleep", { seconds: 30 }, once).catch((e) => e);
+  assert.ok(refused instanceof DuplicateJobError, String(refused));
+  assert.equal(refused.code, "duplicate_job");
+  assert.equal(refused.jobId, made.id);
+  await client.cancel(made.id);
+
+  const sequence_key = `ts-${randomUUID()}`;
+  const ahead = await client.submit("demo.sleep", { seconds: 0.2 }, { sequence_key });
+  const behind = await client.submit("demo.sleep", { seconds: 0 }, { sequence_key });
+  assert.equal(behind.sequence_key, sequence_key);
+  const done = await client.wait(behind.id, 60);
+  assert.equal(done.state, "succeeded");
+  const first_done = await client.get(ahead.id);
+  assert.equal(first_done.state, "succeeded");
+  assert.ok(new Date(first_done.finished_at) <= new Date(done.finished_at));
 });

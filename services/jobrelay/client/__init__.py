@@ -3,38 +3,6 @@
 that ``jobrelay.Client`` and ``from jobrelay.client import ...`` keep working. One
 implementation: nothing is defined here."""
 
-from jobrelay_client.aio import AsyncClient
-from jobrelay_client.errors import (
-    ApiError,
-    DuplicateJobError,
-    IdempotencyConflict,
-    JobFinished,
-    ThrottledError,
-)
-from jobrelay_client.models import (
-    Job,
-    JobLinks,
-    Progress,
-    Signal,
-    Step,
-    WorkflowJob,
-    WorkflowView,
-)
-from jobrelay_client.sync import Client
-
-__all__ = [
-    "ApiError",
-    "AsyncClient",
-    "Client",
-    "DuplicateJobError",
-    "IdempotencyConflict",
-    "Job",
-    "JobFinished",
-    "JobLinks",
-    "Progress",
-    "Signal",
-    "Step",
-    "ThrottledError",
-    "WorkflowJob",
-    "WorkflowView",
-]
+# Every public name of jobrelay_client (its __all__; each imported there on first use).
+from jobrelay_client import *  # noqa: F403
+from jobrelay_client import __all__ as __all__

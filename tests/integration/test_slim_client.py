@@ -9,6 +9,7 @@ a consumer run it, it waits for the result, and a 409 ``idempotency_conflict`` i
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -52,8 +53,17 @@ def _run(*args: str | Path, cwd: Path = ROOT) -> str:
 def slim_venv(where: Path) -> Path:
     """The slim wheel built and installed alone into a fresh venv: the venv's python."""
     dist = where / "dist"
+    # Built from a copy of the two folders (the same layout), so that a `make dist` running
+    # beside this test (make test runs two tiers at once) shares no build/ folder with it.
+    source = where / "source"
+    for folder in ("clients/python", "services/jobrelay_client"):
+        shutil.copytree(
+            ROOT / folder,
+            source / folder,
+            ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
+        )
     _run(sys.executable, "-m", "uv", "build", "--wheel", "--no-build-isolation",
-         "--python", sys.executable, "--out-dir", dist, "clients/python")  # fmt: skip
+         "--python", sys.executable, "--out-dir", dist, source / "clients/python")  # fmt: skip
     constraints = where / "constraints.txt"
     _run(sys.executable, "scripts/lock_constraints.py", "requirements/dev.txt", constraints)
     (wheel,) = dist.glob("jobrelay_client-*.whl")

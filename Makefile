@@ -48,12 +48,15 @@ lock:
 		pyproject.toml requirements/build.in -o requirements/dev.txt
 
 ## dist: jobrelay's wheel and sdist in dist/ (uv build, with the locked setuptools: no index
-## needed), and dist/constraints.txt, the lock's versions to install them with
-## (`pip install --find-links dist -c dist/constraints.txt 'jobrelay[django]'`, docs/installing.md)
+## needed), the slim client's wheel (jobrelay-client, clients/python: a wheel only, its source
+## is services/jobrelay_client), and dist/constraints.txt, the lock's versions to install them
+## with (`pip install --find-links dist -c dist/constraints.txt 'jobrelay[django]'`, or
+## `jobrelay-client`: docs/installing.md)
 DIST ?= dist
 dist: environment
-	rm -f $(DIST)/jobrelay-*.whl $(DIST)/jobrelay-*.tar.gz
+	rm -f $(DIST)/jobrelay-*.whl $(DIST)/jobrelay-*.tar.gz $(DIST)/jobrelay_client-*.whl
 	$(PYTHON) -m uv build --no-build-isolation --python $(PYTHON) --out-dir $(DIST) .
+	$(PYTHON) -m uv build --wheel --no-build-isolation --python $(PYTHON) --out-dir $(DIST) clients/python
 	$(PYTHON) scripts/lock_constraints.py requirements/dev.txt $(DIST)/constraints.txt
 
 ## test-latest: the suite against the newest versions the ranges allow, in a throwaway venv

@@ -430,7 +430,7 @@ def _as_uuid(text: str) -> uuid.UUID | None:
 def _conflict(detail: str, holder: uuid.UUID, *, held_by: str = "job_id") -> Exception:
     """The HTTP client's ``IdempotencyConflict``. Imported here, on this rare path only: the
     client's package loads httpx."""
-    from jobrelay.client.errors import IdempotencyConflict
+    from jobrelay_client.errors import IdempotencyConflict
 
     return IdempotencyConflict.of_holder(detail, holder, held_by=held_by)
 

@@ -25,6 +25,7 @@ from tests.support.processes import ROOT
 
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 WHEEL = f"jobrelay-{VERSION}-py3-none-any.whl"
+SLIM_WHEEL = f"jobrelay_client-{VERSION}-py3-none-any.whl"
 SDIST = f"jobrelay-{VERSION}.tar.gz"
 
 # Every pip line of the README and docs/, and what proves it: a line added to a guide must be
@@ -33,6 +34,9 @@ INSTALL_LINES = {
     # test_the_built_wheel_installs_with_its_django_extra_into_a_fresh_venv, below.
     "pip install --find-links /path/to/jobrelay/dist -c /path/to/jobrelay/dist/constraints.txt "
     "'jobrelay[django]'": "this test",
+    # test_the_slim_clients_wheel_installs_alone_with_the_guides_line, below.
+    "pip install --find-links /path/to/jobrelay/dist -c /path/to/jobrelay/dist/constraints.txt "
+    "jobrelay-client": "this test",
     # Tried by hand in a fresh venv (pip builds the checkout: a minute, too slow for each run).
     "pip install '/path/to/jobrelay[django]'": "tried by hand",
     # What `make install` runs (the CI installs with it).
@@ -79,7 +83,7 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_make_dist_builds_the_wheel_the_sdist_and_the_lock_constraints(dist: Path) -> None:
-    assert (dist / WHEEL).is_file() and (dist / SDIST).is_file()
+    assert (dist / WHEEL).is_file() and (dist / SDIST).is_file() and (dist / SLIM_WHEEL).is_file()
     with tarfile.open(dist / SDIST) as sdist:
         names = set(sdist.getnames())
     assert f"jobrelay-{VERSION}/pyproject.toml" in names
@@ -90,6 +94,24 @@ def test_make_dist_builds_the_wheel_the_sdist_and_the_lock_constraints(dist: Pat
     )
     assert locked and [line.split(" ;")[0] for line in constraints[1:]] == locked
     assert not any("--hash" in line for line in constraints)  # pip refuses hashes there
+
+
+def test_the_slim_clients_wheel_installs_alone_with_the_guides_line(
+    dist: Path, tmp_path: Path
+) -> None:
+    # tests/integration/test_slim_client.py submits with it; here: the guide's line works.
+    environment = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(environment)
+    python = str(environment / "bin" / "python")
+    line = ["--find-links", str(dist), "-c", str(dist / "constraints.txt"), "jobrelay-client"]
+    installed = run([python, "-m", "pip", "install", "-q", *line], cwd=tmp_path)
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    imported = run(
+        [python, "-c", "import sys, jobrelay_client\nprint(jobrelay_client.Client.__module__)"],
+        cwd=tmp_path,
+    )
+    assert (imported.returncode, imported.stdout.split()) == (0, ["jobrelay_client.sync"])
+    assert run([python, "-c", "import jobrelay"], cwd=tmp_path).returncode == 1  # alone
 
 
 def test_the_built_wheel_installs_with_its_django_extra_into_a_fresh_venv(
@@ -124,6 +146,8 @@ def test_the_built_wheel_installs_with_its_django_extra_into_a_fresh_venv(
             str(python),
             "-c",
             "import django, jobrelay, jobrelay.django\n"
+            # the full wheel holds the slim client's package: jobrelay.Client is its class
+            "assert jobrelay.Client.__module__ == 'jobrelay_client.sync'\n"
             "print(jobrelay.__file__)\n"
             "print(django.__version__)",
         ],

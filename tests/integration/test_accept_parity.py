@@ -29,7 +29,6 @@ import pytest
 from psycopg.rows import namedtuple_row
 
 import jobrelay
-from jobrelay.client.errors import IdempotencyConflict
 from jobrelay.core.errors import DuplicateJob
 from jobrelay.core.idempotency import KeyDecision, Submission, check_submission
 from jobrelay.core.jobs import Flow
@@ -39,6 +38,7 @@ from jobrelay.db.engine import libpq_url
 from jobrelay.db.store import Store
 from jobrelay.db.workflow_store import WorkflowStore, WorkflowSubmission
 from jobrelay.testing import Recorder
+from jobrelay_client.errors import IdempotencyConflict
 from tests.conftest import make_client
 
 NEW, EXISTING, CONFLICT = KeyDecision.NEW, KeyDecision.EXISTING, KeyDecision.CONFLICT

@@ -21,7 +21,6 @@ from jobrelay.api.app import create_app
 from jobrelay.api.notifications import ApiNotifications
 from jobrelay.api.waiting import FinishWaiters
 from jobrelay.auth import Authenticator
-from jobrelay.client.errors import ApiError
 from jobrelay.consumer.service import register_types
 from jobrelay.core.flow import Limit, Rate
 from jobrelay.core.registry import JobContext, JobType, Registry
@@ -30,6 +29,7 @@ from jobrelay.core.type_catalog import RegisteredType, RegisteredTypes, registra
 from jobrelay.db.store import Store
 from jobrelay.db.type_store import PgTypeStore
 from jobrelay.handlers.loading import load_registry
+from jobrelay_client.errors import ApiError
 from tests.conftest import MakeSettings, auth
 from tests.support.consumer_kit import running_consumer
 from tests.support.system import cli

@@ -22,11 +22,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.unit.test_imports import SOURCE, _is_package, imported_names, sources
+from tests.unit.test_imports import SLIM_SOURCE, SOURCE, _is_package, imported_names, sources
 
 ROOT = SOURCE.parents[1]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 TABLE_HEADING = "## The parts"
+SLIM_HEADING = "## The slim client (`jobrelay_client`)"
 
 CODE = re.compile(r"`([^`\n]+)`")
 QUALIFIED = re.compile(
@@ -291,6 +292,15 @@ def test_every_module_and_name_the_docs_name_exists() -> None:
         if (found := unknown_names(page.read_text(encoding="utf-8")))
     }
     assert problems == {}
+
+
+def test_every_module_of_the_slim_client_has_its_row() -> None:
+    # The top-level package jobrelay_client has a table of its own (its paths from its folder),
+    # read and checked as the package's table is.
+    rows = table_rows(ARCHITECTURE.read_text(encoding="utf-8"), SLIM_HEADING)
+    assert rows, "the slim client's table was not found"
+    assert missing_paths(rows, SLIM_SOURCE) == []
+    assert files_no_row_names(rows, SLIM_SOURCE) == []
 
 
 def test_each_rows_may_import_column_is_what_its_modules_import() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from jobrelay.client.errors import FIELD_ERRORS_SHOWN, ApiError
+from jobrelay_client.errors import FIELD_ERRORS_SHOWN, ApiError
 
 
 def validation_problem(*fields: str) -> bytes:

@@ -21,7 +21,7 @@ import pytest
 import jobrelay
 from jobrelay import ApiError, AsyncClient, Client, Job
 from jobrelay.client import DuplicateJobError, IdempotencyConflict, ThrottledError
-from jobrelay.client._retry import Failure, RetryPolicy, parse_retry_after, status_failure
+from jobrelay_client._retry import Failure, RetryPolicy, parse_retry_after, status_failure
 
 BASE = "http://jobrelay.test"
 TOKEN = "jr_secret-token-value-1234567890"

@@ -13,9 +13,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from jobrelay.api.problems import on_store_unavailable
-from jobrelay.client._retry import RETRY_STATUSES
 from jobrelay.core.errors import StoreUnavailable
 from jobrelay.core.settings import Settings
+from jobrelay_client._retry import RETRY_STATUSES
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

@@ -15,6 +15,7 @@ cannot pass unnoticed.
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -345,4 +346,71 @@ def test_a_package_importing_its_own_modules_is_no_cycle() -> None:
     assert cycle_violations(made_up) == [
         "jobrelay.cli -> jobrelay.cli.jobs -> jobrelay.cli"
         " (and the rest of the group: jobrelay.cli.common)"
+    ]
+
+
+# --- the slim client ----------------------------------------------------------------------------
+
+SLIM_SOURCE = SOURCE.parent / "jobrelay_client"
+# What the distribution jobrelay-client depends on (clients/python/pyproject.toml).
+SLIM_DEPENDENCIES = frozenset({"httpx"})
+# Its pure modules, which the server's core imports: no httpx either.
+SLIM_PURE = frozenset(
+    {
+        "jobrelay_client",
+        "jobrelay_client.bounds",
+        "jobrelay_client.backoff",
+        "jobrelay_client.flow",
+        "jobrelay_client.workflows",
+        "jobrelay_client.models",
+        "jobrelay_client.errors",
+        "jobrelay_client._retry",
+    }
+)
+
+
+def slim_violations(modules: Mapping[str, str]) -> list[str]:
+    """``module imports name`` for each import of a slim client module that is neither the
+    standard library, its own package nor its dependencies (httpx; none in ``SLIM_PURE``,
+    lazy imports under ``if TYPE_CHECKING`` aside: they run for the type checker only)."""
+    problems = []
+    for module, source in sorted(modules.items()):
+        tree = ast.parse(source)
+        checked_only = {
+            id(inner)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+            for inner in ast.walk(node)
+        }
+        allowed = set() if module in SLIM_PURE else SLIM_DEPENDENCIES
+        for node in ast.walk(tree):
+            if id(node) in checked_only or not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            names = imported_names(module, ast.unparse(node), is_package=module in SLIM_PURE)
+            for name in sorted(names):
+                top = name.split(".")[0]
+                if top and top not in sys.stdlib_module_names | {"jobrelay_client"} | allowed:
+                    problems.append(f"{module} imports {name}")
+    return problems
+
+
+def test_the_slim_client_imports_only_the_standard_library_and_httpx() -> None:
+    modules = sources(SLIM_SOURCE)
+    assert "jobrelay_client.sync" in modules  # the source is found
+    assert slim_violations(modules) == []
+
+
+def test_a_slim_client_import_of_the_server_or_of_httpx_in_a_pure_module_is_caught() -> None:
+    made_up = {
+        "jobrelay_client.sync": "import httpx\nimport json\nfrom jobrelay.core import jobs\n",
+        "jobrelay_client.flow": "def f():\n    import httpx\n",
+        "jobrelay_client.models": "from pydantic import BaseModel\n",
+        "jobrelay_client": "if TYPE_CHECKING:\n    import httpx\n",
+    }
+    assert slim_violations(made_up) == [
+        "jobrelay_client.flow imports httpx",
+        "jobrelay_client.models imports pydantic",
+        "jobrelay_client.models imports pydantic.BaseModel",
+        "jobrelay_client.sync imports jobrelay.core",
+        "jobrelay_client.sync imports jobrelay.core.jobs",
     ]

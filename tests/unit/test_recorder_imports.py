@@ -9,7 +9,7 @@ import sys
 
 RECORD = """
 import sys
-from jobrelay.client.errors import IdempotencyConflict
+from jobrelay_client.errors import IdempotencyConflict
 from jobrelay.testing import Recorder
 
 recorder = Recorder()

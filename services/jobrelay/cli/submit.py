@@ -24,6 +24,7 @@ from jobrelay.client import (
 )
 from jobrelay.core.durations import parse_duration
 from jobrelay.core.jobs import OnDuplicate
+from jobrelay_client.models import as_json as view_json
 
 EXAMPLE = 'jobrelay submit catalog.export --payload \'{"course": "JavaScript"}\' --key k1'
 
@@ -145,7 +146,7 @@ def _wait_for_end(
 
 def _print_view(job: Job, as_json: bool) -> None:
     """The job view as ``jobrelay jobs show`` prints it (``--json``: the API's document)."""
-    view = job.model_dump(mode="json")
+    view = view_json(job)
     if as_json:
         print_json(view)
     else:
@@ -154,7 +155,7 @@ def _print_view(job: Job, as_json: bool) -> None:
 
 def _show(job: Job, key: str, *, accepted: bool, as_json: bool) -> None:
     if as_json:
-        print_json(job.model_dump(mode="json"))
+        print_json(view_json(job))
     else:
         if job.deduplicated:
             print(

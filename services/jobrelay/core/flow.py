@@ -10,21 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from jobrelay.core.bounds import PRIORITY_MAX, PRIORITY_MIN
+from jobrelay_client.flow import check_priority as check_priority
 
 # "/s" and "/m": the periods a rate may name, in seconds (``type_limits.rate_period_seconds``).
 RATE_PERIODS = {"s": 1, "m": 60}
 _PERIOD_NAMES = {seconds: name for name, seconds in RATE_PERIODS.items()}
-
-
-def check_priority(priority: object) -> int:
-    """A priority: a whole number from PRIORITY_MIN to PRIORITY_MAX (higher runs first), or a
-    ValueError saying so."""
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise ValueError(f"priority must be a whole number, not {priority!r}")
-    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
-        raise ValueError(f"priority must be from {PRIORITY_MIN} to {PRIORITY_MAX}, not {priority}")
-    return priority
 
 
 @dataclass(frozen=True)

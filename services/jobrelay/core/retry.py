@@ -1,25 +1,15 @@
-"""Backoff: one jittered exponential delay for every wait in jobrelay (job retries, publish
-retries, outages), and the job retry policy built on it."""
+"""The job retry policy, built on the one jittered exponential backoff of jobrelay
+(``jobrelay_client/backoff.py``, shared with the slim client: standard library only)."""
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
 
+from jobrelay_client.backoff import backoff as backoff
+from jobrelay_client.backoff import backoff_ceiling as backoff_ceiling
+
 UNKNOWN_TYPE_MAX_DELAY = 60.0
-
-
-def backoff_ceiling(failures: int, base: float, cap: float) -> float:
-    """``base * 2**(failures - 1)``, at most ``cap``: the upper bound after ``failures``
-    consecutive failures (1-based; 0 counts as 1)."""
-    return min(cap, base * 2.0 ** min(max(0, failures - 1), 64))
-
-
-def backoff(failures: int, base: float, cap: float, rng: random.Random | None = None) -> float:
-    """Equal jitter: uniform in [ceiling/2, ceiling]. Half the ceiling is kept fixed so delays
-    grow with the failures (a test can see them grow), the other half spreads a burst."""
-    ceiling = backoff_ceiling(failures, base, cap)
-    return ceiling / 2 + (rng or random).uniform(0, ceiling / 2)
 
 
 @dataclass(frozen=True)

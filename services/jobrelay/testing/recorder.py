@@ -419,7 +419,7 @@ def _new_job(submission: Submission, asked: _Asked) -> RecordedJob:
 def _conflict(holder: uuid.UUID) -> Exception:
     """The ``IdempotencyConflict`` ``jobrelay.enqueue`` raises, naming the job that holds the
     key. Imported here, on this rare path only: the client's package loads httpx."""
-    from jobrelay.client.errors import IdempotencyConflict
+    from jobrelay_client.errors import IdempotencyConflict
 
     detail = "the key was used for another type, payload or schedule"
     return IdempotencyConflict.of_holder(detail, holder)

@@ -12,12 +12,12 @@ from typing import Any, TypeVar, Unpack
 
 import httpx
 
-from jobrelay.client import _calls
-from jobrelay.client._calls import Attempts, Call, ClientBase, JobId, Outcome, Wait, WorkflowId
-from jobrelay.client.errors import ApiError
-from jobrelay.client.models import Job, Signal, WorkflowView
-from jobrelay.core.jobs import Flow, PolicyOptions
-from jobrelay.core.workflows import OnFailure, Workflow
+from jobrelay_client import _calls
+from jobrelay_client._calls import Attempts, Call, ClientBase, JobId, Outcome, Wait, WorkflowId
+from jobrelay_client.errors import ApiError
+from jobrelay_client.flow import Flow, PolicyOptions
+from jobrelay_client.models import Job, Signal, WorkflowView
+from jobrelay_client.workflows import OnFailure, Workflow
 
 T = TypeVar("T")
 

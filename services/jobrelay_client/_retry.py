@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from enum import Enum
 
-from jobrelay.core.retry import backoff
+from jobrelay_client.backoff import backoff
 
 
 class Failure(Enum):
@@ -59,7 +59,7 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> floa
 @dataclass(frozen=True)
 class RetryPolicy:
     """``retries`` further tries after the first, with jittered exponential backoff
-    (``jobrelay.core.retry.backoff``: uniform in [c/2, c], c doubling from ``backoff_base`` up
+    (``jobrelay_client/backoff.py``: uniform in [c/2, c], c doubling from ``backoff_base`` up
     to ``backoff_max``), or as long as the server's ``Retry-After`` says, at most
     ``retry_after_max``. With the defaults a request is given up after 8 to 16 seconds of
     waiting, a Retry-After aside."""

@@ -14,19 +14,18 @@ from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 import httpx
-from pydantic import BaseModel, ValidationError
 
-from jobrelay.client._retry import Failure, RetryPolicy, parse_retry_after, status_failure
-from jobrelay.client.errors import ApiError, ThrottledError
-from jobrelay.client.models import BatchAnswer, Job, JobPage, Signal, WorkflowView
-from jobrelay.core.bounds import SIGNAL_NAME_MAX
-from jobrelay.core.jobs import Flow, is_valid_idempotency_key
-from jobrelay.core.workflows import OnFailure, Workflow
+from jobrelay_client._retry import Failure, RetryPolicy, parse_retry_after, status_failure
+from jobrelay_client.bounds import SIGNAL_NAME_MAX
+from jobrelay_client.errors import ApiError, ThrottledError
+from jobrelay_client.flow import Flow, is_valid_idempotency_key
+from jobrelay_client.models import BatchAnswer, Job, JobPage, Signal, WorkflowView, read_answer
+from jobrelay_client.workflows import OnFailure, Workflow
 
 T = TypeVar("T")
 Http = TypeVar("Http", bound=httpx.Client | httpx.AsyncClient)
 Transport = TypeVar("Transport", bound=httpx.BaseTransport | httpx.AsyncBaseTransport)
-Answer = TypeVar("Answer", bound=BaseModel)
+Answer = TypeVar("Answer")
 
 JobId = uuid.UUID | str
 WorkflowId = uuid.UUID | str
@@ -290,8 +289,8 @@ def _uuid(id: uuid.UUID | str) -> uuid.UUID:
 def _reader(model: type[Answer]) -> Callable[[httpx.Response], Answer]:
     def read(response: httpx.Response) -> Answer:
         try:
-            return model.model_validate_json(response.content)
-        except ValidationError:
+            return read_answer(model, json.loads(response.content))
+        except ValueError:  # not JSON, or not the view (models.UnexpectedAnswer)
             raise ApiError(
                 response.status_code,
                 "unexpected_answer",

@@ -59,6 +59,7 @@ MATRIX: list[tuple[str, str, tuple[int, ...]]] = [
     ("PUT", "/v1/admin/limits/{job_type}", ADMIN_ONLY),
     ("DELETE", "/v1/admin/limits/{job_type}", (401, 401, 403, 403, 204)),
     ("GET", "/v1/admin/types", ADMIN_ONLY),
+    ("GET", "/v1/admin/sequences", ADMIN_ONLY),  # issue 41: order and submission policies
     ("GET", "/healthz", PUBLIC),
     ("GET", "/readyz", PUBLIC),
     ("GET", "/metrics", PUBLIC),

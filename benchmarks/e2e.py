@@ -75,9 +75,9 @@ from benchmarks._common import (
     median,
     percentile,
     scratch_database,
+    sql as common_sql,
     start_service,
 )
-from benchmarks._common import sql as common_sql
 from jobrelay.core import topology as names
 from jobrelay.core.fingerprint import request_hash
 from jobrelay.core.ids import new_id

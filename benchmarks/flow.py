@@ -53,8 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import e2e
-from benchmarks._common import median, server_urls
-from benchmarks._common import sql as common_sql
+from benchmarks._common import median, server_urls, sql as common_sql
 from benchmarks.flow_handlers import HANDLERS
 from tests.support import databases
 from tests.support.servers import create_vhost, delete_vhost, vhost_amqp_url

@@ -58,9 +58,7 @@ import httpx
 import psycopg
 from sqlalchemy import event
 
-from benchmarks import _common as common
-from benchmarks import _storage_fill as fill
-from benchmarks import e2e, submit
+from benchmarks import _common as common, _storage_fill as fill, e2e, submit
 from jobrelay.api.app import create_app
 from jobrelay.api.deps import Page
 from jobrelay.core.fingerprint import token_hash

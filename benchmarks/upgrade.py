@@ -19,9 +19,7 @@ import uuid
 
 import psycopg
 
-from benchmarks import _common as common
-from benchmarks import _storage_fill as fill
-from benchmarks import submit
+from benchmarks import _common as common, _storage_fill as fill, submit
 from jobrelay.core.ids import new_id
 from jobrelay.db.engine import libpq_url
 from tests.support import databases

@@ -42,8 +42,7 @@ sys.path.insert(0, str(ROOT))
 import psycopg
 
 from benchmarks import e2e
-from benchmarks._common import create_client, median, scratch_run
-from benchmarks._common import sql as common_sql
+from benchmarks._common import create_client, median, scratch_run, sql as common_sql
 from benchmarks._flow_preload import noop_requests
 from benchmarks.flow import spread
 from jobrelay.core.registry import Registry

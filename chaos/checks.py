@@ -64,8 +64,8 @@ from chaos.handlers import (
     DURABLE,
     LIMITED,
     RUNS_FILE,
+    registry as chaos_registry,
 )
-from chaos.handlers import registry as chaos_registry
 from chaos.workload import Answers, KeyRecord, Kind, Ledger, Planned, WorkflowRecord
 from jobrelay.broker.connection import connect_broker
 from jobrelay.core.flow import limit_key

@@ -9,19 +9,16 @@ exported environment) and ``cli``. Stdlib only.
 # The importable API (explicit re-exports): what scripts/servers.py offers when loaded by path.
 from .cli import main as main
 from .common import ServerError as ServerError
-from .lifecycle import down as down
-from .lifecycle import read_env as read_env
-from .lifecycle import status as status
-from .lifecycle import up as up
-from .postgres import pg_restart as pg_restart
-from .postgres import pg_start as pg_start
-from .postgres import pg_stop as pg_stop
-from .rabbitmq import rabbit_kill as rabbit_kill
-from .rabbitmq import rabbit_nodes as rabbit_nodes
-from .rabbitmq import rabbit_pause as rabbit_pause
-from .rabbitmq import rabbit_restart_app as rabbit_restart_app
-from .rabbitmq import rabbit_resume as rabbit_resume
-from .rabbitmq import rabbit_start as rabbit_start
-from .rabbitmq import rabbit_start_app as rabbit_start_app
-from .rabbitmq import rabbit_stop_app as rabbit_stop_app
-from .rabbitmq import rabbitmqctl as rabbitmqctl
+from .lifecycle import down as down, read_env as read_env, status as status, up as up
+from .postgres import pg_restart as pg_restart, pg_start as pg_start, pg_stop as pg_stop
+from .rabbitmq import (
+    rabbit_kill as rabbit_kill,
+    rabbit_nodes as rabbit_nodes,
+    rabbit_pause as rabbit_pause,
+    rabbit_restart_app as rabbit_restart_app,
+    rabbit_resume as rabbit_resume,
+    rabbit_start as rabbit_start,
+    rabbit_start_app as rabbit_start_app,
+    rabbit_stop_app as rabbit_stop_app,
+    rabbitmqctl as rabbitmqctl,
+)

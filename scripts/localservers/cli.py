@@ -33,8 +33,7 @@ from .lifecycle import (
     stop_all,
 )
 from .patroni import PatroniCluster, cluster_env, patroni_down, patroni_up
-from .pgbouncer import PgBouncer
-from .pgbouncer import started as pgbouncer_started
+from .pgbouncer import PgBouncer, started as pgbouncer_started
 from .postgres import pg_restart, pg_start, pg_stop
 from .rabbitmq import (
     rabbit_kill,

@@ -45,11 +45,13 @@ from typing import Any, Unpack
 
 import psycopg
 from psycopg.rows import namedtuple_row
-from sqlalchemy import Connection as SAConnection
-from sqlalchemy import TextClause
+from sqlalchemy import Connection as SAConnection, TextClause
 from sqlalchemy.dialects.postgresql import psycopg as sa_psycopg
-from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
-from sqlalchemy.ext.asyncio import AsyncSession, async_scoped_session
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection as SAAsyncConnection,
+    AsyncSession,
+    async_scoped_session,
+)
 from sqlalchemy.orm import Session, scoped_session
 
 from jobrelay import telemetry

@@ -12,10 +12,10 @@ import pytest
 from jobrelay.core.settings import Settings
 from tests.support.processes import (
     Service,
+    run_cli as cli,
     running_api,
     service_env,
 )
-from tests.support.processes import run_cli as cli
 
 
 @pytest.fixture

@@ -23,12 +23,12 @@ from tests.support.processes import (
     Service,
     answers,
     free_port,
+    run_cli as cli,
     running,
     running_api,
     service_env,
     wait_for,
 )
-from tests.support.processes import run_cli as cli
 
 SENTINEL_PASSWORD = "sentinel-pw-5c1e"
 

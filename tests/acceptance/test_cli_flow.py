@@ -13,8 +13,7 @@ from jobrelay.db.store import Store
 from tests.conftest import MakeSettings
 from tests.support import factories
 from tests.support.consumer_kit import rows, work_queue_count
-from tests.support.processes import run_cli as cli
-from tests.support.processes import service_env
+from tests.support.processes import run_cli as cli, service_env
 
 
 async def test_queues_list_pause_and_resume(make_settings: MakeSettings, store: Store) -> None:

@@ -22,11 +22,11 @@ import pytest
 from jobrelay.core.settings import Settings
 from tests.support.processes import (
     Service,
+    run_cli as cli,
     running_api,
     service_env,
     wait_for,
 )
-from tests.support.processes import run_cli as cli
 
 
 class Api:

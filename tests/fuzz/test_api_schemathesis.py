@@ -23,9 +23,7 @@ from typing import Any
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given
-from hypothesis import settings as hypothesis_settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings as hypothesis_settings, strategies as st
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.python import asgi as schemathesis_asgi

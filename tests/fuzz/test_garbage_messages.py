@@ -23,9 +23,7 @@ from typing import Any
 
 import aio_pika
 import pytest
-from hypothesis import HealthCheck, Phase, given
-from hypothesis import settings as hypothesis_settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, Phase, given, settings as hypothesis_settings, strategies as st
 
 from jobrelay.core.execution import LeaseTerms
 from jobrelay.core.message import Envelope, MalformedMessage

@@ -24,8 +24,7 @@ import pytest
 
 from jobrelay.core.errors import StoreUnavailable
 from jobrelay.core.settings import Settings
-from jobrelay.db import queries as q
-from jobrelay.db import tables
+from jobrelay.db import queries as q, tables
 from jobrelay.db.execution_store import Finish, PgExecutionStore
 from jobrelay.db.store import Store
 from tests.conftest import MakeSettings, auth

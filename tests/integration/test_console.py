@@ -30,8 +30,7 @@ from jobrelay.db.store import Store
 from tests.conftest import MakeSettings, auth, make_client
 from tests.support import factories
 from tests.support.consumer_kit import rows
-from tests.support.schedules import HEARTBEAT
-from tests.support.schedules import registry as with_heartbeat
+from tests.support.schedules import HEARTBEAT, registry as with_heartbeat
 
 BASE = "http://jobrelay.test"
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')

@@ -14,8 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import psycopg
 import pytest
-from sqlalchemy import exc as sa_exc
-from sqlalchemy import text
+from sqlalchemy import exc as sa_exc, text
 
 from jobrelay.core.errors import StoreUnavailable
 from jobrelay.core.settings import Settings, libpq_url, normalize_database_url

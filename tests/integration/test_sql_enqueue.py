@@ -21,9 +21,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from hypothesis import HealthCheck, given
-from hypothesis import settings as hypothesis_settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings as hypothesis_settings, strategies as st
 
 import jobrelay
 from jobrelay.core.fingerprint import canonical_json

@@ -15,8 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import _queries as psycopg_queries
-from psycopg import pq
+from psycopg import _queries as psycopg_queries, pq
 from sqlalchemy.dialects import postgresql
 
 from jobrelay.db import engine

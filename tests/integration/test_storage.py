@@ -16,8 +16,7 @@ from sqlalchemy import delete, func, text
 from jobrelay.core.execution import Claimed, LeaseTerms
 from jobrelay.core.jobs import JobRequest, Outcome, Quarantine, Succeeded
 from jobrelay.core.states import TERMINAL_STATES, JobState
-from jobrelay.db import queries as q
-from jobrelay.db import tables
+from jobrelay.db import queries as q, tables
 from jobrelay.db.execution_store import PgExecutionStore
 from jobrelay.db.relay_store import RelayStore
 from jobrelay.db.store import Store

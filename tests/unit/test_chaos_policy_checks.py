@@ -27,8 +27,13 @@ from chaos.checks import (
     sequence_overlaps,
     verify,
 )
-from chaos.handlers import BATCH, BATCH_EFFECTS, BATCH_RUNS_FILE, BatchPayload
-from chaos.handlers import registry as chaos_registry
+from chaos.handlers import (
+    BATCH,
+    BATCH_EFFECTS,
+    BATCH_RUNS_FILE,
+    BatchPayload,
+    registry as chaos_registry,
+)
 from chaos.workload import SEQUENCE_KEYS, Kind, Ledger, Planned, Shares, plan
 from tests.unit.test_chaos_limit_check import at  # seconds after a fixed moment
 

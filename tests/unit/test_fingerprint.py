@@ -7,8 +7,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from jobrelay.core.fingerprint import canonical_json, request_hash
 from jobrelay.core.jobs import Flow

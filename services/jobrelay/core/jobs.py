@@ -19,20 +19,10 @@ from jobrelay.core.retry import RetryPolicy
 from jobrelay.core.states import JobState
 from jobrelay_client.flow import (
     Flow as Flow,
-)
-from jobrelay_client.flow import (
     OnDuplicate as OnDuplicate,
-)
-from jobrelay_client.flow import (
     PolicyOptions as PolicyOptions,
-)
-from jobrelay_client.flow import (
     is_policy_seconds as is_policy_seconds,
-)
-from jobrelay_client.flow import (
     is_valid_flow_key as is_valid_flow_key,
-)
-from jobrelay_client.flow import (
     is_valid_idempotency_key as is_valid_idempotency_key,
 )
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from jobrelay_client.backoff import backoff as backoff
-from jobrelay_client.backoff import backoff_ceiling as backoff_ceiling
+from jobrelay_client.backoff import backoff as backoff, backoff_ceiling as backoff_ceiling
 
 UNKNOWN_TYPE_MAX_DELAY = 60.0
 

@@ -21,10 +21,12 @@ from jobrelay.core.fingerprint import canonical_json
 from jobrelay.core.jobs import Flow, JobRequest
 from jobrelay.core.states import TERMINAL_STATES, JobState
 from jobrelay.core.type_catalog import PayloadTypes
-from jobrelay_client.workflows import REF_MAX as REF_MAX
-from jobrelay_client.workflows import OnFailure as OnFailure
-from jobrelay_client.workflows import Workflow as Workflow
-from jobrelay_client.workflows import is_valid_ref as is_valid_ref
+from jobrelay_client.workflows import (
+    REF_MAX as REF_MAX,
+    OnFailure as OnFailure,
+    Workflow as Workflow,
+    is_valid_ref as is_valid_ref,
+)
 
 # A workflow has 1 to this many jobs.
 WORKFLOW_JOBS_MAX = 1000

@@ -9,8 +9,7 @@ from typing import Any, Literal
 
 import psycopg
 from psycopg import _queries as psycopg_queries
-from sqlalchemy import event
-from sqlalchemy import exc as sa_exc
+from sqlalchemy import event, exc as sa_exc
 from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 

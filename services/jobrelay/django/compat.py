@@ -20,8 +20,7 @@ if TYPE_CHECKING:
         TaskResult,
         TaskResultStatus,
     )
-    from django_tasks.exceptions import InvalidTaskError as InvalidTask
-    from django_tasks.exceptions import TaskResultDoesNotExist
+    from django_tasks.exceptions import InvalidTaskError as InvalidTask, TaskResultDoesNotExist
     from django_tasks.signals import task_enqueued
     from django_tasks.utils import normalize_json
 else:
@@ -50,8 +49,7 @@ else:
             TaskResult,
             TaskResultStatus,
         )
-        from django_tasks.exceptions import InvalidTaskError as InvalidTask
-        from django_tasks.exceptions import TaskResultDoesNotExist
+        from django_tasks.exceptions import InvalidTaskError as InvalidTask, TaskResultDoesNotExist
         from django_tasks.signals import task_enqueued
         from django_tasks.utils import normalize_json
 

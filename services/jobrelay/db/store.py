@@ -292,17 +292,13 @@ class Store:
         """Many submissions at once, each with the rules of ``accept_job``; one result per
         request, in order. The new jobs are written in one transaction: all of them or none,
         each with ``traceparent``. ``throttles``: the throttled types' throttles; a submission
-        the throttle refuses gets its ``Throttled``. The submissions under a policy are
-        accepted after the others, in the same transaction, each in its own savepoint."""
+        the throttle refuses gets its ``Throttled``. A batch with a submission under a policy
+        is accepted item by item, in order, in the same one transaction
+        (``_accept_policed_batch``)."""
         throttles = throttles or {}
-        policed = [
-            index
-            for index, request in enumerate(requests)
-            if is_policed(Submission.of(request, traceparent), throttles.get(request.type))
-        ]
-        if policed:
-            return await self._accept_policed_batch(client_id, requests, traceparent, throttles)
         submissions = [Submission.of(request, traceparent) for request in requests]
+        if any(is_policed(s, throttles.get(s.request.type)) for s in submissions):
+            return await self._accept_policed_batch(client_id, submissions, throttles)
         fingerprints = [submission.fingerprint for submission in submissions]
         ids = [new_id() for _ in requests]
         keys = [request.idempotency_key for request in requests]
@@ -349,8 +345,7 @@ class Store:
     async def _accept_policed_batch(
         self,
         client_id: uuid.UUID,
-        requests: Sequence[JobRequest],
-        traceparent: str | None,
+        submissions: Sequence[Submission],
         throttles: Mapping[str, Throttle],
     ) -> list[AcceptResult | Throttled]:
         """A batch with submissions under a policy: each item accepted in order, in one
@@ -359,9 +354,8 @@ class Store:
         results: list[AcceptResult | Throttled] = []
         async with self.transaction() as connection:
             execute = rows_on(connection)
-            for request in requests:
-                submission = Submission.of(request, traceparent)
-                throttle = throttles.get(request.type)
+            for submission in submissions:
+                throttle = throttles.get(submission.request.type)
                 steps = (
                     policed_accept_steps(client_id, submission, throttle)
                     if is_policed(submission, throttle)

@@ -315,6 +315,24 @@ def _report_written_twice(lines: list[Line]) -> None:
     lines.insert(lines.index(report) + 1, dict(report))
 
 
+def _orphan(lines: list[Line]) -> None:
+    _one(lines, "job", id="job-child")["parent_job_id"] = "job-nowhere"
+
+
+def _workflow_of_another_key(lines: list[Line]) -> None:
+    _one(lines, "workflow", id="wf-1")["key"] = "k-never"  # both its jobs: unexpected
+
+
+def _result_of_a_quarantined_job(lines: list[Line]) -> None:
+    _before_end(lines, {"record": "result", "job_id": "job-quarantined", "attempt": 1})
+
+
+def _workflow_job_left_waiting(lines: list[Line]) -> None:
+    job = _one(lines, "job", id="job-wf-b")
+    job["state"] = "waiting"
+    lines.remove(_one(lines, "result", job_id="job-wf-b"))
+
+
 DOCTORED: dict[str, tuple[Callable[[list[Line]], None], set[str]]] = {
     "a job line dropped": (_drop_job, {"lost"}),
     "an ended job made running": (_running, {"lost"}),
@@ -337,6 +355,10 @@ DOCTORED: dict[str, tuple[Callable[[list[Line]], None], set[str]]] = {
     "a step run twice in its attempt": (_step_run(1), {"step_run_again"}),
     "a batch effect written twice": (_batch_written_twice, {"duplicated"}),
     "a report written twice": (_report_written_twice, {"duplicated"}),
+    "a child of no job": (_orphan, {"unexpected"}),
+    "a workflow whose key was never submitted": (_workflow_of_another_key, {"unexpected"}),
+    "a result of a quarantined job": (_result_of_a_quarantined_job, {"duplicate_results"}),
+    "a workflow's job left waiting": (_workflow_job_left_waiting, {"lost"}),
 }
 
 
@@ -352,6 +374,27 @@ def test_each_doctored_history_fails_its_count_and_only_it(doctoring: str) -> No
 
 def test_every_failing_count_is_shown_failing_by_some_doctored_history() -> None:
     assert set().union(*(expected for _, expected in DOCTORED.values())) == set(COUNTS)
+
+
+def test_a_key_never_acknowledged_and_never_made_is_neither_lost_nor_recovered() -> None:
+    # Jepsen's reading: an indeterminate request may not have committed; a refusal did not
+    story = Story()
+    story.submit("k-maybe", {"status": 502, "id": None}, None)
+    story.submit("k-refused", {"status": 409, "id": None})
+    report = run_check(story.lines())
+    assert report.passed
+    assert (report.figures["indeterminate_keys"], report.figures["recovered"]) == (1, 0)
+    assert report.figures["refused_keys"] == 1
+
+
+def test_an_attempt_the_journal_never_ends_runs_to_the_jobs_last_event() -> None:
+    lines = clean_lines()
+    lines.remove(_event(lines, "job-lim-1", "succeeded"))  # 1 now runs to its last event
+    _event(lines, "job-lim-1", "claimed")["at"] = 21.0
+    _before_end(lines, _event(lines, "job-lim-1", "claimed") | {"event": "x", "seq": 99, "at": 23})
+    report = run_check(lines)
+    assert report.figures["open_attempts"] == 1
+    assert failing(report) == {"limit_exceeded"}  # 1, 2 and 3 all ran at 22.5
 
 
 def test_a_blocked_job_is_lost_once_its_blocker_succeeded() -> None:

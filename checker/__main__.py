@@ -41,6 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(summary_line(report))
         for violation in report.violations[:EXPLAINED]:
             print(f"checker: {violation.count}: {violation.message}", file=sys.stderr)
+        if len(report.violations) > EXPLAINED:
+            more = len(report.violations) - EXPLAINED
+            print(f"checker: ... and {more} more (--json lists them all)", file=sys.stderr)
     return 0 if report.passed else 1
 
 

@@ -58,9 +58,9 @@ class Rows:
         return job.state == "cancelled"
 
     def blocked(self, job: Job) -> bool:
-        """Not started and queued behind a quarantined job of its client's sequence key (one
-        with a lower ``sequence_no`` that never succeeded): the sequence waits for an
-        operator, which is its documented behaviour, not a loss."""
+        """Waiting (queued, ``sequence_waits`` or never claimed) behind a quarantined job of its
+        client's sequence key (one with a lower ``sequence_no`` that never succeeded): the
+        sequence waits for an operator, which is its documented behaviour, not a loss."""
         if job.sequence_key is None or job.sequence_no is None:
             return False
         journal = self.history.journals.get(job.id, ())

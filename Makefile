@@ -169,13 +169,13 @@ test-browser: environment
 		$(PYTEST_ARGS)
 
 lint: environment
-	$(PYTHON) -m ruff check services tests benchmarks scripts chaos examples
-	$(PYTHON) -m ruff format --check services tests benchmarks scripts chaos examples
+	$(PYTHON) -m ruff check services tests benchmarks scripts chaos checker examples
+	$(PYTHON) -m ruff format --check services tests benchmarks scripts chaos checker examples
 	$(PYTHON) -m mypy
 
 format: environment
-	$(PYTHON) -m ruff format services tests benchmarks scripts chaos examples
-	$(PYTHON) -m ruff check --fix services tests benchmarks scripts chaos examples
+	$(PYTHON) -m ruff format services tests benchmarks scripts chaos checker examples
+	$(PYTHON) -m ruff check --fix services tests benchmarks scripts chaos checker examples
 
 typecheck: environment
 	$(PYTHON) -m mypy

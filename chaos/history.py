@@ -15,12 +15,14 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
+from uuid import UUID
 
 import psycopg
+from psycopg.rows import dict_row
 
 from chaos import checks
 from chaos.handlers import registry as chaos_registry
@@ -44,38 +46,25 @@ PAIRS = (
 )
 JEPSEN = ("lost", "recovered", "unexpected", "duplicated")  # the total-queue checker's four
 
-# The final rows, each job's in its order; ids as text, times as epoch seconds.
-JOB_FIELDS = (
-    "id",
-    "client",
-    "key",
-    "type",
-    "state",
-    "attempts",
-    "max_attempts",
-    "error_code",
-    "concurrency_key",
-    "sequence_key",
-    "sequence_no",
-    "sequence_waits",
-    "workflow_id",
-    "workflow_ref",
-    "parent_job_id",
-    "payload",
-)
-JOB_IDS = ("id", "client", "workflow_id", "parent_job_id")
-JOBS = (
-    "SELECT id, client_id, idempotency_key, type, state, attempts, max_attempts,"
-    " last_error_code, concurrency_key, sequence_key, sequence_no, sequence_waits, workflow_id,"
-    " workflow_ref, parent_job_id, payload FROM jobrelay.jobs ORDER BY id"
-)
-RESULTS = "SELECT job_id, attempt, result FROM jobrelay.job_results ORDER BY job_id, attempt"
-EVENTS = "SELECT job_id, seq, event, attempt, at FROM jobrelay.job_journal ORDER BY job_id, seq, at"
-STEPS = (
-    "SELECT job_id, name, kind, status, attempt, value FROM jobrelay.job_steps"
-    " ORDER BY job_id, at, name"
-)
-WORKFLOWS = "SELECT id, idempotency_key FROM jobrelay.workflows ORDER BY id"
+# The final rows, each record's statement, its columns named as the line's fields (docs/history.md);
+# each job's in its order. Ids are written as text and times as epoch seconds (``_plain``).
+FINAL_ROWS = {
+    "job": (
+        "SELECT id, client_id AS client, idempotency_key AS key, type, state, attempts,"
+        " max_attempts, last_error_code AS error_code, concurrency_key, sequence_key,"
+        " sequence_no, sequence_waits, workflow_id, workflow_ref, parent_job_id, payload"
+        " FROM jobrelay.jobs ORDER BY id"
+    ),
+    "result": "SELECT job_id, attempt, result FROM jobrelay.job_results ORDER BY job_id, attempt",
+    "event": (
+        "SELECT job_id, seq, event, attempt, at FROM jobrelay.job_journal ORDER BY job_id, seq, at"
+    ),
+    "step": (
+        "SELECT job_id, name, kind, status, attempt, value FROM jobrelay.job_steps"
+        " ORDER BY job_id, at, name"
+    ),
+    "workflow": "SELECT id, idempotency_key AS key FROM jobrelay.workflows ORDER BY id",
+}
 
 
 class History:
@@ -186,55 +175,21 @@ class History:
         logs: checks.LogFacts,
     ) -> None:
         for run in step_runs:
-            self.write(
-                "effect",
-                effect="step_run",
-                job_id=run.job_id,
-                step=run.step,
-                attempt=run.attempt,
-                nonce=run.nonce,
-            )
+            self.write("effect", effect="step_run", **asdict(run))
         for call in batch_runs:
-            self.write(
-                "effect",
-                effect="batch_call",
-                tag=call.tag,
-                call=call.call,
-                size=call.size,
-                outcome=call.outcome,
-            )
+            self.write("effect", effect="batch_call", **asdict(call))
         for outcome, reports in (("written", logs.reports_written), ("found", logs.reports_found)):
             for job_id, times in sorted(reports.items()):
                 for _ in range(times):
                     self.write("effect", effect="report", job_id=job_id, outcome=outcome)
 
     def write_rows(self, database_url: str) -> None:
-        with psycopg.connect(libpq_url(database_url), connect_timeout=5) as connection:
-            for row in connection.execute(JOBS):
-                self.write("job", **_job(row))
-            for job_id, attempt, result in connection.execute(RESULTS):
-                self.write("result", job_id=str(job_id), attempt=attempt, result=result)
-            for job_id, seq, event, attempt, at in connection.execute(EVENTS):
-                self.write(
-                    "event",
-                    job_id=str(job_id),
-                    seq=seq,
-                    event=event,
-                    attempt=attempt,
-                    at=_epoch(at),
-                )
-            for job_id, name, kind, status, attempt, value in connection.execute(STEPS):
-                self.write(
-                    "step",
-                    job_id=str(job_id),
-                    name=name,
-                    kind=kind,
-                    status=status,
-                    attempt=attempt,
-                    value=value,
-                )
-            for workflow_id, key in connection.execute(WORKFLOWS):
-                self.write("workflow", id=str(workflow_id), key=key)
+        with psycopg.connect(
+            libpq_url(database_url), connect_timeout=5, row_factory=dict_row
+        ) as connection:
+            for record, statement in FINAL_ROWS.items():
+                for row in connection.execute(statement):
+                    self.write(record, **_plain(row, record))
 
     def write_broker(
         self, work_queues: dict[str, int], quarantine: Counter[str], malformed: int
@@ -248,21 +203,21 @@ class History:
             self.write("quarantine_message", job_id=None)
 
 
-def _job(row: tuple[Any, ...]) -> dict[str, Any]:
-    """A ``jobs`` row (JOBS's columns) as its line's fields: ids as text (a UUID is not JSON)."""
-    job = {
-        name: str(value) if name in JOB_IDS and value is not None else value
-        for name, value in zip(JOB_FIELDS, row, strict=True)
-    }
-    if job["workflow_id"] is not None or job["parent_job_id"] is not None:
-        # Its key is one jobrelay made, no client's: the workflow's (its own line) or the
-        # parent's stands for it.
-        job["key"] = None
-    return job
+def _plain(row: dict[str, Any], record: str) -> dict[str, Any]:
+    """A row as its line's fields; a job's key only when a client gave it (docs/history.md)."""
+    fields = {name: _json_value(value) for name, value in row.items()}
+    if record == "job" and (fields["workflow_id"] or fields["parent_job_id"]):
+        # A workflow's job or a child: its key is one jobrelay made; the workflow's (its own
+        # line) or the parent stands for it.
+        fields["key"] = None
+    return fields
 
 
-def _epoch(at: datetime) -> float:
-    return at.timestamp()
+def _json_value(value: Any) -> Any:
+    """An id as text and a time as epoch seconds (neither is JSON); any other value as it is."""
+    if isinstance(value, datetime):
+        return value.timestamp()
+    return str(value) if isinstance(value, UUID) else value
 
 
 # --- the independent checker ----------------------------------------------------------------

@@ -289,5 +289,7 @@ def compare(verdict: checks.Verdict, checker: CheckerVerdict) -> str:
 
 
 def summary_parts(status: str, checker: CheckerVerdict) -> list[str]:
-    """The summary line's fields: the agreement and Jepsen's four counts."""
-    return [f"checker={status}", *(f"checker_{name}={checker.count(name)}" for name in JEPSEN)]
+    """The summary line's fields: the agreement and Jepsen's four counts ("-" when the checker
+    could not check)."""
+    counts = {name: "-" if checker.failure else checker.count(name) for name in JEPSEN}
+    return [f"checker={status}", *(f"checker_{name}={n}" for name, n in counts.items())]

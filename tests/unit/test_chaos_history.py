@@ -250,8 +250,10 @@ def test_a_count_one_checker_finds_and_the_other_does_not_fails_the_run(
 
 def test_a_checker_that_could_not_check_fails_the_run() -> None:
     verdict = Verdict()
-    assert compare(verdict, CheckerVerdict(failure="exit 2: not a history")) == "failed"
+    checker = CheckerVerdict(failure="exit 2: not a history")
+    assert compare(verdict, checker) == "failed"
     assert verdict.violations["checker_failed"] == ["exit 2: not a history"]
+    assert summary_parts("failed", checker)[:2] == ["checker=failed", "checker_lost=-"]
 
 
 def fake_checker(root: Path, body: str) -> Path:

@@ -77,9 +77,11 @@ class History:
         # Truncated once: a work directory used again holds one run's history, never two.
         self.file: IO[str] = path.open("w", encoding="utf-8")
         self.requests = 0
+        self.lines = 0
 
     def write(self, record: str, **fields: Any) -> None:
         self.file.write(json.dumps({"record": record, **fields}) + "\n")
+        self.lines += 1
 
     def close(self) -> None:
         self.file.close()

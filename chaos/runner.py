@@ -530,6 +530,9 @@ async def run(options: Options) -> int:
             [service.log_path for service in chaos.services],
         )
         chaos.history.close()
+        chaos.note(
+            f"history: {chaos.history.lines} lines, {chaos.history.path.stat().st_size} bytes"
+        )
         for service in chaos.services:
             await asyncio.to_thread(service.stop)
         logs = checks.read_logs([service.log_path for service in chaos.services])

@@ -61,6 +61,7 @@ def test_every_line_is_one_object_with_its_record_first_in_the_order_written(
 
     written = lines(history)
 
+    assert history.lines == len(written) == 13
     assert all(next(iter(line)) == "record" for line in written)
     assert [line["record"] for line in written] == [
         "run",

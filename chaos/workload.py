@@ -382,7 +382,8 @@ class Submitter:
             await self._submit_workflow(job, submission)
             return
         record = self.ledger.record(job)
-        document = await self._accept("/v1/jobs", "submit", job.key, job.body(), record, submission)
+        asked = Try("submit", key=job.key, body=job.body())
+        document = await self._accept("/v1/jobs", asked, record, submission)
         if document is not None and not submission.duplicate and self.on_accepted:
             self.on_accepted(job, str(document["id"]))
         if document is not None and job.cancel and not submission.duplicate:
@@ -390,9 +391,8 @@ class Submitter:
 
     async def _submit_workflow(self, workflow: PlannedWorkflow, submission: Submission) -> None:
         record = self.ledger.workflow_record(workflow)
-        document = await self._accept(
-            "/v1/workflows", "submit_workflow", workflow.key, workflow.body(), record, submission
-        )
+        asked = Try("submit_workflow", key=workflow.key, body=workflow.body())
+        document = await self._accept("/v1/workflows", asked, record, submission)
         steps = {step.ref: step.job for step in workflow.steps}
         for ref, job in (document or {}).get("jobs", {}).items():
             record.jobs.setdefault(ref, set()).add(str(job["id"]))
@@ -400,17 +400,11 @@ class Submitter:
                 self.on_accepted(steps[ref], str(job["id"]))
 
     async def _accept(
-        self,
-        path: str,
-        op: str,
-        key: str,
-        body: dict[str, Any],
-        record: Answers,
-        submission: Submission,
+        self, path: str, asked: Try, record: Answers, submission: Submission
     ) -> dict[str, Any] | None:
-        """POST ``body`` under ``key``, retried until a definite answer; the accepted document
-        (its id in ``record``), or None (the problem in ``record``)."""
-        answer = await self._request(path, Try(op, key=key, body=body))
+        """POST the submission ``asked`` (a body under a key), retried until a definite answer;
+        the accepted document (its id in ``record``), or None (the problem in ``record``)."""
+        answer = await self._request(path, asked)
         if answer is None:
             record.unexpected.append("gave up: no definite answer")
             return None

@@ -1,5 +1,6 @@
 """``python -m chaos --profile short|long|cluster|pg-failover|… [--seed N] [--jobs N]
-[--faults N] [--workdir DIR] [--keep] [--async-standby] [--no-sequences] [--no-batches]``."""
+[--faults N] [--workdir DIR] [--history PATH] [--keep] [--async-standby] [--no-sequences]
+[--no-batches]``."""
 
 from __future__ import annotations
 
@@ -30,6 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--workdir", type=Path, help="logs and results (default: .local/chaos/…)")
     parser.add_argument(
+        "--history",
+        type=Path,
+        help="copy a passing run's history (history.jsonl, docs/history.md) to this path",
+    )
+    parser.add_argument(
         "--keep", action="store_true", help="keep the scratch database, vhost and workdir"
     )
     parser.add_argument(
@@ -59,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
     synchronous = False if args.async_standby else None
     shares = Shares(sequences=not args.no_sequences, batches=not args.no_batches)
-    options = Options(profile, seed, args.workdir, args.keep, synchronous, shares)
+    options = Options(profile, seed, args.workdir, args.keep, synchronous, shares, args.history)
     return asyncio.run(run(options))
 
 

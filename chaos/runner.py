@@ -1,5 +1,9 @@
 """One chaos run: set the system up, load it while injecting faults, wait for quiescence,
-check the invariants, print one summary line. Exit status 0 only when nothing was violated."""
+check the invariants, print one summary line. Exit status 0 only when nothing was violated.
+
+The run writes its history (``history.jsonl`` in its work directory, docs/history.md) and has
+the independent checker (``python -m checker``) read it: the run passes only when that checker
+finds nothing too and agrees with ``chaos/checks.py`` on every count they share."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from typing import Any
 
 from chaos import checks, faults
 from chaos.handlers import HANDLERS
+from chaos.history import HISTORY_FILE, History, compare, run_checker, summary_parts
 from chaos.proxy import Proxy
 from chaos.system import (
     Scratch,
@@ -81,6 +86,7 @@ class Options:
     shares: Shares = field(
         default_factory=Shares
     )  # the sequences' and the batch jobs' shares of the plan
+    history: Path | None = None  # where a passing run's history.jsonl is copied to
 
 
 def say(message: str) -> None:
@@ -101,6 +107,8 @@ class Run:
         self.proxies: dict[str, Proxy] = {}
         self.services: list[Service] = []
         self.ledger = Ledger()
+        self.history = History(self.workdir / HISTORY_FILE)
+        self.history.run(self.profile.name, options.seed)
         self.started = time.monotonic()
         self.load_done = self.started
 
@@ -213,8 +221,10 @@ class Run:
         assert self.scratch is not None
         # chaos.durable's signals go straight to the database, past the proxies: the sender's
         # own transaction, as a service beside jobrelay would send them.
-        signaller = Signaller(self.scratch.database_url, self.ledger)
-        submitter = Submitter(api_url, token, self.ledger, on_accepted=signaller.accepted)
+        signaller = Signaller(self.scratch.database_url, self.ledger, history=self.history)
+        submitter = Submitter(
+            api_url, token, self.ledger, on_accepted=signaller.accepted, history=self.history
+        )
         supervising = asyncio.create_task(self.supervise())
         start = time.monotonic()
         try:
@@ -344,6 +354,7 @@ class Run:
         verdict: checks.Verdict,
         injector: faults.Injector,
         quiescence: float | None,
+        checker: list[str],
     ) -> str:
         figures = verdict.figures
         ledger = self.ledger
@@ -423,6 +434,7 @@ class Run:
             f"children={figures['children']}",
             f"duplicate_children={count['duplicate_children']}",
             f"durable_mismatch={count['durable_mismatch']}",
+            *checker,
             f"violations={sum(count.values())}",
             f"quiescence={f'{quiescence:.1f}s' if quiescence is not None else 'timeout'}",
             f"elapsed={time.monotonic() - self.started:.0f}s",
@@ -509,6 +521,18 @@ async def run(options: Options) -> int:
         else:
             chaos.note(f"quarantine consistent after {settled:.1f}s")
         snapshot = await chaos.snapshot()
+        assert chaos.scratch is not None
+        await asyncio.to_thread(
+            chaos.history.write_final_state,
+            chaos.scratch.database_url,
+            snapshot,
+            chaos.results_dir,
+            [service.log_path for service in chaos.services],
+        )
+        chaos.history.close()
+        chaos.note(
+            f"history: {chaos.history.lines} lines, {chaos.history.path.stat().st_size} bytes"
+        )
         for service in chaos.services:
             await asyncio.to_thread(service.stop)
         logs = checks.read_logs([service.log_path for service in chaos.services])
@@ -520,14 +544,21 @@ async def run(options: Options) -> int:
             verdict.fail("fault_failed", failure)
         if quiescence is None:
             verdict.fail("no_quiescence", "the system did not settle in time")
+        independent = await asyncio.to_thread(run_checker, chaos.history.path, ROOT)
+        agreement = compare(verdict, independent)
         chaos.explain(verdict)
         chaos.explain_failovers(injector)
         ok = verdict.ok
-        print(chaos.report(verdict, injector, quiescence), flush=True)
+        summary = chaos.report(verdict, injector, quiescence, summary_parts(agreement, independent))
+        print(summary, flush=True)
         if not ok:
-            say(f"logs and results kept in {chaos.workdir}")
+            say(f"logs, results and {HISTORY_FILE} kept in {chaos.workdir}")
+        elif options.history is not None:
+            options.history.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(chaos.history.path, options.history)
         return 0 if ok else 1
     finally:
+        chaos.history.close()
         chaos.tear_down(keep_scratch=options.keep or not ok)
         if ok and not options.keep and options.workdir is None:
             shutil.rmtree(chaos.workdir, ignore_errors=True)

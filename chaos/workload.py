@@ -29,13 +29,16 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import psycopg
 
 from chaos.handlers import BATCH, DURABLE, LIMITED, SIGNAL
 from jobrelay.db.engine import libpq_url
+
+if TYPE_CHECKING:
+    from chaos.history import History
 
 RETRY_PAUSE = (0.2, 2.0)  # growing pause between retries of an ambiguous request
 
@@ -341,6 +344,7 @@ class Submitter:
         *,
         give_up_after: float = 180.0,
         on_accepted: Callable[[Planned, str], None] | None = None,
+        history: History | None = None,
     ) -> None:
         self.client = httpx.AsyncClient(
             base_url=api_url,
@@ -351,6 +355,7 @@ class Submitter:
         self.ledger = ledger
         self.give_up_after = give_up_after
         self.on_accepted = on_accepted  # each planned job's first acceptance, with its id
+        self.history = history  # each try and its answer, when given (chaos/history.py)
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -377,7 +382,8 @@ class Submitter:
             await self._submit_workflow(job, submission)
             return
         record = self.ledger.record(job)
-        document = await self._accept("/v1/jobs", job.key, job.body(), record, submission)
+        asked = Try("submit", key=job.key, body=job.body())
+        document = await self._accept("/v1/jobs", asked, record, submission)
         if document is not None and not submission.duplicate and self.on_accepted:
             self.on_accepted(job, str(document["id"]))
         if document is not None and job.cancel and not submission.duplicate:
@@ -385,9 +391,8 @@ class Submitter:
 
     async def _submit_workflow(self, workflow: PlannedWorkflow, submission: Submission) -> None:
         record = self.ledger.workflow_record(workflow)
-        document = await self._accept(
-            "/v1/workflows", workflow.key, workflow.body(), record, submission
-        )
+        asked = Try("submit_workflow", key=workflow.key, body=workflow.body())
+        document = await self._accept("/v1/workflows", asked, record, submission)
         steps = {step.ref: step.job for step in workflow.steps}
         for ref, job in (document or {}).get("jobs", {}).items():
             record.jobs.setdefault(ref, set()).add(str(job["id"]))
@@ -395,11 +400,11 @@ class Submitter:
                 self.on_accepted(steps[ref], str(job["id"]))
 
     async def _accept(
-        self, path: str, key: str, body: dict[str, Any], record: Answers, submission: Submission
+        self, path: str, asked: Try, record: Answers, submission: Submission
     ) -> dict[str, Any] | None:
-        """POST ``body`` under ``key``, retried until a definite answer; the accepted document
-        (its id in ``record``), or None (the problem in ``record``)."""
-        answer = await self._request("POST", path, json=body, headers={"Idempotency-Key": key})
+        """POST the submission ``asked`` (a body under a key), retried until a definite answer;
+        the accepted document (its id in ``record``), or None (the problem in ``record``)."""
+        answer = await self._request(path, asked)
         if answer is None:
             record.unexpected.append("gave up: no definite answer")
             return None
@@ -414,23 +419,31 @@ class Submitter:
 
     async def _cancel(self, record: KeyRecord, job_id: str) -> None:
         record.cancel_requested = True
-        answer = await self._request("POST", f"/v1/jobs/{job_id}/cancel")
+        answer = await self._request(f"/v1/jobs/{job_id}/cancel", Try("cancel", job_id=job_id))
         if answer is not None and answer[0] == 200:
             record.cancel_confirmed = True
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any, int] | None:
-        """(status, JSON body, ambiguous failures before it), retrying 5xx and broken
-        connections; None after ``give_up_after`` seconds without a definite answer."""
+    async def _request(self, path: str, request: Try) -> tuple[int, Any, int] | None:
+        """POST: (status, JSON body, ambiguous failures before it), retrying 5xx and broken
+        connections; None after ``give_up_after`` seconds without a definite answer. Each try
+        and its answer go to the history, when there is one."""
         deadline = time.monotonic() + self.give_up_after
         failures = 0
+        headers = {"Idempotency-Key": request.key} if request.key is not None else None
         while True:
             self.ledger.requests += 1
+            n = request.record(self.history)
             try:
-                response = await self.client.request(method, path, **kwargs)
+                response = await self.client.post(path, json=request.body, headers=headers)
+                document = _json(response)
+                if self.history is not None:
+                    self.history.answer(n, response.status_code, document)
                 if response.status_code < 500:
-                    return response.status_code, _json(response), failures
+                    return response.status_code, document, failures
                 self.ledger.errors[f"http_{response.status_code}"] += 1
             except httpx.TransportError as error:
+                if self.history is not None:
+                    self.history.answer(n, None, error=type(error).__name__)
                 self.ledger.errors[type(error).__name__] += 1
             failures += 1
             self.ledger.ambiguous += 1
@@ -438,6 +451,22 @@ class Submitter:
                 return None
             low, high = RETRY_PAUSE
             await asyncio.sleep(min(high, low * 2 ** min(failures - 1, 4)))
+
+
+@dataclass(frozen=True)
+class Try:
+    """What one POST of the Submitter asks, as its history's ``request`` lines tell it."""
+
+    op: str  # submit, submit_workflow or cancel (docs/history.md)
+    key: str | None = None  # its Idempotency-Key
+    job_id: str | None = None  # a cancel's job
+    body: dict[str, Any] | None = None
+
+    def record(self, history: History | None) -> int:
+        """A ``request`` line for this try; its ``n`` (0 without a history)."""
+        if history is None:
+            return 0
+        return history.request(self.op, key=self.key, job_id=self.job_id, body=self.body)
 
 
 def _json(response: httpx.Response) -> Any:
@@ -452,10 +481,18 @@ class Signaller:
     own transaction would), each at its planned delay after its job was accepted, under an
     idempotency key of its own; retried (same key) while PostgreSQL is restarting."""
 
-    def __init__(self, database_url: str, ledger: Ledger, *, give_up_after: float = 120.0) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        ledger: Ledger,
+        *,
+        give_up_after: float = 120.0,
+        history: History | None = None,
+    ) -> None:
         self.url = libpq_url(database_url)
         self.ledger = ledger
         self.give_up_after = give_up_after
+        self.history = history  # each signal and its answer, when given (chaos/history.py)
         self.tasks: set[asyncio.Task[None]] = set()
 
     def accepted(self, job: Planned, job_id: str) -> None:
@@ -485,6 +522,8 @@ class Signaller:
                     break
                 await asyncio.sleep(0.5)
         self.ledger.signals.append(SentSignal(job_id, key, value, answer))
+        if self.history is not None:
+            self.history.signal(job_id, SIGNAL, key, answer)
 
     async def _signal(self, job_id: str, key: str, value: dict[str, Any]) -> str:
         async with await psycopg.AsyncConnection.connect(

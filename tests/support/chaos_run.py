@@ -1,5 +1,6 @@
 """One chaos run as the test tiers make it (``python -m chaos`` as a process), checked the
-same way: it must exit 0 and print one summary line with nothing lost or doubled."""
+same way: it must exit 0 and print one summary line with nothing lost or doubled, on which the
+independent checker agrees; its history (docs/history.md) is kept beside its work directory."""
 
 from __future__ import annotations
 
@@ -26,11 +27,17 @@ def require_servers_script(what: str) -> None:
         )
 
 
+def history_of(workdir: Path) -> Path:
+    """Where ``run_chaos_profile`` has a passing run's history copied: beside its workdir."""
+    return workdir.parent / f"{workdir.name}-history.jsonl"
+
+
 def run_chaos_profile(
     profile: str, seed: int, workdir: Path, *, env: dict[str, str] | None = None, timeout: float
 ) -> str:
     """Run ``profile`` with ``seed``; returns its summary line, having asserted that the run
-    passed and that the line says ``lost=0`` and ``duplicate_results=0``."""
+    passed and that the line says ``lost=0``, ``duplicate_results=0`` and ``checker=agree``.
+    The run's history is copied to ``history_of(workdir)``."""
     done = subprocess.run(
         [
             sys.executable,
@@ -42,6 +49,8 @@ def run_chaos_profile(
             str(seed),
             "--workdir",
             str(workdir),
+            "--history",
+            str(history_of(workdir)),
         ],
         cwd=ROOT,
         env={**(env if env is not None else os.environ), "PYTHONPATH": str(ROOT)},
@@ -55,4 +64,5 @@ def run_chaos_profile(
     assert done.returncode == 0, f"chaos run failed (seed {seed}):\n{done.stderr[-8000:]}"
     assert len(summary) == 1
     assert " lost=0 " in summary[0] and " duplicate_results=0 " in summary[0]
+    assert " checker=agree " in summary[0]
     return summary[0]

@@ -57,7 +57,8 @@ FINAL_ROWS = {
     ),
     "result": "SELECT job_id, attempt, result FROM jobrelay.job_results ORDER BY job_id, attempt",
     "event": (
-        "SELECT job_id, seq, event, attempt, at FROM jobrelay.job_journal ORDER BY job_id, seq, at"
+        "SELECT job_id, seq, event, attempt, at, detail FROM jobrelay.job_journal"
+        " ORDER BY job_id, seq, at"
     ),
     "step": (
         "SELECT job_id, name, kind, status, attempt, value FROM jobrelay.job_steps"

@@ -98,6 +98,7 @@ class Event:
     event: str
     attempt: int | None
     at: float
+    detail: str | None = None  # e.g. a quarantine's code
 
 
 @dataclass(frozen=True)
@@ -231,6 +232,7 @@ def _event(fields: Fields) -> Event:
         event=_text(fields, "event"),
         attempt=_maybe_int(fields, "attempt"),
         at=_time(fields, "at"),
+        detail=_maybe_text(fields, "detail"),
     )
 
 

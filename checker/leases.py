@@ -2,8 +2,11 @@
 
 Each job's journal is read in its own order (``seq``). An attempt's outcome (``succeeded``,
 ``retry_scheduled``, ``quarantined``) is stale when a later attempt was already ``claimed``
-(that claim took a new lease) or its own ``lease_expired`` came first (its lease was gone). A
-``result`` is stale when it was stored by another attempt than the one that succeeded.
+(that claim took a new lease) or its own ``lease_expired`` came first (its lease was gone), with
+one exception: the ``quarantined`` of detail ``attempts_exhausted`` after its attempt's
+``lease_expired``, which is no write of the attempt's handler but the verdict on it (its lease
+was lost on the last attempt allowed, and the redelivery found no attempt left). A ``result`` is
+stale when it was stored by another attempt than the one that succeeded.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from checker.findings import Findings
 from checker.history import Event, History
 
 OUTCOMES = ("succeeded", "retry_scheduled", "quarantined")
+EXHAUSTED = "attempts_exhausted"  # the detail of a quarantine no handler wrote
 
 
 def stale_outcomes(journal: Iterable[Event]) -> list[tuple[Event, str]]:
@@ -30,9 +34,13 @@ def stale_outcomes(journal: Iterable[Event]) -> list[tuple[Event, str]]:
             expired.add(attempt)
         elif event.event in OUTCOMES and attempt is not None and attempt < latest_claim:
             stale.append((event, f"after attempt {latest_claim} was claimed"))
-        elif event.event in OUTCOMES and attempt in expired:
+        elif event.event in OUTCOMES and attempt in expired and not _exhausted(event):
             stale.append((event, "after its lease_expired"))
     return stale
+
+
+def _exhausted(event: Event) -> bool:
+    return event.event == "quarantined" and event.detail == EXHAUSTED
 
 
 def check_leases(history: History) -> Findings:

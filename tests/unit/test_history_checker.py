@@ -545,3 +545,26 @@ def test_every_module_of_the_checker_has_its_row_in_the_architecture_doc() -> No
     assert rows, "the checker's table was not found"
     assert missing_paths(rows, CHECKER) == []
     assert files_no_row_names(rows, CHECKER) == []
+
+
+def _lease_lost_then_quarantined(lines: list[Line], detail: str) -> None:
+    """job-quarantined's attempt loses its lease; then its quarantine, of ``detail``."""
+    claimed = _event(lines, "job-quarantined", "claimed")
+    expired = claimed | {"event": "lease_expired", "seq": claimed["seq"] + 1, "at": 50.5}
+    lines.insert(lines.index(claimed) + 1, expired)
+    quarantined = _event(lines, "job-quarantined", "quarantined")
+    quarantined.update(seq=claimed["seq"] + 2, detail=detail)
+
+
+def test_the_quarantine_of_attempts_exhausted_after_a_lost_lease_is_no_stale_write() -> None:
+    # The last attempt allowed lost its lease (a crash); the redelivery found no attempt left
+    # and quarantined the job: a verdict on the attempt, not a write under its lease.
+    lines = clean_lines()
+    _lease_lost_then_quarantined(lines, "attempts_exhausted")
+    assert run_check(lines).passed
+
+
+def test_a_handlers_quarantine_after_its_lease_expired_is_a_stale_write() -> None:
+    lines = clean_lines()
+    _lease_lost_then_quarantined(lines, "permanent_failure")
+    assert failing(run_check(lines)) == {"stale_writes"}

@@ -2,7 +2,8 @@
 
 An attempt runs from its ``claimed`` (attempt N) to the first end of attempt N that follows in
 the job's journal (``succeeded``, ``retry_scheduled``, ``quarantined``, ``cancelled``,
-``lease_expired``), or, with none, to the job's last event (an open attempt, a figure). Running
+``lease_expired``, or ``sleeping``: a durable job's attempt that suspends until a wake time or a
+signal), or, with none, to the job's last event (an open attempt, a figure). Running
 attempts are counted by a sweep over the journal's times (PostgreSQL's clock, one for every
 event); at one instant an end frees its slot before a start takes one.
 """
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from checker.findings import Findings
 from checker.history import Event, History, Job
 
-ENDS = ("succeeded", "retry_scheduled", "quarantined", "cancelled", "lease_expired")
+ENDS = ("succeeded", "retry_scheduled", "quarantined", "cancelled", "lease_expired", "sleeping")
 FINISHES = ("succeeded", "cancelled")  # how a job ahead in a sequence lets the next one go
 
 

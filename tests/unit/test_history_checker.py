@@ -568,3 +568,15 @@ def test_a_handlers_quarantine_after_its_lease_expired_is_a_stale_write() -> Non
     lines = clean_lines()
     _lease_lost_then_quarantined(lines, "permanent_failure")
     assert failing(run_check(lines)) == {"stale_writes"}
+
+
+def test_a_durable_attempt_ends_where_it_sleeps() -> None:
+    # job-lim-1's attempt 1 sleeps (a durable sleep) instead of finishing: it ends there and
+    # holds no slot while it sleeps; had it stayed open, 1, 2 and 3 would overlap at 22.5.
+    lines = clean_lines()
+    _event(lines, "job-lim-1", "succeeded")["event"] = "sleeping"
+    _event(lines, "job-lim-1", "claimed")["at"] = 21.0
+    _before_end(lines, _event(lines, "job-lim-1", "claimed") | {"event": "x", "seq": 99, "at": 23})
+    report = run_check(lines)
+    assert report.figures["open_attempts"] == 0
+    assert "limit_exceeded" not in failing(report)

@@ -422,7 +422,8 @@ def recorded(document: str) -> dict[str, dict[str, Any]]:
 
 
 def run_profile(profile: str, seed: int, workdir: Path) -> list[dict[str, Any]]:
-    """One ``python -m chaos`` run; its output is kept in ``workdir``/<profile>.log."""
+    """One ``python -m chaos`` run in ``workdir``/<profile> (which must not exist yet); its
+    output is kept in ``workdir``/<profile>.log."""
     print(f"correctness: running {profile} with seed {seed}", file=sys.stderr, flush=True)
     command = [sys.executable, "-m", "chaos", "--profile", profile, "--seed", str(seed)]
     command += ["--workdir", str(workdir / profile)]
@@ -487,8 +488,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"correctness: no `{SUMMARY_PREFIX}` line in {args.source}", file=sys.stderr)
             return 2
     else:
-        workdir = ROOT / ".local" / "correctness"
-        workdir.mkdir(parents=True, exist_ok=True)
+        # A new directory each time: a run's checks read every file of its results directory,
+        # and an earlier run's files there would be effects of no job of this one.
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
+        workdir = ROOT / ".local" / "correctness" / stamp
+        workdir.mkdir(parents=True)
         new = []
         for profile in profiles:
             seed = args.seed if args.seed is not None else SEEDS.get(profile, FALLBACK_SEED)

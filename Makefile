@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 # scripts/servers.py needs only the standard library: `make down` works before any venv exists.
 SCRIPT_PYTHON = $(if $(wildcard $(PYTHON)),$(PYTHON),python3)
 
-.PHONY: install environment lock dist test-latest run test test-typescript typescript-types test-local test-local-integration test-local-others test-side-by-side test-pgbouncer test-python313 test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster bench-durable bench-batch-handlers bench-footprint lock-bench-peers chaos chaos-cluster chaos-failover clean bench-sequences
+.PHONY: install environment lock dist test-latest run test test-typescript typescript-types test-local test-local-integration test-local-others test-side-by-side test-pgbouncer test-python313 test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster bench-durable bench-batch-handlers bench-footprint lock-bench-peers chaos chaos-cluster chaos-failover correctness clean bench-sequences
 
 ## install: exactly the locked versions (requirements/dev.txt), then jobrelay itself, editable
 ## (into the active virtual environment, else into .venv, made when missing)
@@ -284,6 +284,13 @@ CHAOS_FAILOVER_ARGS ?= --profile pg-failover
 CHAOS_FAILOVER_HA ?= --postgres-ha
 chaos-failover: environment
 	$(PYTHON) scripts/servers.py run $(CHAOS_FAILOVER_HA) -- $(PYTHON) -m chaos $(CHAOS_FAILOVER_ARGS)
+
+## correctness: docs/correctness.md, each claim with its conditions, tests and last figures; runs
+## the short profiles CI runs (short, pg-failover-short: ~8 min) on throwaway servers.
+## CORRECTNESS_ARGS="--from FILE" feeds summary lines of long runs made by hand instead.
+CORRECTNESS_ARGS ?=
+correctness: environment
+	$(PYTHON) scripts/servers.py run -- $(PYTHON) scripts/correctness.py $(CORRECTNESS_ARGS)
 
 ## images: where no registry answers, stand-ins of python:3.11-slim, postgres:15 and
 ## rabbitmq:3.10-management from Debian packages, and the wheels of the lock in wheels/

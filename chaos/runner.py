@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos import checks, faults
+from chaos import checks, faults, integrity
 from chaos.handlers import HANDLERS
 from chaos.history import HISTORY_FILE, History, compare, run_checker, summary_parts
 from chaos.proxy import Proxy
@@ -30,6 +30,7 @@ from chaos.system import (
     database_hosts,
     find_or_start_servers,
     host_port,
+    patroni,
     run_name,
     with_hosts,
     with_netloc,
@@ -111,6 +112,7 @@ class Run:
         self.history.run(self.profile.name, options.seed)
         self.started = time.monotonic()
         self.load_done = self.started
+        self.amcheck = "not run"  # the summary's amcheck= (runs with primary faults)
 
     # --- setup and teardown -------------------------------------------------------------------
 
@@ -452,7 +454,31 @@ class Run:
             f"standby={'sync' if self.cluster.synchronous else 'async'}",
             f"max_unwritable={max((r.unwritable for r in recoveries), default=0):.1f}s",
             f"failover_failed_requests={sum(r.failed_requests for r in recoveries)}",
+            f"amcheck={self.amcheck}",
         ]
+
+    def check_integrity(self, verdict: checks.Verdict) -> None:
+        """pg_amcheck on the primary Patroni names now, once the services stopped
+        (chaos/integrity.py): a finding, or a check that could not run, fails the run."""
+        assert self.scratch is not None
+        module = patroni()
+        primary = module.leader(self.cluster)
+        try:
+            if primary is None:
+                raise integrity.AmcheckError("no Patroni leader to run pg_amcheck on")
+            found = integrity.check(
+                module.pg_bindir(), self.scratch.database_url, "127.0.0.1", primary.pg_port
+            )
+        except integrity.AmcheckError as error:
+            self.amcheck = "error"
+            verdict.fail("amcheck", str(error))
+            return
+        self.amcheck = found.field
+        say(found.line(primary.name))
+        if found.findings:
+            say(f"pg_amcheck's report:\n{found.output}")
+        for finding in found.findings:
+            verdict.fail("amcheck", finding)
 
     def explain_failovers(self, injector: faults.Injector) -> None:
         """Each kind of primary fault: how often, and what it cost (docs/failover.md)."""
@@ -544,6 +570,8 @@ async def run(options: Options) -> int:
             verdict.fail("fault_failed", failure)
         if quiescence is None:
             verdict.fail("no_quiescence", "the system did not settle in time")
+        if cluster is not None:
+            await asyncio.to_thread(chaos.check_integrity, verdict)
         independent = await asyncio.to_thread(run_checker, chaos.history.path, ROOT)
         agreement = compare(verdict, independent)
         chaos.explain(verdict)

@@ -291,6 +291,16 @@ def compare(verdict: checks.Verdict, checker: CheckerVerdict) -> str:
     return "agree" if agree else "disagree"
 
 
+def checker_line(checker: CheckerVerdict, seed: int, profile: str) -> str | None:
+    """The checker's counts and figures as the run's line ``chaos: checker: seed=… profile=…
+    key=value …`` (read by scripts/correctness.py); None when it could not check."""
+    if checker.failure is not None:
+        return None
+    values = {**checker.counts, **checker.figures}
+    fields = " ".join(f"{name}={value}" for name, value in values.items())
+    return f"chaos: checker: seed={seed} profile={profile} {fields}"
+
+
 def summary_parts(status: str, checker: CheckerVerdict) -> list[str]:
     """The summary line's fields: the agreement and Jepsen's four counts ("-" when the checker
     could not check)."""

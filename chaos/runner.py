@@ -21,7 +21,14 @@ from typing import Any
 
 from chaos import checks, faults, integrity
 from chaos.handlers import HANDLERS
-from chaos.history import HISTORY_FILE, History, compare, run_checker, summary_parts
+from chaos.history import (
+    HISTORY_FILE,
+    History,
+    checker_line,
+    compare,
+    run_checker,
+    summary_parts,
+)
 from chaos.proxy import Proxy
 from chaos.system import (
     Scratch,
@@ -578,6 +585,9 @@ async def run(options: Options) -> int:
         chaos.explain_failovers(injector)
         ok = verdict.ok
         summary = chaos.report(verdict, injector, quiescence, summary_parts(agreement, independent))
+        counted = checker_line(independent, options.seed, options.profile.name)
+        if counted is not None:
+            print(counted, flush=True)
         print(summary, flush=True)
         if not ok:
             say(f"logs, results and {HISTORY_FILE} kept in {chaos.workdir}")

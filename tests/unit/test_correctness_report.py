@@ -151,3 +151,24 @@ def test_a_claim_naming_a_test_that_does_not_exist_is_caught() -> None:
         "tests/unit/test_correctness_report.py::test_no_such_test",
         "tests/unit/no_such_file.py::test_every_test_a_claim_names_exists",
     ]
+
+
+def test_the_runners_checker_line_is_read_as_its_runs() -> None:
+    # The line chaos/runner.py prints before its summary (chaos/history.py's checker_line),
+    # whatever comes after it: the report takes the four counts from it.
+    from chaos.history import CheckerVerdict, checker_line
+
+    checker = CheckerVerdict({"lost": 0, "unexpected": 0, "duplicated": 0}, {"recovered": 4})
+    line = checker_line(checker, 20261202, "pg-failover-short")
+    assert line is not None
+    runs = runs_of(f"{SHORT}\n{line}\n{FAILOVER}")
+    assert runs["pg-failover-short"]["checker"] == {
+        "seed": "20261202",
+        "profile": "pg-failover-short",
+        "lost": "0",
+        "unexpected": "0",
+        "duplicated": "0",
+        "recovered": "4",
+    }
+    assert runs["short"]["checker"] is None
+    assert checker_line(CheckerVerdict(failure="exit 2"), 1, "short") is None

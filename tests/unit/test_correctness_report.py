@@ -172,3 +172,10 @@ def test_the_runners_checker_line_is_read_as_its_runs() -> None:
     }
     assert runs["short"]["checker"] is None
     assert checker_line(CheckerVerdict(failure="exit 2"), 1, "short") is None
+
+
+def test_the_committed_page_is_what_the_script_makes_of_its_recorded_runs() -> None:
+    # A claim changed in scripts/correctness.py (or the page edited by hand) without running
+    # `make correctness` (or `--from` with the runs' lines) leaves a stale page: this fails.
+    page = (ROOT / "docs" / "correctness.md").read_text()
+    assert render(recorded(page)) == page

@@ -224,6 +224,11 @@ class Injector:
             # for a moment); then, when do writes go through the multi-host URL again?
             with contextlib.suppress(module.ServerError):  # else the old primary came back
                 await asyncio.to_thread(module.wait_leader, self.cluster, 60.0, other_than=old)
+            if fault.fault is Fault.PRIMARY_STOP and module.leader(self.cluster) is None:
+                # No node may take over (in synchronous mode, none the DCS names the standby):
+                # writes wait for the stopped primary, started again as its supervisor would.
+                self.log(f"{fault.fault}: no node took over from {old}: starting it again")
+                await asyncio.to_thread(module.heal, self.cluster)
             writable = await asyncio.to_thread(writable_after, self.cluster, began)
             if fault.fault is Fault.PRIMARY_STOP:
                 await asyncio.sleep(fault.seconds)

@@ -368,6 +368,13 @@ def healthy(cluster: PatroniCluster) -> bool:
     leaders = [m.get("name") for m in seen if m.get("role") == "leader"]
     if primary is None or leaders != [primary.name]:
         return False
+    # In synchronous mode the DCS must name the standby too (its /sync key, which GET /cluster
+    # shows as the role sync_standby): only that node may be promoted. PostgreSQL may already
+    # stream to it synchronously while the key still names the old arrangement, and a primary
+    # lost in that moment leaves no node that may take over (seen: writes stopped for three
+    # minutes, until the old primary came back).
+    if cluster.synchronous and not any(m.get("role") == "sync_standby" for m in seen):
+        return False
     sync = " AND sync_state = 'sync'" if cluster.synchronous else ""
     query = f"SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'{sync}"
     done = run([*_psql(primary), "-tA", "-c", query], check=False, timeout=10)

@@ -264,7 +264,7 @@ def _start(lay: Layout, state: State, *, pg_ok: bool, rabbit_ok: bool) -> None:
     at once), PostgreSQL while it boots, then join the cluster's nodes."""
     kept_rabbit = rabbit_kept_data(lay, state)
     if not rabbit_ok and state.rabbit_netns:
-        netns_up(state.rabbit_nodes)
+        netns_up(state.rabbit_nodes, lay.rabbit_mnesia)
     if not rabbit_ok:
         _launch_all(lay, state, kept=kept_rabbit)
     save_state(lay, state)  # before waiting: an interrupted start must still be cleaned up

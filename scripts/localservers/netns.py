@@ -16,11 +16,13 @@ leftover of a killed run is removed before the next one starts. Root only (iprou
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 
 from .common import ServerError, kill_and_wait, log, run
 
@@ -64,9 +66,15 @@ def existing_namespaces() -> list[str]:
     return [name for name in listed if name.startswith(NAMESPACE_PREFIX)]
 
 
-def netns_up(nodes: int) -> None:
-    """The bridge and one namespace per node, afresh (a leftover of a killed run removed)."""
+def netns_up(nodes: int, mnesia: Path) -> None:
+    """The bridge and one namespace per node, afresh (a leftover of a killed run removed; the
+    live cluster of another servers dir, whose data is not in `mnesia`, is an error)."""
     require_tools()
+    if other := _other_owner(mnesia):
+        raise ServerError(
+            f"the network namespaces {NAMESPACE_PREFIX}N hold the RabbitMQ cluster of {other}: "
+            "one such cluster per machine (stop it with its scripts/servers.py down)"
+        )
     netns_down()
     log(f"network namespaces for {nodes} RabbitMQ nodes on bridge {BRIDGE} ({BRIDGE_ADDRESS})")
     run(["ip", "link", "add", BRIDGE, "type", "bridge"])
@@ -95,6 +103,21 @@ def netns_down() -> None:
         run(["ip", "netns", "delete", name])
     if run(["ip", "link", "show", BRIDGE], check=False).returncode == 0:
         run(["ip", "link", "delete", BRIDGE])
+
+
+def _other_owner(mnesia: Path) -> str | None:
+    """The data dir of a RabbitMQ node running in our namespaces that is not `mnesia` (a
+    leftover epmd does not count: it is no one's cluster)."""
+    needle = b"RABBITMQ_MNESIA_BASE="
+    for name in existing_namespaces():
+        for pid in run(["ip", "netns", "pids", name]).stdout.split():
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "epmd":
+                    continue
+                for entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                    if entry.startswith(needle) and entry[len(needle) :] != bytes(mnesia):
+                        return entry[len(needle) :].decode(errors="replace")
+    return None
 
 
 # --- partitions ---------------------------------------------------------------------------------

@@ -105,7 +105,7 @@ class Window:
     began: float  # time.time() when the rules were in
     healed: float  # ... when the rules were gone
     whole: float  # ... when every node served again, none reporting a partition
-    restarted: tuple[int, ...]  # nodes whose app had to be restarted after the heal
+    restarted: tuple[int, ...]  # nodes that had to be restarted after the heal
 
     @property
     def key(self) -> tuple[str, float]:
@@ -139,7 +139,7 @@ class Partitioner:
         self.log(
             f"{scenario} {describe(found)} for {seconds:.0f}s: whole "
             f"{window.whole - healed:.1f}s after the heal"
-            + (f", apps restarted on nodes {list(restarted)}" if restarted else "")
+            + (f", nodes restarted {list(restarted)}" if restarted else "")
         )
 
     async def heal(self) -> None:
@@ -164,7 +164,7 @@ class Partitioner:
         return [
             f"partitions={len(self.windows)}",
             f"partition_kinds={','.join(f'{k}:{n}' for k, n in sorted(kinds.items())) or 'none'}",
-            f"partition_app_restarts={sum(len(w.restarted) for w in self.windows)}",
+            f"partition_node_restarts={sum(len(w.restarted) for w in self.windows)}",
             f"partition_max_latency={max(during, default=0.0):.1f}s",
             f"partition_max_gap={max(gaps, default=0.0):.1f}s",
         ]
@@ -213,7 +213,7 @@ class Cost:
     outside: Latencies  # plain jobs accepted while no partition was
     longest_gap: float  # the longest stretch without a finished job overlapping one of them
     whole_after: float  # the longest time from the heal until the cluster was whole
-    restarts: int  # apps restarted after the heal
+    restarts: int  # nodes restarted after the heal
 
     def describe(self) -> str:
         return (
@@ -221,7 +221,7 @@ class Cost:
             f"accepted during {self.during.count} ({self.during.describe()}) vs outside "
             f"{self.outside.count} ({self.outside.describe()}), longest gap without a finished "
             f"job {self.longest_gap:.1f}s, whole {self.whole_after:.1f}s after the heal, "
-            f"app restarts {self.restarts}"
+            f"node restarts {self.restarts}"
         )
 
 

@@ -17,17 +17,6 @@ import pytest
 from tests.support.chaos_run import run_chaos_profile
 
 SEED = 20261205
-# What the chaos run must not inherit when it starts servers of its own.
-SERVER_VARIABLES = (
-    "JOBRELAY_DATABASE_URL",
-    "JOBRELAY_AMQP_URL",
-    "JOBRELAY_RABBITMQ_API_URL",
-    "JOBRELAY_SERVERS_DIR",
-    "JOBRELAY_RABBITMQ_NODE",
-    "JOBRELAY_RABBITMQ_NODES",
-    "JOBRELAY_RABBITMQ_CLUSTER",
-    "JOBRELAY_QUORUM_GROUP_SIZE",
-)
 
 
 def partition_environment(tmp_path: Path) -> dict[str, str]:
@@ -39,7 +28,9 @@ def partition_environment(tmp_path: Path) -> dict[str, str]:
         )
     if os.environ.get("JOBRELAY_RABBITMQ_NETNS") == "1":
         return dict(os.environ)
-    env = {k: v for k, v in os.environ.items() if k not in SERVER_VARIABLES}
+    # None of the environment's servers: the run starts its own (python -m chaos does so when
+    # it finds no JOBRELAY_* URLs) in a servers dir of the test's.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBRELAY_")}
     return {**env, "JOBRELAY_SERVERS_DIR": str(tmp_path / "servers")}
 
 

@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 # scripts/servers.py needs only the standard library: `make down` works before any venv exists.
 SCRIPT_PYTHON = $(if $(wildcard $(PYTHON)),$(PYTHON),python3)
 
-.PHONY: install environment lock dist test-latest run test test-typescript typescript-types test-local test-local-integration test-local-others test-side-by-side test-pgbouncer test-python313 test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster bench-durable bench-batch-handlers bench-footprint lock-bench-peers chaos chaos-cluster chaos-failover correctness clean bench-sequences
+.PHONY: install environment lock dist test-latest run test test-typescript typescript-types test-local test-local-integration test-local-others test-side-by-side test-pgbouncer test-python313 test-docker test-fast test-browser lint format typecheck servers down clean-data bench bench-storage bench-overload bench-cluster bench-durable bench-batch-handlers bench-footprint lock-bench-peers chaos chaos-cluster chaos-failover correctness chaos-partitions test-partitions clean bench-sequences
 
 ## install: exactly the locked versions (requirements/dev.txt), then jobrelay itself, editable
 ## (into the active virtual environment, else into .venv, made when missing)
@@ -81,7 +81,7 @@ run: environment
 ## computes, so two at a time on 2 cores take about half the time of one after the other. A
 ## lane that fails does not stop the others (--keep-going): every failure is shown in one run.
 TEST_LANES = test-docker test-local-others test-python313 test-pgbouncer test-local-integration \
-	test-typescript
+	test-typescript test-partitions
 test: environment
 	@echo "make: $(TEST_LANES), two at a time; each one's output follows when it ends"
 	@$(MAKE) --no-print-directory --keep-going -j2 --output-sync=target $(TEST_LANES)
@@ -95,7 +95,16 @@ test-local-integration: environment
 test-local-others: environment
 	JOBRELAY_SERVERS_DIR=$(abspath .local/servers-others) \
 		$(PYTHON) scripts/servers.py run -- $(PYTHON) -m pytest -p no:cacheprovider \
-		--ignore=tests/containers --ignore=tests/integration $(PYTEST_ARGS)
+		--ignore=tests/containers --ignore=tests/integration \
+		--ignore=tests/chaos/test_partitions_profile.py $(PYTEST_ARGS)
+
+## test-partitions: the short partitions profile (tests/chaos/test_partitions_profile.py, ~4 min)
+## on servers of its own whose RabbitMQ nodes live in network namespaces (root); a lane of its own:
+## one such cluster per machine, and test-local-others leaves the test to it
+test-partitions: environment
+	JOBRELAY_SERVERS_DIR=$(abspath .local/servers-partitions) \
+		$(PYTHON) scripts/servers.py run --rabbitmq-nodes 3 --rabbitmq-netns -- \
+		$(PYTHON) -m pytest -p no:cacheprovider tests/chaos/test_partitions_profile.py $(PYTEST_ARGS)
 
 ## test-side-by-side: test-pgbouncer and test-python313 at once. The integration tier waits on
 ## its servers more than it computes: on 2 cores the two take about 8 minutes together, where
@@ -291,6 +300,15 @@ chaos-failover: environment
 CORRECTNESS_ARGS ?=
 correctness: environment
 	$(PYTHON) scripts/servers.py run -- $(PYTHON) scripts/correctness.py $(CORRECTNESS_ARGS)
+
+## chaos-partitions: a three-node RabbitMQ cluster in network namespaces (root; jr-rmq1..3 on the
+## bridge jrbr0, 10.203.0.0/24, all torn down after) cut apart by Jepsen's scenarios (halves,
+## random halves, majorities ring, a random node; 10 s and 30 s, each twice: 16 partitions) under
+## 10,000 jobs; a line per scenario says what it cost in delay (docs/cluster.md "Partitions").
+## PARTITIONS_ARGS='--profile partitions --seed 5' to vary; --profile partitions-short: 4 of them
+PARTITIONS_ARGS ?= --profile partitions
+chaos-partitions: environment
+	$(PYTHON) scripts/servers.py run --rabbitmq-nodes 3 --rabbitmq-netns -- $(PYTHON) -m chaos $(PARTITIONS_ARGS)
 
 ## images: where no registry answers, stand-ins of python:3.11-slim, postgres:15 and
 ## rabbitmq:3.10-management from Debian packages, and the wheels of the lock in wheels/

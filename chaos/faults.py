@@ -6,7 +6,8 @@ that at the end the system is whole again and must reach quiescence by itself.
 
 On a RabbitMQ cluster (profile ``cluster``, docs/cluster.md) the node faults stop, kill or pause
 one node at a time; each service reaches every node through a proxy of its own, so the AMQP
-proxy faults hit one node's connections.
+proxy faults hit one node's connections. On a cluster in network namespaces (profile
+``partitions``) the partition faults cut the nodes apart (chaos/partitions.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from typing import Any
 
 import psycopg
 
+from chaos import partitions
+from chaos.partitions import Partitioner
 from chaos.proxy import Mode, Proxy
 from chaos.system import Service, patroni
 from jobrelay.db.engine import libpq_url
@@ -50,10 +53,16 @@ class Fault(StrEnum):
     PRIMARY_KILL = "primary_kill"  # SIGKILL its postmaster: Patroni fails over
     PRIMARY_STOP = "primary_stop"  # SIGTERM its Patroni (a clean stop), later start it again
     PRIMARY_SWITCHOVER = "primary_switchover"  # patronictl switchover --force
+    # Between the nodes of a cluster in network namespaces (profile partitions, docs/cluster.md):
+    PARTITION_HALVES = partitions.HALVES
+    PARTITION_RANDOM_HALVES = partitions.RANDOM_HALVES
+    PARTITION_MAJORITIES_RING = partitions.MAJORITIES_RING
+    PARTITION_RANDOM_NODE = partitions.RANDOM_NODE
 
 
 NODE_FAULTS = (Fault.NODE_STOP_APP, Fault.NODE_KILL, Fault.NODE_PAUSE)
 PRIMARY_FAULTS = (Fault.PRIMARY_KILL, Fault.PRIMARY_STOP, Fault.PRIMARY_SWITCHOVER)
+PARTITION_FAULTS = tuple(Fault(scenario) for scenario in partitions.SCENARIOS)
 # The localservers.patroni helper behind each primary fault.
 PRIMARY_HELPERS = {
     Fault.PRIMARY_KILL: "kill_postmaster",
@@ -121,6 +130,25 @@ def schedule(
     ]
 
 
+def partition_schedule(rng: random.Random, count: int, window: float) -> list[Planned]:
+    """``count`` partitions evenly spread over ``window`` seconds (each needs its time: they
+    run one at a time): every scenario in turn, each one's successive partitions lasting 10 s,
+    30 s, 10 s, ... (so 16 give each scenario and duration twice), in an order drawn from the
+    seed; a partition's target seeds its random split."""
+    kinds = [PARTITION_FAULTS[n % len(PARTITION_FAULTS)] for n in range(count)]
+    seconds = [
+        partitions.DURATIONS[(n // len(PARTITION_FAULTS)) % len(partitions.DURATIONS)]
+        for n in range(count)
+    ]
+    pairs = list(zip(kinds, seconds, strict=True))
+    rng.shuffle(pairs)
+    step = window / max(count, 1)
+    return [
+        Planned(step * (n + 0.25), kind, rng.randrange(1000), length)
+        for n, (kind, length) in enumerate(pairs)
+    ]
+
+
 @dataclass
 class Injector:
     consumers: list[Service]
@@ -133,6 +161,7 @@ class Injector:
     cluster: Any = None  # the Patroni cluster (localservers.patroni.PatroniCluster), if any
     failed_requests: Callable[[], int] = lambda: 0  # the submitter's ambiguous answers so far
     recoveries: list[Recovery] = field(default_factory=list)  # one per primary fault
+    partitioner: Partitioner | None = None  # a cluster in network namespaces, if any
 
     async def run(self, planned: list[Planned], start: float) -> None:
         for fault in planned:
@@ -184,6 +213,10 @@ class Injector:
                 await self._node_fault(fault)
             case Fault.PRIMARY_KILL | Fault.PRIMARY_STOP | Fault.PRIMARY_SWITCHOVER:
                 await self._primary_fault(fault)
+            case kind if kind in PARTITION_FAULTS:
+                if self.partitioner is None:
+                    raise RuntimeError(f"{kind} needs a cluster in network namespaces")
+                await self.partitioner.partition(kind, fault.seconds, fault.target)
 
     @property
     def nodes(self) -> int:
@@ -278,6 +311,8 @@ class Injector:
         await asyncio.to_thread(servers.pg_start)
         if self.cluster is not None:
             await asyncio.to_thread(patroni().heal, self.cluster)
+        if self.partitioner is not None:
+            await self.partitioner.heal()
         if self.nodes == 1:
             await asyncio.to_thread(servers.rabbitmqctl, "start_app")
         for node in range(1, self.nodes + 1) if self.nodes > 1 else ():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import random
 import shutil
 import sys
@@ -29,6 +30,7 @@ from chaos.history import (
     run_checker,
     summary_parts,
 )
+from chaos.partitions import Partitioner
 from chaos.proxy import Proxy
 from chaos.system import (
     Scratch,
@@ -66,6 +68,7 @@ class Profile:
     node_faults: int = 0  # stop, kill or pause one RabbitMQ node at a time (a cluster)
     rabbitmq_nodes: int = 1  # the cluster this profile needs (docs/cluster.md)
     primary_faults: int = 0  # kill, stop or switch over a Patroni primary (docs/failover.md)
+    partitions: int = 0  # between nodes in network namespaces (docs/cluster.md "Partitions")
 
 
 PROFILES = {
@@ -78,6 +81,11 @@ PROFILES = {
     "pg-failover": Profile("pg-failover", 10_000, 24, 420.0, 3, 4, 16, 300.0, primary_faults=12),
     "pg-failover-short": Profile(
         "pg-failover-short", 600, 4, 75.0, 3, 4, 16, 120.0, primary_faults=3
+    ),
+    # Jepsen's four partition scenarios, one at a time, 45 s apart: each of 10 s and 30 s twice.
+    "partitions": Profile("partitions", 10_000, 0, 720.0, 3, 4, 16, 300.0, 0, 3, partitions=16),
+    "partitions-short": Profile(
+        "partitions-short", 1500, 0, 130.0, 3, 4, 16, 150.0, 0, 3, partitions=4
     ),
 }
 
@@ -218,6 +226,10 @@ class Run:
             node_faults=self.profile.node_faults,
             primary_faults=self.profile.primary_faults,
         )
+        planned_faults += faults.partition_schedule(
+            rng, self.profile.partitions, self.profile.load_seconds
+        )
+        planned_faults.sort(key=lambda planned: planned.at)
         injector = faults.Injector(
             self.consumers,
             self.dispatchers,
@@ -226,6 +238,9 @@ class Run:
             log=self.note,
             cluster=self.cluster,
             failed_requests=lambda: self.ledger.ambiguous,
+            partitioner=Partitioner(self.profile.rabbitmq_nodes, self.note)
+            if self.profile.partitions
+            else None,
         )
         assert self.scratch is not None
         # chaos.durable's signals go straight to the database, past the proxies: the sender's
@@ -402,6 +417,7 @@ class Run:
             f"node_faults={sum(injector.injected[kind] for kind in faults.NODE_FAULTS)}",
             f"rabbitmq_nodes={injector.nodes}",
             *self.failover_figures(injector),
+            *(injector.partitioner.figures() if injector.partitioner else []),
             f"lost={count['lost']}",
             f"duplicate_results={count['duplicate_results']}",
             f"duplicate_effects={count['duplicate_effects']}",
@@ -502,6 +518,14 @@ class Run:
                     f"{sum(r.new_primary != r.old_primary for r in done)} of {len(done)} times"
                 )
 
+    def explain_partitions(self, injector: faults.Injector) -> None:
+        """Each scenario and duration of partition: what it cost in delay (docs/cluster.md)."""
+        if injector.partitioner is None or self.scratch is None:
+            return
+        injector.partitioner.measure(self.scratch.database_url)
+        for line in injector.partitioner.lines():
+            say(line)
+
     def explain(self, verdict: checks.Verdict) -> None:
         for kind, items in verdict.violations.items():
             for item in items[:SHOWN_PER_KIND]:
@@ -518,7 +542,15 @@ class Run:
 
 
 async def run(options: Options) -> int:
-    servers = find_or_start_servers(rabbitmq_nodes=options.profile.rabbitmq_nodes)
+    netns = options.profile.partitions > 0
+    servers = find_or_start_servers(rabbitmq_nodes=options.profile.rabbitmq_nodes, netns=netns)
+    if netns and os.environ.get("JOBRELAY_RABBITMQ_NETNS") != "1":
+        say(
+            f"profile {options.profile.name} needs a RabbitMQ cluster in network namespaces; "
+            "the servers in the environment are not: make chaos-partitions"
+        )
+        servers.close()
+        return 2
     if len(amqp_nodes(servers.amqp_url)) < options.profile.rabbitmq_nodes:
         say(
             f"profile {options.profile.name} needs a cluster of {options.profile.rabbitmq_nodes} "
@@ -583,6 +615,7 @@ async def run(options: Options) -> int:
         agreement = compare(verdict, independent)
         chaos.explain(verdict)
         chaos.explain_failovers(injector)
+        chaos.explain_partitions(injector)
         ok = verdict.ok
         summary = chaos.report(verdict, injector, quiescence, summary_parts(agreement, independent))
         counted = checker_line(independent, options.seed, options.profile.name)

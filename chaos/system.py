@@ -65,15 +65,17 @@ def with_patroni(servers: Servers, *, synchronous: bool | None) -> tuple[Servers
     ), cluster
 
 
-def find_or_start_servers(*, rabbitmq_nodes: int = 1) -> Servers:
+def find_or_start_servers(*, rabbitmq_nodes: int = 1, netns: bool = False) -> Servers:
     """The servers of the environment when ``scripts/servers.py`` runs them (the faults need
-    its helpers); else throwaway ones (a RabbitMQ cluster of ``rabbitmq_nodes``), stopped by
-    ``Servers.close()``."""
+    its helpers); else throwaway ones (a RabbitMQ cluster of ``rabbitmq_nodes``, in network
+    namespaces if ``netns``), stopped by ``Servers.close()``."""
     found = from_environment()
     if found is not None and found.servers_dir:
         return found
     print("chaos: no servers in the environment; starting throwaway ones", flush=True)
     os.environ["JOBRELAY_RABBITMQ_NODES"] = str(rabbitmq_nodes)
+    if netns:
+        os.environ["JOBRELAY_RABBITMQ_NETNS"] = "1"
     return from_servers_script()
 
 

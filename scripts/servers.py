@@ -5,7 +5,7 @@ Both servers live entirely in a project-local directory, listen on 127.0.0.1 onl
 and use free ports, so they never collide with system services. Stdlib only.
 
 Usage:
-    scripts/servers.py up [--rabbitmq-nodes N]
+    scripts/servers.py up [--rabbitmq-nodes N] [--rabbitmq-netns]
                                            start both (idempotent), print `export` lines;
                                            data kept by an earlier `down` is used again.
                                            With N > 1 (or JOBRELAY_RABBITMQ_NODES=N),
@@ -14,7 +14,7 @@ Usage:
     scripts/servers.py down --delete-data  stop both and delete their data (says what)
     scripts/servers.py status              show what is running (exit 1 if not all up)
     scripts/servers.py env                 print the `export` lines of the running servers
-    scripts/servers.py run [--keep] [--rabbitmq-nodes N] -- CMD ARGS...
+    scripts/servers.py run [--keep] [--rabbitmq-nodes N] [--rabbitmq-netns] -- CMD ARGS...
                                            up, run CMD with the env merged in, down,
                                            exit with CMD's exit code (throwaway: servers
                                            it created are deleted after; servers that were
@@ -64,6 +64,15 @@ Usage:
 
     eval "$(scripts/servers.py up)"        # typical shell use
 
+A cluster in network namespaces (`up --rabbitmq-nodes 3 --rabbitmq-netns`, or
+JOBRELAY_RABBITMQ_NETNS=1; root): node N runs in namespace jr-rmqN as rabbit@10.203.0.1N (long
+names), on a veth into the bridge jrbr0 (10.203.0.1, root namespace), with its own epmd and
+cluster_partition_handling = pause_minority; `down` removes the namespaces and the bridge, and
+`up` removes a killed run's leftovers first (scripts/localservers/netns.py). rabbit_partition
+({n: [senders]}) makes node n drop what the senders send (nftables in its namespace);
+rabbit_heal_partition() removes that and waits until the cluster is whole (docs/cluster.md,
+"Partitions").
+
 A RabbitMQ cluster (`up --rabbitmq-nodes 3`, or JOBRELAY_RABBITMQ_NODES=3 for `make run`,
 `make test`, `make chaos`): N nodes on 127.0.0.1, each with its own AMQP, management and
 distribution ports (free ones) and node name (jobrelay-<amqp port>@localhost), config and pid file
@@ -87,6 +96,7 @@ Environment:
                                   once no node is registered in it)
 
     JOBRELAY_RABBITMQ_NODES       how many RabbitMQ nodes `up` and `run` start (default 1)
+    JOBRELAY_RABBITMQ_NETNS       1: the nodes in network namespaces, as --rabbitmq-netns
 
 Exported by `up` / `env` (also written to <base>/env):
     JOBRELAY_DATABASE_URL, JOBRELAY_AMQP_URL, JOBRELAY_RABBITMQ_API_URL,
@@ -97,12 +107,14 @@ Exported by `up` / `env` (also written to <base>/env):
     JOBRELAY_RABBITMQ_CLUSTER     the nodes as JSON: [{"number", "name", "amqp_port",
                                   "mgmt_port", "dist_port", "amqp_url", "api_url"}, ...]
     JOBRELAY_QUORUM_GROUP_SIZE    the number of nodes (jobrelay's queues: a replica on each)
+    JOBRELAY_RABBITMQ_NETNS       1 when the nodes live in network namespaces
 
-Importable (load by path with importlib): up(rabbitmq_nodes=None), down(delete_data=...),
-status(), read_env(), rabbit_nodes() (the nodes as in JOBRELAY_RABBITMQ_CLUSTER, also for one
-node), pg_stop(), pg_start(), pg_restart(), rabbitmqctl(*args, node=1), rabbit_restart_app(node=1),
-rabbit_stop_app(n), rabbit_start_app(n), rabbit_kill(n), rabbit_start(n), rabbit_pause(n),
-rabbit_resume(n). They raise ServerError on expected failures. The code is in
+Importable (load by path with importlib): up(rabbitmq_nodes=None, rabbitmq_netns=False),
+down(delete_data=...), status(), read_env(), rabbit_nodes() (the nodes as in
+JOBRELAY_RABBITMQ_CLUSTER, also for one node), pg_stop(), pg_start(), pg_restart(),
+rabbitmqctl(*args, node=1), rabbit_restart_app(node=1), rabbit_stop_app(n), rabbit_start_app(n),
+rabbit_kill(n), rabbit_start(n), rabbit_pause(n), rabbit_resume(n), rabbit_partition(grudges),
+rabbit_heal_partition(). They raise ServerError on expected failures. The code is in
 scripts/localservers/.
 """
 
@@ -122,8 +134,10 @@ from localservers import (  # noqa: E402
     pg_restart,
     pg_start,
     pg_stop,
+    rabbit_heal_partition,
     rabbit_kill,
     rabbit_nodes,
+    rabbit_partition,
     rabbit_pause,
     rabbit_restart_app,
     rabbit_resume,
@@ -143,8 +157,10 @@ __all__ = [
     "pg_restart",
     "pg_start",
     "pg_stop",
+    "rabbit_heal_partition",
     "rabbit_kill",
     "rabbit_nodes",
+    "rabbit_partition",
     "rabbit_pause",
     "rabbit_restart_app",
     "rabbit_resume",

@@ -12,8 +12,10 @@ from .common import ServerError as ServerError
 from .lifecycle import down as down, read_env as read_env, status as status, up as up
 from .postgres import pg_restart as pg_restart, pg_start as pg_start, pg_stop as pg_stop
 from .rabbitmq import (
+    rabbit_heal_partition as rabbit_heal_partition,
     rabbit_kill as rabbit_kill,
     rabbit_nodes as rabbit_nodes,
+    rabbit_partition as rabbit_partition,
     rabbit_pause as rabbit_pause,
     rabbit_restart_app as rabbit_restart_app,
     rabbit_resume as rabbit_resume,

@@ -27,6 +27,7 @@ from .lifecycle import (
     format_exports,
     has_data,
     read_env,
+    requested_netns,
     requested_nodes,
     start_all,
     status,
@@ -128,6 +129,13 @@ def add_nodes_option(command: argparse.ArgumentParser) -> None:
         help="run RabbitMQ as a cluster of N nodes on this machine (default: "
         "$JOBRELAY_RABBITMQ_NODES, else 1)",
     )
+    command.add_argument(
+        "--rabbitmq-netns",
+        action="store_true",
+        help="the cluster's nodes in network namespaces jr-rmq1..N on a private bridge "
+        "(10.203.0.0/24), where partitions can cut them apart (root; "
+        "or $JOBRELAY_RABBITMQ_NETNS=1; docs/cluster.md)",
+    )
 
 
 def add_postgres_ha_options(command: argparse.ArgumentParser) -> None:
@@ -166,7 +174,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     nodes = requested_nodes(args.rabbitmq_nodes)
     lay = layout()
     with locked(lay):
-        env, started = start_all(lay, nodes)
+        env, started = start_all(lay, nodes, requested_netns(args.rabbitmq_netns))
     log(
         f"ready in {time.monotonic() - t0:.1f}s ({lay.env})"
         if started
@@ -208,7 +216,12 @@ def cmd_env(_args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     nodes = requested_nodes(args.rabbitmq_nodes)
     return run_with_servers(
-        after_dashes(args.command), args.keep, nodes, args.pgbouncer, args.postgres_ha
+        after_dashes(args.command),
+        args.keep,
+        nodes,
+        args.pgbouncer,
+        args.postgres_ha,
+        requested_netns(args.rabbitmq_netns),
     )
 
 
@@ -259,6 +272,7 @@ def run_with_servers(
     nodes: int = 1,
     pgbouncer: bool = False,
     postgres_ha: str | None = None,
+    netns: bool = False,
 ) -> int:
     """up, run `command` with the env merged in, down (unless --keep or pre-existing)."""
     if not command:
@@ -283,7 +297,7 @@ def run_with_servers(
     try:
         with locked(lay):
             started = True  # if up fails half-way, still clean up
-            env, started = start_all(lay, nodes)
+            env, started = start_all(lay, nodes, netns)
         if not started:
             log("servers were already running; leaving them running afterwards")
         if pgbouncer:

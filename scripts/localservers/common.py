@@ -95,6 +95,8 @@ class State:
     # The other nodes of a RabbitMQ cluster (`up --rabbitmq-nodes N`), node 2 first: each one's
     # [amqp, management, distribution] ports. Empty for the single node.
     cluster_ports: list[list[int]] = field(default_factory=list)
+    # The nodes in network namespaces, each on its own address (`up --rabbitmq-netns`, netns.py).
+    rabbit_netns: bool = False
 
     @property
     def node(self) -> str:

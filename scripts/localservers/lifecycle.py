@@ -25,6 +25,7 @@ from .common import (
     processes_of,
     save_state,
 )
+from .netns import netns_down, netns_up
 from .patroni import patroni_down_all
 from .postgres import pg_bindir, pg_ensure, pg_halt, pg_ready, pg_running, pg_status
 from .rabbitmq import (
@@ -46,6 +47,7 @@ from .rabbitmq import (
 
 RABBIT_PORT_KEYS = ["amqp", "mgmt", "dist"]
 NODES_ENV = "JOBRELAY_RABBITMQ_NODES"
+NETNS_ENV = "JOBRELAY_RABBITMQ_NETNS"
 MAX_NODES = 9
 
 # --- the environment ----------------------------------------------------------------------------
@@ -58,9 +60,9 @@ def env_vars(lay: Layout, state: State) -> dict[str, str]:
     env = {
         "JOBRELAY_DATABASE_URL": f"postgresql+psycopg://jobrelay:jobrelay@127.0.0.1:{state.pg_port}/jobrelay",
         "JOBRELAY_AMQP_URL": ",".join(node.describe()["amqp_url"] for node in nodes),
-        "JOBRELAY_RABBITMQ_API_URL": f"http://guest:guest@127.0.0.1:{state.mgmt_port}/",
+        "JOBRELAY_RABBITMQ_API_URL": nodes[0].describe()["api_url"],
         "JOBRELAY_SERVERS_DIR": str(lay.base),
-        "JOBRELAY_RABBITMQ_NODE": state.node,
+        "JOBRELAY_RABBITMQ_NODE": nodes[0].name,
     }
     if len(nodes) > 1:
         env[NODES_ENV] = str(len(nodes))  # a later `up` in this environment keeps the cluster
@@ -69,6 +71,8 @@ def env_vars(lay: Layout, state: State) -> dict[str, str]:
         )
         # jobrelay's quorum queues with a replica on every node, said explicitly.
         env["JOBRELAY_QUORUM_GROUP_SIZE"] = str(len(nodes))
+    if state.rabbit_netns:
+        env[NETNS_ENV] = "1"  # a later `up` in this environment keeps the namespaces
     return env
 
 
@@ -108,6 +112,12 @@ def requested_nodes(nodes: int | None = None) -> int:
     if not 1 <= nodes <= MAX_NODES:
         raise ServerError(f"a RabbitMQ cluster here has 1 to {MAX_NODES} nodes, not {nodes}")
     return nodes
+
+
+def requested_netns(netns: bool = False) -> bool:
+    """Whether the RabbitMQ nodes live in network namespaces: --rabbitmq-netns, else
+    $JOBRELAY_RABBITMQ_NETNS=1."""
+    return netns or os.environ.get(NETNS_ENV, "").strip() == "1"
 
 
 def desired_ports(previous: State | None) -> tuple[dict[str, int], set[str]]:
@@ -173,13 +183,16 @@ def _fresh_port(state: State) -> int:
 # --- start and stop -----------------------------------------------------------------------------
 
 
-def start_all(lay: Layout, nodes: int = 1) -> tuple[dict[str, str], bool]:
-    """Ensure both servers run, RabbitMQ as `nodes` clustered nodes; returns (env, whether
-    anything had to be started)."""
+def start_all(lay: Layout, nodes: int = 1, netns: bool = False) -> tuple[dict[str, str], bool]:
+    """Ensure both servers run, RabbitMQ as `nodes` clustered nodes (in network namespaces if
+    `netns`); returns (env, whether anything had to be started)."""
+    if netns and nodes < 2:
+        raise ServerError("--rabbitmq-netns is for a cluster: add --rabbitmq-nodes 3")
     previous = load_state(lay)
     ports, fixed = desired_ports(previous)
     state = State(ports["pg"], ports["amqp"], ports["mgmt"], ports["dist"])
     state.cluster_ports = desired_cluster_ports(previous, state, nodes)
+    state.rabbit_netns = netns
     same_rabbit = previous is not None and _node_names(lay, previous) == _node_names(lay, state)
     if previous is not None and same_rabbit:
         state.epmd_started_by_us = previous.epmd_started_by_us
@@ -199,6 +212,8 @@ def start_all(lay: Layout, nodes: int = 1) -> tuple[dict[str, str], bool]:
     # Stop stale/unhealthy servers of this dir first so that their ports become free.
     if not rabbit_ok:
         rabbit_halt(lay, previous)
+        if previous is not None and previous.rabbit_netns:
+            netns_down()
         settle_ports(state, RABBIT_PORT_KEYS, fixed)
         settle_cluster_ports(state)
         _forget_other_cluster(lay, previous, state)
@@ -248,6 +263,8 @@ def _start(lay: Layout, state: State, *, pg_ok: bool, rabbit_ok: bool) -> None:
     """Start whichever server is not healthy: RabbitMQ first (slow boot; a cluster's nodes all
     at once), PostgreSQL while it boots, then join the cluster's nodes."""
     kept_rabbit = rabbit_kept_data(lay, state)
+    if not rabbit_ok and state.rabbit_netns:
+        netns_up(state.rabbit_nodes, lay.rabbit_mnesia)
     if not rabbit_ok:
         _launch_all(lay, state, kept=kept_rabbit)
     save_state(lay, state)  # before waiting: an interrupted start must still be cleaned up
@@ -322,6 +339,8 @@ def stop_all(lay: Layout, *, delete_data: bool = True) -> bool:
         rabbit_halt(lay, state)  # its data goes anyway: no need to wait for a clean stop
     else:
         rabbit_stop(lay, state)
+    if state is not None and state.rabbit_netns:
+        netns_down()  # the namespaces' epmd, veths and partition rules, and the bridge
     leftovers = processes_of(lay)
     if leftovers:
         kill_and_wait(list(leftovers), timeout=3)
@@ -343,13 +362,14 @@ def _delete_data(lay: Layout) -> None:
 # --- the importable API -------------------------------------------------------------------------
 
 
-def up(rabbitmq_nodes: int | None = None) -> dict[str, str]:
+def up(rabbitmq_nodes: int | None = None, rabbitmq_netns: bool = False) -> dict[str, str]:
     """Start both servers (idempotent) and return the JOBRELAY_* variables. RabbitMQ runs as
-    `rabbitmq_nodes` clustered nodes (default: $JOBRELAY_RABBITMQ_NODES, else 1)."""
+    `rabbitmq_nodes` clustered nodes (default: $JOBRELAY_RABBITMQ_NODES, else 1), in network
+    namespaces if `rabbitmq_netns` (or $JOBRELAY_RABBITMQ_NETNS=1)."""
     nodes = requested_nodes(rabbitmq_nodes)
     lay = layout()
     with locked(lay):
-        return start_all(lay, nodes)[0]
+        return start_all(lay, nodes, requested_netns(rabbitmq_netns))[0]
 
 
 def down(*, delete_data: bool = False) -> None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import netns
 from .common import (
     Layout,
     ServerError,
@@ -59,6 +60,13 @@ EPMD_PORT = int(os.environ.get("ERL_EPMD_PORT", "4369"))
 # at once), so rabbit-resume restarts its app instead (partitions are left to us: "ignore").
 NET_TICKTIME = 10
 CLUSTER_CONFIG = f"net_ticktime = {NET_TICKTIME}\ncluster_partition_handling = ignore\n"
+# Nodes in network namespaces (`--rabbitmq-netns`) see real partitions, not frozen peers: the
+# minority side pauses until it sees a majority again, as RabbitMQ advises for quorum queues
+# (docs/cluster.md "Partitions"). The bridge is private, so guest may log in from the services.
+NETNS_CLUSTER_CONFIG = (
+    f"net_ticktime = {NET_TICKTIME}\ncluster_partition_handling = pause_minority\n"
+    "loopback_users = none\n"
+)
 # Frozen at least this long, a node may have been declared down: resuming it restarts its app.
 FROZEN_PAST_TICK = 0.7 * NET_TICKTIME
 
@@ -73,10 +81,18 @@ class Node:
     dist_port: int
     dir: Path  # its config files and pid file
     stdout: Path  # what rabbitmq-server prints before its own log file opens
+    # Node N of a cluster in network namespaces (netns.py) listens on its own address there.
+    address: str = "127.0.0.1"
+    netns: bool = False
 
     @property
     def name(self) -> str:
-        return node_name(self.amqp_port)
+        # A long name with the node's IP address: the namespaces share no host name.
+        return f"rabbit@{self.address}" if self.netns else node_name(self.amqp_port)
+
+    def command(self, args: list[str]) -> list[str]:
+        """`args` run where the node lives (its namespace, if it has one)."""
+        return netns.in_namespace(self.number, args) if self.netns else args
 
     @property
     def pid_file(self) -> Path:
@@ -93,15 +109,21 @@ class Node:
             "amqp_port": self.amqp_port,
             "mgmt_port": self.mgmt_port,
             "dist_port": self.dist_port,
-            "amqp_url": f"amqp://guest:guest@127.0.0.1:{self.amqp_port}/",
-            "api_url": f"http://guest:guest@127.0.0.1:{self.mgmt_port}/",
+            "amqp_url": f"amqp://guest:guest@{self.address}:{self.amqp_port}/",
+            "api_url": f"http://guest:guest@{self.address}:{self.mgmt_port}/",
         }
 
 
 def nodes_of(lay: Layout, state: State) -> list[Node]:
     """Node 1 (the single node's ports and paths), then the other nodes of a cluster."""
     first = Node(
-        1, state.amqp_port, state.mgmt_port, state.dist_port, lay.rabbit, lay.rabbit_stdout
+        1,
+        state.amqp_port,
+        state.mgmt_port,
+        state.dist_port,
+        lay.rabbit,
+        lay.rabbit_stdout,
+        **_placed(1, state),
     )
     others = [
         Node(
@@ -111,20 +133,29 @@ def nodes_of(lay: Layout, state: State) -> list[Node]:
             dist,
             lay.rabbit / f"node{number}",
             lay.logs / f"rabbitmq-{number}-stdout.log",
+            **_placed(number, state),
         )
         for number, (amqp, mgmt, dist) in enumerate(state.cluster_ports, start=2)
     ]
     return [first, *others]
 
 
+def _placed(number: int, state: State) -> dict[str, Any]:
+    """Where node `number` listens: 127.0.0.1, or its own address in its namespace."""
+    if not state.rabbit_netns:
+        return {}
+    return {"address": netns.node_address(number), "netns": True}
+
+
 def rabbit_env(lay: Layout, node: Node) -> dict[str, str]:
     """Environment for rabbitmq-server and rabbitmqctl pointing at one of our private nodes."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RABBITMQ_", "ERL_"))}
+    address = ",".join(node.address.split("."))
     env.update(
         {
             "HOME": str(lay.rabbit_home),
             "RABBITMQ_NODENAME": node.name,
-            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_IP_ADDRESS": node.address,
             "RABBITMQ_NODE_PORT": str(node.amqp_port),
             "RABBITMQ_DIST_PORT": str(node.dist_port),
             "RABBITMQ_MNESIA_BASE": str(lay.rabbit_mnesia),
@@ -134,16 +165,19 @@ def rabbit_env(lay: Layout, node: Node) -> dict[str, str]:
             "RABBITMQ_ADVANCED_CONFIG_FILE": str(node.dir / "advanced.config"),
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(node.dir / "enabled_plugins"),
             "RABBITMQ_CONF_ENV_FILE": str(node.dir / "rabbitmq-env.conf"),
-            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
-            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": f"-kernel inet_dist_use_interface {{{address}}}",
+            # In a namespace, epmd answers the peers on the node's address too.
+            "ERL_EPMD_ADDRESS": f"127.0.0.1,{node.address}" if node.netns else "127.0.0.1",
             "ERL_EPMD_PORT": str(EPMD_PORT),
         }
     )
+    if node.netns:
+        env["RABBITMQ_USE_LONGNAME"] = "true"
     return env
 
 
 def rabbitmqctl_command(node: Node, *args: str) -> list[str]:
-    return [str(RABBITMQ_BIN / "rabbitmqctl"), "-n", node.name, *args]
+    return node.command([str(RABBITMQ_BIN / "rabbitmqctl"), "-n", node.name, *args])
 
 
 def ctl(lay: Layout, node: Node, *args: str, timeout: float = 120) -> str:
@@ -161,10 +195,10 @@ def rabbit_write_config(lay: Layout, node: Node, *, clustered: bool) -> None:
         cookie.chmod(0o400)
     (node.dir / "rabbitmq-env.conf").write_text("")
     (node.dir / "enabled_plugins").write_text("[rabbitmq_management].\n")
-    cluster = CLUSTER_CONFIG if clustered else ""
+    cluster = (NETNS_CLUSTER_CONFIG if node.netns else CLUSTER_CONFIG) if clustered else ""
     (node.dir / "rabbitmq.conf").write_text(
-        f"listeners.tcp.default = 127.0.0.1:{node.amqp_port}\n"
-        f"management.tcp.ip = 127.0.0.1\n"
+        f"listeners.tcp.default = {node.address}:{node.amqp_port}\n"
+        f"management.tcp.ip = {node.address}\n"
         f"management.tcp.port = {node.mgmt_port}\n"
         "loopback_users.guest = true\n"
         "log.console = false\n"
@@ -230,7 +264,7 @@ def signal_all(pids: list[int], sig: signal.Signals) -> None:
 
 def mgmt_get(node: Node, path: str, timeout: float = 2.0) -> Any:
     """GET the node's management API as guest; None if it does not answer with 200."""
-    req = urllib.request.Request(f"http://127.0.0.1:{node.mgmt_port}{path}")
+    req = urllib.request.Request(f"http://{node.address}:{node.mgmt_port}{path}")
     req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -240,7 +274,7 @@ def mgmt_get(node: Node, path: str, timeout: float = 2.0) -> Any:
 
 
 def rabbit_ready(node: Node) -> bool:
-    if not port_open(node.amqp_port):
+    if not port_open(node.amqp_port, node.address):
         return False
     overview = mgmt_get(node, "/api/overview")
     if not isinstance(overview, dict) or overview.get("node") != node.name:
@@ -289,11 +323,12 @@ def rabbit_launch(lay: Layout, state: State, node: Node) -> None:
     messages (and, in a cluster, its membership) kept by an earlier `down` are used again."""
     rabbit_write_config(lay, node, clustered=state.rabbit_nodes > 1)
     node.pid_file.unlink(missing_ok=True)
-    state.epmd_started_by_us = state.epmd_started_by_us or not port_open(EPMD_PORT)
+    if not node.netns:  # a namespace's own epmd goes with the namespace
+        state.epmd_started_by_us = state.epmd_started_by_us or not port_open(EPMD_PORT)
     with open(node.stdout, "w") as out:
         # Own session: a Ctrl-C in the terminal must not reach the node.
         subprocess.Popen(
-            [str(RABBITMQ_BIN / "rabbitmq-server")],
+            node.command([str(RABBITMQ_BIN / "rabbitmq-server")]),
             env=rabbit_env(lay, node),
             cwd=node.dir,
             stdin=subprocess.DEVNULL,
@@ -389,8 +424,8 @@ def rabbit_status(lay: Layout, node: Node) -> str:
                 f"rabbit-restart-app {node.number})"
             )
         return (
-            f"running (node {node.name}, pid {rabbit_beam_pid(lay, node)}) amqp 127.0.0.1:"
-            f"{node.amqp_port}, management 127.0.0.1:{node.mgmt_port}"
+            f"running (node {node.name}, pid {rabbit_beam_pid(lay, node)}) amqp {node.address}:"
+            f"{node.amqp_port}, management {node.address}:{node.mgmt_port}"
         )
     pids = node_pids(lay, node)
     if pids and any(_paused(pid) for pid in pids):
@@ -537,3 +572,55 @@ def _frozen_for(node: Node) -> float:
         return 0.0
     path.unlink(missing_ok=True)
     return time.time() - paused
+
+
+# --- partitions (a cluster in network namespaces) -----------------------------------------------
+
+
+def netns_nodes() -> tuple[Layout, list[Node]]:
+    """The nodes of a cluster in network namespaces, or ServerError saying how to get one."""
+    lay = layout()
+    state = require_state(lay)
+    if not state.rabbit_netns or state.rabbit_nodes < 2:
+        raise ServerError(
+            f"partitions need a RabbitMQ cluster in network namespaces (scripts/servers.py up "
+            f"--rabbitmq-nodes 3 --rabbitmq-netns); the servers in {lay.base} have none"
+        )
+    return lay, nodes_of(lay, state)
+
+
+def rabbit_partition(grudges: dict[int, list[int]]) -> None:
+    """Node n drops every packet from the nodes grudges[n] (node numbers, from 1); the others'
+    traffic is untouched. A second call replaces the first partition."""
+    _lay, nodes = netns_nodes()
+    netns.partition({node: set(senders) for node, senders in grudges.items()}, len(nodes))
+
+
+def rabbit_heal_partition(patience: float = 60.0) -> list[int]:
+    """Every node hears every other again; then wait until the cluster is whole (every node
+    serves, none reports a partition). pause_minority starts a paused minority again by itself;
+    a node that still does not serve `patience` seconds after the heal, then one that still
+    reports a partition, is restarted (SIGKILL, start: it rejoins from its data), one at a
+    time. (A paused node can hang in its own restart on 3.10.8 with Erlang 25, its `stop_app`
+    too: only a new VM brings it back; docs/cluster.md "Partitions".) Returns the nodes so
+    restarted."""
+    lay, nodes = netns_nodes()
+    netns.heal(len(nodes))
+    logs = [path for node in nodes for path in node.log_files(lay)]
+    with contextlib.suppress(ServerError):
+        wait_until(lambda: cluster_formed(nodes), patience, "the healed cluster", logs)
+        return []
+    stuck = [node for node in nodes if not rabbit_ready(node)]
+    restarted = [_restart(node, "does not serve") for node in stuck]
+    for node in nodes:
+        if partitioned_from(node):  # asked again: a restart before may have cleared it
+            restarted.append(_restart(node, "reports a partition"))
+    wait_until(lambda: cluster_formed(nodes), RABBIT_READY_TIMEOUT, "the healed cluster", logs)
+    return restarted
+
+
+def _restart(node: Node, why: str) -> int:
+    log(f"node {node.name} {why} after the partition healed: restarting it")
+    rabbit_kill(node.number)
+    rabbit_start(node.number)
+    return node.number

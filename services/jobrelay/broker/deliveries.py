@@ -6,7 +6,13 @@ body, the redelivered flag and two headers, and settles by delivery tag: ``RawDe
 that much, over aiormq's ``DeliveredMessage``, and settles through the channel it came on.
 
 A ``Subscription`` consumes one queue at aiormq's level and takes it again on every channel
-the robust channel reopens (a reconnect): aio-pika restores only its own queues' consumers.
+the robust channel reopens (a reconnect): aio-pika restores only its own queues' consumers. It
+takes it again in a task of its own, never inside aio-pika's reopen: aio-pika awaits its reopen
+callbacks inside its reconnect loop, so a ``basic.consume`` that never answers (a quorum queue
+without a majority, during a partition) would hold that loop, and the connection would never
+reconnect again (seen under ``make chaos-partitions``). ``is_consuming`` tells the consumer
+whether it consumes on the channel as it is now; the consumer starts afresh when it has not
+for a while (``consumer/service.py``).
 """
 
 from __future__ import annotations
@@ -18,12 +24,14 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import aiormq.abc
+import aiormq.exceptions
 from aio_pika.abc import AbstractRobustChannel
 from pamqp.commands import Basic
 
 log = logging.getLogger("jobrelay.broker")
 
 RECONSUME_PAUSE_SECONDS = 1.0
+CONSUME_TIMEOUT_SECONDS = 10.0  # a basic.consume unanswered this long is tried again
 
 
 class RawDelivery:
@@ -85,6 +93,8 @@ class Subscription:
         self.on_delivery = on_delivery
         self.tag = f"jobrelay-{uuid.uuid4().hex}"
         self.cancelled = False
+        self.consuming_on: aiormq.abc.AbstractChannel | None = None  # where consume succeeded
+        self.again: asyncio.Task[None] | None = None  # consuming again after a reopen
 
     async def start(self) -> None:
         self.channel.reopen_callbacks.add(self._reopened)
@@ -94,25 +104,51 @@ class Subscription:
         """No more deliveries (those unacked stay the consumer's to settle)."""
         self.cancelled = True
         self.channel.reopen_callbacks.discard(self._reopened)
+        if self.again is not None:
+            self.again.cancel()
         underlay = await self.channel.get_underlay_channel()
         await underlay.basic_cancel(self.tag)
 
+    async def is_consuming(self) -> bool:
+        """Whether deliveries can come: the consume succeeded on the channel as it is now, and
+        that channel is open."""
+        try:
+            underlay = await self.channel.get_underlay_channel()
+        except aiormq.exceptions.ChannelInvalidStateError:
+            return False  # not reopened yet
+        return underlay is self.consuming_on and not underlay.is_closed
+
     async def _consume(self) -> None:
         underlay = await self.channel.get_underlay_channel()
-        await underlay.basic_consume(self.queue, self._deliver, no_ack=False, consumer_tag=self.tag)
+        async with asyncio.timeout(CONSUME_TIMEOUT_SECONDS):
+            await underlay.basic_consume(
+                self.queue, self._deliver, no_ack=False, consumer_tag=self.tag
+            )
+        self.consuming_on = underlay
 
     async def _deliver(self, message: aiormq.abc.DeliveredMessage) -> None:
         self.on_delivery(RawDelivery(message))
 
     async def _reopened(self, *_: Any) -> None:
-        """The robust channel reopened (its queues declared again): consume again, retrying
-        while the new channel lives (aio-pika gathers this callback's errors unread)."""
+        """The robust channel reopened (its queues declared again): consume again, in a task of
+        its own, so that aio-pika's reconnect loop, which awaits this, goes on at once."""
+        if self.again is not None:
+            self.again.cancel()
+        if not self.cancelled:
+            self.again = asyncio.create_task(self._consume_again())
+
+    async def _consume_again(self) -> None:
+        """Consume on the reopened channel, retrying while it lives; a closed channel ends it
+        (its next reopen starts another)."""
         while not self.cancelled:
             try:
                 await self._consume()
                 return
             except Exception as error:
-                underlay = await self.channel.get_underlay_channel()
+                try:
+                    underlay = await self.channel.get_underlay_channel()
+                except aiormq.exceptions.ChannelInvalidStateError:
+                    return
                 if underlay.is_closed:
                     return  # the next reopen calls again
                 log.warning(

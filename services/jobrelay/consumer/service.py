@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
@@ -69,6 +70,12 @@ CONNECT_BACKOFF_CAP = 10.0
 # serves them).
 SERVED_REFRESH_SECONDS = 10.0
 SERVED_FOR_SECONDS = 30.0
+# A consumer whose queues have not been consumed on its channel as it is now for this long
+# connects afresh: its robust connection reconnects within seconds when it can, and this
+# catches the case it cannot (its reconnect loop held, seen in partitions: broker/deliveries.py).
+# While no node can serve, the fresh connection waits as the first did.
+STUCK_SECONDS = 20.0
+WATCH_INTERVAL_SECONDS = 1.0
 
 
 async def run_consumer(
@@ -136,6 +143,7 @@ class Consumer:
         self.acks = AckRouter()
         self.worker: Worker | None = None
         # Robust: the same object across reconnects.
+        self.connection: AbstractRobustConnection | None = None
         self.channel: AbstractRobustChannel | None = None
         self.consuming = False
         self.stopping = False  # set once: deliveries waiting for a slot are not begun then
@@ -181,7 +189,7 @@ class Consumer:
             subscribed = await self._subscribe(stop)
             if subscribed is None:
                 return 0 if stop.is_set() else 1
-            connection, subscriptions = subscribed
+            self.connection, subscriptions = subscribed
             served = asyncio.create_task(self._keep_served(PgTypeStore(store), stop))
             try:
                 await self._consume_until(stop, subscriptions)
@@ -189,7 +197,7 @@ class Consumer:
                 served.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await served
-                await _close(connection)  # unacked deliveries go back to the queue
+                await _close(self.connection)  # unacked deliveries go back to the queue
         finally:
             limits_read.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -339,7 +347,11 @@ class Consumer:
                 "type_queues": len(subscriptions) - 1,
             },
         )
-        await stop.wait()
+        while not await self._stopped_or_stuck(stop, subscriptions):
+            renewed = await self._connect_afresh(stop)
+            if renewed is None:
+                break
+            subscriptions = renewed
         log.info("stopping: no new deliveries", extra={"event": "consumer_stopping"})
         self.consuming = False
         self.stopping = True
@@ -350,6 +362,40 @@ class Consumer:
                 for subscription in subscriptions:
                     await subscription.cancel()
         await self._drain()
+
+    async def _stopped_or_stuck(
+        self, stop: asyncio.Event, subscriptions: list[Subscription]
+    ) -> bool:
+        """Wait: True once ``stop`` is set; False once some queue has not been consumed on the
+        channel as it is now for STUCK_SECONDS."""
+        stuck_since: float | None = None
+        while not await stopped_within(stop, WATCH_INTERVAL_SECONDS):
+            consuming = [await subscription.is_consuming() for subscription in subscriptions]
+            if all(consuming):
+                stuck_since = None
+            elif stuck_since is None:
+                stuck_since = time.monotonic()
+            elif time.monotonic() - stuck_since >= STUCK_SECONDS:
+                return False
+        return True
+
+    async def _connect_afresh(self, stop: asyncio.Event) -> list[Subscription] | None:
+        """Close the connection that does not consume (its unacked deliveries go back; the
+        jobs running keep their leases, and their results stay single) and subscribe on a
+        new one; None once stopped, or when the broker refuses the setup."""
+        log.warning(
+            "not consuming %s for %gs: connecting to the broker afresh",
+            self.queue_name,
+            STUCK_SECONDS,
+            extra={"event": "consumer_reconnect_stuck", "queue": self.queue_name},
+        )
+        if self.connection is not None:
+            await _close(self.connection)
+        subscribed = await self._subscribe(stop)
+        if subscribed is None:
+            return None
+        self.connection, subscriptions = subscribed
+        return subscriptions
 
     def _on_message(self, queue: str, message: RawDelivery) -> None:
         """A delivery from ``queue`` (the one a quarantine copy names as where it died)."""

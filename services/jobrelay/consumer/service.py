@@ -142,8 +142,9 @@ class Consumer:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.acks = AckRouter()
         self.worker: Worker | None = None
-        # Robust: the same object across reconnects.
+        # The connection consumed on: a new one only when the consumer connects afresh.
         self.connection: AbstractRobustConnection | None = None
+        # Robust: the same object across reconnects.
         self.channel: AbstractRobustChannel | None = None
         self.consuming = False
         self.stopping = False  # set once: deliveries waiting for a slot are not begun then

@@ -3,8 +3,10 @@
 
 Node N lives in namespace jr-rmqN with the address 10.203.0.1N on a veth whose other end is a
 port of the bridge jrbr0 (10.203.0.1, in the root namespace, where the services and tests run).
-Nothing else is touched: no other interface, no route, no rule of the root namespace. Each
-namespace has its own loopback, hence its own epmd on port 4369.
+Nothing else is touched: no other interface, no route, and one rule of the root namespace only,
+letting the bridge's own traffic through its FORWARD chain (Docker may set that chain's policy
+to DROP, and bridged packets pass it where br_netfilter is loaded). Each namespace has its own
+loopback, hence its own epmd on port 4369.
 
 A partition is a set of grudges, as in Jepsen: node N drops every packet it receives from the
 nodes it holds a grudge against, by an nftables table (`inet jobrelay_partition`) in its own
@@ -31,6 +33,7 @@ BRIDGE_ADDRESS = "10.203.0.1"
 PREFIX_LENGTH = 24
 NAMESPACE_PREFIX = "jr-rmq"
 PARTITION_TABLE = "jobrelay_partition"
+FORWARD_BRIDGED = ["FORWARD", "-i", BRIDGE, "-o", BRIDGE, "-j", "ACCEPT"]  # see netns_up
 
 
 def namespace(number: int) -> str:
@@ -80,6 +83,7 @@ def netns_up(nodes: int, mnesia: Path) -> None:
     run(["ip", "link", "add", BRIDGE, "type", "bridge"])
     run(["ip", "addr", "add", f"{BRIDGE_ADDRESS}/{PREFIX_LENGTH}", "dev", BRIDGE])
     run(["ip", "link", "set", BRIDGE, "up"])
+    _let_bridged_traffic_pass()
     for number in range(1, nodes + 1):
         name = namespace(number)
         run(["ip", "netns", "add", name])
@@ -103,6 +107,19 @@ def netns_down() -> None:
         run(["ip", "netns", "delete", name])
     if run(["ip", "link", "show", BRIDGE], check=False).returncode == 0:
         run(["ip", "link", "delete", BRIDGE])
+    if shutil.which("iptables") is not None:
+        while run(["iptables", "-D", *FORWARD_BRIDGED], check=False).returncode == 0:
+            pass  # inserted once per up; a killed run's too
+
+
+def _let_bridged_traffic_pass() -> None:
+    """Node to node traffic crosses the bridge, and where br_netfilter is loaded (Docker loads
+    it) bridged packets pass the root namespace's FORWARD chain, whose policy Docker may set to
+    DROP: one rule lets the bridge's own traffic through (removed by `netns_down`)."""
+    if shutil.which("iptables") is None:
+        return  # no iptables, no FORWARD policy of its making
+    if run(["iptables", "-C", *FORWARD_BRIDGED], check=False).returncode != 0:
+        run(["iptables", "-I", *FORWARD_BRIDGED])
 
 
 def _other_owner(mnesia: Path) -> str | None:

@@ -228,15 +228,30 @@ CLAIMS = (
         "Broker node faults and partitions lose nothing",
         "Quorum queues replicated on every node of a three-node cluster, publisher confirms "
         "before an outbox row counts as published, and a majority of the nodes reachable; a "
-        "job's message may be delivered twice, its result is stored once "
-        "([cluster.md](cluster.md)).",
+        "job's message may be delivered twice, its result is stored once. Under partitions "
+        "the nodes run `pause_minority`, a node not back a minute after the heal is "
+        "restarted, and a consumer not consuming for 20 s connects afresh; while no majority "
+        "is reachable jobs wait (the delay per scenario is in "
+        "[cluster.md](cluster.md#partitions)).",
         (
             "tests/cluster/test_cluster.py::test_the_work_and_quarantine_queues_have_a_replica_on_every_node",
             "tests/cluster/test_cluster.py::"
             "test_with_the_first_node_stopped_connections_go_to_the_second_and_move_there",
+            "tests/chaos/test_partitions_profile.py::"
+            "test_partitions_chaos_profile_loses_and_doubles_nothing",
+            "tests/unit/test_consumer_reconnect.py::"
+            "test_a_reopen_returns_at_once_though_the_consume_never_answers",
         ),
         (*CLUSTER, *PARTITIONS),
-        ("rabbitmq_nodes", "node_faults", "lost", "duplicate_results", "checker:lost"),
+        (
+            "rabbitmq_nodes",
+            "node_faults",
+            "partitions",
+            "partition_max_latency",
+            "lost",
+            "duplicate_results",
+            "checker:lost",
+        ),
     ),
     Claim(
         "PostgreSQL is intact after a failover",

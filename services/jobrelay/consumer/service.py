@@ -207,7 +207,7 @@ class Consumer:
             await durable.close()
             await store.close()
         log.info("stopped", extra={"event": "consumer_stopped"})
-        return 0
+        return 0 if stop.is_set() else 1  # else the broker refused a fresh setup
 
     async def _keep_served(self, types: PgTypeStore, stop: asyncio.Event) -> None:
         """Once subscribed, while its channel is open, its types are served: say so, again and
